@@ -1,0 +1,738 @@
+"""The blocking Connection: nats-py on a background I/O thread."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import logging
+import os
+import re
+import ssl
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from ._deadline import Deadline
+from ._errors import (
+    BadHeaderError,
+    BadSubjectError,
+    ConnectionClosedError,
+    Error,
+    MaxPayloadError,
+    NoServersError,
+    translate,
+    translating,
+)
+from ._loop import IOLoop
+from ._msg import Msg
+from ._subscription import Subscription, _Inbound
+from ._workers import WorkerPool
+
+if TYPE_CHECKING:
+    from ._jetstream import JetStream
+
+T = TypeVar("T")
+log = logging.getLogger("jssync")
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+_ids = itertools.count(1)
+_live: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+#: Most publishes handed to the I/O thread in one loop turn.
+_PUMP_BATCH = 4096
+#: Publishes queued before ``publish`` waits for the I/O thread to catch up.
+_PUB_HIGH_WATER = 65536
+
+_SUBJECT_BAD = re.compile(r"[\s]")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with any password (or token in the user part) replaced by ``***``."""
+    try:
+        parts = urlsplit(url if "://" in url else "nats://" + url)
+    except ValueError:
+        return "<invalid url>"
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    cred = f"{user}:***" if parts.password is not None else "***"
+    return urlunsplit((parts.scheme, f"{cred}@{host}", parts.path, parts.query, parts.fragment))
+
+
+def _split_servers(servers: str | Sequence[str] | None) -> list[str]:
+    if servers is None:
+        servers = os.environ.get("NATS_URL") or DEFAULT_URL
+    if isinstance(servers, str):
+        urls = [s.strip() for s in servers.split(",") if s.strip()]
+    else:
+        urls = [str(s).strip() for s in servers if str(s).strip()]
+    if not urls:
+        raise ValueError("no server URL given")
+    return urls
+
+
+def validate_subject(subject: str, what: str = "subject", wildcards: bool = True) -> None:
+    """Raise :class:`jssync.BadSubjectError` naming ``subject`` if it is not a valid subject."""
+    if not isinstance(subject, str):
+        raise BadSubjectError(f"{what} must be a str, got {type(subject).__name__}")
+    if not subject or _SUBJECT_BAD.search(subject) or subject.startswith(".") or subject.endswith("."):
+        raise BadSubjectError(f"invalid {what}: {subject!r}")
+    if ".." in subject:
+        raise BadSubjectError(f"invalid {what} (empty token): {subject!r}")
+    if not wildcards:
+        for tok in subject.split("."):
+            if tok in ("*", ">"):
+                raise BadSubjectError(f"{what} may not contain wildcards: {subject!r}")
+    else:
+        toks = subject.split(".")
+        for i, tok in enumerate(toks):
+            if ">" in tok and (tok != ">" or i != len(toks) - 1):
+                raise BadSubjectError(f"invalid {what} ('>' must be the last token): {subject!r}")
+
+
+def validate_headers(headers: dict[str, str] | None) -> None:
+    """Raise :class:`jssync.BadHeaderError` naming a bad header name or value (CR/LF, etc.)."""
+    if headers is None:
+        return
+    if not isinstance(headers, dict):
+        raise BadHeaderError(f"headers must be a dict, got {type(headers).__name__}")
+    for k, v in headers.items():
+        if not isinstance(k, str) or not _HEADER_NAME.match(k):
+            raise BadHeaderError(f"invalid header name: {k!r}")
+        if not isinstance(v, str):
+            raise BadHeaderError(f"header {k!r} value must be a str, got {type(v).__name__}")
+        if "\r" in v or "\n" in v:
+            raise BadHeaderError(f"header {k!r} value contains CR or LF: {v!r}")
+
+
+def _check_data(data: Any) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"data must be bytes, got {type(data).__name__}")
+
+
+class Connection:
+    """A connection to NATS with a blocking API.
+
+    One daemon I/O thread per connection runs an asyncio loop with the nats-py client;
+    callbacks run on a pool of ``callback_workers`` daemon threads. Every method is
+    thread-safe. Use :func:`jssync.connect` to make one.
+    """
+
+    def __init__(
+        self,
+        servers: str | Sequence[str] | None = None,
+        *,
+        name: str | None = None,
+        timeout: float = 2.0,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        creds: str | os.PathLike[str] | None = None,
+        nkeys_seed: str | os.PathLike[str] | None = None,
+        tls: ssl.SSLContext | None = None,
+        tls_hostname: str | None = None,
+        max_reconnect_attempts: int = -1,
+        reconnect_time_wait: float = 2.0,
+        ping_interval: float = 120.0,
+        max_outstanding_pings: int = 2,
+        no_echo: bool = False,
+        inbox_prefix: str = "_INBOX",
+        error_cb: Callable[[Exception], Any] | None = None,
+        disconnected_cb: Callable[[], Any] | None = None,
+        reconnected_cb: Callable[[], Any] | None = None,
+        closed_cb: Callable[[], Any] | None = None,
+        callback_workers: int = 4,
+    ) -> None:
+        self._urls = _split_servers(servers)
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        if tls is not None and not isinstance(tls, ssl.SSLContext):
+            raise TypeError("tls must be an ssl.SSLContext")
+        self._id = next(_ids)
+        self.name = name
+        self._timeout = timeout
+        self._error_cb = error_cb
+        self._disconnected_cb = disconnected_cb
+        self._reconnected_cb = reconnected_cb
+        self._closed_cb = closed_cb
+        self._closing = False
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._subs: set[Subscription] = set()
+        self._subs_lock = threading.Lock()
+        self._pool = WorkerPool(f"jssync-{self._id}", callback_workers, self._report_error)
+        self._loop = IOLoop(f"jssync-io-{self._id}")
+        # publish pump state
+        self._pubq: deque[tuple[str, bytes, str, dict[str, str] | None]] = deque()
+        self._pump_scheduled = False
+        self._pump_task: asyncio.Task[None] | None = None
+        self._pump_idle: asyncio.Event | None = None
+        self._pub_room = threading.Event()
+        self._pub_room.set()
+        self._max_payload = 1024 * 1024
+        self._disconnect_listeners: list[Callable[[], None]] = []
+        self._reconnect_listeners: list[Callable[[], None]] = []
+
+        opts: dict[str, Any] = dict(
+            servers=self._urls,
+            name=name,
+            connect_timeout=max(1, int(timeout or 2)),
+            reconnect_time_wait=reconnect_time_wait,
+            max_reconnect_attempts=max_reconnect_attempts,
+            ping_interval=ping_interval,
+            max_outstanding_pings=max_outstanding_pings,
+            no_echo=no_echo,
+            inbox_prefix=inbox_prefix,
+            allow_reconnect=True,
+            error_cb=self._on_error,
+            disconnected_cb=self._on_disconnected,
+            reconnected_cb=self._on_reconnected,
+            closed_cb=self._on_closed,
+        )
+        if user is not None:
+            opts["user"] = user
+        if password is not None:
+            opts["password"] = password
+        if token is not None:
+            opts["token"] = token
+        if creds is not None:
+            opts["user_credentials"] = os.fspath(creds)
+        if nkeys_seed is not None:
+            seed = os.fspath(nkeys_seed)
+            if seed.startswith("SU") and not os.path.exists(seed):
+                opts["nkeys_seed_str"] = seed
+            else:
+                opts["nkeys_seed"] = seed
+        if tls is not None:
+            opts["tls"] = tls
+        if tls_hostname is not None:
+            opts["tls_hostname"] = tls_hostname
+        self._connect_opts = opts
+        try:
+            self._nc = self._loop.run(self._make_client(), None)
+            self._loop.run(self._connect(), Deadline(timeout), "connect")
+        except BaseException as exc:
+            self._teardown(0.5)
+            if isinstance(exc, Error) and not isinstance(exc, ConnectionClosedError):
+                if isinstance(exc, TimeoutError):
+                    raise NoServersError(
+                        f"could not connect to {', '.join(redact_url(u) for u in self._urls)} "
+                        f"within {timeout}s"
+                    ) from None
+                raise
+            raise
+        _live.add(self)
+
+    async def _make_client(self) -> Any:
+        import nats.aio.client
+
+        nc = nats.aio.client.Client()
+        nc.msg_class = type("Msg", (Msg,), {"__slots__": (), "_conn": self})
+        self._pump_idle = asyncio.Event()
+        self._pump_idle.set()
+        return nc
+
+    async def _connect(self) -> None:
+        # nats-py retries the first connect forever with max_reconnect_attempts=-1; our
+        # deadline bounds it. Errors during the first connect are only logged at debug.
+        self._connecting = True
+        try:
+            await self._nc.connect(**self._connect_opts)
+        except Exception as exc:
+            raise translate(exc) from exc
+        finally:
+            self._connecting = False
+        self._max_payload = self._nc.max_payload
+
+    # -- reprs, properties -----------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("connected" if self.is_connected else "disconnected")
+        url = self.connected_url or ",".join(redact_url(u) for u in self._urls)
+        return f"<jssync.Connection {url} {state}>"
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def is_connected(self) -> bool:
+        return not self._closed and bool(self._nc.is_connected)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed or self._closing
+
+    @property
+    def is_reconnecting(self) -> bool:
+        return not self._closed and bool(self._nc.is_reconnecting)
+
+    @property
+    def connected_url(self) -> str | None:
+        """The URL of the server connected to, with no password in it; None when disconnected."""
+        u = self._nc.connected_url if not self._closed else None
+        if u is None:
+            return None
+        return redact_url(u.geturl())
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The INFO the server sent, as a dict."""
+        return dict(self._nc._server_info or {})
+
+    @property
+    def max_payload(self) -> int:
+        return self._max_payload
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: in/out messages and bytes, reconnects, errors."""
+        return dict(self._nc.stats)
+
+    @property
+    def client(self) -> Any:
+        """The underlying nats-py client (use it only through :meth:`run`)."""
+        return self._nc
+
+    # -- callbacks ---------------------------------------------------------------------------
+
+    def _report_error(self, exc: BaseException) -> None:
+        """Log ``exc`` and hand it to the user's error callback on the worker pool."""
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            return
+        log.warning("jssync: %s: %s", type(exc).__name__, exc)
+        cb = self._error_cb
+        if cb is not None and not self._pool._closed:
+            if self._pool.in_worker():
+                try:
+                    cb(exc)  # type: ignore[arg-type]
+                except Exception:
+                    log.exception("error_cb raised")
+            else:
+                self._pool.submit(self._call_user_cb, cb, exc)
+
+    @staticmethod
+    def _call_user_cb(cb: Callable[..., Any], *args: Any) -> None:
+        try:
+            cb(*args)
+        except Exception:
+            log.exception("jssync: user callback %r raised", cb)
+
+    async def _on_error(self, exc: Exception) -> None:
+        import nats.errors as ne
+
+        if getattr(self, "_connecting", False):
+            log.debug("jssync: connect attempt failed: %s", exc)
+            if isinstance(exc, ne.AuthorizationError) or "authorization" in str(exc).lower():
+                # Raising here ends nats-py's first-connect loop: wrong credentials will not
+                # get better by retrying.
+                raise exc
+            return
+
+        if isinstance(exc, ne.SlowConsumerError):
+            return  # already reported by the subscription
+        self._report_error(translate(exc))
+
+    async def _on_disconnected(self) -> None:
+        if getattr(self, "_connecting", False):
+            return
+        log.info("jssync: disconnected")
+        for fn in list(self._disconnect_listeners):
+            fn()
+        if self._disconnected_cb is not None:
+            self._pool.submit(self._call_user_cb, self._disconnected_cb)
+
+    async def _on_reconnected(self) -> None:
+        log.info("jssync: reconnected to %s", self.connected_url)
+        for fn in list(self._reconnect_listeners):
+            fn()
+        if self._reconnected_cb is not None:
+            self._pool.submit(self._call_user_cb, self._reconnected_cb)
+
+    async def _on_closed(self) -> None:
+        if getattr(self, "_connecting", False):
+            return
+        if self._closed_cb is not None:
+            self._pool.submit(self._call_user_cb, self._closed_cb)
+
+    # -- running things on the loop ------------------------------------------------------
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None | Deadline, what: str = "operation") -> T:
+        """Run a coroutine on the I/O thread and wait for it (see :meth:`IOLoop.run`)."""
+        if self._closed:
+            coro.close()
+            raise ConnectionClosedError("the connection is closed")
+        return self._loop.run(coro, timeout, what)
+
+    def _check_open(self) -> None:
+        self._loop.check()
+        if self._closed or self._closing:
+            raise ConnectionClosedError("the connection is closed")
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def publish(
+        self,
+        subject: str,
+        data: bytes = b"",
+        *,
+        reply: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Publish a message. Buffered: returns at once, without waiting for the I/O thread.
+
+        Publishes are handed to the I/O thread in bursts (one wake-up per burst). When
+        more than 65536 publishes are waiting, the call blocks until the I/O thread has
+        caught up. Use :meth:`flush` to wait until the server has them.
+
+        Raises:
+            jssync.BadSubjectError, jssync.BadHeaderError: invalid subject, reply or header.
+            jssync.MaxPayloadError: ``data`` is over the server's max_payload.
+            jssync.ConnectionClosedError, jssync.ForkError.
+        """
+        validate_subject(subject)
+        if reply:
+            validate_subject(reply, "reply subject")
+        if headers is not None:
+            validate_headers(headers)
+        data = _check_data(data)
+        if len(data) > self._max_payload:
+            raise MaxPayloadError(
+                f"payload of {len(data)} bytes on {subject!r} is over the server's max_payload "
+                f"of {self._max_payload} bytes"
+            )
+        self._check_open()
+        self._enqueue((subject, data, reply or "", headers))
+
+    def _publish_raw(self, subject: str, data: bytes) -> None:
+        """Publish without validation (acks, flow control replies)."""
+        if self._closed:
+            return
+        self._enqueue((subject, data, "", None))
+
+    def _enqueue(self, item: tuple[str, bytes, str, dict[str, str] | None]) -> None:
+        q = self._pubq
+        if len(q) >= _PUB_HIGH_WATER and not self._loop.in_loop_thread():
+            self._wait_pub_room()
+        q.append(item)
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            try:
+                self._loop.loop.call_soon_threadsafe(self._kick_pump)
+            except RuntimeError:
+                self._pump_scheduled = False
+
+    def _wait_pub_room(self) -> None:
+        self._pub_room.clear()
+        if len(self._pubq) < _PUB_HIGH_WATER:
+            return
+        if self._pool.in_worker() or self._closed:
+            return  # never block a callback on the I/O thread's progress
+        deadline = Deadline(self._timeout * 15 if self._timeout else None)
+        while len(self._pubq) >= _PUB_HIGH_WATER // 2:
+            self._check_open()
+            if self._pub_room.wait(deadline.slice()):
+                return
+            deadline.check("publish (waiting for the outgoing buffer)")
+
+    def _kick_pump(self) -> None:
+        # on the loop thread
+        self._pump_scheduled = False
+        if self._pump_task is None or self._pump_task.done():
+            assert self._pump_idle is not None
+            self._pump_idle.clear()
+            self._pump_task = self._loop.loop.create_task(self._pump())
+
+    async def _pump(self) -> None:
+        q = self._pubq
+        nc = self._nc
+        pub = nc.publish
+        try:
+            while q:
+                n = 0
+                while q and n < _PUMP_BATCH:
+                    subject, data, reply, headers = q.popleft()
+                    n += 1
+                    try:
+                        await pub(subject, data, reply=reply, headers=headers)
+                    except Exception as exc:
+                        if nc.is_closed:
+                            q.clear()
+                            break
+                        self._report_error(translate(exc))
+                if len(q) < _PUB_HIGH_WATER // 2:
+                    self._pub_room.set()
+                if q:
+                    await asyncio.sleep(0)
+        finally:
+            self._pub_room.set()
+            assert self._pump_idle is not None
+            self._pump_idle.set()
+
+    async def _sync_pubs(self) -> None:
+        """On the loop: wait until every publish queued so far was handed to nats-py."""
+        if self._pubq:
+            self._pump_scheduled = False
+            self._kick_pump()
+        if self._pump_task is not None and not self._pump_task.done():
+            assert self._pump_idle is not None
+            await self._pump_idle.wait()
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Send everything published so far and wait for the server to confirm (PING/PONG).
+
+        Blocks up to ``timeout`` seconds.
+
+        Raises:
+            jssync.TimeoutError: no PONG in time.
+            jssync.ConnectionClosedError.
+        """
+        self._check_open()
+
+        async def _flush() -> None:
+            await self._sync_pubs()
+            with translating():
+                await self._nc.flush(timeout=max(timeout, 0.001))
+
+        self.run(_flush(), Deadline(timeout + 0.5), "flush")
+
+    # -- request/reply -------------------------------------------------------------------
+
+    def request(
+        self,
+        subject: str,
+        data: bytes = b"",
+        *,
+        headers: dict[str, str] | None = None,
+        timeout: float = 2.0,
+    ) -> Msg:
+        """Send a request and wait for the first reply.
+
+        Blocks up to ``timeout`` seconds.
+
+        Raises:
+            jssync.TimeoutError: no reply in time.
+            jssync.NoRespondersError: nobody listens on ``subject``.
+            jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
+        """
+        validate_subject(subject, wildcards=False)
+        validate_headers(headers)
+        data = _check_data(data)
+        if len(data) > self._max_payload:
+            raise MaxPayloadError(f"payload of {len(data)} bytes on {subject!r} is over max_payload")
+        self._check_open()
+        return self.run(self._request(subject, data, headers, timeout), Deadline(timeout + 0.25), "request")
+
+    async def _request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float) -> Msg:
+        if self._pubq or self._pump_task is not None:
+            await self._sync_pubs()
+        try:
+            msg: Msg = await self._nc.request(subject, data, timeout=timeout, headers=headers)
+        except Exception as exc:
+            new = translate(exc)
+            if isinstance(new, TimeoutError):
+                raise type(new)(f"no reply to request on {subject!r} within {timeout}s") from exc
+            raise new from exc
+        return msg
+
+    def new_inbox(self) -> str:
+        """Return a new unique inbox subject."""
+        return str(self._nc.new_inbox())
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        subject: str,
+        *,
+        queue: str | None = None,
+        callback: Callable[[Msg], Any] | None = None,
+        pending_msgs_limit: int = 65536,
+    ) -> Subscription:
+        """Subscribe to ``subject`` (wildcards allowed), optionally in a queue group.
+
+        Without ``callback``, read messages by iterating the subscription or with
+        ``next_msg``. With it, the callback runs on the worker pool, one message at a time
+        per subscription, in order. Past ``pending_msgs_limit`` unread messages, new ones are
+        dropped and reported to ``error_cb`` as :class:`jssync.SlowConsumerError`.
+
+        Blocks until the SUB is sent (at most the connect timeout).
+
+        Raises:
+            jssync.BadSubjectError: invalid subject or queue name.
+        """
+        validate_subject(subject)
+        if queue is not None and (not queue or _SUBJECT_BAD.search(queue)):
+            raise BadSubjectError(f"invalid queue group name: {queue!r}")
+        self._check_open()
+        sub = Subscription(self, subject, queue, callback, pending_msgs_limit)
+
+        async def _sub() -> Any:
+            await self._sync_pubs()
+            return await self._subscribe_async(sub)
+
+        sub._nsub = self.run(_sub(), Deadline(self._timeout + 5), "subscribe")
+        with self._subs_lock:
+            self._subs.add(sub)
+        return sub
+
+    async def _subscribe_async(self, sub: Subscription) -> Any:
+        """On the loop: make the nats-py subscription and point it at ``sub``."""
+        with translating():
+            nsub = await self._nc.subscribe(
+                sub.subject, queue=sub.queue or "", pending_msgs_limit=0, pending_bytes_limit=0
+            )
+        old = nsub._pending_queue
+        nsub._pending_queue = _Inbound(sub)
+        while not old.empty():
+            try:
+                sub._deliver(old.get_nowait())
+            except asyncio.QueueFull:
+                pass
+        return nsub
+
+    def _unsubscribe(self, sub: Subscription, drain: bool, timeout: float | Deadline) -> None:
+        with self._subs_lock:
+            self._subs.discard(sub)
+        if self._closed or self._loop.forked:
+            return
+        nsub = sub._nsub
+
+        async def _unsub() -> None:
+            if nsub is None or nsub._closed or self._nc.is_closed:
+                return
+            with translating():
+                if drain:
+                    await self._nc._send_unsubscribe(nsub._id)
+                    await self._nc.flush()
+                    nsub._closed = True
+                    self._nc._remove_sub(nsub._id)
+                else:
+                    await nsub.unsubscribe()
+
+        if self._loop.in_loop_thread():
+            self._loop.loop.create_task(_unsub())
+            return
+        self.run(_unsub(), timeout, "unsubscribe")
+
+    # -- JetStream -------------------------------------------------------------------------
+
+    def jetstream(
+        self,
+        *,
+        domain: str | None = None,
+        api_prefix: str | None = None,
+        timeout: float = 5.0,
+        max_pending: int = 4000,
+    ) -> JetStream:
+        """Return a JetStream context on this connection (no I/O)."""
+        from ._jetstream import JetStream
+
+        return JetStream(self, domain=domain, api_prefix=api_prefix, timeout=timeout, max_pending=max_pending)
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Drain every subscription, flush what was published, then close.
+
+        Blocks up to ``timeout`` seconds.
+        """
+        if self._closed or self._closing:
+            return
+        deadline = Deadline(timeout)
+        with self._subs_lock:
+            subs = list(self._subs)
+        for sub in subs:
+            try:
+                sub.drain(timeout=deadline.remaining())
+            except Error as exc:
+                self._report_error(exc)
+        self.close(timeout=max(0.5, deadline.remaining() or 0.5))
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush what was published, close the connection and stop its threads.
+
+        Idempotent. Blocks up to ``timeout`` seconds; never raises for a closed connection.
+        Subscription iterators end.
+        """
+        with self._close_lock:
+            if self._closed or self._closing:
+                return
+            self._closing = True
+        if self._loop.forked:
+            self._closed = True
+            return
+        deadline = Deadline(timeout)
+        if not self._loop.in_loop_thread():
+            try:
+
+                async def _close() -> None:
+                    try:
+                        await asyncio.wait_for(self._sync_pubs(), max(0.1, (deadline.remaining() or 1) - 0.2))
+                    except Exception:
+                        log.debug("could not hand over every publish before close", exc_info=True)
+                    await self._nc.close()
+
+                self._loop.run(_close(), deadline, "close")
+            except BaseException as exc:  # noqa: BLE001 - closing goes on
+                if isinstance(exc, KeyboardInterrupt):
+                    self._teardown(0.5)
+                    raise
+                log.debug("error while closing: %s", exc)
+        self._teardown(deadline.remaining() or 0.5)
+
+    def _teardown(self, timeout: float) -> None:
+        self._closed = True
+        self._closing = False
+        with self._subs_lock:
+            subs = list(self._subs)
+            self._subs.clear()
+        for sub in subs:
+            sub._end()
+        self._loop.stop(timeout)
+        self._pool.stop(min(timeout, 1.0))
+        _live.discard(self)
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for conn in list(_live):
+        try:
+            if not conn._loop.forked:
+                conn.close(timeout=2.0)
+        except BaseException:  # noqa: BLE001
+            pass
+
+
+def connect(servers: str | Sequence[str] | None = None, **options: Any) -> Connection:
+    """Connect to NATS and return a :class:`Connection`.
+
+    ``servers`` is one URL, a comma-separated string of URLs, or a list of URLs; the
+    default is ``$NATS_URL``, else ``nats://127.0.0.1:4222``. Options: ``name``,
+    ``timeout`` (seconds for the first connect, default 2.0), ``user``, ``password``,
+    ``token``, ``creds`` (a .creds file), ``nkeys_seed`` (a seed file or the seed),
+    ``tls`` (an ``ssl.SSLContext``), ``max_reconnect_attempts`` (-1: forever),
+    ``reconnect_time_wait``, ``error_cb``, ``disconnected_cb``, ``reconnected_cb``,
+    ``closed_cb`` (all run on the worker pool), ``callback_workers`` (default 4).
+
+    Blocks until connected or ``timeout`` passes. Works from any thread, including one
+    that runs an asyncio event loop (Jupyter).
+
+    Raises:
+        jssync.NoServersError: no server could be reached in time.
+        jssync.AuthorizationError: the credentials were refused.
+    """
+    return Connection(servers, **options)

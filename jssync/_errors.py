@@ -1,0 +1,268 @@
+"""The jssync exception tree and the one place where nats-py errors are translated.
+
+Everything a user can catch derives from :class:`Error`::
+
+    Error
+    ├── TimeoutError (also builtins.TimeoutError)
+    ├── ForkError
+    ├── ConnectionClosedError
+    ├── NoServersError
+    ├── AuthorizationError
+    ├── PermissionDeniedError
+    ├── NoRespondersError
+    ├── BadSubjectError (also ValueError)
+    ├── BadHeaderError (also ValueError)
+    ├── MaxPayloadError (also ValueError)
+    ├── SlowConsumerError
+    ├── SubscriptionClosedError
+    └── JetStreamError
+        ├── APIError (.code, .err_code, .description)
+        │   ├── NotFoundError
+        │   │   ├── StreamNotFoundError
+        │   │   ├── ConsumerNotFoundError
+        │   │   └── MessageNotFoundError
+        │   ├── StreamNameInUseError
+        │   ├── ConsumerExistsError
+        │   ├── WrongLastSequenceError
+        │   ├── WrongLastMsgIdError
+        │   ├── StreamNotMatchError
+        │   └── ServiceUnavailableError
+        ├── ConsumerDeletedError
+        ├── ConsumerIsPushBasedError
+        ├── NoHeartbeatError
+        └── DirectGetNotAllowedError
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+
+class Error(Exception):
+    """Base class of every exception jssync raises on purpose."""
+
+
+class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001
+    """A blocking call ran out of time. Also a builtin :class:`TimeoutError`."""
+
+
+class ForkError(Error):
+    """A connection made in a parent process was used in a forked child."""
+
+
+class ConnectionClosedError(Error):
+    """The connection is closed (or closing) and cannot be used."""
+
+
+class NoServersError(Error):
+    """No server could be reached."""
+
+
+class AuthorizationError(Error):
+    """The server refused the credentials."""
+
+
+class PermissionDeniedError(Error):
+    """The server refused a publish or subscribe because of permissions."""
+
+
+class NoRespondersError(Error):
+    """A request was sent to a subject nobody listens on."""
+
+
+class BadSubjectError(Error, ValueError):
+    """A subject (or queue name) is not valid."""
+
+
+class BadHeaderError(Error, ValueError):
+    """A header name or value is not valid."""
+
+
+class MaxPayloadError(Error, ValueError):
+    """A payload is larger than the server's max_payload."""
+
+
+class SlowConsumerError(Error):
+    """A subscription dropped messages because its pending limit was reached."""
+
+    def __init__(self, subject: str, dropped: int) -> None:
+        super().__init__(f"slow consumer on subject {subject!r}: {dropped} message(s) dropped so far")
+        self.subject = subject
+        self.dropped = dropped
+
+
+class SubscriptionClosedError(Error):
+    """The subscription was unsubscribed or its connection closed."""
+
+
+class JetStreamError(Error):
+    """Base class of JetStream errors."""
+
+
+class APIError(JetStreamError):
+    """An error reply of the JetStream API.
+
+    Attributes:
+        code: the status code (e.g. 404, 400, 503).
+        err_code: the JetStream error code (e.g. 10059), or None.
+        description: the server's text.
+    """
+
+    def __init__(self, code: int | None = None, err_code: int | None = None, description: str = "") -> None:
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+        super().__init__(f"{description or 'JetStream API error'} (code={code}, err_code={err_code})")
+
+
+class NotFoundError(APIError):
+    """Something the call named does not exist."""
+
+
+class StreamNotFoundError(NotFoundError):
+    """The stream does not exist (err_code 10059)."""
+
+
+class ConsumerNotFoundError(NotFoundError):
+    """The consumer does not exist (err_code 10014)."""
+
+
+class MessageNotFoundError(NotFoundError):
+    """No message matches (err_code 10037, or 404 from Direct Get)."""
+
+
+class StreamNameInUseError(APIError):
+    """A stream of that name exists with another configuration (err_code 10058)."""
+
+
+class ConsumerExistsError(APIError):
+    """A consumer of that name exists with another configuration (err_code 10148)."""
+
+
+class WrongLastSequenceError(APIError):
+    """An expected-last-sequence publish check failed (err_code 10071)."""
+
+
+class WrongLastMsgIdError(APIError):
+    """An expected-last-msg-id publish check failed (err_code 10070)."""
+
+
+class StreamNotMatchError(APIError):
+    """The expected stream did not match (err_code 10060)."""
+
+
+class ServiceUnavailableError(APIError):
+    """JetStream is not available (503), e.g. while a leader is elected."""
+
+
+class ConsumerDeletedError(JetStreamError):
+    """The consumer was deleted while being consumed."""
+
+
+class ConsumerIsPushBasedError(JetStreamError):
+    """A pull operation was made on a push consumer."""
+
+
+class NoHeartbeatError(JetStreamError):
+    """No heartbeat or message arrived within twice the idle heartbeat."""
+
+
+class DirectGetNotAllowedError(JetStreamError):
+    """Direct Get was used on a stream without allow_direct."""
+
+
+_BY_ERR_CODE: dict[int, type[APIError]] = {
+    10059: StreamNotFoundError,
+    10014: ConsumerNotFoundError,
+    10037: MessageNotFoundError,
+    10058: StreamNameInUseError,
+    10148: ConsumerExistsError,
+    10013: ConsumerExistsError,
+    10071: WrongLastSequenceError,
+    10070: WrongLastMsgIdError,
+    10060: StreamNotMatchError,
+}
+
+
+def api_error(code: int | None, err_code: int | None, description: str) -> APIError:
+    """Build the most specific :class:`APIError` for a JetStream error reply."""
+    cls: type[APIError] = APIError
+    if err_code is not None and err_code in _BY_ERR_CODE:
+        cls = _BY_ERR_CODE[err_code]
+    elif code == 404:
+        cls = NotFoundError
+    elif code == 503:
+        cls = ServiceUnavailableError
+    return cls(code, err_code, description)
+
+
+def check_api_response(data: bytes) -> dict[str, Any]:
+    """Parse a JetStream API reply; raise the matching :class:`APIError` on an error reply.
+
+    Raises:
+        APIError: the reply holds an ``error``, or is not a JSON object.
+    """
+    try:
+        resp = json.loads(data)
+    except ValueError as exc:
+        raise APIError(None, None, f"malformed JetStream API reply: {data[:100]!r}") from exc
+    if not isinstance(resp, dict):
+        raise APIError(None, None, f"malformed JetStream API reply: {data[:100]!r}")
+    err = resp.get("error")
+    if err:
+        if not isinstance(err, dict):
+            raise APIError(None, None, str(err))
+        raise api_error(err.get("code"), err.get("err_code"), str(err.get("description", "")))
+    return resp
+
+
+def translate(exc: BaseException) -> BaseException:
+    """Map a nats-py (or asyncio) exception to the jssync one; others are returned as they are."""
+    if isinstance(exc, Error):
+        return exc
+    import nats.errors as ne
+    import nats.js.errors as jse
+
+    if isinstance(exc, jse.APIError):
+        new: BaseException = api_error(exc.code, exc.err_code, exc.description or "")
+    elif isinstance(exc, ne.NoRespondersError) or isinstance(exc, jse.NoStreamResponseError):
+        new = NoRespondersError("no responders are available for the request")
+    elif isinstance(exc, ne.TimeoutError | asyncio.TimeoutError):
+        new = TimeoutError("timed out")
+    elif isinstance(exc, ne.ConnectionClosedError | ne.ConnectionDrainingError):
+        new = ConnectionClosedError(str(exc) or "the connection is closed")
+    elif isinstance(exc, ne.NoServersError):
+        new = NoServersError(str(exc) or "no servers available")
+    elif isinstance(exc, ne.AuthorizationError) or (
+        isinstance(exc, ne.Error) and "authorization violation" in str(exc).lower()
+    ):
+        new = AuthorizationError(str(exc) or "authorization violation")
+    elif isinstance(exc, ne.BadSubjectError):
+        new = BadSubjectError(str(exc) or "bad subject")
+    elif isinstance(exc, ne.MaxPayloadError):
+        new = MaxPayloadError(str(exc) or "maximum payload exceeded")
+    elif isinstance(exc, ne.Error) and "permissions violation" in str(exc).lower():
+        new = PermissionDeniedError(str(exc))
+    elif isinstance(exc, ne.Error):
+        new = Error(str(exc) or type(exc).__name__)
+    else:
+        return exc
+    new.__cause__ = exc
+    return new
+
+
+@contextlib.contextmanager
+def translating() -> Iterator[None]:
+    """Re-raise nats-py exceptions as jssync ones, chained from the original."""
+    try:
+        yield
+    except Exception as exc:
+        new = translate(exc)
+        if new is exc:
+            raise
+        raise new from exc

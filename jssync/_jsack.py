@@ -1,0 +1,74 @@
+"""Pure parsing of JetStream ack subjects (ADR-15 "JSAck"): no I/O."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+
+
+class NotJSMessageError(ValueError):
+    """The reply subject is not a JetStream ack subject."""
+
+
+@dataclass(frozen=True)
+class SequencePair:
+    """Stream and consumer sequence of a delivered message."""
+
+    stream: int
+    consumer: int
+
+
+@dataclass(frozen=True)
+class MsgMetadata:
+    """What the ack subject of a JetStream message tells about it."""
+
+    sequence: SequencePair
+    num_delivered: int
+    num_pending: int
+    timestamp: _dt.datetime
+    stream: str
+    consumer: str
+    domain: str | None = None
+    account_hash: str | None = None
+
+
+def parse_ack_subject(reply: str) -> MsgMetadata:
+    """Parse ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` (v1, 9
+    tokens) or ``$JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>...]``
+    (v2, 11 or more tokens). A v2 domain of ``_`` means no domain.
+
+    Raises:
+        NotJSMessageError: the subject is not an ack subject of either form.
+    """
+    tokens = reply.split(".")
+    n = len(tokens)
+    if n < 9 or tokens[0] != "$JS" or tokens[1] != "ACK":
+        raise NotJSMessageError(f"not a JetStream ack subject: {reply!r}")
+    if n == 9:
+        domain = None
+        acc = None
+        rest = tokens[2:]
+    elif n >= 11:
+        domain = None if tokens[2] == "_" else tokens[2]
+        acc = tokens[3]
+        rest = tokens[4:11]
+    else:
+        raise NotJSMessageError(f"not a JetStream ack subject: {reply!r}")
+    try:
+        stream, consumer = rest[0], rest[1]
+        delivered, sseq, cseq, ts, pending = (int(x) for x in rest[2:7])
+    except ValueError as exc:
+        raise NotJSMessageError(f"malformed JetStream ack subject: {reply!r}") from exc
+    if not stream or not consumer or min(delivered, sseq, cseq, ts, pending) < 0:
+        raise NotJSMessageError(f"malformed JetStream ack subject: {reply!r}")
+    timestamp = _dt.datetime.fromtimestamp(ts / 1e9, tz=_dt.UTC)
+    return MsgMetadata(
+        sequence=SequencePair(sseq, cseq),
+        num_delivered=delivered,
+        num_pending=pending,
+        timestamp=timestamp,
+        stream=stream,
+        consumer=consumer,
+        domain=domain,
+        account_hash=acc,
+    )

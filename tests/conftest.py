@@ -1,0 +1,47 @@
+"""Shared test setup: the jssync pytest plugin's fixtures, plus a thread-leak check."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+#: Multiply every test wait by this (slow CI machines): JSSYNC_TEST_TIME_FACTOR=2
+FACTOR = float(os.environ.get("JSSYNC_TEST_TIME_FACTOR", "1"))
+
+
+def wait_for(cond, timeout: float = 10.0, interval: float = 0.01, what: str = "condition") -> None:
+    """Poll ``cond`` until true; fail the test after ``timeout`` seconds."""
+    end = time.monotonic() + timeout * FACTOR
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique token for stream and subject names."""
+    return uuid.uuid4().hex[:10].upper()
+
+
+def _jssync_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("jssync-") and t.is_alive()]
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_threads() -> Iterator[None]:
+    before = set(_jssync_threads())
+    yield
+    end = time.monotonic() + 5 * FACTOR
+    while time.monotonic() < end:
+        leaked = [t for t in _jssync_threads() if t not in before]
+        if not leaked:
+            return
+        time.sleep(0.02)
+    pytest.fail(f"test left jssync threads running: {[t.name for t in leaked]}")
