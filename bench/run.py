@@ -147,15 +147,20 @@ class RequestReply:
 
     @staticmethod
     def _with_responder(url: str, fn: Callable[[], dict[str, float]]) -> dict[str, float]:
-        stop, ready = threading.Event(), threading.Event()
-        t = threading.Thread(target=RequestReply._responder, args=(url, stop, ready))
-        t.start()
-        ready.wait(10)
+        # The responder runs in its own process so it does not share the GIL with the
+        # measured client.
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        stop, ready = ctx.Event(), ctx.Event()
+        p = ctx.Process(target=_responder_main, args=(url, stop, ready), daemon=True)
+        p.start()
+        ready.wait(20)
         try:
             return fn()
         finally:
             stop.set()
-            t.join()
+            p.join(10)
 
     @staticmethod
     def jssync(url: str, n: int, payload: bytes) -> dict[str, float]:
@@ -198,6 +203,10 @@ class RequestReply:
             return asyncio.run(main())
 
         return RequestReply._with_responder(url, run)
+
+
+def _responder_main(url: str, stop: Any, ready: Any) -> None:
+    RequestReply._responder(url, stop, ready)
 
 
 def _lat(rate: float, lat: list[float]) -> dict[str, float]:

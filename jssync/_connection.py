@@ -23,7 +23,9 @@ from ._errors import (
     ConnectionClosedError,
     Error,
     MaxPayloadError,
+    NoRespondersError,
     NoServersError,
+    TimeoutError,
     translate,
     translating,
 )
@@ -44,6 +46,10 @@ _live: weakref.WeakSet[Connection] = weakref.WeakSet()
 
 #: Most publishes handed to the I/O thread in one loop turn.
 _PUMP_BATCH = 4096
+#: Largest burst written straight to the socket from the wake-up callback.
+_DIRECT_MAX = 256
+#: Direct writes stop while the socket's write buffer holds more than this.
+_DIRECT_BUFFER_LIMIT = 1 << 20
 #: Publishes queued before ``publish`` waits for the I/O thread to catch up.
 _PUB_HIGH_WATER = 65536
 
@@ -79,8 +85,26 @@ def _split_servers(servers: str | Sequence[str] | None) -> list[str]:
     return urls
 
 
+_valid_subjects: dict[str, bool] = {}
+
+
 def validate_subject(subject: str, what: str = "subject", wildcards: bool = True) -> None:
-    """Raise :class:`jssync.BadSubjectError` naming ``subject`` if it is not a valid subject."""
+    """Raise :class:`jssync.BadSubjectError` naming ``subject`` if it is not a valid subject.
+
+    Valid subjects are remembered (a bounded cache), so repeated publishes to the same
+    subject cost one dict look-up.
+    """
+    ok = _valid_subjects.get(subject)
+    if ok is not None and (ok or wildcards):
+        return
+    _check_subject(subject, what, wildcards)
+    if len(_valid_subjects) > 8192:
+        _valid_subjects.clear()
+    has_wc = "*" in subject.split(".") or subject.endswith(">")
+    _valid_subjects[subject] = not has_wc
+
+
+def _check_subject(subject: str, what: str, wildcards: bool) -> None:
     if not isinstance(subject, str):
         raise BadSubjectError(f"{what} must be a str, got {type(subject).__name__}")
     if not subject or _SUBJECT_BAD.search(subject) or subject.startswith(".") or subject.endswith("."):
@@ -111,6 +135,15 @@ def validate_headers(headers: dict[str, str] | None) -> None:
             raise BadHeaderError(f"header {k!r} value must be a str, got {type(v).__name__}")
         if "\r" in v or "\n" in v:
             raise BadHeaderError(f"header {k!r} value contains CR or LF: {v!r}")
+
+
+def _encode_headers(headers: dict[str, str]) -> bytes:
+    """Encode a header block (names and values were validated at publish time)."""
+    lines = ["NATS/1.0\r\n"]
+    for k, v in headers.items():
+        lines.append(f"{k}: {v}\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode()
 
 
 def _check_data(data: Any) -> bytes:
@@ -181,6 +214,11 @@ class Connection:
         self._pub_room = threading.Event()
         self._pub_room.set()
         self._max_payload = 1024 * 1024
+        # request/reply multiplexer: one wildcard inbox subscription, replies routed by token
+        self._mux_prefix: str | None = None
+        self._mux_lock = threading.Lock()
+        self._replies: dict[str, Callable[[Msg], None]] = {}
+        self._tokens = itertools.count(1)
         self._disconnect_listeners: list[Callable[[], None]] = []
         self._reconnect_listeners: list[Callable[[], None]] = []
 
@@ -221,6 +259,7 @@ class Connection:
         self._connect_opts = opts
         try:
             self._nc = self._loop.run(self._make_client(), None)
+            self._fast = hasattr(self._nc, "_pending") and hasattr(self._nc, "_flush_pending")
             self._loop.run(self._connect(), Deadline(timeout), "connect")
         except BaseException as exc:
             self._teardown(0.5)
@@ -449,30 +488,91 @@ class Connection:
             deadline.check("publish (waiting for the outgoing buffer)")
 
     def _kick_pump(self) -> None:
-        # on the loop thread
+        # On the loop thread. A small burst while connected and with nothing queued in
+        # nats-py is encoded and written to the socket right here (lowest latency for
+        # requests and acks); anything else goes through the pump task.
         self._pump_scheduled = False
-        if self._pump_task is None or self._pump_task.done():
-            assert self._pump_idle is not None
-            self._pump_idle.clear()
-            self._pump_task = self._loop.loop.create_task(self._pump())
-
-    async def _pump(self) -> None:
+        if self._pump_task is not None and not self._pump_task.done():
+            return
         q = self._pubq
         nc = self._nc
-        pub = nc.publish
+        if self._fast and len(q) <= _DIRECT_MAX and nc.is_connected and not nc._pending:
+            try:
+                writer = nc._transport._io_writer
+                if writer.transport.get_write_buffer_size() < _DIRECT_BUFFER_LIMIT:
+                    chunk = self._encode_burst(_DIRECT_MAX)
+                    if chunk:
+                        writer.write(chunk)
+                    if not q:
+                        return
+            except Exception:  # pragma: no cover - fall back to the pump
+                log.debug("direct write failed; using the pump", exc_info=True)
+        assert self._pump_idle is not None
+        self._pump_idle.clear()
+        self._pump_task = self._loop.loop.create_task(self._pump())
+
+    def _encode_burst(self, limit: int) -> bytes:
+        """Pop up to ``limit`` queued publishes and encode them as one protocol chunk."""
+        q = self._pubq
+        parts: list[bytes] = []
+        add = parts.append
+        n = 0
+        nbytes = 0
+        while q and n < limit:
+            subject, data, reply, headers = q.popleft()
+            n += 1
+            nbytes += len(data)
+            if headers is None:
+                if reply:
+                    add(f"PUB {subject} {reply} {len(data)}\r\n".encode())
+                else:
+                    add(f"PUB {subject} {len(data)}\r\n".encode())
+                add(data)
+            else:
+                hdr = _encode_headers(headers)
+                add(f"HPUB {subject} {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode())
+                add(hdr)
+                add(data)
+            add(b"\r\n")
+        st = self._nc.stats
+        st["out_msgs"] += n
+        st["out_bytes"] += nbytes
+        if len(q) < _PUB_HIGH_WATER // 2:
+            self._pub_room.set()
+        return b"".join(parts)
+
+    async def _pump(self) -> None:
+        """On the loop: hand queued publishes to nats-py, a burst at a time.
+
+        While connected, a burst is encoded into one chunk and appended to nats-py's
+        outgoing buffer with one flush kick; otherwise each goes through
+        ``nc.publish`` (which buffers during a reconnect, or fails and is reported).
+        """
+        q = self._pubq
+        nc = self._nc
         try:
             while q:
-                n = 0
-                while q and n < _PUMP_BATCH:
-                    subject, data, reply, headers = q.popleft()
-                    n += 1
+                if self._fast and nc.is_connected:
+                    chunk = self._encode_burst(_PUMP_BATCH)
+                    nc._pending.append(chunk)
+                    nc._pending_data_size += len(chunk)
                     try:
-                        await pub(subject, data, reply=reply, headers=headers)
-                    except Exception as exc:
-                        if nc.is_closed:
-                            q.clear()
-                            break
-                        self._report_error(translate(exc))
+                        over = nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size
+                        await nc._flush_pending(force_flush=over)
+                    except Exception as exc:  # pragma: no cover - nats-py reports socket errors itself
+                        log.debug("flush kick failed: %s", exc)
+                else:
+                    n = 0
+                    while q and n < _PUMP_BATCH:
+                        subject, data, reply, headers = q.popleft()
+                        n += 1
+                        try:
+                            await nc.publish(subject, data, reply=reply, headers=headers)
+                        except Exception as exc:
+                            if nc.is_closed:
+                                q.clear()
+                                break
+                            self._report_error(translate(exc))
                 if len(q) < _PUB_HIGH_WATER // 2:
                     self._pub_room.set()
                 if q:
@@ -534,19 +634,72 @@ class Connection:
         if len(data) > self._max_payload:
             raise MaxPayloadError(f"payload of {len(data)} bytes on {subject!r} is over max_payload")
         self._check_open()
-        return self.run(self._request(subject, data, headers, timeout), Deadline(timeout + 0.25), "request")
-
-    async def _request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float) -> Msg:
-        if self._pubq or self._pump_task is not None:
-            await self._sync_pubs()
+        if self._loop.in_loop_thread():
+            raise RuntimeError("a blocking jssync call was made on the connection's I/O thread")
+        deadline = Deadline(timeout)
+        prefix = self._mux_prefix or self._start_mux(deadline)
+        token = str(next(self._tokens))
+        waiter = _Waiter()
+        self._replies[token] = waiter.set
         try:
-            msg: Msg = await self._nc.request(subject, data, timeout=timeout, headers=headers)
-        except Exception as exc:
-            new = translate(exc)
-            if isinstance(new, TimeoutError):
-                raise type(new)(f"no reply to request on {subject!r} within {timeout}s") from exc
-            raise new from exc
+            self._enqueue((subject, data, prefix + token, headers))
+            msg = waiter.wait(deadline, self)
+        finally:
+            self._replies.pop(token, None)
+        if msg is None:
+            raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s")
+        hdrs = msg.headers
+        if hdrs and not msg.data and hdrs.get("Status") == "503":
+            raise NoRespondersError(f"no responders are available for the request on {subject!r}")
         return msg
+
+    def _start_mux(self, deadline: Deadline) -> str:
+        """Subscribe to ``<inbox>.*`` once; replies are routed to waiters on the I/O thread."""
+        with self._mux_lock:
+            if self._mux_prefix is not None:
+                return self._mux_prefix
+            prefix = self.new_inbox() + "."
+            replies = self._replies
+
+            class _Mux:
+                def put_nowait(self, msg: Msg) -> None:
+                    fn = replies.pop(msg.subject[len(prefix):], None)
+                    if fn is not None:
+                        fn(msg)
+
+                def qsize(self) -> int:
+                    return 0
+
+                def empty(self) -> bool:
+                    return True
+
+                async def join(self) -> None:
+                    return None
+
+                def task_done(self) -> None:
+                    return None
+
+            async def _sub() -> None:
+                with translating():
+                    nsub = await self._nc.subscribe(prefix + "*", pending_msgs_limit=0, pending_bytes_limit=0)
+                nsub._pending_queue = _Mux()
+
+            self.run(_sub(), deadline, "request")
+            self._mux_prefix = prefix
+            return prefix
+
+    def _request_cb(
+        self, subject: str, data: bytes, headers: dict[str, str] | None, on_reply: Callable[[Msg], None]
+    ) -> str:
+        """Send a request whose reply is handed to ``on_reply`` on the I/O thread; returns the token.
+
+        No validation; the caller drops ``self._replies[token]`` when it gives up.
+        """
+        prefix = self._mux_prefix or self._start_mux(Deadline(self._timeout + 5))
+        token = str(next(self._tokens))
+        self._replies[token] = on_reply
+        self._enqueue((subject, data, prefix + token, headers))
+        return token
 
     def new_inbox(self) -> str:
         """Return a new unique inbox subject."""
@@ -705,6 +858,31 @@ class Connection:
         self._loop.stop(timeout)
         self._pool.stop(min(timeout, 1.0))
         _live.discard(self)
+
+
+class _Waiter:
+    """A one-shot slot a user thread waits on (in 0.1 s slices) until the I/O thread fills it."""
+
+    __slots__ = ("_lock", "msg")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.msg: Msg | None = None
+
+    def set(self, msg: Msg) -> None:
+        self.msg = msg
+        self._lock.release()
+
+    def wait(self, deadline: Deadline, conn: Connection) -> Msg | None:
+        lock = self._lock
+        while True:
+            if lock.acquire(timeout=deadline.slice()):
+                return self.msg
+            if deadline.expired():
+                return None
+            if conn._closed:
+                raise ConnectionClosedError("the connection closed while waiting for a reply")
 
 
 @atexit.register
