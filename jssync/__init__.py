@@ -1,6 +1,24 @@
 """jssync: a synchronous, thread-based client for NATS JetStream, built on nats-py."""
 
+from nats.js.api import (
+    AccountInfo,
+    AckPolicy,
+    ConsumerConfig,
+    ConsumerInfo,
+    DeliverPolicy,
+    DiscardPolicy,
+    PubAck,
+    ReplayPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamInfo,
+)
+
 from ._connection import Connection, connect
+from ._consumers import Consumer
+from ._jetstream import JetStream
+from ._streams import Stream, StoredMsg
 from ._errors import (
     APIError,
     AuthorizationError,
@@ -40,6 +58,22 @@ __version__ = "0.1.0"
 
 __all__ = [
     "APIError",
+    "AccountInfo",
+    "AckPolicy",
+    "Consumer",
+    "ConsumerConfig",
+    "ConsumerInfo",
+    "DeliverPolicy",
+    "DiscardPolicy",
+    "JetStream",
+    "PubAck",
+    "ReplayPolicy",
+    "RetentionPolicy",
+    "StorageType",
+    "StoredMsg",
+    "Stream",
+    "StreamConfig",
+    "StreamInfo",
     "AuthorizationError",
     "BadHeaderError",
     "BadSubjectError",

@@ -1,0 +1,699 @@
+"""The JetStream context (ADR-37): stream and consumer management, and publishing."""
+
+from __future__ import annotations
+
+import base64  # noqa: F401  (re-used by sibling modules through this one)
+import concurrent.futures
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from nats.js import api
+
+from ._deadline import Deadline
+from ._errors import (
+    APIError,
+    ConnectionClosedError,
+    JetStreamError,
+    NoRespondersError,
+    ServiceUnavailableError,
+    TimeoutError,
+    check_api_response,
+)
+
+if TYPE_CHECKING:
+    from ._connection import Connection
+    from ._consumers import Consumer
+    from ._kv import KeyValue
+    from ._push import JetStreamSubscription
+    from ._msg import Msg
+    from ._streams import Stream
+
+log = logging.getLogger("jssync")
+
+_NAME_BAD = re.compile(r"[.*>\s/\\]")
+
+HDR_MSG_ID = "Nats-Msg-Id"
+HDR_EXPECTED_STREAM = "Nats-Expected-Stream"
+HDR_EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
+HDR_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+HDR_EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+
+
+def validate_name(name: Any, what: str = "stream name") -> str:
+    """Raise ``ValueError`` naming ``name`` if it is not a valid stream or consumer name."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{what} must be a non-empty string, got {name!r}")
+    if _NAME_BAD.search(name):
+        raise ValueError(f"invalid {what} {name!r}: it may not contain '.', '*', '>', whitespace, '/' or '\\'")
+    if len(name) > 255:
+        raise ValueError(f"invalid {what} {name[:20]!r}...: longer than 255 characters")
+    return name
+
+
+def _stream_config(config: api.StreamConfig | None, params: dict[str, Any]) -> api.StreamConfig:
+    if config is None:
+        config = api.StreamConfig()
+    elif not isinstance(config, api.StreamConfig):
+        raise TypeError(f"config must be a StreamConfig, got {type(config).__name__}")
+    if params:
+        try:
+            config = config.evolve(**params)
+        except TypeError as exc:
+            raise TypeError(f"unknown stream option: {exc}") from None
+    validate_name(config.name, "stream name")
+    if config.subjects is not None:
+        if isinstance(config.subjects, str):
+            raise TypeError("subjects must be a list of subjects, not a str")
+        from ._connection import validate_subject
+
+        for s in config.subjects:
+            validate_subject(s, "stream subject")
+    return config
+
+
+def _consumer_config(config: api.ConsumerConfig | None, params: dict[str, Any]) -> api.ConsumerConfig:
+    if config is None:
+        config = api.ConsumerConfig()
+    elif not isinstance(config, api.ConsumerConfig):
+        raise TypeError(f"config must be a ConsumerConfig, got {type(config).__name__}")
+    if params:
+        try:
+            config = config.evolve(**params)
+        except TypeError as exc:
+            raise TypeError(f"unknown consumer option: {exc}") from None
+    if config.name is not None:
+        validate_name(config.name, "consumer name")
+    if config.durable_name is not None:
+        validate_name(config.durable_name, "durable name")
+    if config.name and config.durable_name and config.name != config.durable_name:
+        raise ValueError(
+            f"consumer name {config.name!r} and durable_name {config.durable_name!r} differ: set one, or both equal"
+        )
+    from ._connection import validate_subject
+
+    if config.filter_subject:
+        validate_subject(config.filter_subject, "filter subject")
+    for fs in config.filter_subjects or []:
+        validate_subject(fs, "filter subject")
+    if config.filter_subject and config.filter_subjects:
+        raise ValueError("set filter_subject or filter_subjects, not both")
+    return config
+
+
+class JetStream:
+    """A JetStream context: streams, consumers and publishing on one connection.
+
+    Made with :meth:`jssync.Connection.jetstream`. Every blocking call takes ``timeout``
+    (default: the context's) and raises :class:`jssync.TimeoutError` when it runs out.
+    Thread-safe.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        domain: str | None = None,
+        api_prefix: str | None = None,
+        timeout: float = 5.0,
+        max_pending: int = 4000,
+    ) -> None:
+        if domain is not None and api_prefix is not None:
+            raise ValueError("set domain or api_prefix, not both")
+        if domain is not None:
+            validate_name(domain, "domain")
+            self.prefix = f"$JS.{domain}.API"
+        elif api_prefix is not None:
+            if not api_prefix or " " in api_prefix:
+                raise ValueError(f"invalid api_prefix {api_prefix!r}")
+            self.prefix = api_prefix.rstrip(".")
+        else:
+            self.prefix = "$JS.API"
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
+        self.domain = domain
+        self.conn = conn
+        self.timeout = timeout
+        self.max_pending = max_pending
+        self._async = _AsyncPublisher(self)
+
+    def __repr__(self) -> str:
+        return f"<jssync.JetStream prefix={self.prefix!r}>"
+
+    # -- API requests -----------------------------------------------------------------------
+
+    def _api(self, suffix: str, payload: dict[str, Any] | bytes | None = None,
+             timeout: float | None = None) -> dict[str, Any]:
+        """Send one JetStream API request and return the parsed reply.
+
+        Raises:
+            jssync.APIError (and subclasses): the server answered with an error.
+            jssync.ServiceUnavailableError: no JetStream answered (not enabled, or no leader).
+            jssync.TimeoutError.
+        """
+        if payload is None:
+            data = b""
+        elif isinstance(payload, bytes):
+            data = payload
+        else:
+            data = json.dumps(payload).encode()
+        subject = f"{self.prefix}.{suffix}"
+        try:
+            msg = self.conn.request(subject, data, timeout=self.timeout if timeout is None else timeout)
+        except NoRespondersError as exc:
+            raise ServiceUnavailableError(
+                503, None, f"JetStream is not available on this account/server (no responders on {subject})"
+            ) from exc
+        return check_api_response(msg.data)
+
+    def account_info(self, timeout: float | None = None) -> api.AccountInfo:
+        """Return the account's JetStream usage and limits."""
+        return api.AccountInfo.from_response(self._api("INFO", None, timeout))
+
+    # -- streams ---------------------------------------------------------------------------
+
+    def create_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
+                      **params: Any) -> Stream:
+        """Create a stream from ``config`` or keyword fields (``name=``, ``subjects=``, ...).
+
+        Creating a stream that exists with the same config returns it.
+
+        Raises:
+            ValueError, TypeError: invalid name, subject or option (nothing is sent).
+            jssync.StreamNameInUseError: it exists with a different configuration.
+        """
+        from ._streams import Stream
+
+        cfg = _stream_config(config, params)
+        resp = self._api(f"STREAM.CREATE.{cfg.name}", cfg.as_dict(), timeout)
+        return Stream(self, api.StreamInfo.from_response(resp))
+
+    def update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
+                      **params: Any) -> Stream:
+        """Update an existing stream.
+
+        Raises:
+            jssync.StreamNotFoundError: there is no such stream.
+        """
+        from ._streams import Stream
+
+        cfg = _stream_config(config, params)
+        resp = self._api(f"STREAM.UPDATE.{cfg.name}", cfg.as_dict(), timeout)
+        return Stream(self, api.StreamInfo.from_response(resp))
+
+    def create_or_update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
+                                **params: Any) -> Stream:
+        """Update the stream, or create it if it does not exist."""
+        from ._errors import StreamNotFoundError
+
+        cfg = _stream_config(config, params)
+        try:
+            return self.update_stream(cfg, timeout=timeout)
+        except StreamNotFoundError:
+            return self.create_stream(cfg, timeout=timeout)
+
+    def stream(self, name: str, *, timeout: float | None = None) -> Stream:
+        """Look up a stream.
+
+        Raises:
+            jssync.StreamNotFoundError: there is no such stream.
+        """
+        from ._streams import Stream
+
+        validate_name(name)
+        return Stream(self, self._stream_info(name, timeout=timeout))
+
+    def _stream_info(self, name: str, *, deleted_details: bool = False, subjects_filter: str | None = None,
+                     timeout: float | None = None) -> api.StreamInfo:
+        req: dict[str, Any] = {}
+        if deleted_details:
+            req["deleted_details"] = True
+        if subjects_filter:
+            req["subjects_filter"] = subjects_filter
+        if not subjects_filter:
+            resp = self._api(f"STREAM.INFO.{name}", req or None, timeout)
+            return api.StreamInfo.from_response(resp)
+        # subjects come in pages: gather them all
+        subjects: dict[str, int] = {}
+        offset = 0
+        while True:
+            req["offset"] = offset
+            resp = self._api(f"STREAM.INFO.{name}", req, timeout)
+            page = (resp.get("state") or {}).get("subjects") or {}
+            subjects.update(page)
+            total = resp.get("total", 0)
+            limit = resp.get("limit", 0)
+            offset += len(page)
+            if not page or not limit or offset >= total:
+                break
+        resp.setdefault("state", {})["subjects"] = subjects
+        return api.StreamInfo.from_response(resp)
+
+    def delete_stream(self, name: str, *, timeout: float | None = None) -> bool:
+        """Delete a stream and its messages.
+
+        Raises:
+            jssync.StreamNotFoundError: there is no such stream.
+        """
+        validate_name(name)
+        resp = self._api(f"STREAM.DELETE.{name}", None, timeout)
+        return bool(resp.get("success", False))
+
+    def streams(self, subject: str | None = None, *, timeout: float | None = None) -> Iterator[api.StreamInfo]:
+        """Iterate over every stream's info (all pages), optionally those listening on ``subject``."""
+        for item in self._paged("STREAM.LIST", "streams", {"subject": subject} if subject else {}, timeout):
+            yield api.StreamInfo.from_response(item)
+
+    def stream_names(self, subject: str | None = None, *, timeout: float | None = None) -> Iterator[str]:
+        """Iterate over every stream name (all pages), optionally those listening on ``subject``."""
+        for item in self._paged("STREAM.NAMES", "streams", {"subject": subject} if subject else {}, timeout):
+            yield str(item)
+
+    def find_stream_name_by_subject(self, subject: str, *, timeout: float | None = None) -> str:
+        """Return the name of the one stream that captures ``subject``.
+
+        Raises:
+            jssync.StreamNotFoundError: no stream captures it.
+            jssync.JetStreamError: more than one does.
+        """
+        from ._errors import StreamNotFoundError
+
+        names = list(self.stream_names(subject, timeout=timeout))
+        if not names:
+            raise StreamNotFoundError(404, 10059, f"no stream matches subject {subject!r}")
+        if len(names) > 1:
+            raise JetStreamError(f"more than one stream matches subject {subject!r}: {names}")
+        return names[0]
+
+    def _paged(self, suffix: str, key: str, req: dict[str, Any], timeout: float | None,
+               ) -> Iterator[Any]:
+        offset = 0
+        while True:
+            body = dict(req, offset=offset)
+            resp = self._api(suffix, body, timeout)
+            items = resp.get(key) or []
+            yield from items
+            offset += len(items)
+            total = resp.get("total", 0)
+            if not items or offset >= total:
+                return
+
+    # -- consumers -------------------------------------------------------------------------
+
+    def _upsert_consumer(self, stream: str, config: api.ConsumerConfig, action: str,
+                         timeout: float | None) -> Consumer:
+        from ._consumers import Consumer
+
+        validate_name(stream)
+        name = config.name or config.durable_name
+        req: dict[str, Any] = {"stream_name": stream, "config": config.as_dict()}
+        if action:
+            req["action"] = action
+        if name:
+            subject = f"CONSUMER.CREATE.{stream}.{name}"
+            if config.filter_subject and not config.filter_subjects:
+                subject += f".{config.filter_subject}"
+        else:
+            subject = f"CONSUMER.CREATE.{stream}"
+        resp = self._api(subject, req, timeout)
+        return Consumer(self, stream, api.ConsumerInfo.from_response(resp))
+
+    def create_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
+                        timeout: float | None = None, **params: Any) -> Consumer:
+        """Create a consumer on ``stream`` (durable with ``durable_name``/``name``, else ephemeral).
+
+        Raises:
+            ValueError, TypeError: invalid name, filter or option (nothing is sent).
+            jssync.ConsumerExistsError: it exists with a different configuration.
+            jssync.StreamNotFoundError.
+        """
+        return self._upsert_consumer(stream, _consumer_config(config, params), "create", timeout)
+
+    def update_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
+                        timeout: float | None = None, **params: Any) -> Consumer:
+        """Update an existing consumer.
+
+        Raises:
+            jssync.ConsumerNotFoundError: it does not exist.
+        """
+        cfg = _consumer_config(config, params)
+        if not (cfg.name or cfg.durable_name):
+            raise ValueError("update_consumer needs the consumer's name (name= or durable_name=)")
+        return self._upsert_consumer(stream, cfg, "update", timeout)
+
+    def create_or_update_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
+                                  timeout: float | None = None, **params: Any) -> Consumer:
+        """Create the consumer, or update it if it exists."""
+        return self._upsert_consumer(stream, _consumer_config(config, params), "", timeout)
+
+    def consumer(self, stream: str, name: str, *, timeout: float | None = None) -> Consumer:
+        """Look up a consumer.
+
+        Raises:
+            jssync.ConsumerNotFoundError, jssync.StreamNotFoundError.
+        """
+        from ._consumers import Consumer
+
+        return Consumer(self, stream, self._consumer_info(stream, name, timeout))
+
+    def _consumer_info(self, stream: str, name: str, timeout: float | None = None) -> api.ConsumerInfo:
+        validate_name(stream)
+        validate_name(name, "consumer name")
+        return api.ConsumerInfo.from_response(self._api(f"CONSUMER.INFO.{stream}.{name}", None, timeout))
+
+    def delete_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> bool:
+        """Delete a consumer.
+
+        Raises:
+            jssync.ConsumerNotFoundError, jssync.StreamNotFoundError.
+        """
+        validate_name(stream)
+        validate_name(name, "consumer name")
+        return bool(self._api(f"CONSUMER.DELETE.{stream}.{name}", None, timeout).get("success", False))
+
+    def consumers(self, stream: str, *, timeout: float | None = None) -> Iterator[api.ConsumerInfo]:
+        """Iterate over the info of every consumer of ``stream`` (all pages)."""
+        validate_name(stream)
+        for item in self._paged(f"CONSUMER.LIST.{stream}", "consumers", {}, timeout):
+            yield api.ConsumerInfo.from_response(item)
+
+    def consumer_names(self, stream: str, *, timeout: float | None = None) -> Iterator[str]:
+        """Iterate over the names of every consumer of ``stream`` (all pages)."""
+        validate_name(stream)
+        for item in self._paged(f"CONSUMER.NAMES.{stream}", "consumers", {}, timeout):
+            yield str(item)
+
+    def pause_consumer(self, stream: str, name: str, until: Any, *, timeout: float | None = None) -> Any:
+        """Pause delivery of a consumer until ``until`` (an aware datetime). Needs nats-server 2.11+.
+
+        Returns the server's pause state (``paused``, ``pause_until``).
+        """
+        import datetime as _dt
+
+        validate_name(stream)
+        validate_name(name, "consumer name")
+        if not isinstance(until, _dt.datetime):
+            raise TypeError("until must be a datetime")
+        body = {"pause_until": api.Base._to_utc_iso(until)}
+        return self._api(f"CONSUMER.PAUSE.{stream}.{name}", body, timeout)
+
+    def resume_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> Any:
+        """Resume a paused consumer. Needs nats-server 2.11+."""
+        validate_name(stream)
+        validate_name(name, "consumer name")
+        return self._api(f"CONSUMER.PAUSE.{stream}.{name}", {}, timeout)
+
+    # -- publishing ------------------------------------------------------------------------
+
+    def _pub_headers(self, headers: dict[str, str] | None, msg_id: str | None, expected_stream: str | None,
+                     expected_last_seq: int | None, expected_last_subject_seq: int | None,
+                     expected_last_msg_id: str | None) -> dict[str, str] | None:
+        if msg_id is None and expected_stream is None and expected_last_seq is None and \
+                expected_last_subject_seq is None and expected_last_msg_id is None:
+            return headers
+        h = dict(headers) if headers else {}
+        if msg_id is not None:
+            if not isinstance(msg_id, str) or not msg_id:
+                raise ValueError(f"msg_id must be a non-empty str, got {msg_id!r}")
+            h[HDR_MSG_ID] = msg_id
+        if expected_stream is not None:
+            h[HDR_EXPECTED_STREAM] = validate_name(expected_stream, "expected_stream")
+        if expected_last_seq is not None:
+            h[HDR_EXPECTED_LAST_SEQ] = str(_nonneg(expected_last_seq, "expected_last_seq"))
+        if expected_last_subject_seq is not None:
+            h[HDR_EXPECTED_LAST_SUBJECT_SEQ] = str(_nonneg(expected_last_subject_seq, "expected_last_subject_seq"))
+        if expected_last_msg_id is not None:
+            h[HDR_EXPECTED_LAST_MSG_ID] = expected_last_msg_id
+        return h
+
+    def publish(
+        self,
+        subject: str,
+        data: bytes = b"",
+        *,
+        headers: dict[str, str] | None = None,
+        msg_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None,
+        expected_last_msg_id: str | None = None,
+        timeout: float | None = None,
+        retry_attempts: int = 2,
+        retry_wait: float = 0.25,
+    ) -> api.PubAck:
+        """Publish to a stream and wait for its acknowledgement.
+
+        ``msg_id`` sets ``Nats-Msg-Id`` for de-duplication (a duplicate within the stream's
+        duplicate window returns a PubAck with ``duplicate=True``); the ``expected_*``
+        options make the publish conditional. While no stream answers (503 / no
+        responders, e.g. during a leader election) the publish is retried up to
+        ``retry_attempts`` times with growing waits, within ``timeout``.
+
+        Blocks until the PubAck arrives (default timeout: the context's).
+
+        Raises:
+            jssync.NoRespondersError: no stream captures ``subject``.
+            jssync.WrongLastSequenceError, jssync.WrongLastMsgIdError,
+            jssync.StreamNotMatchError: an expectation failed.
+            jssync.TimeoutError, jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
+        """
+        from ._connection import _check_data, validate_headers, validate_subject
+
+        validate_subject(subject, wildcards=False)
+        h = self._pub_headers(headers, msg_id, expected_stream, expected_last_seq,
+                              expected_last_subject_seq, expected_last_msg_id)
+        validate_headers(h)
+        data = _check_data(data)
+        deadline = Deadline(self.timeout if timeout is None else timeout)
+        attempt = 0
+        while True:
+            try:
+                msg = self.conn.request(subject, data, headers=h, timeout=deadline.remaining() or 0.001)
+            except NoRespondersError:
+                if attempt >= retry_attempts or (deadline.remaining() or 0) <= retry_wait * (attempt + 1):
+                    raise NoRespondersError(
+                        f"no stream responded to the publish on {subject!r} (no stream captures it, "
+                        "or its leader is not elected)"
+                    ) from None
+                attempt += 1
+                time.sleep(retry_wait * attempt)
+                continue
+            except TimeoutError:
+                raise TimeoutError(f"no PubAck for the publish on {subject!r} within {deadline.timeout}s") from None
+            return _parse_pub_ack(msg)
+
+    def publish_async(
+        self,
+        subject: str,
+        data: bytes = b"",
+        *,
+        headers: dict[str, str] | None = None,
+        msg_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None,
+        expected_last_msg_id: str | None = None,
+        timeout: float | None = None,
+    ) -> concurrent.futures.Future[api.PubAck]:
+        """Publish without waiting; the returned Future resolves to the PubAck.
+
+        Blocks (never drops) while ``max_pending`` PubAcks are outstanding. A PubAck that
+        does not arrive within ``timeout`` (default: the context's) fails its Future with
+        :class:`jssync.TimeoutError`.
+
+        Raises:
+            jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError (before sending).
+        """
+        from ._connection import _check_data, validate_headers, validate_subject
+
+        validate_subject(subject, wildcards=False)
+        h = self._pub_headers(headers, msg_id, expected_stream, expected_last_seq,
+                              expected_last_subject_seq, expected_last_msg_id)
+        if h is not None:
+            validate_headers(h)
+        data = _check_data(data)
+        if len(data) > self.conn.max_payload:
+            from ._errors import MaxPayloadError
+
+            raise MaxPayloadError(f"payload of {len(data)} bytes on {subject!r} is over max_payload")
+        return self._async.publish(subject, data, h, self.timeout if timeout is None else timeout)
+
+    def publish_async_pending(self) -> int:
+        """PubAcks outstanding."""
+        return self._async.pending
+
+    def publish_async_completed(self, timeout: float | None = 30.0) -> None:
+        """Wait until every outstanding publish_async has its PubAck (or failed).
+
+        Raises:
+            jssync.TimeoutError: some are still outstanding after ``timeout``.
+        """
+        self._async.wait_all(Deadline(timeout))
+
+    # -- push subscribe (ADR-15; implemented in _push.py) -----------------------------------
+
+    def subscribe(
+        self,
+        subject: str,
+        durable: str | None = None,
+        queue: str | None = None,
+        stream: str | None = None,
+        consumer: str | None = None,
+        callback: Any = None,
+        manual_ack: bool = False,
+        ordered: bool = False,
+        idle_heartbeat: float | None = None,
+        flow_control: bool = False,
+        config: api.ConsumerConfig | None = None,
+        **options: Any,
+    ) -> JetStreamSubscription:
+        """Subscribe with a push consumer, following the ADR-15 workflow (see :mod:`jssync._push`)."""
+        from ._push import subscribe
+
+        return subscribe(self, subject, durable=durable, queue=queue, stream=stream, consumer=consumer,
+                         callback=callback, manual_ack=manual_ack, ordered=ordered,
+                         idle_heartbeat=idle_heartbeat, flow_control=flow_control, config=config, **options)
+
+    # -- key-value store (ADR-8; implemented in _kv.py) -------------------------------------
+
+    def create_key_value(self, config: Any = None, **params: Any) -> KeyValue:
+        """Create a key-value bucket (``bucket=``, ``history=``, ``ttl=``, ...)."""
+        from ._kv import create_key_value
+
+        return create_key_value(self, config, **params)
+
+    def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
+        """Open an existing key-value bucket (raises jssync.BucketNotFoundError)."""
+        from ._kv import key_value
+
+        return key_value(self, bucket, timeout=timeout)
+
+    def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> bool:
+        """Delete a key-value bucket and its stream."""
+        from ._kv import delete_key_value
+
+        return delete_key_value(self, bucket, timeout=timeout)
+
+
+def _nonneg(v: Any, what: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ValueError(f"{what} must be an int >= 0, got {v!r}")
+    return v
+
+
+def _parse_pub_ack(msg: Msg) -> api.PubAck:
+    hdrs = msg.headers
+    if hdrs and not msg.data:
+        status = hdrs.get("Status")
+        if status == "503":
+            raise NoRespondersError("no stream responded to the publish")
+        if status:
+            from ._errors import api_error
+
+            raise api_error(int(status), None, hdrs.get("Description", ""))
+    resp = check_api_response(msg.data)
+    if "stream" not in resp or "seq" not in resp:
+        raise APIError(None, None, f"malformed PubAck: {msg.data[:100]!r}")
+    return api.PubAck.from_response(resp)
+
+
+class _AsyncPublisher:
+    """Outstanding publish_async Futures, completed on the I/O thread as PubAcks arrive."""
+
+    def __init__(self, js: JetStream) -> None:
+        self._js = js
+        self._cond = threading.Condition()
+        self._pending: dict[str, tuple[concurrent.futures.Future[api.PubAck], float]] = {}
+        self._sweeping = False
+        self._waiters = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def publish(self, subject: str, data: bytes, headers: dict[str, str] | None,
+                timeout: float) -> concurrent.futures.Future[api.PubAck]:
+        conn = self._js.conn
+        limit = self._js.max_pending
+        if len(self._pending) >= limit:
+            deadline = Deadline(None)
+            with self._cond:
+                self._waiters += 1
+                try:
+                    while len(self._pending) >= limit:
+                        conn._check_open()
+                        self._cond.wait(deadline.slice())
+                finally:
+                    self._waiters -= 1
+        fut: concurrent.futures.Future[api.PubAck] = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+        pending = self._pending
+
+        def on_reply(msg: Msg, _fut: concurrent.futures.Future[api.PubAck] = fut) -> None:
+            tok = msg.subject.rsplit(".", 1)[-1]
+            if pending.pop(tok, None) is None:
+                return
+            try:
+                _fut.set_result(_parse_pub_ack(msg))
+            except BaseException as exc:  # noqa: BLE001
+                _fut.set_exception(exc)
+            if self._waiters:
+                with self._cond:
+                    self._cond.notify_all()
+
+        prefix = conn._mux_prefix or conn._start_mux(Deadline(self._js.timeout))
+        token = str(next(conn._tokens))
+        pending[token] = (fut, time.monotonic() + timeout)
+        conn._replies[token] = on_reply
+        conn._enqueue((subject, data, prefix + token, headers))
+        if not self._sweeping:
+            self._sweeping = True
+            conn._loop.call_soon(self._arm_sweep)
+        return fut
+
+    def _arm_sweep(self) -> None:
+        self._js.conn._loop.loop.call_later(0.25, self._sweep)
+
+    def _sweep(self) -> None:
+        # on the I/O thread: fail Futures whose PubAck is overdue
+        now = time.monotonic()
+        conn = self._js.conn
+        expired = [t for t, (_, end) in list(self._pending.items()) if end <= now]
+        for t in expired:
+            item = self._pending.pop(t, None)
+            conn._replies.pop(t, None)
+            if item is not None and not item[0].done():
+                item[0].set_exception(TimeoutError("no PubAck within the publish timeout"))
+        if conn._closed:
+            for t, (fut, _) in list(self._pending.items()):
+                self._pending.pop(t, None)
+                if not fut.done():
+                    fut.set_exception(ConnectionClosedError("the connection closed before the PubAck arrived"))
+        if expired or conn._closed:
+            with self._cond:
+                self._cond.notify_all()
+        self._sweeping = False
+        if self._pending and not conn._closed:
+            self._sweeping = True
+            self._arm_sweep()
+
+    def wait_all(self, deadline: Deadline) -> None:
+        with self._cond:
+            self._waiters += 1
+            try:
+                while self._pending:
+                    self._js.conn._check_open()
+                    self._cond.wait(deadline.slice())
+                    if self._pending and deadline.expired():
+                        raise TimeoutError(
+                            f"{len(self._pending)} publish_async PubAck(s) still outstanding "
+                            f"after {deadline.timeout}s"
+                        )
+            finally:
+                self._waiters -= 1
