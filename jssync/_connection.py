@@ -633,7 +633,13 @@ class Connection:
         data = _check_data(data)
         if len(data) > self._max_payload:
             raise MaxPayloadError(f"payload of {len(data)} bytes on {subject!r} is over max_payload")
+        return self._request(subject, data, headers, timeout)
+
+    def _request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float) -> Msg:
+        """``request`` without argument validation (internal callers compose their subjects)."""
         self._check_open()
+        if ".CONSUMER.MSG.NEXT." in subject:
+            return self._request_own_inbox(subject, data, headers, timeout)
         if self._loop.in_loop_thread():
             raise RuntimeError("a blocking jssync call was made on the connection's I/O thread")
         deadline = Deadline(timeout)
@@ -648,6 +654,25 @@ class Connection:
             self._replies.pop(token, None)
         if msg is None:
             raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s")
+        hdrs = msg.headers
+        if hdrs and not msg.data and hdrs.get("Status") == "503":
+            raise NoRespondersError(f"no responders are available for the request on {subject!r}")
+        return msg
+
+    def _request_own_inbox(self, subject: str, data: bytes, headers: dict[str, str] | None,
+                           timeout: float) -> Msg:
+        # JetStream delivers pulled messages with their stream subject, not the reply
+        # inbox, so the multiplexer cannot route them: use a one-off subscription.
+        inbox = self.new_inbox()
+        sub = self.subscribe(inbox, pending_msgs_limit=16)
+        try:
+            self._enqueue((subject, data, inbox, headers))
+            try:
+                msg = sub.next_msg(timeout)
+            except TimeoutError:
+                raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s") from None
+        finally:
+            sub.unsubscribe()
         hdrs = msg.headers
         if hdrs and not msg.data and hdrs.get("Status") == "503":
             raise NoRespondersError(f"no responders are available for the request on {subject!r}")

@@ -120,6 +120,10 @@ class APIError(JetStreamError):
         super().__init__(f"{description or 'JetStream API error'} (code={code}, err_code={err_code})")
 
 
+#: The name issue 3 and some users know it by.
+JetStreamAPIError = APIError
+
+
 class NotFoundError(APIError):
     """Something the call named does not exist."""
 
@@ -179,6 +183,7 @@ class DirectGetNotAllowedError(JetStreamError):
 _BY_ERR_CODE: dict[int, type[APIError]] = {
     10059: StreamNotFoundError,
     10014: ConsumerNotFoundError,
+    10149: ConsumerNotFoundError,  # "consumer does not exist" (update of a missing consumer)
     10037: MessageNotFoundError,
     10058: StreamNameInUseError,
     10148: ConsumerExistsError,

@@ -165,7 +165,7 @@ class JetStream:
             data = json.dumps(payload).encode()
         subject = f"{self.prefix}.{suffix}"
         try:
-            msg = self.conn.request(subject, data, timeout=self.timeout if timeout is None else timeout)
+            msg = self.conn._request(subject, data, None, self.timeout if timeout is None else timeout)
         except NoRespondersError as exc:
             raise ServiceUnavailableError(
                 503, None, f"JetStream is not available on this account/server (no responders on {subject})"

@@ -72,6 +72,7 @@ class NatsServer:
         args: extra command line arguments.
         http_port: monitoring port; 0 picks a free one, None disables monitoring.
         startup_timeout: seconds to wait for the server to be ready.
+        domain: the JetStream domain, or None.
 
     A context manager: entering starts the server, leaving stops it.
     """
@@ -88,8 +89,10 @@ class NatsServer:
         startup_timeout: float = 15.0,
         name: str | None = None,
         host: str = "127.0.0.1",
+        domain: str | None = None,
     ) -> None:
         self.jetstream = jetstream
+        self.domain = domain
         self.host = host
         self.port = port or free_port()
         self.http_port = None if http_port is None else (http_port or free_port())
@@ -146,6 +149,8 @@ class NatsServer:
             lines.append(f"  store_dir: {json.dumps(self.store_dir)}")
             lines.append("  max_memory_store: 1GB")
             lines.append("  max_file_store: 10GB")
+            if self.domain:
+                lines.append(f"  domain: {json.dumps(self.domain)}")
             lines.append("}")
         lines.append(self.extra_config)
         return "\n".join(lines) + "\n"
