@@ -92,9 +92,7 @@ class CoreSubscribe:
             t.start()
             t0 = time.perf_counter()
             ready.set()
-            got = 0
-            for _ in sub:
-                got += 1
+            for got, _ in enumerate(sub, 1):
                 if got == n:
                     break
             dt = time.perf_counter() - t0
@@ -203,6 +201,88 @@ class RequestReply:
             return asyncio.run(main())
 
         return RequestReply._with_responder(url, run)
+
+
+# ---------------------------------------------------------------------------------- JetStream
+
+
+def _fresh_stream(url: str, name: str, subjects: list[str]) -> None:
+    with jssync.connect(url) as nc:
+        js = nc.jetstream()
+        try:
+            js.delete_stream(name)
+        except jssync.StreamNotFoundError:
+            pass
+        js.create_stream(name=name, subjects=subjects, storage="memory")
+
+
+@scenario("js_publish_sync")
+class JsPublishSync:
+    """js.publish one at a time (wait for each PubAck)."""
+
+    @staticmethod
+    def jssync(url: str, n: int, payload: bytes) -> dict[str, float]:
+        n = max(1000, n // 10)
+        _fresh_stream(url, "BENCHPUB", ["bench.js.>"])
+        with jssync.connect(url) as nc:
+            js = nc.jetstream()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                js.publish("bench.js.p", payload)
+            dt = time.perf_counter() - t0
+        return {"rate": n / dt}
+
+    @staticmethod
+    def natspy(url: str, n: int, payload: bytes) -> dict[str, float]:
+        n = max(1000, n // 10)
+        _fresh_stream(url, "BENCHPUB", ["bench.js.>"])
+
+        async def main() -> float:
+            nc = await nats.connect(url)
+            js = nc.jetstream()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                await js.publish("bench.js.p", payload)
+            dt = time.perf_counter() - t0
+            await nc.close()
+            return dt
+
+        return {"rate": n / asyncio.run(main())}
+
+
+@scenario("js_publish_async")
+class JsPublishAsync:
+    """publish_async for every message, then wait for all PubAcks."""
+
+    @staticmethod
+    def jssync(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _fresh_stream(url, "BENCHPUB", ["bench.js.>"])
+        with jssync.connect(url) as nc:
+            js = nc.jetstream()
+            t0 = time.perf_counter()
+            pub = js.publish_async
+            for _ in range(n):
+                pub("bench.js.a", payload)
+            js.publish_async_completed(timeout=120)
+            dt = time.perf_counter() - t0
+        return {"rate": n / dt}
+
+    @staticmethod
+    def natspy(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _fresh_stream(url, "BENCHPUB", ["bench.js.>"])
+
+        async def main() -> float:
+            nc = await nats.connect(url)
+            js = nc.jetstream(publish_async_max_pending=4000)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                await js.publish_async("bench.js.a", payload)
+            await asyncio.wait_for(js.publish_async_completed(), 120)
+            dt = time.perf_counter() - t0
+            await nc.close()
+            return dt
+
+        return {"rate": n / asyncio.run(main())}
 
 
 def _responder_main(url: str, stop: Any, ready: Any) -> None:

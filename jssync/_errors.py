@@ -235,7 +235,7 @@ def translate(exc: BaseException) -> BaseException:
 
     if isinstance(exc, jse.APIError):
         new: BaseException = api_error(exc.code, exc.err_code, exc.description or "")
-    elif isinstance(exc, ne.NoRespondersError) or isinstance(exc, jse.NoStreamResponseError):
+    elif isinstance(exc, ne.NoRespondersError | jse.NoStreamResponseError):
         new = NoRespondersError("no responders are available for the request")
     elif isinstance(exc, ne.TimeoutError | asyncio.TimeoutError):
         new = TimeoutError("timed out")

@@ -1,0 +1,32 @@
+"""Every example script runs to completion against the local server it starts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Examples that need optional frameworks are run by their own tests.
+SKIP = {"__init__.py"}
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if p.name not in SKIP)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_runs(path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=150)
+    assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+
+def test_demo_command_runs():
+    proc = subprocess.run([sys.executable, "-m", "jssync", "demo", "--count", "2000"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "demo finished" in proc.stdout
