@@ -17,8 +17,6 @@ from nats.js.api import (
 
 from ._connection import Connection, connect
 from ._consumers import Consumer
-from ._jetstream import JetStream
-from ._streams import Stream, StoredMsg
 from ._errors import (
     APIError,
     AuthorizationError,
@@ -51,8 +49,10 @@ from ._errors import (
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
+from ._jetstream import JetStream
 from ._jsack import MsgMetadata, SequencePair
 from ._msg import Msg
+from ._streams import StoredMsg, Stream
 from ._subscription import Subscription
 
 __version__ = "0.1.0"

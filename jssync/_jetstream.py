@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from ._connection import Connection
     from ._consumers import Consumer
     from ._kv import KeyValue
-    from ._push import JetStreamSubscription
     from ._msg import Msg
+    from ._push import JetStreamSubscription
     from ._streams import Stream
 
 log = logging.getLogger("jssync")
