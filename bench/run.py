@@ -24,6 +24,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import nats  # noqa: E402
+import nats.errors  # noqa: E402
+import nats.js.api  # noqa: E402
 
 import jssync  # noqa: E402
 from jssync.server import NatsServer  # noqa: E402
@@ -278,6 +280,259 @@ class JsPublishAsync:
             for _ in range(n):
                 await js.publish_async("bench.js.a", payload)
             await asyncio.wait_for(js.publish_async_completed(), 120)
+            dt = time.perf_counter() - t0
+            await nc.close()
+            return dt
+
+        return {"rate": n / asyncio.run(main())}
+
+
+def _preload(url: str, name: str, n: int, payload: bytes, **cfg: Any) -> None:
+    """A fresh memory stream ``name`` on subject ``<name>.x`` holding ``n`` messages."""
+    with jssync.connect(url) as nc:
+        js = nc.jetstream()
+        try:
+            js.delete_stream(name)
+        except jssync.StreamNotFoundError:
+            pass
+        js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory", **cfg)
+        for _ in range(n):
+            js.publish_async(f"{name}.x", payload)
+        js.publish_async_completed(timeout=300)
+
+
+def _natspy_fetch_loop(url: str, name: str, n: int, ack: bool) -> float:
+    async def main() -> float:
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        psub = await js.pull_subscribe(f"{name}.x", durable="NP", stream=name)
+        got = 0
+        t0 = time.perf_counter()
+        while got < n:
+            try:
+                msgs = await psub.fetch(500, timeout=5)
+            except nats.errors.TimeoutError:
+                continue
+            for m in msgs:
+                if ack:
+                    await m.ack()
+                got += 1
+        dt = time.perf_counter() - t0
+        await nc.close()
+        return dt
+
+    return asyncio.run(main())
+
+
+@scenario("consume_ack")
+class ConsumeAck:
+    """consume() with an explicit ack per message vs nats-py fetch(500)+ack loop."""
+
+    @staticmethod
+    def jssync(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _preload(url, "BCA", n, payload)
+        with jssync.connect(url) as nc:
+            c = nc.jetstream().create_consumer("BCA", durable_name="JS", ack_policy="explicit")
+            got = 0
+            t0 = time.perf_counter()
+            with c.consume(max_messages=500) as msgs:
+                for m in msgs:
+                    m.ack()
+                    got += 1
+                    if got == n:
+                        break
+            dt = time.perf_counter() - t0
+        return {"rate": n / dt}
+
+    @staticmethod
+    def natspy(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _preload(url, "BCA", n, payload)
+        return {"rate": n / _natspy_fetch_loop(url, "BCA", n, ack=True)}
+
+
+@scenario("consume_noack")
+class ConsumeNoAck:
+    """consume() on an ack-none consumer vs nats-py fetch(500) loop."""
+
+    @staticmethod
+    def jssync(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _preload(url, "BCN", n, payload)
+        with jssync.connect(url) as nc:
+            c = nc.jetstream().create_consumer("BCN", durable_name="JS", ack_policy="none")
+            got = 0
+            t0 = time.perf_counter()
+            with c.consume(max_messages=500) as msgs:
+                for _ in msgs:
+                    got += 1
+                    if got == n:
+                        break
+            dt = time.perf_counter() - t0
+        return {"rate": n / dt}
+
+    @staticmethod
+    def natspy(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _preload(url, "BCN", n, payload)
+
+        async def main() -> float:
+            nc = await nats.connect(url)
+            js = nc.jetstream()
+            psub = await js.pull_subscribe("BCN.x", durable="NP", stream="BCN",
+                                           config=nats.js.api.ConsumerConfig(ack_policy="none"))
+            got = 0
+            t0 = time.perf_counter()
+            while got < n:
+                try:
+                    msgs = await psub.fetch(500, timeout=5)
+                except nats.errors.TimeoutError:
+                    continue
+                got += len(msgs)
+            dt = time.perf_counter() - t0
+            await nc.close()
+            return dt
+
+        return {"rate": n / asyncio.run(main())}
+
+
+@scenario("fetch_loop")
+class FetchLoop:
+    """fetch(500) + ack loop on both sides."""
+
+    @staticmethod
+    def jssync(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _preload(url, "BFL", n, payload)
+        with jssync.connect(url) as nc:
+            c = nc.jetstream().create_consumer("BFL", durable_name="JS", ack_policy="explicit")
+            got = 0
+            t0 = time.perf_counter()
+            while got < n:
+                for m in c.fetch(500, expires=5.0):
+                    m.ack()
+                    got += 1
+            dt = time.perf_counter() - t0
+        return {"rate": n / dt}
+
+    @staticmethod
+    def natspy(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _preload(url, "BFL", n, payload)
+        return {"rate": n / _natspy_fetch_loop(url, "BFL", n, ack=True)}
+
+
+@scenario("ordered")
+class Ordered:
+    """An ordered consumer read of the whole stream vs nats-py ordered push subscribe."""
+
+    @staticmethod
+    def jssync(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _preload(url, "BOR", n, payload)
+        with jssync.connect(url) as nc:
+            oc = nc.jetstream().stream("BOR").ordered_consumer()
+            got = 0
+            t0 = time.perf_counter()
+            with oc.consume() as msgs:
+                for _ in msgs:
+                    got += 1
+                    if got == n:
+                        break
+            dt = time.perf_counter() - t0
+        return {"rate": n / dt}
+
+    @staticmethod
+    def natspy(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _preload(url, "BOR", n, payload)
+
+        async def main() -> float:
+            nc = await nats.connect(url)
+            js = nc.jetstream()
+            sub = await js.subscribe("BOR.x", ordered_consumer=True, pending_msgs_limit=n + 10,
+                                     pending_bytes_limit=0)
+            got = 0
+            t0 = time.perf_counter()
+            async for _ in sub.messages:
+                got += 1
+                if got == n:
+                    break
+            dt = time.perf_counter() - t0
+            await nc.close()
+            return dt
+
+        return {"rate": n / asyncio.run(main())}
+
+
+@scenario("direct_get_batch")
+class DirectGetBatch:
+    """direct_get_batch(500) over the stream vs nats-py one-by-one direct get."""
+
+    @staticmethod
+    def jssync(url: str, n: int, payload: bytes) -> dict[str, float]:
+        n = max(1000, n // 10)
+        _preload(url, "BDG", n, payload, allow_direct=True)
+        with jssync.connect(url) as nc:
+            st = nc.jetstream().stream("BDG")
+            got = 0
+            seq = 1
+            t0 = time.perf_counter()
+            while got < n:
+                for m in st.direct_get_batch("BDG.x", 500, seq=seq):
+                    got += 1
+                    seq = m.seq + 1
+            dt = time.perf_counter() - t0
+        return {"rate": n / dt}
+
+    @staticmethod
+    def natspy(url: str, n: int, payload: bytes) -> dict[str, float]:
+        n = max(1000, n // 10)
+        _preload(url, "BDG", n, payload, allow_direct=True)
+
+        async def main() -> float:
+            nc = await nats.connect(url)
+            js = nc.jetstream()
+            t0 = time.perf_counter()
+            for seq in range(1, n + 1):
+                await js.get_msg("BDG", seq, direct=True)
+            dt = time.perf_counter() - t0
+            await nc.close()
+            return dt
+
+        return {"rate": n / asyncio.run(main())}
+
+
+@scenario("kv_get")
+class KvGet:
+    @staticmethod
+    def jssync(url: str, n: int, payload: bytes) -> dict[str, float]:
+        n = max(1000, n // 20)
+        with jssync.connect(url) as nc:
+            js = nc.jetstream()
+            try:
+                js.delete_key_value("BKV")
+            except jssync.Error:
+                pass
+            kv = js.create_key_value(bucket="BKV", storage="memory")
+            for i in range(100):
+                kv.put(f"k{i}", payload)
+            t0 = time.perf_counter()
+            for i in range(n):
+                kv.get(f"k{i % 100}")
+            dt = time.perf_counter() - t0
+        return {"rate": n / dt}
+
+    @staticmethod
+    def natspy(url: str, n: int, payload: bytes) -> dict[str, float]:
+        n = max(1000, n // 20)
+
+        async def main() -> float:
+            nc = await nats.connect(url)
+            js = nc.jetstream()
+            try:
+                await js.delete_key_value("BKV")
+            except Exception:
+                pass
+            kv = await js.create_key_value(bucket="BKV", storage="memory")
+            for i in range(100):
+                await kv.put(f"k{i}", payload)
+            t0 = time.perf_counter()
+            for i in range(n):
+                await kv.get(f"k{i % 100}")
             dt = time.perf_counter() - t0
             await nc.close()
             return dt
