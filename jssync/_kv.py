@@ -1,0 +1,1029 @@
+"""The key-value store (NATS ADR-8) on top of JetStream.
+
+A bucket ``B`` is the stream ``KV_B`` capturing ``$KV.B.>``; key ``k`` is the subject
+``$KV.B.k``, its revisions are stream sequences, the bucket's history is
+``max_msgs_per_subject``. Deletes and purges are marker messages with a
+``KV-Operation`` header (a purge also rolls up the key's history with
+``Nats-Rollup: sub``). Reads use Direct Get (any replica or mirror answers) when the
+bucket's stream allows it; watches, ``keys`` and ``history`` read through an
+ephemeral, ordered push consumer that never acks and is re-created from the last
+seen revision when it falls out of order, misses heartbeats, or the connection
+reconnects.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as _dt
+import enum
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nats.js import api
+
+from ._deadline import Deadline
+from ._errors import (
+    APIError,
+    Error,
+    JetStreamError,
+    NotFoundError,
+    StreamNameInUseError,
+    StreamNotFoundError,
+    SubscriptionClosedError,
+    TimeoutError,
+    WrongLastSequenceError,
+)
+
+if TYPE_CHECKING:
+    from ._jetstream import JetStream
+    from ._msg import Msg
+    from ._streams import Stream
+    from ._subscription import Subscription
+
+log = logging.getLogger("jssync")
+
+__all__ = [
+    "BadBucketError",
+    "BucketExistsError",
+    "BucketNotFoundError",
+    "Entry",
+    "InvalidBucketNameError",
+    "InvalidKeyError",
+    "KeyDeletedError",
+    "KeyExistsError",
+    "KeyHistoryTooLargeError",
+    "KeyNotFoundError",
+    "KeyValue",
+    "KeyValueError",
+    "KeyValueOp",
+    "KeyValueStatus",
+    "KeyWatcher",
+    "KeyWrongLastSequenceError",
+    "create_key_value",
+    "delete_key_value",
+    "key_value",
+]
+
+KV_OP = "KV-Operation"
+MARKER_REASON = "Nats-Marker-Reason"
+HDR_ROLLUP = "Nats-Rollup"
+HDR_TTL = "Nats-TTL"
+MAX_HISTORY = 64
+#: Watch consumers send a heartbeat this often when idle (seconds).
+WATCH_HEARTBEAT = 5.0
+
+_BUCKET_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
+_KEY_RE = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
+_SEARCH_KEY_RE = re.compile(r"^[-/_=.a-zA-Z0-9*]*>?$")
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+class KeyValueError(JetStreamError):
+    """Base class of key-value store errors."""
+
+
+class InvalidBucketNameError(KeyValueError, ValueError):
+    """A bucket name is not valid (letters, digits, ``-`` and ``_`` only)."""
+
+
+class InvalidKeyError(KeyValueError, ValueError):
+    """A key (or key filter) is not valid."""
+
+
+class KeyHistoryTooLargeError(KeyValueError, ValueError):
+    """``history`` is over the limit of 64 values per key."""
+
+
+class BucketNotFoundError(KeyValueError, StreamNotFoundError):
+    """The bucket (its ``KV_<bucket>`` stream) does not exist."""
+
+
+class BucketExistsError(KeyValueError, StreamNameInUseError):
+    """A bucket of that name exists with a different configuration."""
+
+
+class BadBucketError(KeyValueError):
+    """The stream behind the bucket is not a key-value bucket (no per-subject history limit)."""
+
+
+class KeyNotFoundError(KeyValueError, NotFoundError):
+    """The key has no value (never set, or its history was removed)."""
+
+    def __init__(self, description: str = "key not found", *, code: int | None = 404,
+                 err_code: int | None = None) -> None:
+        NotFoundError.__init__(self, code, err_code, description)
+
+
+class KeyDeletedError(KeyNotFoundError):
+    """The key's latest value is a delete or purge marker.
+
+    Attributes:
+        entry: the marker :class:`Entry` (its ``revision`` can be passed to ``update``).
+        op: the marker's operation (``KeyValueOp.DEL`` or ``KeyValueOp.PURGE``).
+    """
+
+    def __init__(self, entry: Entry, description: str = "key was deleted") -> None:
+        super().__init__(description)
+        self.entry = entry
+        self.op = entry.operation
+
+
+class KeyWrongLastSequenceError(KeyValueError, WrongLastSequenceError):
+    """An update (or create, or conditional delete) found another latest revision."""
+
+    def __init__(self, description: str = "wrong last sequence", *, code: int | None = 400,
+                 err_code: int | None = 10071) -> None:
+        WrongLastSequenceError.__init__(self, code, err_code, description)
+
+
+class KeyExistsError(KeyWrongLastSequenceError):
+    """``create`` found the key already holding a value."""
+
+
+# -- values -------------------------------------------------------------------------------------
+
+
+class KeyValueOp(enum.StrEnum):
+    """What an entry records: a value, a delete marker, or a purge marker."""
+
+    PUT = "PUT"
+    DEL = "DEL"
+    PURGE = "PURGE"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class Entry:
+    """One value (or delete/purge marker) of a key.
+
+    Attributes:
+        bucket: the bucket name.
+        key: the key.
+        value: the value (``b""`` for markers, and for watches with ``meta_only``).
+        revision: the stream sequence that stored it; unique in the bucket.
+        delta: in watches and history, how many newer entries matched (0 = latest); 0 from ``get``.
+        created: when it was stored (aware UTC datetime), or None if unknown.
+        operation: ``KeyValueOp.PUT``, ``DEL`` or ``PURGE`` (a ``str`` enum).
+    """
+
+    bucket: str
+    key: str
+    value: bytes
+    revision: int
+    delta: int = 0
+    created: _dt.datetime | None = None
+    operation: KeyValueOp = KeyValueOp.PUT
+
+    def __repr__(self) -> str:
+        return (f"Entry(bucket={self.bucket!r}, key={self.key!r}, value={self.value[:32]!r}, "
+                f"revision={self.revision}, delta={self.delta}, operation={self.operation.value})")
+
+
+@dataclass(frozen=True)
+class KeyValueStatus:
+    """The state of a bucket, from its stream's info.
+
+    Attributes:
+        bucket: the bucket name.
+        stream_info: the full ``StreamInfo`` of ``KV_<bucket>``.
+    """
+
+    bucket: str
+    stream_info: api.StreamInfo
+
+    @property
+    def values(self) -> int:
+        """Messages stored, history and markers included."""
+        return int(self.stream_info.state.messages or 0)
+
+    @property
+    def history(self) -> int:
+        """Values kept per key."""
+        return int(self.stream_info.config.max_msgs_per_subject or 0)
+
+    @property
+    def ttl(self) -> float | None:
+        """Seconds a value is kept, or None for forever."""
+        age = self.stream_info.config.max_age
+        return age if age else None
+
+    @property
+    def bytes(self) -> int:
+        """Bytes stored."""
+        return int(self.stream_info.state.bytes or 0)
+
+    @property
+    def is_compressed(self) -> bool:
+        comp = self.stream_info.config.compression
+        return comp is not None and str(getattr(comp, "value", comp)) not in ("", "none")
+
+    @property
+    def limit_marker_ttl(self) -> float | None:
+        """Seconds the markers for values removed by the TTL are kept, or None (no markers)."""
+        return self.stream_info.config.subject_delete_marker_ttl or None
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self.stream_info.config.metadata or {})
+
+    @property
+    def backing_store(self) -> str:
+        return "JetStream"
+
+    @property
+    def replicas(self) -> int:
+        return int(self.stream_info.config.num_replicas or 1)
+
+    @property
+    def storage(self) -> api.StorageType | None:
+        return self.stream_info.config.storage
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+def validate_bucket(bucket: Any) -> str:
+    if not isinstance(bucket, str) or not bucket or not _BUCKET_RE.match(bucket):
+        raise InvalidBucketNameError(
+            f"invalid bucket name {bucket!r}: use letters, digits, '-' and '_' only"
+        )
+    return bucket
+
+
+def validate_key(key: Any) -> str:
+    if (not isinstance(key, str) or not key or key[0] == "." or key[-1] == "." or ".." in key
+            or not _KEY_RE.match(key)):
+        raise InvalidKeyError(
+            f"invalid key {key!r}: use letters, digits and '-/_=.', not starting or ending with '.'"
+        )
+    return key
+
+
+def validate_key_filter(key: Any) -> str:
+    if (not isinstance(key, str) or not key or key[0] == "." or key[-1] == "." or ".." in key
+            or not _SEARCH_KEY_RE.match(key)):
+        raise InvalidKeyError(f"invalid key filter {key!r}")
+    for tok in key.split("."):
+        if ("*" in tok and tok != "*") or (">" in tok and tok != ">"):
+            raise InvalidKeyError(f"invalid key filter {key!r}: wildcards must be whole tokens")
+    return key
+
+
+def _value_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    raise TypeError(f"value must be bytes or str, got {type(value).__name__}")
+
+
+def _ttl_header(ttl: Any, what: str = "ttl") -> str:
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl < 1:
+        raise ValueError(f"{what} must be a number of seconds >= 1, got {ttl!r}")
+    if float(ttl).is_integer():
+        return f"{int(ttl)}s"
+    return f"{int(round(ttl * 1000))}ms"
+
+
+def _operation(headers: dict[str, str] | None) -> KeyValueOp:
+    if not headers:
+        return KeyValueOp.PUT
+    op = headers.get(KV_OP)
+    if op:
+        if op == "DEL":
+            return KeyValueOp.DEL
+        if op == "PURGE":
+            return KeyValueOp.PURGE
+        return KeyValueOp.PUT
+    reason = headers.get(MARKER_REASON)
+    if reason in ("MaxAge", "Purge"):
+        return KeyValueOp.PURGE
+    if reason == "Remove":
+        return KeyValueOp.DEL
+    return KeyValueOp.PUT
+
+
+def _is_wrong_last_seq(exc: APIError) -> bool:
+    return isinstance(exc, WrongLastSequenceError) or exc.err_code in (10071, 10164)
+
+
+# -- bucket management ---------------------------------------------------------------------------
+
+_EXTRA_OPTIONS = ("compression", "metadata", "allow_msg_ttl")
+
+
+def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) -> api.StreamConfig:
+    extras = {k: params.pop(k) for k in _EXTRA_OPTIONS if k in params}
+    if config is None:
+        if "bucket" not in params:
+            raise ValueError("create_key_value needs bucket=")
+        try:
+            config = api.KeyValueConfig(**params)
+        except TypeError as exc:
+            raise TypeError(f"unknown key-value option: {exc}") from None
+    elif not isinstance(config, api.KeyValueConfig):
+        raise TypeError(f"config must be a KeyValueConfig, got {type(config).__name__}")
+    elif params:
+        try:
+            config = config.evolve(**params)
+        except TypeError as exc:
+            raise TypeError(f"unknown key-value option: {exc}") from None
+    bucket = validate_bucket(config.bucket)
+    history = 1 if config.history is None or config.history == 0 else config.history
+    if not isinstance(history, int) or history < 1:
+        raise ValueError(f"history must be an int between 1 and {MAX_HISTORY}, got {history!r}")
+    if history > MAX_HISTORY:
+        raise KeyHistoryTooLargeError(f"history {history} is over the limit of {MAX_HISTORY} values per key")
+    ttl = config.ttl
+    if ttl is not None and ttl < 0:
+        raise ValueError(f"ttl must be >= 0 seconds, got {ttl!r}")
+    replicas = config.replicas or 1
+    if not isinstance(replicas, int) or replicas < 1:
+        raise ValueError(f"replicas must be an int >= 1, got {replicas!r}")
+    dup = 120.0
+    if ttl and ttl < dup:
+        dup = ttl
+    scfg = api.StreamConfig(
+        name=f"KV_{bucket}",
+        description=config.description,
+        subjects=[f"$KV.{bucket}.>"],
+        retention=api.RetentionPolicy.LIMITS,
+        max_consumers=-1,
+        max_msgs=-1,
+        max_bytes=config.max_bytes if config.max_bytes else -1,
+        max_age=ttl or 0,
+        max_msgs_per_subject=history,
+        max_msg_size=config.max_value_size if config.max_value_size else -1,
+        storage=config.storage or api.StorageType.FILE,
+        num_replicas=replicas,
+        placement=config.placement,
+        republish=config.republish,
+        discard=api.DiscardPolicy.NEW,
+        allow_rollup_hdrs=True,
+        deny_delete=True,
+        duplicate_window=dup,
+        allow_direct=True if config.direct is None else bool(config.direct),
+    )
+    if extras.get("compression"):
+        scfg.compression = api.StoreCompression.S2
+    if extras.get("metadata"):
+        md = extras["metadata"]
+        if not isinstance(md, dict):
+            raise TypeError("metadata must be a dict of str to str")
+        scfg.metadata = dict(md)
+    marker_ttl = config.limit_marker_ttl
+    if marker_ttl:
+        if marker_ttl < 1:
+            raise ValueError(f"limit_marker_ttl must be >= 1 second, got {marker_ttl!r}")
+        scfg.allow_msg_ttl = True
+        scfg.subject_delete_marker_ttl = marker_ttl
+    elif extras.get("allow_msg_ttl"):
+        scfg.allow_msg_ttl = True
+    return scfg
+
+
+def create_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **params: Any) -> KeyValue:
+    """Create a bucket from a ``KeyValueConfig`` or its fields (``bucket=``, ``history=``, ``ttl=``, ...).
+
+    Options beyond ``KeyValueConfig``: ``compression=True`` (S2), ``metadata={...}``,
+    ``allow_msg_ttl=True`` (per-key TTLs on ``create``/``purge``), ``timeout=``.
+    Creating a bucket that exists with the same configuration returns it.
+
+    Blocks for the stream create request, at most ``timeout`` (default: the context's).
+
+    Raises:
+        InvalidBucketNameError, KeyHistoryTooLargeError, ValueError, TypeError: bad options (nothing sent).
+        BucketExistsError: it exists with a different configuration.
+    """
+    from ._streams import Stream
+
+    timeout = params.pop("timeout", None)
+    scfg = _stream_config(config, dict(params))
+    try:
+        stream = js.create_stream(scfg, timeout=timeout)
+    except StreamNameInUseError as exc:
+        raise BucketExistsError(exc.code, exc.err_code,
+                                f"bucket {scfg.name[3:]!r} exists with a different configuration: "
+                                f"{exc.description}") from exc
+    assert isinstance(stream, Stream)
+    return KeyValue(js, stream)
+
+
+def key_value(js: JetStream, bucket: str, *, timeout: float | None = None) -> KeyValue:
+    """Open an existing bucket.
+
+    Blocks for one stream info request, at most ``timeout`` (default: the context's).
+
+    Raises:
+        InvalidBucketNameError: bad name (nothing sent).
+        BucketNotFoundError: there is no such bucket.
+        BadBucketError: the stream is not a key-value bucket.
+    """
+    validate_bucket(bucket)
+    try:
+        stream = js.stream(f"KV_{bucket}", timeout=timeout)
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
+    if (stream.cached_info.config.max_msgs_per_subject or 0) < 1:
+        raise BadBucketError(f"stream KV_{bucket} is not a key-value bucket (max_msgs_per_subject < 1)")
+    return KeyValue(js, stream)
+
+
+def delete_key_value(js: JetStream, bucket: str, *, timeout: float | None = None) -> bool:
+    """Delete a bucket: its stream and every value.
+
+    Raises:
+        InvalidBucketNameError: bad name (nothing sent).
+        BucketNotFoundError: there is no such bucket.
+    """
+    validate_bucket(bucket)
+    try:
+        return js.delete_stream(f"KV_{bucket}", timeout=timeout)
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
+
+
+# -- the bucket ------------------------------------------------------------------------------------
+
+
+class KeyValue:
+    """A key-value bucket. Made by :meth:`JetStream.create_key_value` / ``key_value``.
+
+    Every blocking call takes ``timeout`` (default: the JetStream context's) and raises
+    :class:`jssync.TimeoutError` when it runs out. Thread-safe.
+    """
+
+    def __init__(self, js: JetStream, stream: Stream) -> None:
+        self._js = js
+        self._stream = stream
+        cfg = stream.cached_info.config
+        self.stream_name: str = stream.name
+        self.bucket: str = stream.name[3:] if stream.name.startswith("KV_") else stream.name
+        self._pre = f"$KV.{self.bucket}."
+        self._put_pre = self._pre
+        if js.prefix != "$JS.API":
+            # across a domain / imported API prefix the write subjects sit under the prefix
+            self._put_pre = f"{js.prefix}.{self._pre}"
+        self._direct = bool(cfg.allow_direct)
+        self._direct_pre = f"{js.prefix}.DIRECT.GET.{stream.name}.{self._pre}"
+
+    def __repr__(self) -> str:
+        return f"<jssync.KeyValue bucket={self.bucket!r}>"
+
+    @property
+    def stream(self) -> Stream:
+        """The bucket's stream."""
+        return self._stream
+
+    def _t(self, timeout: float | None) -> float:
+        if timeout is None:
+            return self._js.timeout
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        return timeout
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get(self, key: str, revision: int | None = None, *, timeout: float | None = None) -> Entry:
+        """Return the latest entry of ``key``, or the one at ``revision``.
+
+        Reads with Direct Get when the bucket allows it (any replica or mirror answers,
+        so a value written a moment ago may not show yet on a lagging replica), else
+        through the stream leader. Blocks for one request, at most ``timeout``.
+
+        Raises:
+            InvalidKeyError: bad key (nothing sent).
+            KeyNotFoundError: no value (or no such revision of this key).
+            KeyDeletedError: the latest entry (or the one at ``revision``) is a delete/purge
+                marker (a KeyNotFoundError; ``.entry`` holds the marker).
+        """
+        validate_key(key)
+        if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool)
+                                     or revision < 1):
+            raise ValueError(f"revision must be an int >= 1, got {revision!r}")
+        entry = self._get(key, revision, self._t(timeout))
+        if entry.operation is not KeyValueOp.PUT:
+            raise KeyDeletedError(entry, f"key {key!r} was deleted (revision {entry.revision})")
+        return entry
+
+    def _get(self, key: str, revision: int | None, timeout: float) -> Entry:
+        from ._errors import MessageNotFoundError
+
+        subject = self._pre + key
+        if revision is None and self._direct:
+            from ._direct import parse_timestamp, status_error
+
+            conn = self._js.conn
+            try:
+                msg = conn.request(self._direct_pre + key, b"", timeout=timeout)
+            except TimeoutError:
+                raise TimeoutError(f"no reply to the get of key {key!r} within {timeout}s") from None
+            hdrs = msg.headers
+            err = status_error(msg, f"get of key {key!r} in bucket {self.bucket!r}")
+            if err is not None:
+                if isinstance(err, MessageNotFoundError):
+                    raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}") from None
+                raise err
+            assert hdrs is not None
+            try:
+                seq = int(hdrs.get("Nats-Sequence", "0"))
+            except ValueError:
+                seq = 0
+            return Entry(self.bucket, key, msg.data, seq, 0, parse_timestamp(hdrs.get("Nats-Time-Stamp")),
+                         _operation(hdrs))
+        try:
+            if self._direct:
+                sm = self._stream.direct_get(revision, timeout=timeout)
+            elif revision is None:
+                sm = self._stream.get_msg(last_by_subject=subject, timeout=timeout)
+            else:
+                sm = self._stream.get_msg(revision, timeout=timeout)
+        except MessageNotFoundError:
+            what = f"key {key!r}" if revision is None else f"revision {revision} of key {key!r}"
+            raise KeyNotFoundError(f"{what} not found in bucket {self.bucket!r}") from None
+        if sm.subject != subject:
+            raise KeyNotFoundError(f"revision {revision} of bucket {self.bucket!r} is not of key {key!r}")
+        return Entry(self.bucket, key, sm.data, sm.seq, 0, sm.time, _operation(sm.headers))
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def _publish(self, key: str, value: bytes, headers: dict[str, str] | None, last: int | None,
+                 timeout: float | None) -> int:
+        try:
+            ack = self._js.publish(self._put_pre + key, value, headers=headers, expected_last_subject_seq=last,
+                                   timeout=self._t(timeout))
+        except APIError as exc:
+            if _is_wrong_last_seq(exc):
+                raise KeyWrongLastSequenceError(
+                    f"key {key!r}: {exc.description or 'wrong last sequence'}", code=exc.code,
+                    err_code=exc.err_code) from exc
+            raise
+        return int(ack.seq)
+
+    def put(self, key: str, value: bytes | str, *, timeout: float | None = None) -> int:
+        """Store ``value`` (bytes, or str as UTF-8) as the new value of ``key``; returns its revision.
+
+        Blocks until the stream acknowledged it, at most ``timeout``.
+
+        Raises:
+            InvalidKeyError, TypeError: bad key or value (nothing sent).
+            jssync.MaxPayloadError: the value is over the server's max_payload.
+        """
+        validate_key(key)
+        return self._publish(key, _value_bytes(value), None, None, timeout)
+
+    def create(self, key: str, value: bytes | str, *, ttl: float | None = None,
+               timeout: float | None = None) -> int:
+        """Store ``value`` only if ``key`` has no value (never set, deleted or purged); returns the revision.
+
+        ``ttl`` (seconds, >= 1) removes the value again after that long; the bucket needs
+        per-message TTLs (``limit_marker_ttl`` or ``allow_msg_ttl=True``; server 2.11+).
+
+        Blocks for one or two requests (plus one get when the key exists), at most ``timeout`` each.
+
+        Raises:
+            InvalidKeyError, TypeError, ValueError: bad arguments (nothing sent).
+            KeyExistsError: the key holds a value (a KeyWrongLastSequenceError).
+        """
+        validate_key(key)
+        data = _value_bytes(value)
+        headers = {HDR_TTL: _ttl_header(ttl)} if ttl is not None else None
+        try:
+            return self._publish(key, data, headers, 0, timeout)
+        except KeyWrongLastSequenceError as exc:
+            first = exc
+        # the key has history: a create is still allowed over a delete or purge marker
+        try:
+            latest: Entry | None = self._get(key, None, self._t(timeout))
+        except KeyNotFoundError:
+            latest = None
+        if latest is not None and latest.operation is not KeyValueOp.PUT:
+            try:
+                return self._publish(key, data, headers, latest.revision, timeout)
+            except KeyWrongLastSequenceError as exc:
+                raise KeyExistsError(f"key {key!r} exists in bucket {self.bucket!r}", code=exc.code,
+                                     err_code=exc.err_code) from exc
+        raise KeyExistsError(f"key {key!r} exists in bucket {self.bucket!r}", code=first.code,
+                             err_code=first.err_code) from first
+
+    def update(self, key: str, value: bytes | str, last: int, *, timeout: float | None = None) -> int:
+        """Store ``value`` only if the latest revision of ``key`` is ``last``; returns the new revision.
+
+        ``last=0`` means "the key was never set". Blocks until acknowledged, at most ``timeout``.
+
+        Raises:
+            InvalidKeyError, TypeError, ValueError: bad arguments (nothing sent).
+            KeyWrongLastSequenceError: the latest revision is not ``last``.
+        """
+        validate_key(key)
+        if not isinstance(last, int) or isinstance(last, bool) or last < 0:
+            raise ValueError(f"last must be an int >= 0, got {last!r}")
+        return self._publish(key, _value_bytes(value), None, last, timeout)
+
+    def delete(self, key: str, *, last: int | None = None, timeout: float | None = None) -> None:
+        """Mark ``key`` deleted (a ``DEL`` marker; earlier revisions stay in the history).
+
+        With ``last``, only if the latest revision is ``last``. Blocks until acknowledged.
+
+        Raises:
+            InvalidKeyError: bad key (nothing sent).
+            KeyWrongLastSequenceError: ``last`` did not match.
+        """
+        validate_key(key)
+        if last is not None and (not isinstance(last, int) or isinstance(last, bool) or last < 0):
+            raise ValueError(f"last must be an int >= 0, got {last!r}")
+        self._publish(key, b"", {KV_OP: "DEL"}, last, timeout)
+
+    def purge(self, key: str, *, ttl: float | None = None, timeout: float | None = None) -> None:
+        """Remove every revision of ``key``, leaving one ``PURGE`` marker (``Nats-Rollup: sub``).
+
+        ``ttl`` (seconds, >= 1) removes the marker itself after that long (needs per-message
+        TTLs on the bucket). Blocks until acknowledged.
+
+        Raises:
+            InvalidKeyError: bad key (nothing sent).
+        """
+        validate_key(key)
+        headers = {KV_OP: "PURGE", HDR_ROLLUP: "sub"}
+        if ttl is not None:
+            headers[HDR_TTL] = _ttl_header(ttl)
+        self._publish(key, b"", headers, None, timeout)
+
+    def purge_deletes(self, *, older_than: float = 30 * 60, timeout: float | None = None) -> int:
+        """Remove the delete and purge markers (with any history left) of every deleted key.
+
+        Markers younger than ``older_than`` seconds are kept, but the history before them
+        is removed; ``older_than=0`` removes them all. Returns the number of keys cleaned.
+        """
+        cutoff = None
+        if older_than > 0:
+            cutoff = _dt.datetime.now(_dt.UTC) - _dt.timedelta(seconds=older_than)
+        markers = [e for e in self._initial_entries(">", meta_only=True, timeout=timeout)
+                   if e.operation is not KeyValueOp.PUT]
+        for e in markers:
+            keep = 1 if cutoff is not None and e.created is not None and e.created > cutoff else 0
+            self._stream.purge(subject=self._pre + e.key, keep=keep if keep else None,
+                               timeout=self._t(timeout))
+        return len(markers)
+
+    # -- listing and watching ------------------------------------------------------------------
+
+    def watch(self, keys: str | list[str] = ">", *, include_history: bool = False, ignore_deletes: bool = False,
+              updates_only: bool = False, meta_only: bool = False,
+              resume_from_revision: int | None = None) -> KeyWatcher:
+        """Watch keys matching ``keys`` (a key, a filter with ``*``/``>``, or a list of them).
+
+        The watcher is an iterator of :class:`Entry`: first the current value of every
+        matching key (with ``include_history``, every stored revision), then ``None`` once
+        these initial values are done, then every update as it happens. ``updates_only``
+        skips the initial values (``None`` comes first); ``ignore_deletes`` leaves out
+        delete/purge markers; ``meta_only`` leaves values empty; ``resume_from_revision``
+        starts at that revision. Stop it with :meth:`KeyWatcher.stop` (or ``with``).
+
+        Blocks while the consumer is created, at most the context's timeout.
+
+        Raises:
+            InvalidKeyError: a bad filter (nothing sent).
+        """
+        filters = [keys] if isinstance(keys, str) else list(keys)
+        if not filters:
+            filters = [">"]
+        for f in filters:
+            validate_key_filter(f)
+        if resume_from_revision is not None and (not isinstance(resume_from_revision, int)
+                                                 or resume_from_revision < 1):
+            raise ValueError(f"resume_from_revision must be an int >= 1, got {resume_from_revision!r}")
+        return KeyWatcher(self, [self._pre + f for f in filters], include_history=include_history,
+                          ignore_deletes=ignore_deletes, updates_only=updates_only, meta_only=meta_only,
+                          resume_from=resume_from_revision)
+
+    def _initial_entries(self, keys: str | list[str], *, meta_only: bool = False, include_history: bool = False,
+                         ignore_deletes: bool = False, timeout: float | None) -> list[Entry]:
+        deadline = Deadline(self._t(timeout))
+        out: list[Entry] = []
+        with self.watch(keys, meta_only=meta_only, include_history=include_history,
+                        ignore_deletes=ignore_deletes) as w:
+            while True:
+                rem = deadline.remaining()
+                if rem is not None and rem <= 0:
+                    raise TimeoutError(f"bucket {self.bucket!r}: listing did not finish within {deadline.timeout}s")
+                e = w.next(timeout=rem)
+                if e is None:
+                    return out
+                out.append(e)
+
+    def keys(self, filter: str | list[str] = ">", *, timeout: float | None = None) -> list[str]:  # noqa: A002
+        """Return the keys matching ``filter`` that hold a value (not deleted), sorted.
+
+        Returns an empty list for an empty bucket. Blocks until every current key was
+        read, at most ``timeout``.
+
+        Raises:
+            InvalidKeyError: a bad filter (nothing sent).
+        """
+        entries = self._initial_entries(filter, meta_only=True, ignore_deletes=True, timeout=timeout)
+        return sorted({e.key for e in entries})
+
+    def history(self, key: str, *, timeout: float | None = None) -> list[Entry]:
+        """Return every stored revision of ``key`` (markers included), oldest first.
+
+        Blocks until they were read, at most ``timeout``.
+
+        Raises:
+            InvalidKeyError: a bad key (a filter with wildcards is allowed).
+            KeyNotFoundError: nothing is stored for it.
+        """
+        validate_key_filter(key)
+        entries = self._initial_entries(key, include_history=True, timeout=timeout)
+        if not entries:
+            raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}")
+        return entries
+
+    def status(self, *, timeout: float | None = None) -> KeyValueStatus:
+        """Return the bucket's status (fresh stream info). Blocks for one request."""
+        try:
+            info = self._stream.info(timeout=self._t(timeout))
+        except StreamNotFoundError as exc:
+            raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {self.bucket!r} not found") from exc
+        return KeyValueStatus(self.bucket, info)
+
+
+# -- the watcher --------------------------------------------------------------------------------------
+
+
+class KeyWatcher:
+    """An iterator over the entries of watched keys; ``None`` marks the end of the initial values.
+
+    Iterating blocks until the next entry (``for e in watcher`` ends when the watcher
+    is stopped or its connection closes); :meth:`next` waits at most ``timeout``.
+    Underneath is an ephemeral push consumer (ack none, flow control, heartbeats)
+    delivering in order; when a gap, a missed heartbeat or a reconnect is noticed it is
+    re-created from the revision after the last one seen, so no entry is lost or repeated.
+    Thread-safe; :meth:`stop` may be called from any thread and wakes a blocked reader.
+    """
+
+    def __init__(self, kv: KeyValue, subjects: list[str], *, include_history: bool, ignore_deletes: bool,
+                 updates_only: bool, meta_only: bool, resume_from: int | None) -> None:
+        self._kv = kv
+        self._js = kv._js
+        self._conn = kv._js.conn
+        self._subjects = subjects
+        self._include_history = include_history
+        self._ignore_deletes = ignore_deletes
+        self._updates_only = updates_only
+        self._meta_only = meta_only
+        self._lock = threading.RLock()
+        self._ready: collections.deque[Entry | None] = collections.deque()
+        self._stopped = False
+        self._reset_needed = False
+        self._init_done = False
+        self._init_pending = 0
+        self._received = 0
+        self._next_start: int | None = resume_from
+        self._cseq = 0
+        self._sub: Subscription | None = None
+        self._consumer: str | None = None
+        self._last_activity = time.monotonic()
+        self._retry_at = 0.0
+        self._hb = WATCH_HEARTBEAT
+        self._conn._reconnect_listeners.append(self._on_reconnect)
+        try:
+            info = self._create(first=True, timeout=self._js.timeout)
+        except BaseException:
+            self._stop_quietly()
+            raise
+        if updates_only:
+            self._mark_init_done()
+            if self._next_start is None and info is not None and info.delivered is not None:
+                self._next_start = int(info.delivered.stream_seq or 0) + 1
+        elif info is not None:
+            pending = int(info.num_pending or 0) + int(getattr(info.delivered, "consumer_seq", 0) or 0)
+            if pending == 0:
+                self._mark_init_done()
+            else:
+                self._init_pending = pending
+
+    def __repr__(self) -> str:
+        return f"<jssync.KeyWatcher bucket={self._kv.bucket!r} subjects={self._subjects} stopped={self._stopped}>"
+
+    # -- consumer plumbing ----------------------------------------------------------------------
+
+    def _on_reconnect(self) -> None:
+        # on the I/O thread: only set a flag; the reader re-creates the consumer
+        self._reset_needed = True
+
+    def _config(self, deliver_subject: str, first: bool) -> api.ConsumerConfig:
+        cfg = api.ConsumerConfig(
+            deliver_subject=deliver_subject,
+            ack_policy=api.AckPolicy.NONE,
+            max_deliver=1,
+            replay_policy=api.ReplayPolicy.INSTANT,
+            flow_control=True,
+            idle_heartbeat=self._hb,
+            headers_only=True if self._meta_only else None,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=300.0,
+        )
+        if len(self._subjects) == 1:
+            cfg.filter_subject = self._subjects[0]
+        else:
+            cfg.filter_subjects = list(self._subjects)
+        if self._next_start is not None:
+            cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+            cfg.opt_start_seq = self._next_start
+        elif self._updates_only:
+            cfg.deliver_policy = api.DeliverPolicy.NEW
+        elif self._include_history:
+            cfg.deliver_policy = api.DeliverPolicy.ALL
+        else:
+            cfg.deliver_policy = api.DeliverPolicy.LAST_PER_SUBJECT
+        return cfg
+
+    def _create(self, *, first: bool, timeout: float) -> api.ConsumerInfo | None:
+        """Subscribe on a fresh inbox and create the consumer delivering to it."""
+        conn = self._conn
+        sub = conn.subscribe(conn.new_inbox(), pending_msgs_limit=1 << 20)
+        try:
+            consumer = self._js.create_consumer(self._kv.stream_name, self._config(sub.subject, first),
+                                                timeout=timeout)
+        except BaseException:
+            sub.unsubscribe()
+            raise
+        self._sub = sub
+        self._consumer = consumer.name
+        self._cseq = 0
+        self._last_activity = time.monotonic()
+        return consumer.cached_info
+
+    def _drop_consumer(self) -> None:
+        sub, name = self._sub, self._consumer
+        self._sub = None
+        self._consumer = None
+        if sub is not None:
+            try:
+                sub.unsubscribe()
+            except Error:
+                pass
+        if name is not None and not self._conn.is_closed:
+            try:
+                self._js.delete_consumer(self._kv.stream_name, name, timeout=min(self._js.timeout, 2.0))
+            except Error:
+                pass  # ephemeral: it goes away by itself once inactive
+
+    def _reset(self, why: str) -> None:
+        log.debug("jssync: key watcher on %s: re-creating the consumer (%s)", self._kv.bucket, why)
+        self._reset_needed = False
+        self._drop_consumer()
+        if self._stopped:
+            return
+        try:
+            self._create(first=False, timeout=min(self._js.timeout, 5.0))
+        except Error as exc:
+            # keep trying while the reader waits (leader elections, reconnects)
+            log.info("jssync: key watcher on %s could not re-create its consumer: %s", self._kv.bucket, exc)
+            self._reset_needed = True
+            self._retry_at = time.monotonic() + 0.5
+            self._last_activity = time.monotonic()
+
+    def _mark_init_done(self) -> None:
+        if not self._init_done:
+            self._init_done = True
+            self._ready.append(None)
+
+    def _handle(self, msg: Msg) -> None:
+        self._last_activity = time.monotonic()
+        hdrs = msg.headers
+        if hdrs and not msg.data and hdrs.get("Status"):
+            status = hdrs["Status"]
+            if status == "100":
+                if msg.reply:  # flow control request
+                    self._conn._publish_raw(msg.reply, b"")
+                stalled = hdrs.get("Nats-Consumer-Stalled")
+                if stalled:
+                    self._conn._publish_raw(stalled, b"")
+                last = hdrs.get("Nats-Last-Consumer")
+                if last is not None and last.isdigit() and int(last) > self._cseq:
+                    self._reset(f"heartbeat says consumer sequence {last}, last seen {self._cseq}")
+                return
+            if status in ("409", "404"):
+                self._reset(f"status {status} {hdrs.get('Description', '')}")
+            return
+        try:
+            meta = msg.metadata
+        except Error:
+            return
+        if meta.sequence.consumer != self._cseq + 1:
+            self._reset(f"gap: consumer sequence {meta.sequence.consumer} after {self._cseq}")
+            return
+        self._cseq = meta.sequence.consumer
+        self._next_start = meta.sequence.stream + 1
+        key = msg.subject[len(self._kv._pre):] if msg.subject.startswith(self._kv._pre) else msg.subject
+        op = _operation(hdrs)
+        if not (self._ignore_deletes and op is not KeyValueOp.PUT):
+            value = b"" if self._meta_only else msg.data
+            self._ready.append(Entry(self._kv.bucket, key, value, meta.sequence.stream, meta.num_pending,
+                                     meta.timestamp, op))
+        if not self._init_done:
+            self._received += 1
+            if meta.num_pending == 0 or self._received >= self._init_pending:
+                self._mark_init_done()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def next(self, timeout: float | None = None) -> Entry | None:
+        """Return the next entry, or None for the end-of-initial-values marker.
+
+        Blocks until one arrives, at most ``timeout`` seconds (None: until stopped).
+
+        Raises:
+            jssync.TimeoutError: nothing arrived in time.
+            StopIteration: the watcher was stopped (or its connection closed).
+        """
+        deadline = Deadline(timeout)
+        with self._lock:
+            while True:
+                if self._ready:
+                    return self._ready.popleft()
+                if self._stopped or self._conn.is_closed:
+                    raise StopIteration
+                if self._reset_needed and time.monotonic() >= self._retry_at:
+                    self._reset("reconnected" if self._sub is not None else "retry")
+                    continue
+                sub = self._sub
+                if sub is None:
+                    if deadline.expired():
+                        raise TimeoutError(f"no key-value update within {timeout}s")
+                    time.sleep(deadline.slice(0.1))
+                    continue
+                try:
+                    msg = sub.next_msg(timeout=deadline.slice())
+                except TimeoutError:
+                    if time.monotonic() - self._last_activity > 2 * self._hb:
+                        self._reset("missed heartbeats")
+                    if deadline.expired():
+                        raise TimeoutError(f"no key-value update within {timeout}s") from None
+                    continue
+                except SubscriptionClosedError:
+                    if self._stopped or self._conn.is_closed:
+                        raise StopIteration from None
+                    continue
+                self._handle(msg)
+
+    # nats-py's name for it
+    def updates(self, timeout: float | None = 5.0) -> Entry | None:
+        """Like :meth:`next` (nats-py's name), with a default wait of 5 seconds."""
+        return self.next(timeout=timeout)
+
+    def __iter__(self) -> Iterator[Entry | None]:
+        return self
+
+    def __next__(self) -> Entry | None:
+        return self.next(timeout=None)
+
+    def __enter__(self) -> KeyWatcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def stop(self) -> None:
+        """Stop watching: delete the consumer and end iteration (idempotent, any thread).
+
+        Blocks for the consumer delete request, at most 2 seconds.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        sub = self._sub
+        if sub is not None:
+            try:
+                sub.unsubscribe()  # wakes a reader blocked in next()
+            except Error:
+                pass
+        self._stop_quietly()
+
+    def _stop_quietly(self) -> None:
+        self._stopped = True
+        try:
+            self._conn._reconnect_listeners.remove(self._on_reconnect)
+        except ValueError:
+            pass
+        with self._lock:
+            self._drop_consumer()
+
