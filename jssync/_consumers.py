@@ -1,10 +1,25 @@
-"""Consumer: a handle on one (pull) consumer of a stream."""
+"""Consumer: a handle on one (pull) consumer of a stream, and ADR-37's fetch/next/consume."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from nats.js import api
+
+from ._msg import Msg
+from ._pull import (
+    BYTES_ONLY_BATCH,
+    DEFAULT_EXPIRES,
+    ConsumeContext,
+    ConsumeOptions,
+    FetchResult,
+    _pos_float,
+    _pos_int,
+    consume,
+    fetch,
+    validate_fetch,
+)
 
 if TYPE_CHECKING:
     from ._jetstream import JetStream
@@ -13,6 +28,8 @@ if TYPE_CHECKING:
 class Consumer:
     """A handle on one consumer. Made by :meth:`JetStream.consumer` / ``create_consumer``.
 
+    Read messages with :meth:`fetch`, :meth:`fetch_bytes`, :meth:`fetch_no_wait`,
+    :meth:`next` (one pull request each) or :meth:`consume` (continuous, buffered).
     Thread-safe.
     """
 
@@ -42,3 +59,127 @@ class Consumer:
     def delete(self, *, timeout: float | None = None) -> bool:
         """Delete this consumer on the server."""
         return self._js.delete_consumer(self.stream, self.name, timeout=timeout)
+
+    @property
+    def _ack_none(self) -> bool:
+        cfg = self._info.config
+        pol = cfg.ack_policy if cfg is not None else None
+        return pol is not None and (pol == api.AckPolicy.NONE or str(pol) == "none")
+
+    # -- one pull request ---------------------------------------------------------------------
+
+    def fetch(
+        self,
+        max_messages: int | None = None,
+        *,
+        max_bytes: int | None = None,
+        expires: float = DEFAULT_EXPIRES,
+        idle_heartbeat: float | None = None,
+    ) -> FetchResult:
+        """Send one pull request for up to ``max_messages`` messages (and/or ``max_bytes``).
+
+        Returns an iterator that yields each message as it arrives and ends when the
+        request ends: the batch is complete, or ``expires`` seconds passed (then with fewer
+        messages, or none). Its ``.error`` says why it ended when that was not normal.
+        ``idle_heartbeat`` (seconds) asks the server for heartbeats while the request waits;
+        it is on (5 s) by default when ``expires`` is over 30 s.
+
+        Blocks only to subscribe a reply inbox (none is idle); the iteration blocks up to
+        ``expires`` + 1 s in all.
+
+        Raises:
+            ValueError: a bad argument (nothing is sent).
+            jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError,
+            jssync.PullRequestError (400), jssync.NoRespondersError (no such consumer):
+            raised by the iteration.
+        """
+        batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
+        return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
+                     idle_heartbeat=idle_heartbeat, ack_none=self._ack_none)
+
+    def fetch_bytes(
+        self,
+        max_bytes: int,
+        *,
+        max_messages: int | None = None,
+        expires: float = DEFAULT_EXPIRES,
+        idle_heartbeat: float | None = None,
+    ) -> FetchResult:
+        """Like :meth:`fetch`, limited to ``max_bytes`` bytes (counted as the server does).
+
+        The request asks for a large batch (1,000,000 messages) unless ``max_messages`` is
+        given. The iteration ends cleanly when the next message would not fit
+        (409 Message Size Exceeds MaxBytes).
+        """
+        _pos_int(max_bytes, "max_bytes")
+        batch, mb = validate_fetch(BYTES_ONLY_BATCH if max_messages is None else max_messages, max_bytes,
+                                   expires, idle_heartbeat)
+        return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
+                     idle_heartbeat=idle_heartbeat, ack_none=self._ack_none)
+
+    def fetch_no_wait(self, max_messages: int, *, max_bytes: int | None = None) -> FetchResult:
+        """Fetch up to ``max_messages`` messages that are available now; never waits for new ones.
+
+        The iteration ends as soon as the server has sent what it has (404 No Messages when
+        there is nothing), at most the context's timeout.
+        """
+        batch, mb = validate_fetch(max_messages, max_bytes, DEFAULT_EXPIRES, None)
+        return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, no_wait=True,
+                     ack_none=self._ack_none)
+
+    def next(self, timeout: float = DEFAULT_EXPIRES, *, idle_heartbeat: float | None = None) -> Msg:
+        """Pull one message, waiting up to ``timeout`` seconds for it.
+
+        The pull request is sent when ``next`` is called and expires on the server after
+        ``timeout``.
+
+        Raises:
+            jssync.TimeoutError: no message within ``timeout``.
+            jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError,
+            jssync.PullRequestError, jssync.NoRespondersError.
+        """
+        timeout = _pos_float(timeout, "timeout")
+        validate_fetch(1, None, timeout, idle_heartbeat)
+        res = fetch(self._js, self.stream, self.name, 1, expires=timeout, idle_heartbeat=idle_heartbeat,
+                    ack_none=self._ack_none, grace=min(1.0, 0.1 + timeout * 0.1))
+        for msg in res:
+            return msg
+        from ._errors import TimeoutError
+
+        raise TimeoutError(f"no message from consumer {self.name!r} on stream {self.stream!r} within {timeout}s")
+
+    # -- continuous ---------------------------------------------------------------------------
+
+    def consume(
+        self,
+        callback: Callable[[Msg], Any] | None = None,
+        *,
+        error_cb: Callable[[BaseException], Any] | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float = DEFAULT_EXPIRES,
+        idle_heartbeat: float | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+    ) -> ConsumeContext:
+        """Consume continuously, keeping a buffer of pulled messages (ADR-37 "Consume").
+
+        Without ``callback`` the result is an iterator (use it as a context manager);
+        with it, ``callback(msg)`` runs on the connection's worker pool, one message at a
+        time, in order. The buffer holds up to ``max_messages`` (default 500) messages or
+        ``max_bytes`` bytes (exclusive options); a new pull request is sent when the
+        pending count falls to ``threshold_messages`` / ``threshold_bytes`` (default half).
+        Each pull request expires after ``expires`` seconds (default 30, at least 1) and
+        asks for heartbeats every ``idle_heartbeat`` seconds (default half of expires,
+        0.5 to 30). Warnings go to ``error_cb`` (default: the connection's) and the
+        ``jssync`` logger.
+
+        Blocks until the reply inbox is subscribed (at most the connect timeout + 5 s).
+
+        Raises:
+            ValueError: bad or conflicting options (nothing is sent).
+            TypeError: ``callback`` or ``error_cb`` is not callable.
+        """
+        opts = ConsumeOptions(max_messages, max_bytes, expires, idle_heartbeat, threshold_messages,
+                              threshold_bytes)
+        return consume(self._js, self.stream, self.name, callback, error_cb, opts, self._ack_none)

@@ -1,0 +1,1035 @@
+"""Pull consumers (ADR-37): fetch, fetch_bytes, fetch_no_wait, next and consume.
+
+Messages reach the user without an event-loop hop per message: nats-py hands each one
+(on the I/O thread) to an object standing in for its subscription queue
+(``put_nowait``), which sorts it (user message or status, see :mod:`jssync._status`)
+and puts user messages on a ``queue.SimpleQueue`` the user thread reads (or the
+callback lane reads, on the worker pool). Pull requests and acks go out through the
+connection's publish burst queue.
+
+``consume`` keeps ADR-37's counts without a per-message lock: the pull lock guards
+only the counters that change when a pull request is sent or a status arrives; the
+user thread counts the messages it took (``itertools.count``, atomic) and sends the
+next pull request when the pending count falls to the threshold.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from enum import Enum
+from queue import Empty, SimpleQueue
+from typing import TYPE_CHECKING, Any
+
+from ._deadline import Deadline
+from ._errors import (
+    ConnectionClosedError,
+    Error,
+    NoHeartbeatError,
+    TimeoutError,
+    translating,
+)
+from ._msg import Msg
+from ._status import Action, classify, decide, message_size, pull_request, status_error
+
+if TYPE_CHECKING:
+    from ._connection import Connection
+    from ._jetstream import JetStream
+
+log = logging.getLogger("jssync")
+
+#: Batch size of pull requests limited by bytes only (ADR-37: "a large number").
+BYTES_ONLY_BATCH = 1_000_000
+#: consume defaults (ADR-37 "Defaults and constraints").
+DEFAULT_MAX_MESSAGES = 500
+DEFAULT_EXPIRES = 30.0
+MIN_EXPIRES = 1.0
+MIN_HEARTBEAT = 0.5
+MAX_HEARTBEAT = 30.0
+#: fetch turns heartbeats on by default for requests that expire later than this.
+FETCH_HEARTBEAT_AFTER = 30.0
+FETCH_DEFAULT_HEARTBEAT = 5.0
+#: How long a fetch waits past its expiry for the server's end-of-request status.
+FETCH_GRACE = 1.0
+#: Idle fetch inboxes kept per connection for reuse.
+_POOL_MAX = 8
+_NS = 1_000_000_000
+
+
+class _Control:
+    """An item on a message queue that is not a message: the end, or an error to raise."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException | None = None) -> None:
+        self.exc = exc
+
+
+_END = _Control()
+
+
+def _on_loop(conn: Connection, make_coro: Callable[[], Any]) -> None:
+    """Run ``make_coro()`` on the I/O thread without waiting (from any thread, even that one)."""
+    loop = conn._loop
+    try:
+        if loop.in_loop_thread():
+            loop.loop.create_task(make_coro())
+        else:
+            loop.call_soon(lambda: loop.loop.create_task(make_coro()))
+    except Exception:  # the loop is gone: the connection closed
+        log.debug("jssync: could not schedule on the I/O loop", exc_info=True)
+
+
+def _unsubscribe_soon(conn: Connection, nsub: Any) -> None:
+    """Send UNSUB for a nats-py subscription without waiting."""
+    if nsub is None:
+        return
+
+    async def _unsub() -> None:
+        if nsub._closed or conn._nc.is_closed:
+            return
+        try:
+            await nsub.unsubscribe()
+        except Exception:
+            log.debug("jssync: unsubscribe failed", exc_info=True)
+
+    _on_loop(conn, _unsub)
+
+
+def _check_hb(hb: float, expires: float, what: str) -> None:
+    if not MIN_HEARTBEAT <= hb <= MAX_HEARTBEAT:
+        raise ValueError(
+            f"{what} idle_heartbeat must be between {MIN_HEARTBEAT} and {MAX_HEARTBEAT} seconds, got {hb!r}"
+        )
+    if hb > expires / 2:
+        raise ValueError(f"{what} idle_heartbeat ({hb!r}) must be at most half of expires ({expires!r})")
+
+
+def _pos_int(v: Any, what: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"{what} must be an int >= 1, got {v!r}")
+    return v
+
+
+def _pos_float(v: Any, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+        raise ValueError(f"{what} must be a number of seconds > 0, got {v!r}")
+    return float(v)
+
+
+# ----------------------------------------------------------------------------- fetch
+
+
+class _Discard:
+    """A subscription queue that drops everything (an idle or abandoned inbox)."""
+
+    __slots__ = ()
+
+    def put_nowait(self, msg: Msg) -> None:
+        return None
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True
+
+    async def join(self) -> None:
+        return None
+
+    def task_done(self) -> None:
+        return None
+
+
+_DISCARD = _Discard()
+
+
+class _Inbox:
+    """A reply inbox for fetch requests: one core subscription, reused while clean."""
+
+    __slots__ = ("subject", "nsub")
+
+    def __init__(self, subject: str, nsub: Any) -> None:
+        self.subject = subject
+        self.nsub = nsub
+
+
+_pools: weakref.WeakKeyDictionary[Connection, list[_Inbox]] = weakref.WeakKeyDictionary()
+_pools_lock = threading.Lock()
+
+
+def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
+    """An idle inbox of ``conn`` pointed at ``sink``; subscribes a new one when none is idle."""
+    with _pools_lock:
+        pool = _pools.get(conn)
+        while pool:
+            box = pool.pop()
+            if not box.nsub._closed:
+                box.nsub._pending_queue = sink
+                return box
+    subject = conn.new_inbox()
+
+    async def _sub() -> Any:
+        with translating():
+            nsub = await conn._nc.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)
+        nsub._pending_queue = sink
+        return nsub
+
+    return _Inbox(subject, conn.run(_sub(), deadline, "subscribe"))
+
+
+def _release_inbox(conn: Connection, box: _Inbox, reuse: bool) -> None:
+    """Give an inbox back: pooled when its pull request is over on the server, else unsubscribed."""
+    box.nsub._pending_queue = _DISCARD
+    if reuse and not conn._closed and not box.nsub._closed:
+        with _pools_lock:
+            pool = _pools.setdefault(conn, [])
+            if len(pool) < _POOL_MAX:
+                pool.append(box)
+                return
+    _unsubscribe_soon(conn, box.nsub)
+
+
+class _FetchState:
+    """The I/O-thread side of one fetch: sorts what arrives on the inbox."""
+
+    __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "received_bytes", "activity", "done",
+                 "clean", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "__weakref__")
+
+    def __init__(self, batch: int, max_bytes: int, ack_none: bool, stream: str, consumer: str,
+                 check: Callable[[Msg], bool] | None = None) -> None:
+        self.q: SimpleQueue[Any] = SimpleQueue()
+        self.batch = batch
+        self.max_bytes = max_bytes
+        self.ack_none = ack_none
+        self.received = 0
+        self.received_bytes = 0
+        self.activity = 0
+        self.done = False
+        self.clean = False
+        self.error: BaseException | None = None
+        self.raise_error = False
+        self.check = check
+        self.stream = stream
+        self.consumer = consumer
+
+    # nats-py's subscription-queue protocol (called on the I/O thread)
+
+    def put_nowait(self, msg: Msg) -> None:
+        self.activity += 1
+        if self.done:
+            return
+        h = msg.headers
+        if h is None or msg.data or "Status" not in h:
+            if self.check is not None and not self.check(msg):
+                self._end(False)
+                return
+            if self.ack_none:
+                msg._ack_none = True
+            self.q.put(msg)
+            self.received += 1
+            if self.max_bytes:
+                self.received_bytes += message_size(msg.subject, msg.reply, h, msg.data)
+                if self.received_bytes >= self.max_bytes:
+                    # the server may or may not have ended the request: do not reuse the inbox
+                    self._end(self.received >= self.batch)
+                    return
+            if self.received >= self.batch:
+                self._end(True)
+            return
+        st = classify(h, msg.data)
+        if st is None:  # pragma: no cover - classify agrees with the test above
+            return
+        act = decide(st)
+        if act is Action.HEARTBEAT:
+            return
+        if act is not Action.DONE:
+            self.error = status_error(st, self.stream, self.consumer)
+            self.raise_error = act in (Action.ERROR, Action.TERMINAL, Action.NO_RESPONDERS)
+        self._end(True)
+
+    def _end(self, clean: bool) -> None:
+        self.done = True
+        self.clean = clean
+        self.q.put(_END)
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True
+
+    async def join(self) -> None:
+        return None
+
+    def task_done(self) -> None:
+        return None
+
+
+def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState) -> None:
+    if box is None:
+        return
+    _release_inbox(conn, box, state.done and state.clean)
+
+
+class FetchResult:
+    """The messages of one pull request, as they arrive.
+
+    Iterate it: each message is yielded as soon as it arrives; the iteration ends when the
+    request ends (batch complete, expired, no messages for ``fetch_no_wait``). Afterwards
+    :attr:`error` says why it ended when that was not normal (None otherwise). Errors
+    ADR-37 calls errors (400 Bad Request, 409 Consumer Deleted, 409 Consumer is push
+    based) and a pull nobody answered (503) are raised by the iteration too; warnings
+    (409 Exceeded ...), missed heartbeats and a client-side timeout are only on
+    :attr:`error`. Not meant to be iterated by several threads at once.
+    """
+
+    def __init__(self, conn: Connection, state: _FetchState, box: _Inbox, deadline: Deadline,
+                 heartbeat: float | None) -> None:
+        self._conn = conn
+        self._state = state
+        self._deadline = deadline
+        self._hb = heartbeat
+        self._ended = False
+        self._finalizer = weakref.finalize(self, _finish_fetch, conn, box, state)
+
+    def __repr__(self) -> str:
+        s = self._state
+        return f"<jssync.FetchResult {s.stream}/{s.consumer} received={s.received} done={self._ended}>"
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the request ended, when it was not a normal end; None otherwise."""
+        return self._state.error
+
+    @property
+    def received(self) -> int:
+        """Messages received so far."""
+        return self._state.received
+
+    def __iter__(self) -> Iterator[Msg]:
+        return self
+
+    def __next__(self) -> Msg:
+        if self._ended:
+            raise StopIteration
+        try:
+            item = self._state.q.get_nowait()
+        except Empty:
+            item = self._wait()
+        if item.__class__ is _Control:
+            self._end()
+            st = self._state
+            if st.raise_error and st.error is not None:
+                st.raise_error = False
+                raise st.error
+            raise StopIteration
+        return item  # type: ignore[no-any-return]
+
+    def _wait(self) -> Any:
+        st = self._state
+        q = st.q
+        deadline = self._deadline
+        hb = self._hb
+        last_act = st.activity
+        idle_since = Deadline(2 * hb) if hb else None
+        while True:
+            try:
+                return q.get(timeout=deadline.slice())
+            except Empty:
+                pass
+            if self._conn._closed:
+                st.error = ConnectionClosedError("the connection closed during the fetch")
+                return _END
+            if deadline.expired():
+                st.error = TimeoutError(
+                    f"the pull request to {st.consumer!r} on stream {st.stream!r} did not end in time"
+                )
+                return _END
+            if idle_since is not None and hb:
+                if st.activity != last_act:
+                    last_act = st.activity
+                    idle_since = Deadline(2 * hb)
+                elif idle_since.expired():
+                    st.error = NoHeartbeatError(
+                        f"no heartbeat from consumer {st.consumer!r} on stream {st.stream!r} "
+                        f"within {2 * hb}s"
+                    )
+                    return _END
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._finalizer()
+
+    def stop(self) -> None:
+        """Stop iterating (messages not yet taken are left unacknowledged)."""
+        if not self._ended:
+            self._state.done = True
+            self._end()
+
+    def __enter__(self) -> FetchResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: int = 0,
+          expires: float | None = DEFAULT_EXPIRES, idle_heartbeat: float | None = None, no_wait: bool = False,
+          ack_none: bool = False, check: Callable[[Msg], bool] | None = None,
+          grace: float = FETCH_GRACE) -> FetchResult:
+    """Send one pull request and return the iterator over its messages (see :class:`FetchResult`).
+
+    Blocks only to subscribe a reply inbox when no idle one can be reused.
+    """
+    conn = js.conn
+    conn._check_open()
+    hb: float | None = None
+    if no_wait:
+        exp_ns = 0
+        deadline = Deadline(js.timeout)
+    else:
+        assert expires is not None
+        if idle_heartbeat is None:
+            if expires > FETCH_HEARTBEAT_AFTER:
+                hb = FETCH_DEFAULT_HEARTBEAT
+        else:
+            hb = idle_heartbeat
+        exp_ns = int(expires * _NS)
+        deadline = Deadline(expires + grace)
+    state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check)
+    box = _acquire_inbox(conn, state, Deadline(conn._timeout + 5))
+    body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
+                        heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait)
+    res = FetchResult(conn, state, box, deadline, hb)
+    conn._enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
+    return res
+
+
+def validate_fetch(max_messages: int | None, max_bytes: int | None, expires: float,
+                   idle_heartbeat: float | None) -> tuple[int, int]:
+    """Check fetch arguments; return (batch, max_bytes) as sent. Raises ValueError naming the bad value."""
+    if max_messages is None and max_bytes is None:
+        raise ValueError("fetch needs max_messages (and/or max_bytes)")
+    batch = BYTES_ONLY_BATCH if max_messages is None else _pos_int(max_messages, "max_messages")
+    mb = 0 if max_bytes is None else _pos_int(max_bytes, "max_bytes")
+    expires = _pos_float(expires, "expires")
+    if idle_heartbeat is not None:
+        _check_hb(_pos_float(idle_heartbeat, "idle_heartbeat"), expires, "fetch")
+    return batch, mb
+
+
+# --------------------------------------------------------------------------- consume
+
+
+class _State(Enum):
+    RUNNING = 1
+    DRAINING = 2
+    STOPPED = 3
+    CLOSED = 4
+
+
+class ConsumeOptions:
+    """Validated consume options (ADR-37 defaults and constraints)."""
+
+    __slots__ = ("max_messages", "max_bytes", "expires", "idle_heartbeat", "threshold_messages",
+                 "threshold_bytes", "bytes_mode")
+
+    def __init__(self, max_messages: int | None = None, max_bytes: int | None = None,
+                 expires: float = DEFAULT_EXPIRES, idle_heartbeat: float | None = None,
+                 threshold_messages: int | None = None, threshold_bytes: int | None = None) -> None:
+        if max_messages is not None and max_bytes is not None:
+            raise ValueError(
+                f"max_messages ({max_messages!r}) and max_bytes ({max_bytes!r}) are exclusive: set one of them"
+            )
+        self.bytes_mode = max_bytes is not None
+        if self.bytes_mode:
+            self.max_bytes = _pos_int(max_bytes, "max_bytes")
+            self.max_messages = BYTES_ONLY_BATCH
+        else:
+            self.max_bytes = 0
+            self.max_messages = DEFAULT_MAX_MESSAGES if max_messages is None else _pos_int(
+                max_messages, "max_messages")
+        expires = _pos_float(expires, "expires")
+        if expires < MIN_EXPIRES:
+            raise ValueError(f"expires must be at least {MIN_EXPIRES}s, got {expires!r}")
+        self.expires = expires
+        if idle_heartbeat is None:
+            idle_heartbeat = max(MIN_HEARTBEAT, min(expires / 2, MAX_HEARTBEAT))
+        else:
+            _check_hb(_pos_float(idle_heartbeat, "idle_heartbeat"), expires, "consume")
+        self.idle_heartbeat = float(idle_heartbeat)
+        if threshold_messages is not None:
+            if self.bytes_mode:
+                raise ValueError("threshold_messages goes with max_messages, not with max_bytes")
+            if not isinstance(threshold_messages, int) or isinstance(threshold_messages, bool) or not (
+                    0 <= threshold_messages <= self.max_messages):
+                raise ValueError(
+                    f"threshold_messages must be an int between 0 and max_messages ({self.max_messages}), "
+                    f"got {threshold_messages!r}"
+                )
+            self.threshold_messages = threshold_messages
+        else:
+            self.threshold_messages = self.max_messages // 2
+        if threshold_bytes is not None:
+            if not self.bytes_mode:
+                raise ValueError("threshold_bytes goes with max_bytes, not with max_messages")
+            if not isinstance(threshold_bytes, int) or isinstance(threshold_bytes, bool) or not (
+                    0 <= threshold_bytes <= self.max_bytes):
+                raise ValueError(
+                    f"threshold_bytes must be an int between 0 and max_bytes ({self.max_bytes}), "
+                    f"got {threshold_bytes!r}"
+                )
+            self.threshold_bytes = threshold_bytes
+        else:
+            self.threshold_bytes = self.max_bytes // 2
+
+
+class ConsumeContext:
+    """A running ``consume``: the iterator (without a callback) and the handle.
+
+    Iterator form: ``for msg in messages`` yields messages as they come; ``stop()`` ends
+    it at once (buffered messages are not delivered: they are nak'ed so the server
+    redelivers them at once), ``drain()`` stops pulling and ends after the buffered ones.
+    Callback form: the callback runs on the connection's worker pool, one message at a
+    time, in order; ``stop``/``drain`` as above, ``wait()`` blocks until it is over.
+
+    Terminal conditions (consumer deleted, push consumer) end the iteration by raising
+    :class:`jssync.ConsumerDeletedError` / :class:`jssync.ConsumerIsPushBasedError`
+    (callback form: passed to ``error_cb``, and kept on :attr:`error`). Warnings
+    (missed heartbeats, exceeded limits) go to ``error_cb`` (default: the connection's)
+    and the ``jssync`` logger. Thread-safe.
+    """
+
+    def __init__(self, js: JetStream, stream: str, consumer: str, opts: ConsumeOptions,
+                 callback: Callable[[Msg], Any] | None = None,
+                 error_cb: Callable[[BaseException], Any] | None = None, ack_none: bool = False) -> None:
+        if callback is not None and not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        if error_cb is not None and not callable(error_cb):
+            raise TypeError(f"error_cb must be callable, got {type(error_cb).__name__}")
+        conn = js.conn
+        conn._check_open()
+        self._js = js
+        self._conn = conn
+        self.stream = stream
+        self.consumer = consumer
+        self._next_subject = f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self._inbox = conn.new_inbox()
+        self._opts = opts
+        self._cb = callback
+        self._error_cb = error_cb
+        self._ack_none = ack_none
+        self._bytes_mode = opts.bytes_mode
+        self._max = opts.max_messages
+        self._max_b = opts.max_bytes
+        self._thr = opts.threshold_messages
+        self._thr_b = opts.threshold_bytes
+        self._hb = opts.idle_heartbeat
+        self._expires_ns = int(opts.expires * _NS)
+        self._hb_ns = int(opts.idle_heartbeat * _NS)
+        self._q: SimpleQueue[Any] = SimpleQueue()
+        self._lock = threading.Lock()
+        self._state = _State.RUNNING
+        # counts (ADR-37): pending = requested - taken - discounted; in flight = requested - received - discounted
+        self._req = 0
+        self._disc = 0
+        self._taken = 0
+        self._rx = 0
+        self._req_b = 0
+        self._disc_b = 0
+        self._taken_b = 0
+        self._rx_b = 0
+        self._count = itertools.count(1)
+        self._activity = 0
+        self._pulls = 0
+        # heartbeat monitor (I/O thread only)
+        self._timer: Any = None
+        self._last_act = 0
+        self._idle_ticks = 0
+        self._paused = False
+        self._hold = False
+        self._rx_at_pull = 0
+        self._size_warned = False
+        # callback lane
+        self._running = False
+        self._lane_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._server_done = threading.Event()
+        self.error: BaseException | None = None
+        self._nsub: Any = None
+        self._on_disc = self._disconnected
+        self._on_reconn = self._reconnected
+
+    # -- start / the I/O thread side ------------------------------------------------------
+
+    def _start(self) -> ConsumeContext:
+        conn = self._conn
+
+        async def _sub() -> Any:
+            with translating():
+                nsub = await conn._nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
+            nsub._pending_queue = self
+            return nsub
+
+        self._nsub = conn.run(_sub(), Deadline(conn._timeout + 5), "subscribe")
+        conn._disconnect_listeners.append(self._on_disc)
+        conn._reconnect_listeners.append(self._on_reconn)
+        with conn._subs_lock:
+            conn._subs.add(self)  # type: ignore[arg-type]  # ended with the connection
+        self._paused = not conn.is_connected
+        self._pull()
+        conn._loop.call_soon(self._arm_timer)
+        return self
+
+    def put_nowait(self, msg: Msg) -> None:
+        """Called by nats-py on the I/O thread for every message on the inbox."""
+        self._activity += 1
+        h = msg.headers
+        if h is None or msg.data or "Status" not in h:
+            self._rx += 1
+            if self._bytes_mode:
+                self._rx_b += message_size(msg.subject, msg.reply, h, msg.data)
+            self._user_msg(msg)
+            return
+        self._status(msg)
+
+    def _user_msg(self, msg: Msg) -> None:
+        state = self._state
+        if state is not _State.RUNNING and state is not _State.DRAINING:
+            if state is _State.STOPPED and not self._ack_none:
+                msg.nak()
+            return
+        if self._ack_none:
+            msg._ack_none = True
+        self._q.put(msg)
+        if self._cb is not None and not self._running:
+            self._kick_lane()
+
+    def _status(self, msg: Msg) -> None:
+        st = classify(msg.headers, msg.data)
+        if st is None:  # pragma: no cover
+            return
+        act = decide(st)
+        if act is Action.HEARTBEAT:
+            return
+        if st.pending_msgs or st.pending_bytes:
+            with self._lock:
+                self._disc += st.pending_msgs
+                self._disc_b += st.pending_bytes
+        if act is Action.DONE:
+            if (self._bytes_mode and st.code == 409 and self._rx == self._rx_at_pull
+                    and "size" in st.description.lower()):
+                # the next message does not fit in max_bytes: do not loop on pull requests
+                self._hold = True
+                if not self._size_warned:
+                    self._size_warned = True
+                    self._report(status_error(st, self.stream, self.consumer))
+                return
+            self._pull()
+            return
+        if act is Action.TERMINAL:
+            self._terminal(status_error(st, self.stream, self.consumer))
+            return
+        self._report(status_error(st, self.stream, self.consumer))
+        if act is Action.RESET:
+            self._reset_pending()
+            self._pull()
+
+    def _reset_pending(self) -> None:
+        """Forget the pull requests in flight (they are gone on the server)."""
+        with self._lock:
+            self._disc = self._req - self._rx
+            self._disc_b = self._req_b - self._rx_b
+
+    def _pull(self) -> None:
+        """Send a pull request if the pending count is at or below the threshold (any thread)."""
+        with self._lock:
+            if self._state is not _State.RUNNING or self._paused or self._hold:
+                return
+            if self._bytes_mode:
+                pend_b = self._req_b - self._taken_b - self._disc_b
+                if pend_b > self._thr_b:
+                    return
+                max_bytes = self._max_b - max(pend_b, 0)
+                if max_bytes <= 0:
+                    return
+                batch = BYTES_ONLY_BATCH
+                self._req_b += max_bytes
+            else:
+                pend = self._req - self._taken - self._disc
+                if pend > self._thr:
+                    return
+                batch = self._max - max(pend, 0)
+                if batch <= 0:
+                    return
+                max_bytes = 0
+            self._req += batch
+            self._rx_at_pull = self._rx
+            self._pulls += 1
+            subject = self._next_subject
+        body = pull_request(batch, expires_ns=self._expires_ns, max_bytes=max_bytes, heartbeat_ns=self._hb_ns)
+        self._conn._enqueue((subject, body, self._inbox, None))
+
+    # heartbeat monitor: a timer on the I/O loop, ticking every idle_heartbeat / 2
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None or self._paused or self._state not in (_State.RUNNING, _State.DRAINING):
+            return
+        self._last_act = self._activity
+        self._idle_ticks = 0
+        self._timer = self._conn._loop.loop.call_later(self._hb / 2, self._tick)
+
+    def _cancel_timer(self) -> None:
+        t = self._timer
+        self._timer = None
+        if t is not None:
+            t.cancel()
+
+    def _tick(self) -> None:
+        self._timer = None
+        if self._paused or self._state is not _State.RUNNING:
+            return
+        act = self._activity
+        in_flight = self._req - self._rx - self._disc
+        if act != self._last_act or in_flight <= 0:
+            self._last_act = act
+            self._idle_ticks = 0
+        else:
+            self._idle_ticks += 1
+            if self._idle_ticks >= 4:  # 2 x idle_heartbeat without anything
+                self._idle_ticks = 0
+                self._missed_heartbeat()
+        if self._hold:
+            self._hold = False
+            self._pull()
+        if self._state is _State.RUNNING and not self._paused and self._timer is None:
+            self._timer = self._conn._loop.loop.call_later(self._hb / 2, self._tick)
+
+    def _missed_heartbeat(self) -> None:
+        self._report(NoHeartbeatError(
+            f"no heartbeat or message from consumer {self.consumer!r} on stream {self.stream!r} "
+            f"within {2 * self._hb}s"
+        ))
+        self._reset_pending()
+        self._pull()
+
+    def _disconnected(self) -> None:
+        self._paused = True
+        self._cancel_timer()
+
+    def _reconnected(self) -> None:
+        self._paused = False
+        if self._state is not _State.RUNNING:
+            return
+        self._reset_pending()
+        self._pull()
+        self._cancel_timer()
+        self._arm_timer()
+
+    # -- terminal, stop, drain ---------------------------------------------------------------
+
+    def _report(self, exc: BaseException) -> None:
+        if self._error_cb is None:
+            self._conn._report_error(exc)
+        else:
+            log.warning("jssync: consume %s/%s: %s: %s", self.stream, self.consumer, type(exc).__name__, exc)
+            self._conn._pool.submit(self._conn._call_user_cb, self._error_cb, exc)
+
+    def _detach(self) -> None:
+        """Stop listening to the connection (any thread)."""
+        conn = self._conn
+        for lst, fn in ((conn._disconnect_listeners, self._on_disc), (conn._reconnect_listeners, self._on_reconn)):
+            try:
+                lst.remove(fn)
+            except ValueError:
+                pass
+        with conn._subs_lock:
+            conn._subs.discard(self)  # type: ignore[arg-type]
+        if conn._loop.in_loop_thread():
+            self._cancel_timer()
+        else:
+            try:
+                conn._loop.call_soon(self._cancel_timer)
+            except Exception:
+                pass
+
+    def _terminal(self, exc: BaseException) -> None:
+        """The consumer is gone (I/O thread): end after the buffered messages by raising ``exc``."""
+        with self._lock:
+            if self._state is _State.STOPPED or self._state is _State.CLOSED:
+                return
+            self._state = _State.DRAINING
+        self.error = exc
+        self._detach()
+        _unsubscribe_soon(self._conn, self._nsub)
+        self._server_done.set()
+        if self._cb is not None:
+            self._report(exc)
+            self._q.put(_END)
+            if not self._running:
+                self._kick_lane()
+        else:
+            self._q.put(_Control(exc))
+
+    def stop(self) -> None:
+        """Stop at once: no more messages or callbacks; buffered messages are nak'ed. Idempotent.
+
+        Returns without waiting (a callback that is running finishes; see :meth:`wait`).
+        """
+        with self._lock:
+            if self._state is _State.STOPPED or self._state is _State.CLOSED:
+                return
+            self._state = _State.STOPPED
+        self._detach()
+        _unsubscribe_soon(self._conn, self._nsub)
+        self._server_done.set()
+        self._nak_buffered()
+        self._q.put(_END)
+        if self._cb is None:
+            self._closed.set()
+        elif not self._running:
+            self._kick_lane()
+
+    def _nak_buffered(self) -> None:
+        q = self._q
+        while True:
+            try:
+                item = q.get_nowait()
+            except Empty:
+                return
+            if item.__class__ is not _Control and not self._ack_none:
+                item.nak()
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Stop pulling and end once the messages already received were delivered. Idempotent.
+
+        Without ``timeout`` it returns at once (use :meth:`wait`). With ``timeout`` it blocks
+        until the server confirmed the unsubscribe and, in callback form, every buffered
+        message went through the callback.
+
+        Raises:
+            jssync.TimeoutError: ``timeout`` passed first.
+        """
+        with self._lock:
+            if self._state is _State.RUNNING:
+                self._state = _State.DRAINING
+                start = True
+            else:
+                start = False
+        if start:
+            self._detach()
+            conn = self._conn
+            nsub = self._nsub
+
+            async def _drain() -> None:
+                try:
+                    if not nsub._closed and not conn._nc.is_closed:
+                        await conn._nc._send_unsubscribe(nsub._id)
+                        nsub._closed = True
+                        conn._nc._remove_sub(nsub._id)
+                        await conn._nc.flush(timeout=5)
+                except Exception:
+                    log.debug("jssync: consume drain: unsubscribe/flush failed", exc_info=True)
+                finally:
+                    self._server_done.set()
+                    self._q.put(_END)
+                    if self._cb is not None and not self._running:
+                        self._kick_lane()
+
+            try:
+                conn._loop.check()
+                _on_loop(conn, _drain)
+            except Error:
+                self._server_done.set()
+                self._q.put(_END)
+        if timeout is not None:
+            deadline = Deadline(timeout)
+            ev = self._closed if self._cb is not None else self._server_done
+            while not ev.wait(deadline.slice()):
+                deadline.check("consume drain")
+
+    def _end(self) -> None:
+        """The connection closed (any thread): iterators and the callback lane end quietly."""
+        with self._lock:
+            if self._state is _State.CLOSED:
+                return
+            self._state = _State.CLOSED
+        self._detach()
+        self._server_done.set()
+        self._q.put(_END)
+        if self._cb is None or not self._running:
+            self._closed.set()
+
+    # -- the handle -------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once consuming is over: stopped, drained and delivered, or ended by an error."""
+        return self._closed.is_set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until consuming is over (see :attr:`closed`), at most ``timeout`` seconds (None: no limit).
+
+        Raises:
+            jssync.TimeoutError: still running after ``timeout``.
+        """
+        deadline = Deadline(timeout)
+        while not self._closed.wait(deadline.slice()):
+            if deadline.expired():
+                raise TimeoutError(f"consume of {self.consumer!r} still running after {timeout}s")
+
+    @property
+    def pending_messages(self) -> int:
+        """Messages requested and not yet handed to the application (buffered or in flight)."""
+        return max(0, self._req - self._taken - self._disc)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes requested and not yet handed to the application (``max_bytes`` mode)."""
+        return max(0, self._req_b - self._taken_b - self._disc_b)
+
+    @property
+    def pull_requests(self) -> int:
+        """Pull requests sent so far."""
+        return self._pulls
+
+    def __enter__(self) -> ConsumeContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<jssync.ConsumeContext {self.stream}/{self.consumer} {self._state.name.lower()}>"
+
+    # -- iterator form ------------------------------------------------------------------------
+
+    def __iter__(self) -> ConsumeContext:
+        if self._cb is not None:
+            raise TypeError("a consume with a callback cannot be iterated")
+        return self
+
+    def __next__(self) -> Msg:
+        try:
+            msg = self._q.get_nowait()
+        except Empty:
+            msg = self._wait_msg()
+        if msg.__class__ is _Control:
+            self._q.put(_END)  # other iterating threads end too
+            self._closed.set()
+            exc = msg.exc
+            if exc is not None:
+                msg.exc = None
+                raise exc
+            raise StopIteration
+        if self._bytes_mode:
+            self._take_bytes(msg)
+        else:
+            t = self._taken = next(self._count)
+            if self._req - t - self._disc <= self._thr:
+                self._pull()
+        return msg  # type: ignore[no-any-return]
+
+    def next(self, timeout: float | None = None) -> Msg:
+        """Return the next message, blocking up to ``timeout`` seconds (None: no limit).
+
+        Raises:
+            jssync.TimeoutError: no message in time.
+            StopIteration: consuming is over.
+            jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError.
+        """
+        if self._cb is not None:
+            raise TypeError("next() cannot be used on a consume with a callback")
+        try:
+            msg = self._q.get_nowait()
+        except Empty:
+            msg = self._wait_msg(Deadline(timeout))
+        if msg.__class__ is _Control:
+            self._q.put(msg)
+            return self.__next__()
+        if self._bytes_mode:
+            self._take_bytes(msg)
+        else:
+            t = self._taken = next(self._count)
+            if self._req - t - self._disc <= self._thr:
+                self._pull()
+        return msg  # type: ignore[no-any-return]
+
+    def _take_bytes(self, msg: Msg) -> None:
+        size = message_size(msg.subject, msg.reply, msg.headers, msg.data)
+        with self._lock:
+            self._taken += 1
+            self._taken_b += size
+            need = self._req_b - self._taken_b - self._disc_b <= self._thr_b
+        if need:
+            self._pull()
+
+    def _wait_msg(self, deadline: Deadline | None = None) -> Any:
+        q = self._q
+        while True:
+            try:
+                return q.get(timeout=0.1 if deadline is None else deadline.slice())
+            except Empty:
+                pass
+            if deadline is not None and deadline.expired():
+                raise TimeoutError(f"no message from consumer {self.consumer!r} within {deadline.timeout}s")
+            if self._state is _State.RUNNING and not self._bytes_mode and (
+                    self._req - self._taken - self._disc <= self._thr):
+                self._pull()
+
+    # -- callback form: a lane on the worker pool -------------------------------------------
+
+    def _kick_lane(self) -> None:
+        with self._lane_lock:
+            if self._running:
+                return
+            self._running = True
+        self._conn._pool.submit(self._lane)
+
+    def _lane(self) -> None:
+        q = self._q
+        cb = self._cb
+        assert cb is not None
+        count = self._count
+        while True:
+            try:
+                msg = q.get_nowait()
+            except Empty:
+                self._running = False
+                if q.empty():
+                    return
+                with self._lane_lock:
+                    if self._running:
+                        return
+                    self._running = True
+                continue
+            if msg.__class__ is _Control:
+                self._closed.set()
+                return  # _running stays True: nothing runs the lane again
+            if self._state is _State.STOPPED:
+                if not self._ack_none:
+                    msg.nak()
+                continue
+            if self._bytes_mode:
+                self._take_bytes(msg)
+            else:
+                t = self._taken = next(count)
+                if self._req - t - self._disc <= self._thr:
+                    self._pull()
+            try:
+                cb(msg)
+            except Exception as exc:  # noqa: BLE001 - reported, consuming goes on
+                log.debug("jssync: consume callback raised", exc_info=True)
+                self._report(exc)
+
+
+def consume(js: JetStream, stream: str, consumer: str, callback: Callable[[Msg], Any] | None,
+            error_cb: Callable[[BaseException], Any] | None, opts: ConsumeOptions,
+            ack_none: bool) -> ConsumeContext:
+    """Start consuming (see :class:`ConsumeContext`)."""
+    return ConsumeContext(js, stream, consumer, opts, callback, error_cb, ack_none)._start()

@@ -1,0 +1,172 @@
+"""Pure classification of pull-request status messages (ADR-37 "Status handling"): no I/O.
+
+A message on a pull request's reply inbox is either a user message, a heartbeat, or a
+status that ends the pull request (``404 No Messages``, ``408 Request Timeout``, the
+``409`` family, ``400 Bad Request``, ``503`` no responders). :func:`classify` tells them
+apart; :func:`decide` says what fetch and consume do about a status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import IntEnum
+from typing import NamedTuple
+
+from ._errors import (
+    APIError,
+    ConsumerDeletedError,
+    ConsumerIsPushBasedError,
+    JetStreamError,
+    NoRespondersError,
+)
+
+HDR_STATUS = "Status"
+HDR_DESCRIPTION = "Description"
+HDR_PENDING_MSGS = "Nats-Pending-Messages"
+HDR_PENDING_BYTES = "Nats-Pending-Bytes"
+
+#: Length of the ``NATS/1.0\r\n`` header line and the closing ``\r\n``.
+_HDR_FRAME = len("NATS/1.0\r\n") + 2
+
+
+class PullRequestError(APIError):
+    """A pull request was ended by the server with a status that is not a normal end.
+
+    ``.code`` is the status (400, 409, ...), ``.description`` the server's text, e.g.
+    ``Exceeded MaxRequestBatch of 10``. ``consume`` reports these as warnings through
+    ``error_cb``; ``fetch`` puts them on ``.error``.
+    """
+
+
+class Action(IntEnum):
+    """What a status means for the pull request it belongs to."""
+
+    #: Heartbeat (100): the request goes on; only resets the heartbeat timer.
+    HEARTBEAT = 0
+    #: The request ended normally (404, 408, 409 Message Size Exceeds MaxBytes, 409 Batch Completed).
+    DONE = 1
+    #: The request ended with a warning (409 Exceeded ..., other 409s, 423): consume goes on.
+    WARNING = 2
+    #: The request ended with an error (400): fetch raises; consume reports it and goes on.
+    ERROR = 3
+    #: The consumer is gone or unusable (409 Consumer Deleted, 409 Consumer is push based):
+    #: fetch and consume both end by raising.
+    TERMINAL = 4
+    #: The consumer's leader changed (409 Leadership Change): consume resets its counts.
+    RESET = 5
+    #: Nobody answered the pull (503): the consumer does not exist or has no leader.
+    NO_RESPONDERS = 6
+
+
+class Status(NamedTuple):
+    """A status message on a pull inbox."""
+
+    code: int
+    description: str
+    pending_msgs: int
+    pending_bytes: int
+
+
+def _int_header(headers: Mapping[str, str], name: str) -> int:
+    v = headers.get(name)
+    if not v:
+        return 0
+    try:
+        n = int(v.strip())
+    except ValueError:
+        return 0
+    return n if n > 0 else 0
+
+
+def classify(headers: Mapping[str, str] | None, data: bytes) -> Status | None:
+    """Return the :class:`Status` of a message, or None for a user message.
+
+    A message with a payload, without headers, or without a ``Status`` header is a user
+    message. Pending counts come from ``Nats-Pending-Messages`` / ``Nats-Pending-Bytes``
+    on any status (0 when absent or malformed).
+    """
+    if not headers or data:
+        return None
+    raw = headers.get(HDR_STATUS)
+    if not raw:
+        return None
+    raw = raw.strip()
+    try:
+        code = int(raw[:3])
+    except ValueError:
+        code = 0
+    desc = headers.get(HDR_DESCRIPTION) or ""
+    return Status(code, desc, _int_header(headers, HDR_PENDING_MSGS), _int_header(headers, HDR_PENDING_BYTES))
+
+
+def decide(status: Status) -> Action:
+    """Say what a status means for its pull request (see :class:`Action`)."""
+    code = status.code
+    if code == 100:
+        return Action.HEARTBEAT
+    if code in (404, 408):
+        return Action.DONE
+    if code == 503:
+        return Action.NO_RESPONDERS
+    if code == 400:
+        return Action.ERROR
+    if code == 409:
+        d = status.description.lower()
+        if "message size exceeds maxbytes" in d or "batch completed" in d:
+            return Action.DONE
+        if "consumer deleted" in d or "consumer is push based" in d:
+            return Action.TERMINAL
+        if "leadership change" in d:
+            return Action.RESET
+        return Action.WARNING
+    return Action.WARNING
+
+
+def status_error(status: Status, stream: str, consumer: str) -> JetStreamError | APIError | NoRespondersError:
+    """The exception that stands for a (non-DONE) status of a pull on ``stream``/``consumer``."""
+    d = status.description
+    where = f"consumer {consumer!r} on stream {stream!r}"
+    if status.code == 409:
+        low = d.lower()
+        if "consumer deleted" in low:
+            return ConsumerDeletedError(f"{where} was deleted ({status.code} {d})")
+        if "consumer is push based" in low:
+            return ConsumerIsPushBasedError(
+                f"{where} is a push consumer: it cannot be pulled from ({status.code} {d})"
+            )
+    if status.code == 503:
+        return NoRespondersError(
+            f"no responders for the pull request to {where}: it does not exist or has no leader"
+        )
+    return PullRequestError(status.code, None, f"pull request to {where} ended: {status.code} {d}".rstrip())
+
+
+def message_size(subject: str, reply: str, headers: Mapping[str, str] | None, data: bytes) -> int:
+    """A delivered message's size as the server counts it against ``max_bytes``.
+
+    Subject + reply subject + header block + payload. The header block is rebuilt from
+    the parsed headers (``NATS/1.0\\r\\n`` + ``Name: value\\r\\n`` lines + ``\\r\\n``), which
+    matches what a client sent in the usual form.
+    """
+    n = len(subject) + len(reply) + len(data)
+    if headers:
+        n += _HDR_FRAME
+        for k, v in headers.items():
+            n += len(k) + len(v) + 4
+    return n
+
+
+def pull_request(batch: int, *, expires_ns: int = 0, max_bytes: int = 0, heartbeat_ns: int = 0,
+                 no_wait: bool = False) -> bytes:
+    """Encode a ``CONSUMER.MSG.NEXT`` request body."""
+    parts = [b'{"batch":%d' % batch]
+    if expires_ns > 0:
+        parts.append(b',"expires":%d' % expires_ns)
+    if max_bytes > 0:
+        parts.append(b',"max_bytes":%d' % max_bytes)
+    if heartbeat_ns > 0:
+        parts.append(b',"idle_heartbeat":%d' % heartbeat_ns)
+    if no_wait:
+        parts.append(b',"no_wait":true')
+    parts.append(b"}")
+    return b"".join(parts)

@@ -1,0 +1,104 @@
+"""Pure classification of pull statuses, pull request bodies and message sizes (no server)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import jssync
+from jssync._status import (
+    Action,
+    PullRequestError,
+    Status,
+    classify,
+    decide,
+    message_size,
+    pull_request,
+    status_error,
+)
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def st(code: str, desc: str = "", **extra: str) -> dict[str, str]:
+    h = {"Status": code}
+    if desc:
+        h["Description"] = desc
+    h.update(extra)
+    return h
+
+
+def test_user_messages():
+    assert classify(None, b"") is None
+    assert classify(None, b"data") is None
+    assert classify({"Foo": "bar"}, b"") is None
+    # a payload makes it a user message even with a Status header
+    assert classify(st("404", "No Messages"), b"x") is None
+
+
+@pytest.mark.parametrize(
+    ("code", "desc", "action"),
+    [
+        ("100", "Idle Heartbeat", Action.HEARTBEAT),
+        ("404", "No Messages", Action.DONE),
+        ("408", "Request Timeout", Action.DONE),
+        ("409", "Message Size Exceeds MaxBytes", Action.DONE),
+        ("409", "Batch Completed", Action.DONE),
+        ("409", "Consumer Deleted", Action.TERMINAL),
+        ("409", "Consumer is push based", Action.TERMINAL),
+        ("409", "Exceeded MaxRequestBatch of 10", Action.WARNING),
+        ("409", "Exceeded MaxRequestExpires of 1s", Action.WARNING),
+        ("409", "Exceeded MaxRequestMaxBytes of 100", Action.WARNING),
+        ("409", "Exceeded MaxWaiting", Action.WARNING),
+        ("409", "Leadership Change", Action.RESET),
+        ("409", "Something New", Action.WARNING),
+        ("400", "Bad Request", Action.ERROR),
+        ("503", "", Action.NO_RESPONDERS),
+        ("423", "Nats-Pin-Id mismatch", Action.WARNING),
+    ],
+)
+def test_decide(code, desc, action):
+    s = classify(st(code, desc), b"")
+    assert s is not None and s.code == int(code) and s.description == desc
+    assert decide(s) is action
+
+
+def test_pending_headers():
+    s = classify(st("408", "Request Timeout", **{"Nats-Pending-Messages": "7", "Nats-Pending-Bytes": "1024"}), b"")
+    assert s == Status(408, "Request Timeout", 7, 1024)
+    # malformed or negative values count as 0
+    s = classify(st("408", "", **{"Nats-Pending-Messages": "x", "Nats-Pending-Bytes": "-5"}), b"")
+    assert (s.pending_msgs, s.pending_bytes) == (0, 0)
+
+
+def test_malformed_status_code():
+    s = classify({"Status": "abc"}, b"")
+    assert s is not None and s.code == 0 and decide(s) is Action.WARNING
+
+
+def test_status_errors():
+    e = status_error(Status(409, "Consumer Deleted", 0, 0), "S", "C")
+    assert isinstance(e, jssync.ConsumerDeletedError) and "'C'" in str(e)
+    e = status_error(Status(409, "Consumer is push based", 0, 0), "S", "C")
+    assert isinstance(e, jssync.ConsumerIsPushBasedError)
+    e = status_error(Status(409, "Exceeded MaxWaiting", 0, 0), "S", "C")
+    assert isinstance(e, PullRequestError) and isinstance(e, jssync.APIError)
+    assert e.code == 409 and "Exceeded MaxWaiting" in e.description
+    e = status_error(Status(400, "Bad Request", 0, 0), "S", "C")
+    assert isinstance(e, PullRequestError) and e.code == 400
+    assert isinstance(status_error(Status(503, "", 0, 0), "S", "C"), jssync.NoRespondersError)
+
+
+def test_pull_request_body():
+    assert json.loads(pull_request(10)) == {"batch": 10}
+    body = json.loads(pull_request(5, expires_ns=30_000_000_000, max_bytes=100, heartbeat_ns=500_000_000))
+    assert body == {"batch": 5, "expires": 30_000_000_000, "max_bytes": 100, "idle_heartbeat": 500_000_000}
+    assert json.loads(pull_request(3, no_wait=True)) == {"batch": 3, "no_wait": True}
+
+
+def test_message_size_like_the_server():
+    # len(subject) + len(reply) + len(header block) + len(payload)
+    assert message_size("a.b", "$JS.ACK.x", None, b"hello") == 3 + 9 + 5
+    hdr = b"NATS/1.0\r\nK: v1\r\n\r\n"
+    assert message_size("a", "r", {"K": "v1"}, b"") == 1 + 1 + len(hdr)
