@@ -25,6 +25,8 @@ from ._errors import (
     MaxPayloadError,
     NoRespondersError,
     NoServersError,
+    PermissionDeniedError,
+    SubscriptionClosedError,
     TimeoutError,
     translate,
     translating,
@@ -71,6 +73,51 @@ def redact_url(url: str) -> str:
     user = parts.username or ""
     cred = f"{user}:***" if parts.password is not None else "***"
     return urlunsplit((parts.scheme, f"{cred}@{host}", parts.path, parts.query, parts.fragment))
+
+
+_SEED = re.compile(r"^S[UAONCPX][A-Z2-7]{56}$")
+
+
+def _looks_like_seed(value: str) -> bool:
+    """True if ``value`` has the shape of an nkey seed (``S`` + type + base32, 58 characters)."""
+    return bool(_SEED.match(value.strip()))
+
+
+_SEED_IN_TEXT = re.compile(r"\bS[UAONCPX][A-Z2-7]{56}\b")
+_JWT_IN_TEXT = re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+
+
+def _check_secret_file(path: str, what: str, need_jwt: bool) -> None:
+    """Raise ``ValueError`` naming ``path`` (never its content) unless it holds a seed (and a JWT)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 20)
+    except OSError as exc:
+        raise ValueError(f"cannot read the {what} {path!r}: {exc.strerror or type(exc).__name__}") from None
+    if need_jwt and not _JWT_IN_TEXT.search(text):
+        raise ValueError(f"the {what} {path!r} holds no user JWT")
+    if not _SEED_IN_TEXT.search(text):
+        raise ValueError(f"the {what} {path!r} holds no nkey seed")
+
+
+def _scrub(text: str, secrets: Sequence[str]) -> str:
+    """Replace every occurrence of each secret in ``text`` with ``***``."""
+    for secret in secrets:
+        if secret and len(secret) >= 3:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The password, or the token (a user part without password), in ``url``."""
+    try:
+        parts = urlsplit(url if "://" in url else "nats://" + url)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return []
+    if password is not None:
+        return [password]
+    return [user] if user else []
 
 
 def _split_servers(servers: str | Sequence[str] | None) -> list[str]:
@@ -192,6 +239,24 @@ class Connection:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")
         if tls is not None and not isinstance(tls, ssl.SSLContext):
             raise TypeError("tls must be an ssl.SSLContext")
+        secrets = [password or "", token or ""]
+        secrets += [p for u in self._urls for p in _url_secrets(u)]
+        seed_opt: tuple[str, str] | None = None
+        if nkeys_seed is not None:
+            seed = os.fspath(nkeys_seed)
+            if _looks_like_seed(seed):
+                seed_opt = ("nkeys_seed_str", seed.strip())
+                secrets.append(seed.strip())
+            elif os.path.isfile(seed):
+                _check_secret_file(seed, "nkeys_seed file", need_jwt=False)
+                seed_opt = ("nkeys_seed", seed)
+            else:
+                # never echo the value: it may be a mistyped seed
+                raise ValueError("nkeys_seed is neither an nkey seed (S...) nor the path of a readable seed file")
+        if creds is not None:
+            _check_secret_file(os.fspath(creds), "creds file", need_jwt=True)
+        #: Credentials to scrub from error texts and log lines.
+        self._secrets = tuple(s for s in secrets if s)
         self._id = next(_ids)
         self.name = name
         self._timeout = timeout
@@ -221,6 +286,10 @@ class Connection:
         self._tokens = itertools.count(1)
         self._disconnect_listeners: list[Callable[[], None]] = []
         self._reconnect_listeners: list[Callable[[], None]] = []
+        # permission watches: key -> (operation, lower-cased subject, callback run on the I/O thread)
+        self._perm_watch: dict[int, tuple[str, str, Callable[[PermissionDeniedError], None]]] = {}
+        self._perm_keys = itertools.count(1)
+        self._last_connect_error: BaseException | None = None
 
         opts: dict[str, Any] = dict(
             servers=self._urls,
@@ -246,12 +315,8 @@ class Connection:
             opts["token"] = token
         if creds is not None:
             opts["user_credentials"] = os.fspath(creds)
-        if nkeys_seed is not None:
-            seed = os.fspath(nkeys_seed)
-            if seed.startswith("SU") and not os.path.exists(seed):
-                opts["nkeys_seed_str"] = seed
-            else:
-                opts["nkeys_seed"] = seed
+        if seed_opt is not None:
+            opts[seed_opt[0]] = seed_opt[1]
         if tls is not None:
             opts["tls"] = tls
         if tls_hostname is not None:
@@ -265,13 +330,20 @@ class Connection:
             self._teardown(0.5)
             if isinstance(exc, Error) and not isinstance(exc, ConnectionClosedError):
                 if isinstance(exc, TimeoutError):
+                    last = self._last_connect_error
+                    why = f" (last error: {self._describe(last)})" if last is not None else ""
                     raise NoServersError(
                         f"could not connect to {', '.join(redact_url(u) for u in self._urls)} "
-                        f"within {timeout}s"
+                        f"within {timeout}s{why}"
                     ) from None
                 raise
             raise
         _live.add(self)
+
+    def _describe(self, exc: BaseException) -> str:
+        """``Type: message`` of ``exc`` with every credential of this connection scrubbed."""
+        text = str(exc) or type(exc).__name__
+        return _scrub(f"{type(exc).__name__}: {text}", self._secrets)
 
     async def _make_client(self) -> Any:
         import nats.aio.client
@@ -352,7 +424,7 @@ class Connection:
         """Log ``exc`` and hand it to the user's error callback on the worker pool."""
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             return
-        log.warning("jssync: %s: %s", type(exc).__name__, exc)
+        log.warning("jssync: %s: %s", type(exc).__name__, _scrub(str(exc), self._secrets))
         cb = self._error_cb
         if cb is not None and not self._pool._closed:
             if self._pool.in_worker():
@@ -374,7 +446,8 @@ class Connection:
         import nats.errors as ne
 
         if getattr(self, "_connecting", False):
-            log.debug("jssync: connect attempt failed: %s", exc)
+            self._last_connect_error = exc
+            log.debug("jssync: connect attempt failed: %s", self._describe(exc))
             if isinstance(exc, ne.AuthorizationError) or "authorization" in str(exc).lower():
                 # Raising here ends nats-py's first-connect loop: wrong credentials will not
                 # get better by retrying.
@@ -383,7 +456,64 @@ class Connection:
 
         if isinstance(exc, ne.SlowConsumerError):
             return  # already reported by the subscription
-        self._report_error(translate(exc))
+        err = translate(exc)
+        if isinstance(err, PermissionDeniedError):
+            self._notify_permission(err)
+        self._report_error(err)
+
+    # -- permission violations -----------------------------------------------------------
+
+    def _watch_permission(self, operation: str, subject: str, fn: Callable[[PermissionDeniedError], None]) -> int:
+        """Call ``fn(err)`` on the I/O thread when the server refuses ``operation`` on ``subject``.
+
+        ``operation`` is ``"publish"`` or ``"subscribe"``. Returns a key for
+        :meth:`_unwatch_permission`. Cheap (one dict insert); any thread.
+        """
+        key = next(self._perm_keys)
+        self._perm_watch[key] = (operation, subject.lower(), fn)
+        return key
+
+    def _unwatch_permission(self, key: int) -> None:
+        self._perm_watch.pop(key, None)
+
+    def _notify_permission(self, err: PermissionDeniedError) -> None:
+        """On the I/O thread: hand a permissions -ERR to the calls waiting on its subject."""
+        if err.subject is None or not self._perm_watch:
+            return
+        subject = err.subject.lower()
+        for op, subj, fn in list(self._perm_watch.values()):
+            if subj == subject and op == err.operation:
+                try:
+                    fn(err)
+                except Exception:  # pragma: no cover - watchers are tiny
+                    log.debug("permission watcher failed", exc_info=True)
+
+    async def _check_sub_permission(self, nsub: Any, subject: str, denied: list[PermissionDeniedError],
+                                    key: int) -> None:
+        """On the loop, after a SUB: PING/PONG, then raise if a permissions -ERR named ``subject``.
+
+        The server answers in order, so a refusal of the SUB arrives before the PONG.
+        ``denied`` is filled by the watch ``key`` (registered before the SUB was sent).
+        Skipped while disconnected (the SUB goes out on reconnect; a refusal then goes to
+        error_cb).
+        """
+        try:
+            if self._nc.is_connected and not denied:
+                try:
+                    await self._ordered_flush(max(0.5, min(self._timeout or 2.0, 5.0)))
+                except Exception as exc:
+                    log.debug("could not confirm the subscription on %r: %s", subject, exc)
+        finally:
+            self._unwatch_permission(key)
+        if denied:
+            try:
+                await nsub.unsubscribe()
+            except Exception:
+                log.debug("could not remove the refused subscription", exc_info=True)
+            raise PermissionDeniedError(
+                f"permission denied: the server refused the subscription to {subject!r}",
+                operation="subscribe", subject=subject,
+            ) from denied[0]
 
     async def _on_disconnected(self) -> None:
         if getattr(self, "_connecting", False):
@@ -591,6 +721,23 @@ class Connection:
             assert self._pump_idle is not None
             await self._pump_idle.wait()
 
+    async def _ordered_flush(self, timeout: float) -> None:
+        """On the loop: PING/PONG once everything nats-py buffered is on the socket.
+
+        nats-py writes its PING straight to the socket, ahead of commands still in its
+        buffer (e.g. a SUB just made), so the PONG could come back before the server saw
+        them. Writing the buffer first keeps the order.
+        """
+        nc = self._nc
+        if self._fast and nc.is_connected and nc._pending:
+            try:
+                nc._transport.writelines(nc._pending[:])
+                nc._pending = []
+                nc._pending_data_size = 0
+            except Exception:  # pragma: no cover - nats-py's flusher reports socket errors
+                log.debug("could not write the buffer before PING", exc_info=True)
+        await nc.flush(timeout=timeout)
+
     def flush(self, timeout: float = 2.0) -> None:
         """Send everything published so far and wait for the server to confirm (PING/PONG).
 
@@ -605,7 +752,7 @@ class Connection:
         async def _flush() -> None:
             await self._sync_pubs()
             with translating():
-                await self._nc.flush(timeout=max(timeout, 0.001))
+                await self._ordered_flush(max(timeout, 0.001))
 
         self.run(_flush(), Deadline(timeout + 0.5), "flush")
 
@@ -626,6 +773,8 @@ class Connection:
         Raises:
             jssync.TimeoutError: no reply in time.
             jssync.NoRespondersError: nobody listens on ``subject``.
+            jssync.PermissionDeniedError: the server refused the publish to ``subject`` or
+                the subscription to the reply inbox (raised as soon as the refusal arrives).
             jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
         """
         validate_subject(subject, wildcards=False)
@@ -647,12 +796,19 @@ class Connection:
         token = str(next(self._tokens))
         waiter = _Waiter()
         self._replies[token] = waiter.set
+        wkey = self._watch_permission("publish", subject, waiter.fail)
         try:
             self._enqueue((subject, data, prefix + token, headers))
             msg = waiter.wait(deadline, self)
         finally:
             self._replies.pop(token, None)
+            self._perm_watch.pop(wkey, None)
         if msg is None:
+            if waiter.exc is not None:
+                raise PermissionDeniedError(
+                    f"permission denied: the server refused the request's publish to {subject!r}",
+                    operation="publish", subject=subject,
+                ) from waiter.exc
             raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s")
         hdrs = msg.headers
         if hdrs and not msg.data and hdrs.get("Status") == "503":
@@ -664,15 +820,41 @@ class Connection:
         # JetStream delivers pulled messages with their stream subject, not the reply
         # inbox, so the multiplexer cannot route them: use a one-off subscription.
         inbox = self.new_inbox()
-        sub = self.subscribe(inbox, pending_msgs_limit=16)
+        denied: list[PermissionDeniedError] = []
+        holder: list[Subscription] = []
+
+        def on_denied(err: PermissionDeniedError) -> None:
+            denied.append(err)
+            if holder:
+                holder[0]._end()
+
+        keys = (self._watch_permission("publish", subject, on_denied),
+                self._watch_permission("subscribe", inbox, on_denied))
         try:
-            self._enqueue((subject, data, inbox, headers))
+            sub = self._make_subscription(inbox, None, None, 16, check_permissions=False)
+            holder.append(sub)
             try:
-                msg = sub.next_msg(timeout)
-            except TimeoutError:
-                raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s") from None
+                if denied:
+                    sub._end()
+                self._enqueue((subject, data, inbox, headers))
+                try:
+                    msg = sub.next_msg(timeout)
+                except TimeoutError:
+                    raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s") from None
+                except SubscriptionClosedError:
+                    if not denied:
+                        raise
+                    err = denied[0]
+                    what = f"publish to {subject!r}" if err.operation == "publish" else f"subscription to {inbox!r}"
+                    raise PermissionDeniedError(
+                        f"permission denied: the server refused the request's {what}",
+                        operation=err.operation, subject=subject if err.operation == "publish" else inbox,
+                    ) from err
+            finally:
+                sub.unsubscribe()
         finally:
-            sub.unsubscribe()
+            for k in keys:
+                self._perm_watch.pop(k, None)
         hdrs = msg.headers
         if hdrs and not msg.data and hdrs.get("Status") == "503":
             raise NoRespondersError(f"no responders are available for the request on {subject!r}")
@@ -705,9 +887,24 @@ class Connection:
                     return None
 
             async def _sub() -> None:
-                with translating():
-                    nsub = await self._nc.subscribe(prefix + "*", pending_msgs_limit=0, pending_bytes_limit=0)
+                denied: list[PermissionDeniedError] = []
+                key = self._watch_permission("subscribe", prefix + "*", denied.append)
+                try:
+                    with translating():
+                        nsub = await self._nc.subscribe(prefix + "*", pending_msgs_limit=0, pending_bytes_limit=0)
+                except BaseException:
+                    self._unwatch_permission(key)
+                    raise
                 nsub._pending_queue = _Mux()
+                try:
+                    await self._check_sub_permission(nsub, prefix + "*", denied, key)
+                except PermissionDeniedError as exc:
+                    raise PermissionDeniedError(
+                        f"permission denied: the server refused the subscription to the reply inbox "
+                        f"{prefix + '*'!r} that requests need; allow subscribe on "
+                        f"'{prefix.split('.')[0]}.>' (or connect with another inbox_prefix)",
+                        operation="subscribe", subject=prefix + "*",
+                    ) from exc.__cause__
 
             self.run(_sub(), deadline, "request")
             self._mux_prefix = prefix
@@ -747,22 +944,44 @@ class Connection:
         per subscription, in order. Past ``pending_msgs_limit`` unread messages, new ones are
         dropped and reported to ``error_cb`` as :class:`jssync.SlowConsumerError`.
 
-        Blocks until the SUB is sent (at most the connect timeout).
+        Blocks until the server confirmed the SUB with a PING/PONG (at most the connect
+        timeout plus 5 s), so a refusal by the server's permissions is raised here. While
+        disconnected, the SUB is sent on reconnect and a refusal goes to ``error_cb``.
 
         Raises:
             jssync.BadSubjectError: invalid subject or queue name.
+            jssync.PermissionDeniedError: the server refused the subscription.
         """
         validate_subject(subject)
         if queue is not None and (not queue or _SUBJECT_BAD.search(queue)):
             raise BadSubjectError(f"invalid queue group name: {queue!r}")
+        return self._make_subscription(subject, queue, callback, pending_msgs_limit, check_permissions=True)
+
+    def _make_subscription(self, subject: str, queue: str | None, callback: Callable[[Msg], Any] | None,
+                           pending_msgs_limit: int, *, check_permissions: bool) -> Subscription:
+        """``subscribe`` without validation; ``check_permissions`` adds the PING/PONG check."""
         self._check_open()
         sub = Subscription(self, subject, queue, callback, pending_msgs_limit)
 
         async def _sub() -> Any:
             await self._sync_pubs()
-            return await self._subscribe_async(sub)
+            if not check_permissions:
+                return await self._subscribe_async(sub)
+            denied: list[PermissionDeniedError] = []
+            key = self._watch_permission("subscribe", subject, denied.append)
+            try:
+                nsub = await self._subscribe_async(sub)
+            except BaseException:
+                self._unwatch_permission(key)
+                raise
+            await self._check_sub_permission(nsub, subject, denied, key)
+            return nsub
 
-        sub._nsub = self.run(_sub(), Deadline(self._timeout + 5), "subscribe")
+        try:
+            sub._nsub = self.run(_sub(), Deadline(self._timeout + 5), "subscribe")
+        except PermissionDeniedError:
+            sub._end()
+            raise
         with self._subs_lock:
             self._subs.add(sub)
         return sub
@@ -886,17 +1105,33 @@ class Connection:
 
 
 class _Waiter:
-    """A one-shot slot a user thread waits on (in 0.1 s slices) until the I/O thread fills it."""
+    """A one-shot slot a user thread waits on (in 0.1 s slices) until the I/O thread fills it.
 
-    __slots__ = ("_lock", "msg")
+    ``set`` (a reply) and ``fail`` (a permissions -ERR) both run on the I/O thread; the
+    first one wins.
+    """
+
+    __slots__ = ("_lock", "msg", "exc", "_done")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lock.acquire()
         self.msg: Msg | None = None
+        self.exc: BaseException | None = None
+        self._done = False
 
     def set(self, msg: Msg) -> None:
+        if self._done:
+            return
+        self._done = True
         self.msg = msg
+        self._lock.release()
+
+    def fail(self, exc: BaseException) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.exc = exc
         self._lock.release()
 
     def wait(self, deadline: Deadline, conn: Connection) -> Msg | None:
@@ -935,7 +1170,13 @@ def connect(servers: str | Sequence[str] | None = None, **options: Any) -> Conne
     that runs an asyncio event loop (Jupyter).
 
     Raises:
-        jssync.NoServersError: no server could be reached in time.
+        jssync.NoServersError: no server could be reached in time (the message names the
+            last connect error, e.g. a TLS certificate problem).
         jssync.AuthorizationError: the credentials were refused.
+        ValueError: ``nkeys_seed`` or ``creds`` cannot be used (the message names the file,
+            never a credential).
+
+    No credential (password, token, seed, JWT) appears in a repr, a log line or an
+    exception message.
     """
     return Connection(servers, **options)

@@ -39,6 +39,7 @@ import asyncio
 import builtins
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,7 +69,18 @@ class AuthorizationError(Error):
 
 
 class PermissionDeniedError(Error):
-    """The server refused a publish or subscribe because of permissions."""
+    """The server refused a publish or subscribe because of permissions.
+
+    Attributes:
+        operation: ``"publish"`` or ``"subscribe"`` when known, else None.
+        subject: the refused subject when known (the server reports it lower-cased), else None.
+    """
+
+    def __init__(self, message: str = "permissions violation", *, operation: str | None = None,
+                 subject: str | None = None) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.subject = subject
 
 
 class NoRespondersError(Error):
@@ -226,6 +238,27 @@ def check_api_response(data: bytes) -> dict[str, Any]:
     return resp
 
 
+_PERMISSION = re.compile(
+    r'permissions violation for (publish|subscription) (?:with reply of |to )"((?:[^"\\]|\\.)*)"', re.IGNORECASE
+)
+
+
+def permission_error(text: str) -> PermissionDeniedError:
+    """Build a :class:`PermissionDeniedError` from the server's ``-ERR`` text.
+
+    ``operation`` and ``subject`` are filled in when the text names them, e.g.
+    ``Permissions Violation for Subscription to "foo" using queue "q"``.
+    """
+    text = text.strip()
+    if text.startswith("nats: "):
+        text = text[6:]
+    m = _PERMISSION.search(text)
+    if m is None:
+        return PermissionDeniedError(text)
+    op = "publish" if m.group(1).lower() == "publish" else "subscribe"
+    return PermissionDeniedError(text, operation=op, subject=m.group(2))
+
+
 def translate(exc: BaseException) -> BaseException:
     """Map a nats-py (or asyncio) exception to the jssync one; others are returned as they are."""
     if isinstance(exc, Error):
@@ -252,7 +285,7 @@ def translate(exc: BaseException) -> BaseException:
     elif isinstance(exc, ne.MaxPayloadError):
         new = MaxPayloadError(str(exc) or "maximum payload exceeded")
     elif isinstance(exc, ne.Error) and "permissions violation" in str(exc).lower():
-        new = PermissionDeniedError(str(exc))
+        new = permission_error(str(exc))
     elif isinstance(exc, ne.Error):
         new = Error(str(exc) or type(exc).__name__)
     else:
