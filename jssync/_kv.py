@@ -31,6 +31,7 @@ from ._errors import (
     APIError,
     Error,
     JetStreamError,
+    NoRespondersError,
     NotFoundError,
     StreamNameInUseError,
     StreamNotFoundError,
@@ -529,6 +530,8 @@ class KeyValue:
                 msg = conn.request(self._direct_pre + key, b"", timeout=timeout)
             except TimeoutError:
                 raise TimeoutError(f"no reply to the get of key {key!r} within {timeout}s") from None
+            except NoRespondersError:
+                raise self._no_responders(timeout) from None
             hdrs = msg.headers
             err = status_error(msg, f"get of key {key!r} in bucket {self.bucket!r}")
             if err is not None:
@@ -555,6 +558,14 @@ class KeyValue:
         if sm.subject != subject:
             raise KeyNotFoundError(f"revision {revision} of bucket {self.bucket!r} is not of key {key!r}")
         return Entry(self.bucket, key, sm.data, sm.seq, 0, sm.time, _operation(sm.headers))
+
+    def _no_responders(self, timeout: float) -> BaseException:
+        from ._direct import _no_responders
+
+        try:
+            return _no_responders(self._stream, timeout)
+        except StreamNotFoundError as exc:
+            return BucketNotFoundError(exc.code, exc.err_code, f"bucket {self.bucket!r} not found")
 
     # -- writes ---------------------------------------------------------------------------
 

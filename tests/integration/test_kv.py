@@ -121,6 +121,16 @@ def test_open_and_delete_bucket(js, unique, kv):
         js.delete_key_value(f"nope{unique}")
 
 
+def test_get_on_a_deleted_bucket(js, unique):
+    kv = js.create_key_value(bucket=f"g{unique}", storage="memory")
+    kv.put("k", b"v")
+    js.delete_key_value(f"g{unique}")
+    with pytest.raises(BucketNotFoundError):
+        kv.get("k", timeout=2)
+    with pytest.raises(BucketNotFoundError):
+        kv.status()
+
+
 def test_open_a_stream_that_is_not_a_bucket(js, unique):
     js.create_stream(name=f"KV_s{unique}", subjects=[f"s{unique}.>"], storage="memory")
     try:
