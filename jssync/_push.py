@@ -15,6 +15,7 @@ a user message costs one string prefix test more than a core message.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as _dt
 import logging
 import threading
@@ -33,6 +34,7 @@ from ._errors import (
     Error,
     JetStreamError,
     NoHeartbeatError,
+    SlowConsumerError,
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
@@ -230,11 +232,23 @@ def _num(v: Any, what: str) -> float:
     return float(v)
 
 
+_DEFAULTS = api.ConsumerConfig()
+
+
+def _set_fields(config: api.ConsumerConfig) -> set[str]:
+    """The fields of ``config`` that differ from a plain ``ConsumerConfig()`` (which has a few
+    defaults: deliver all, ack explicit, replay instant)."""
+    return {f.name for f in dataclasses.fields(config)
+            if getattr(config, f.name) is not None and getattr(config, f.name) != getattr(_DEFAULTS, f.name)}
+
+
 def _user_config(config: api.ConsumerConfig | None, options: dict[str, Any], idle_heartbeat: float | None,
-                 flow_control: bool) -> api.ConsumerConfig:
-    """The configuration the user asked for (their fields only, no defaults added)."""
+                 flow_control: bool) -> tuple[api.ConsumerConfig, set[str]]:
+    """The configuration the user asked for, and the names of the fields they set."""
     from ._jetstream import _consumer_config
 
+    given = _set_fields(config) if config is not None else set()
+    given |= {k for k, v in options.items() if v is not None}
     cfg = _consumer_config(config, options)
     cfg = cfg.evolve()  # a copy: never change the caller's object
     if idle_heartbeat is not None:
@@ -243,17 +257,19 @@ def _user_config(config: api.ConsumerConfig | None, options: dict[str, Any], idl
             raise ValueError(f"idle_heartbeat={idle_heartbeat!r} differs from config.idle_heartbeat="
                              f"{cfg.idle_heartbeat!r}")
         cfg.idle_heartbeat = hb
+        given.add("idle_heartbeat")
     elif cfg.idle_heartbeat is not None:
         _num(cfg.idle_heartbeat, "idle_heartbeat")
     if not isinstance(flow_control, bool):
         raise TypeError(f"flow_control must be a bool, got {flow_control!r}")
     if flow_control:
         cfg.flow_control = True
+        given.add("flow_control")
     if cfg.flow_control and not cfg.idle_heartbeat:
         raise ValueError("flow_control needs idle_heartbeat: the server requires heartbeats with flow control")
     if cfg.ack_policy is not None and str(_wire(cfg.ack_policy)) not in ("none", "all", "explicit"):
         raise ValueError(f"invalid ack_policy {cfg.ack_policy!r}")
-    return cfg
+    return cfg, given
 
 
 def _wire(v: Any) -> Any:
@@ -296,11 +312,12 @@ def _same(field: str, want: Any, have: Any) -> bool:
     return bool(want == have)
 
 
-def _config_mismatch(user: api.ConsumerConfig, server: dict[str, Any]) -> tuple[str, Any, Any] | None:
-    """The first field the user set to a value other than the consumer's, or None."""
+def _config_mismatch(user: api.ConsumerConfig, server: dict[str, Any],
+                     given: set[str]) -> tuple[str, Any, Any] | None:
+    """The first field in ``given`` that the user set to a value other than the consumer's, or None."""
     wire = user.as_dict()
     for field, want in wire.items():
-        if getattr(user, field, None) is None or field in _NOT_COMPARED:
+        if field not in given or getattr(user, field, None) is None or field in _NOT_COMPARED:
             continue  # not set by the user (as_dict turns unset durations into 0)
         have = server.get(field)
         if not _same(field, want, have):
@@ -322,12 +339,14 @@ def check_consumer(
     queue: str | None = None,
     pull: bool = False,
     config: api.ConsumerConfig | None = None,
+    compare: set[str] | None = None,
 ) -> None:
     """Run the ADR-15 checks of an existing consumer against the subscription asked for.
 
     Pure (no I/O). ``info`` is the consumer's info: the raw JSON reply of
-    ``CONSUMER.INFO`` or a :class:`ConsumerInfo`. ``config`` holds only the fields the
-    user set.
+    ``CONSUMER.INFO`` or a :class:`ConsumerInfo`. ``config`` is the configuration asked
+    for; ``compare`` names the fields the user set (default: those of ``config`` that
+    differ from a plain ``ConsumerConfig()``). Only those are compared.
 
     Raises:
         SubjectMismatchError: ``subject`` is not the consumer's filter subject.
@@ -388,7 +407,7 @@ def check_consumer(
                 raise QueueGroupOptionError(
                     f"consumer {name!r} has idle heartbeats, which are not supported with queue groups")
     if config is not None:
-        diff = _config_mismatch(config, cfg)
+        diff = _config_mismatch(config, cfg, _set_fields(config) if compare is None else compare)
         if diff is not None:
             raise ConsumerConfigMismatchError(*diff)
 
@@ -502,7 +521,10 @@ class JetStreamSubscription(Subscription):
         # ordered resets
         self._reset_lock = threading.Lock()
         self._reset_wanted = False
-        self._reset_running = False
+        self._draining = False
+        # until subscribe() returns, resets wait (it acts as the running reset job)
+        self._reset_running = True
+        self._reset_idle = threading.Event()
         self._ordered_cfg: api.ConsumerConfig | None = None
         self._timeout: float | None = None
         self.resets = 0
@@ -561,19 +583,21 @@ class JetStreamSubscription(Subscription):
                 self._report(InvalidJSAckError(str(exc)))
                 Subscription._deliver(self, msg)
                 return
+            lane = self._lane
+            if (len(lane) if lane is not None else self._q.qsize()) >= self._limit:
+                # dropped (reported as a slow consumer); the gap shows with the next message. Only
+                # this thread adds to the queue, so a message that fits here is accepted below.
+                if self.ordered:
+                    self._request_reset("slow consumer drop")
+                self._drop()
             cseq = seq.consumer
             last = self._cseq
             if last is not None and cseq != last + 1:
                 if self.ordered:
-                    self._request_reset()
+                    self._request_reset("consumer sequence gap")
                     return
                 self._report(ConsumerSequenceMismatchError(self.subject, self._sseq + 1, cseq, last))
-            try:
-                Subscription._deliver(self, msg)
-            except asyncio.QueueFull:
-                if self.ordered:
-                    self._request_reset()
-                raise
+            Subscription._deliver(self, msg)
             self._cseq = cseq
             self._sseq = seq.stream
             return
@@ -584,6 +608,14 @@ class JetStreamSubscription(Subscription):
                 self._on_status(msg, status, hdrs)
                 return
         Subscription._deliver(self, msg)  # not a JetStream message: passed on as it is
+
+    def _drop(self) -> None:
+        """Drop a message: the pending limit is reached (as the core subscription does)."""
+        self._dropped += 1
+        if not self._slow_reported:
+            self._slow_reported = True
+            self._report(SlowConsumerError(self.subject, self._dropped))
+        raise asyncio.QueueFull  # nats-py reports it to its error callback, which ignores it
 
     def _on_status(self, msg: Msg, status: str, hdrs: dict[str, str]) -> None:
         if status == "100":
@@ -609,7 +641,7 @@ class JetStreamSubscription(Subscription):
         desc = hdrs.get("Description", "")
         exc = StatusError(code, desc, self.subject)
         if self.ordered and code == 409 and "deleted" in desc.lower():
-            self._request_reset()
+            self._request_reset("consumer deleted")
         self._report(exc)
         if self._lane is None:
             self._q.put(_Raise(exc))
@@ -626,7 +658,7 @@ class JetStreamSubscription(Subscription):
         if server_cseq == last:
             return
         if self.ordered:
-            self._request_reset()
+            self._request_reset("heartbeat shows a gap")
             return
         self._report(ConsumerSequenceMismatchError(self.subject, self._sseq + 1, server_cseq, last))
         self._cseq = server_cseq  # reported once
@@ -667,7 +699,7 @@ class JetStreamSubscription(Subscription):
             self.alarms += 1
             self._report(HeartbeatAlarmError(self.subject, self.idle_heartbeat or 0.0, alarm))
             if self.ordered:
-                self._request_reset()
+                self._request_reset("heartbeat alarm")
             self._arm(alarm)
         else:
             self._arm(alarm - idle)
@@ -724,17 +756,37 @@ class JetStreamSubscription(Subscription):
 
     # -- ordered resets --------------------------------------------------------------------
 
-    def _request_reset(self) -> None:
+    def _request_reset(self, reason: str) -> None:
         """Recreate the ordered consumer from the last stream sequence + 1 (any thread, no wait)."""
         with self._reset_lock:
-            if self._closed:
+            if self._closed or self._draining:
                 return
+            log.debug("jssync: ordered subscription on %s: reset (%s)", self.stream_name, reason)
             self._gen += 1  # from now on, whatever the old consumer sends is dropped
             self._reset_wanted = True
             if self._reset_running:
                 return
             self._reset_running = True
+            self._reset_idle.clear()
         self._conn._pool.submit(self._reset_job)
+
+    def _ready(self) -> None:
+        """subscribe() is done: let resets run (one may be waiting)."""
+        with self._reset_lock:
+            if not self._reset_wanted or self._closed:
+                self._reset_running = False
+                self._reset_idle.set()
+                return
+            self._reset_idle.clear()
+        self._conn._pool.submit(self._reset_job)
+
+    def _wait_reset_idle(self, deadline: Deadline) -> None:
+        """Wait (in slices) until no reset is running, so the current consumer is known."""
+        if not self.ordered or self._conn._pool.in_worker():
+            return  # on the pool, the reset job may be queued behind this thread: do not wait
+        while not self._reset_idle.wait(deadline.slice()):
+            if deadline.expired():
+                return
 
     def _reset_job(self) -> None:
         """On the worker pool: reset until it worked or the subscription ended."""
@@ -743,6 +795,7 @@ class JetStreamSubscription(Subscription):
             with self._reset_lock:
                 if self._closed or self._conn._closed or not self._reset_wanted:
                     self._reset_running = False
+                    self._reset_idle.set()
                     return
                 self._reset_wanted = False
                 gen = self._gen
@@ -778,8 +831,6 @@ class JetStreamSubscription(Subscription):
         deadline = Deadline(self._timeout if self._timeout is not None else js.timeout)
         inbox = conn.new_inbox()
         nsub = conn.run(self._nats_subscribe(inbox, None, gen, True), deadline, "subscribe")
-        self._nsub = nsub
-        self.subject = inbox
         cfg = base.evolve(deliver_subject=inbox)
         if self._sseq > 0:
             cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
@@ -790,14 +841,20 @@ class JetStreamSubscription(Subscription):
         except BaseException:
             self._unsubscribe_nats(nsub, Deadline(1.0))
             raise
-        self.consumer_name = consumer.name
-        self.resets += 1
-        self._last_seen = _monotonic()
-        log.debug("jssync: ordered subscription reset to consumer %s from stream sequence %d",
-                  consumer.name, self._sseq + 1)
-        if self._closed:  # unsubscribed while we were at it
+        with self._reset_lock:  # unsubscribe() sets _closed under this lock: install, or clean up
+            closed = self._closed
+            if not closed:
+                self._nsub = nsub
+                self.subject = inbox
+                self.consumer_name = consumer.name
+                self.resets += 1
+        if closed:
             self._unsubscribe_nats(nsub, Deadline(1.0))
             self._try_delete(consumer.name)
+            return
+        self._last_seen = _monotonic()
+        log.debug("jssync: ordered subscription reset to consumer %s from stream sequence %s",
+                  consumer.name, cfg.opt_start_seq or cfg.deliver_policy)
         if old_name and old_name != consumer.name:
             self._try_delete(old_name)
 
@@ -809,7 +866,7 @@ class JetStreamSubscription(Subscription):
 
     def _on_reconnect(self) -> None:
         # I/O thread: an ordered consumer (memory storage, R1) may not have survived
-        self._request_reset()
+        self._request_reset("reconnect")
 
     # -- user side -------------------------------------------------------------------------
 
@@ -887,7 +944,12 @@ class JetStreamSubscription(Subscription):
             log.debug("jssync: connection closed: consumer %s/%s is not deleted", self.stream_name, name)
             return
         self.created_consumer = False
-        self._js.delete_consumer(self.stream_name, name, timeout=deadline.remaining())
+        try:
+            self._js.delete_consumer(self.stream_name, name, timeout=deadline.remaining())
+        except ConsumerNotFoundError:
+            if not self.ordered:
+                raise
+            # an ordered subscription's consumer is its own business: gone is fine
 
     def unsubscribe(self, timeout: float = 5.0) -> None:
         """Remove interest, then delete the consumer if this subscription created it. Idempotent.
@@ -903,6 +965,7 @@ class JetStreamSubscription(Subscription):
             return
         deadline = Deadline(timeout)
         self._end()
+        self._wait_reset_idle(deadline)
         self._conn._unsubscribe(self, drain=False, timeout=deadline)
         self._delete_consumer(deadline)
 
@@ -923,6 +986,11 @@ class JetStreamSubscription(Subscription):
             return
         deadline = Deadline(timeout)
         self._stop_alarm()
+        if self.ordered:  # no resets from here on
+            with self._reset_lock:
+                self._draining = True
+                self._reset_wanted = False
+            self._wait_reset_idle(deadline)
         self._conn._unsubscribe(self, drain=True, timeout=deadline)
         lane = self._lane
         if lane is not None and self.created_consumer:
@@ -1056,7 +1124,7 @@ def subscribe(
         raise ValueError(f"pending_msgs_limit must be an int >= 1, got {pending_msgs_limit!r}")
     if timeout is not None:
         _num(timeout, "timeout")
-    user = _user_config(config, options, idle_heartbeat, flow_control)
+    user, given = _user_config(config, options, idle_heartbeat, flow_control)
     if user.deliver_group is not None and user.deliver_group != queue:
         raise ValueError(f"config.deliver_group={user.deliver_group!r} must be given as queue=")
     if subject and user.filter_subject and user.filter_subject != subject:
@@ -1072,9 +1140,9 @@ def subscribe(
                               ("deliver_subject", user.deliver_subject)) if v is not None]
         if bad:
             raise ValueError(f"an ordered subscription cannot have {', '.join(bad)}")
-        if user.ack_policy is not None and _wire(user.ack_policy) != "none":
+        if "ack_policy" in given and _wire(user.ack_policy) != "none":
             raise ValueError(f"an ordered subscription has ack policy none, not {user.ack_policy!r}")
-        if user.max_deliver not in (None, 1):
+        if "max_deliver" in given and user.max_deliver != 1:
             raise ValueError(f"an ordered subscription has max_deliver 1, not {user.max_deliver!r}")
     if queue is not None:
         if user.flow_control:
@@ -1103,9 +1171,9 @@ def subscribe(
             raise ConsumerNotFoundError(404, 10014, f"consumer {consumer!r} not found on stream {stream!r}")
     try:
         if info is not None:
-            _bind(sub, info, subject, queue, user)
+            _bind(sub, info, subject, queue, user, given)
         else:
-            _create(sub, js, stream, name, subject, queue, user, ordered, timeout)
+            _create(sub, js, stream, name, subject, queue, user, given, ordered, timeout)
     except BaseException:
         sub._end()
         with conn._subs_lock:
@@ -1121,6 +1189,7 @@ def subscribe(
         sub._start_alarm()
     if ordered:
         conn._reconnect_listeners.append(sub._on_reconnect)
+    sub._ready()
     return sub
 
 
@@ -1138,9 +1207,9 @@ def _apply_consumer(sub: JetStreamSubscription, cfg: dict[str, Any]) -> None:
 
 
 def _bind(sub: JetStreamSubscription, info: dict[str, Any], subject: str, queue: str | None,
-          user: api.ConsumerConfig) -> None:
+          user: api.ConsumerConfig, given: set[str]) -> None:
     """Use an existing consumer: the checks, then a NATS subscription on its deliver subject."""
-    check_consumer(info, subject=subject, queue=queue, pull=False, config=user)
+    check_consumer(info, subject=subject, queue=queue, pull=False, config=user, compare=given)
     cfg = info.get("config") or {}
     _apply_consumer(sub, cfg)
     sub.consumer_name = str(info.get("name") or cfg.get("durable_name"))
@@ -1149,7 +1218,8 @@ def _bind(sub: JetStreamSubscription, info: dict[str, Any], subject: str, queue:
 
 
 def _create(sub: JetStreamSubscription, js: JetStream, stream: str, name: str | None, subject: str,
-            queue: str | None, user: api.ConsumerConfig, ordered: bool, timeout: float | None) -> None:
+            queue: str | None, user: api.ConsumerConfig, given: set[str], ordered: bool,
+            timeout: float | None) -> None:
     """Create the consumer: the NATS subscription first, then the consumer (ADR-15 order)."""
     conn = js.conn
     cfg = user.evolve()
@@ -1177,21 +1247,21 @@ def _create(sub: JetStreamSubscription, js: JetStream, stream: str, name: str | 
     except ConsumerExistsError:
         if name is None:
             raise
-        _lost_race(sub, js, stream, name, subject, queue, user, timeout)
+        _lost_race(sub, js, stream, name, subject, queue, user, given, timeout)
         return
     sub.consumer_name = created.name  # for an ephemeral, the name the server gave it
     sub.created_consumer = True
 
 
 def _lost_race(sub: JetStreamSubscription, js: JetStream, stream: str, name: str, subject: str,
-               queue: str | None, user: api.ConsumerConfig, timeout: float | None) -> None:
+               queue: str | None, user: api.ConsumerConfig, given: set[str], timeout: float | None) -> None:
     """The consumer was created by someone else since our lookup: look it up again, run the
     checks, and move the NATS subscription to its deliver subject (ADR-15)."""
     info = _consumer_info_raw(js, stream, name, timeout)
     if info is None:
         raise ConsumerNotFoundError(404, 10014, f"consumer {name!r} on stream {stream!r} was created and "
                                     "deleted while subscribing")
-    check_consumer(info, subject=subject, queue=queue, pull=False, config=user)
+    check_consumer(info, subject=subject, queue=queue, pull=False, config=user, compare=given)
     if queue is None:
         raise DuplicateSubscriptionError(
             f"consumer {name!r} on stream {stream!r} was created by another subscriber at the same time")

@@ -305,23 +305,22 @@ def test_queue_group_members_share_one_durable(js, nc, stream):
 # -- order of operations, and the "already exists" race ------------------------------------------
 
 
-def test_nats_subscription_made_before_consumer(js, nats_server, stream, monkeypatch):
+def test_nats_subscription_made_before_consumer(js, stream, monkeypatch):
     name, p = stream
-    seen = []
+    replies = []
     real_api = js._api
 
     def spy(suffix, payload=None, timeout=None):
+        resp = real_api(suffix, payload, timeout)
         if suffix.startswith("CONSUMER.CREATE"):
-            deliver = payload["config"]["deliver_subject"]
-            subs = nats_server.varz(f"subsz?subs=1&test={deliver}")
-            seen.append([s["subject"] for s in subs.get("subscriptions_list", [])])
-        return real_api(suffix, payload, timeout)
+            replies.append(resp)
+        return resp
 
     monkeypatch.setattr(js, "_api", spy)
     sub = js.subscribe(f"{p}.a", durable="ORDERED")
     sub.unsubscribe()
-    # the server had interest on the deliver subject when the consumer was created
-    assert seen == [[sub.deliver_subject]]
+    # the server already had interest on the deliver subject when it created the consumer
+    assert len(replies) == 1 and replies[0]["push_bound"] is True
 
 
 def _race(js, nc_other, name, p, durable, group):
