@@ -415,7 +415,7 @@ def create_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
         stream = js.create_stream(scfg, timeout=timeout)
     except StreamNameInUseError as exc:
         raise BucketExistsError(exc.code, exc.err_code,
-                                f"bucket {scfg.name[3:]!r} exists with a different configuration: "
+                                f"bucket {(scfg.name or '')[3:]!r} exists with a different configuration: "
                                 f"{exc.description}") from exc
     assert isinstance(stream, Stream)
     return KeyValue(js, stream)
@@ -811,6 +811,9 @@ class KeyWatcher:
         self._conn._reconnect_listeners.append(self._on_reconnect)
         try:
             info = self._create(first=True, timeout=self._js.timeout)
+        except StreamNotFoundError as exc:
+            self._stop_quietly()
+            raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {kv.bucket!r} not found") from exc
         except BaseException:
             self._stop_quietly()
             raise

@@ -129,6 +129,10 @@ def test_get_on_a_deleted_bucket(js, unique):
         kv.get("k", timeout=2)
     with pytest.raises(BucketNotFoundError):
         kv.status()
+    with pytest.raises(BucketNotFoundError):
+        kv.keys()
+    with pytest.raises(BucketNotFoundError):
+        kv.watch()
 
 
 def test_open_a_stream_that_is_not_a_bucket(js, unique):
