@@ -477,6 +477,8 @@ class JetStreamSubscription(Subscription):
         ordered: True for an ordered subscription.
         idle_heartbeat: the consumer's idle heartbeat in seconds, or None.
         heartbeat_alarm: seconds without traffic before the alarm, or None.
+        alarms: how many heartbeat alarms were raised.
+        resets: how many times an ordered subscription recreated its consumer.
     """
 
     def __init__(
@@ -575,13 +577,13 @@ class JetStreamSubscription(Subscription):
             if self._ack_none:
                 msg._ack_none = True
             if not self._gaps:
-                Subscription._deliver(self, msg)
+                self._accept(msg)
                 return
             try:
                 seq = msg.metadata.sequence
             except Error as exc:
                 self._report(InvalidJSAckError(str(exc)))
-                Subscription._deliver(self, msg)
+                self._accept(msg)
                 return
             lane = self._lane
             if (len(lane) if lane is not None else self._q.qsize()) >= self._limit:
@@ -607,7 +609,13 @@ class JetStreamSubscription(Subscription):
             if status:
                 self._on_status(msg, status, hdrs)
                 return
-        Subscription._deliver(self, msg)  # not a JetStream message: passed on as it is
+        self._accept(msg)  # not a JetStream message: passed on as it is
+
+    def _accept(self, msg: Msg) -> None:
+        lane = self._lane
+        if (len(lane) if lane is not None else self._q.qsize()) >= self._limit:
+            self._drop()
+        Subscription._deliver(self, msg)
 
     def _drop(self) -> None:
         """Drop a message: the pending limit is reached (as the core subscription does)."""
@@ -881,7 +889,12 @@ class JetStreamSubscription(Subscription):
                 self._report(exc)
             return
         assert self._callback is not None
-        self._callback(item)
+        try:
+            self._callback(item)
+        except Exception as exc:  # noqa: BLE001 - the callback's failure goes to the error callback
+            log.debug("jssync: callback of JetStream subscription %s raised", self.subject, exc_info=True)
+            self._report(exc)
+            return  # not acked: the server redelivers it after ack_wait
         if self._auto_ack:
             item.ack()
 

@@ -123,6 +123,43 @@ def test_manual_ack_leaves_acking_to_the_callback(js, stream):
         sub.unsubscribe()
 
 
+def test_callback_error_reported_and_not_acked(js, stream):
+    name, p = stream
+    errors = Errors()
+    calls = []
+
+    def cb(msg):
+        calls.append(msg.metadata.num_delivered)
+        if len(calls) == 1:
+            raise RuntimeError("handler failed")
+
+    js.publish(f"{p}.a", b"x")
+    sub = js.subscribe(f"{p}.a", callback=cb, ack_wait=0.5, error_cb=errors)
+    try:
+        assert str(errors.wait_for(RuntimeError)[0]) == "handler failed"
+        wait_for(lambda: len(calls) == 2, 5, what="redelivery")  # not acked: redelivered
+        assert calls == [1, 2]
+        wait_for(lambda: sub.consumer_info().num_ack_pending == 0, 5, what="ack of the redelivery")
+    finally:
+        sub.unsubscribe()
+
+
+def test_non_jetstream_message_passed_on(nc, js, stream):
+    # (a malformed $JS.ACK reply cannot be faked: the server refuses such replies from clients)
+    name, p = stream
+    errors = Errors()
+    sub = js.subscribe(f"{p}.a", error_cb=errors)
+    try:
+        nc.publish(sub.deliver_subject, b"plain", reply="somewhere")
+        js.publish(f"{p}.a", b"js")
+        msg = sub.next_msg(2)
+        assert (msg.data, msg.reply) == (b"plain", "somewhere")
+        assert sub.next_msg(2).data == b"js"
+        assert errors.items == []
+    finally:
+        sub.unsubscribe()
+
+
 def test_ack_policy_none_ignores_acks(js, stream):
     name, p = stream
     js.publish(f"{p}.a", b"x")
@@ -394,9 +431,9 @@ def test_no_gap_detection_for_queue_subscriptions(js, stream):
 def test_heartbeats_keep_the_alarm_quiet(js, stream):
     name, p = stream
     errors = Errors()
-    sub = js.subscribe(f"{p}.a", idle_heartbeat=0.1, heartbeat_alarm=0.4, error_cb=errors)
+    sub = js.subscribe(f"{p}.a", idle_heartbeat=0.1, heartbeat_alarm=0.6, error_cb=errors)
     try:
-        assert sub.heartbeat_alarm == 0.4
+        assert sub.heartbeat_alarm == 0.6
         with pytest.raises(AssertionError):
             errors.wait_for(HeartbeatAlarmError, timeout=1.0)
         assert sub.alarms == 0
@@ -472,6 +509,29 @@ def test_ordered_resets_on_gap(js, stream):
     finally:
         sub.unsubscribe()
     assert list(js.consumer_names(name)) == []
+
+
+@pytest.mark.slow
+def test_ordered_survives_server_restart(unique, tmp_path):
+    with NatsServer(store_dir=tmp_path) as srv:
+        nc = jssync.connect(srv.url, reconnect_time_wait=0.1)
+        try:
+            js = nc.jetstream()
+            js.create_stream(name=f"O{unique}", subjects=[f"o{unique}.*"], storage="file")
+            sub = js.subscribe(f"o{unique}.a", ordered=True, idle_heartbeat=0.3, error_cb=lambda e: None)
+            for i in range(3):
+                js.publish(f"o{unique}.a", b"%d" % i)
+            assert [sub.next_msg(2).data for _ in range(3)] == [b"0", b"1", b"2"]
+            first = sub.consumer_name
+            srv.restart()  # the ordered consumer (memory storage) is gone; the stream is on disk
+            wait_for(lambda: nc.is_connected, 10, what="reconnect")
+            for i in range(3, 6):
+                js.publish(f"o{unique}.a", b"%d" % i, timeout=5)
+            assert [sub.next_msg(10).data for _ in range(3)] == [b"3", b"4", b"5"]
+            wait_for(lambda: sub.consumer_name != first, 5, what="a new consumer")
+            sub.unsubscribe()
+        finally:
+            nc.close()
 
 
 def test_ordered_rejects_conflicting_options(js, stream):
