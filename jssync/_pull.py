@@ -269,10 +269,15 @@ class _FetchState:
         return None
 
 
-def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState) -> None:
-    if box is None:
-        return
-    _release_inbox(conn, box, state.done and state.clean)
+def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
+                  on_end: Callable[[_FetchState], None] | None) -> None:
+    if box is not None:
+        _release_inbox(conn, box, state.done and state.clean)
+    if on_end is not None:
+        try:
+            on_end(state)
+        except Exception:  # pragma: no cover - a bug in the hook must not break iteration
+            log.exception("jssync: fetch end hook failed")
 
 
 class FetchResult:
@@ -288,13 +293,13 @@ class FetchResult:
     """
 
     def __init__(self, conn: Connection, state: _FetchState, box: _Inbox, deadline: Deadline,
-                 heartbeat: float | None) -> None:
+                 heartbeat: float | None, on_end: Callable[[_FetchState], None] | None = None) -> None:
         self._conn = conn
         self._state = state
         self._deadline = deadline
         self._hb = heartbeat
         self._ended = False
-        self._finalizer = weakref.finalize(self, _finish_fetch, conn, box, state)
+        self._finalizer = weakref.finalize(self, _finish_fetch, conn, box, state, on_end)
 
     def __repr__(self) -> str:
         s = self._state
@@ -381,7 +386,7 @@ class FetchResult:
 def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: int = 0,
           expires: float | None = DEFAULT_EXPIRES, idle_heartbeat: float | None = None, no_wait: bool = False,
           ack_none: bool = False, check: Callable[[Msg], bool] | None = None,
-          grace: float = FETCH_GRACE) -> FetchResult:
+          grace: float = FETCH_GRACE, on_end: Callable[[_FetchState], None] | None = None) -> FetchResult:
     """Send one pull request and return the iterator over its messages (see :class:`FetchResult`).
 
     Blocks only to subscribe a reply inbox when no idle one can be reused.
@@ -405,7 +410,7 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
     box = _acquire_inbox(conn, state, Deadline(conn._timeout + 5))
     body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
                         heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait)
-    res = FetchResult(conn, state, box, deadline, hb)
+    res = FetchResult(conn, state, box, deadline, hb, on_end)
     conn._enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
     return res
 
@@ -553,6 +558,7 @@ class ConsumeContext:
         self._idle_ticks = 0
         self._paused = False
         self._hold = False
+        self._resetting = False
         self._rx_at_pull = 0
         self._size_warned = False
         # callback lane
@@ -635,10 +641,17 @@ class ConsumeContext:
         if act is Action.TERMINAL:
             self._terminal(status_error(st, self.stream, self.consumer))
             return
+        if act is Action.NO_RESPONDERS:
+            self._no_responders(status_error(st, self.stream, self.consumer))
+            return
         self._report(status_error(st, self.stream, self.consumer))
         if act is Action.RESET:
             self._reset_pending()
             self._pull()
+
+    def _no_responders(self, exc: BaseException) -> None:
+        """Nobody answered a pull (503): the consumer is missing or has no leader right now."""
+        self._report(exc)
 
     def _reset_pending(self) -> None:
         """Forget the pull requests in flight (they are gone on the server)."""
@@ -649,7 +662,7 @@ class ConsumeContext:
     def _pull(self) -> None:
         """Send a pull request if the pending count is at or below the threshold (any thread)."""
         with self._lock:
-            if self._state is not _State.RUNNING or self._paused or self._hold:
+            if self._state is not _State.RUNNING or self._paused or self._hold or self._resetting:
                 return
             if self._bytes_mode:
                 pend_b = self._req_b - self._taken_b - self._disc_b
@@ -696,7 +709,7 @@ class ConsumeContext:
             return
         act = self._activity
         in_flight = self._req - self._rx - self._disc
-        if act != self._last_act or in_flight <= 0:
+        if act != self._last_act or in_flight <= 0 or self._resetting:
             self._last_act = act
             self._idle_ticks = 0
         else:
