@@ -729,6 +729,19 @@ class Connection:
         them. Writing the buffer first keeps the order.
         """
         nc = self._nc
+        if not nc.is_connected and not nc.is_closed:
+            # nats-py's flush returns at once while reconnecting; wait for the connection
+            # (the PING must reach the server) within the same timeout.
+            loop = asyncio.get_running_loop()
+            end = loop.time() + timeout
+            while not nc.is_connected:
+                if nc.is_closed:
+                    break
+                left = end - loop.time()
+                if left <= 0:
+                    raise TimeoutError(f"flush timed out after {timeout}s: not connected")
+                await asyncio.sleep(min(0.05, left))
+            timeout = max(0.001, end - loop.time())
         if self._fast and nc.is_connected and nc._pending:
             try:
                 nc._transport.writelines(nc._pending[:])
