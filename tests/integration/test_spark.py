@@ -1,0 +1,461 @@
+"""The ``jetstream`` PySpark data source and sink, on local Spark against a real nats-server.
+
+One local SparkSession (``local[2,3]``: two threads, and up to three attempts per task so
+a task retry can be forced) serves the whole module.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ..conftest import FACTOR, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+from jssync import spark as jspark  # noqa: E402  (pyspark is a test dependency: never skipped)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("jssync-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    jspark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _read(spark, url: str, stream: str, **options):
+    r = spark.read.format("jetstream").option("servers", url).option("stream", stream)
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    return r.load()
+
+
+def _publish(js, subjects: list[str], n: int, start: int = 0, headers_every: int = 0, sync: bool = False) -> None:
+    """Publish ``m<i>`` for i in start..start+n-1, round-robin over ``subjects``."""
+    for i in range(start, start + n):
+        h = {"i": str(i)} if headers_every and i % headers_every == 0 else None
+        if sync:
+            js.publish(subjects[i % len(subjects)], f"m{i}".encode(), headers=h)
+        else:
+            js.publish_async(subjects[i % len(subjects)], f"m{i}".encode(), headers=h)
+    js.publish_async_completed(timeout=60)
+
+
+@pytest.fixture
+def stream(js, unique):
+    """A fresh memory stream ``S<unique>`` on subjects ``S<unique>.*``, deleted afterwards."""
+    name = f"S{unique}"
+    st = js.create_stream(name=name, subjects=[f"{name}.*"], storage="memory", allow_direct=True)
+    try:
+        yield st
+    finally:
+        js.delete_stream(name)
+
+
+# -- no Spark needed -----------------------------------------------------------------------------
+
+
+def test_import_jssync_does_not_import_pyspark():
+    code = "import sys, jssync; assert 'pyspark' not in sys.modules, 'pyspark was imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_missing_pyspark_gives_an_install_hint():
+    code = (
+        "import sys\n"
+        "sys.modules['pyspark'] = None\n"
+        "try:\n"
+        "    import jssync.spark\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+        "else:\n"
+        "    raise SystemExit('no ImportError')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "pip install 'jssync[spark]'" in proc.stdout
+    assert "Java 17" in proc.stdout
+
+
+def test_split_range_covers_every_sequence_once():
+    assert jspark.split_range(1, 10, 3) == [(1, 4), (5, 7), (8, 10)]
+    assert jspark.split_range(5, 5, 4) == [(5, 5)]
+    assert jspark.split_range(6, 5, 4) == []
+    for first, last, parts in [(1, 100_000, 4), (7, 19, 5), (1, 3, 8)]:
+        ranges = jspark.split_range(first, last, parts)
+        seqs = [s for lo, hi in ranges for s in range(lo, hi + 1)]
+        assert seqs == list(range(first, last + 1))
+        sizes = [hi - lo + 1 for lo, hi in ranges]
+        assert max(sizes) - min(sizes) <= 1
+    with pytest.raises(ValueError, match="parts"):
+        jspark.split_range(1, 2, 0)
+
+
+def test_derived_msg_ids_are_deterministic_and_distinct():
+    a = jspark.derive_msg_id("q", 3, 1, 7, "OUT.x", b"data")
+    assert a == jspark.derive_msg_id("q", 3, 1, 7, "OUT.x", b"data")
+    others = {
+        jspark.derive_msg_id("q2", 3, 1, 7, "OUT.x", b"data"),
+        jspark.derive_msg_id("q", 4, 1, 7, "OUT.x", b"data"),
+        jspark.derive_msg_id("q", 3, 2, 7, "OUT.x", b"data"),
+        jspark.derive_msg_id("q", 3, 1, 8, "OUT.x", b"data"),
+        jspark.derive_msg_id("q", 3, 1, 7, "OUT.y", b"data"),
+        jspark.derive_msg_id("q", 3, 1, 7, "OUT.x", b"datb"),
+    }
+    assert a not in others and len(others) == 6
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "option 'stream' is required"),
+        ({"stream": "A.B"}, "invalid option 'stream'"),
+        ({"stream": "S", "numPartitions": "0"}, "'numPartitions' must be >= 1"),
+        ({"stream": "S", "numPartitions": "many"}, "'numPartitions' must be an integer"),
+        ({"stream": "S", "startingSequence": "5", "startingTime": "2024-01-01T00:00:00Z"}, "not both"),
+        ({"stream": "S", "startingTime": "yesterday"}, "ISO 8601"),
+        ({"stream": "S", "includeHeaders": "maybe"}, "true or false"),
+        ({"stream": "S", "readMethod": "telepathy"}, "'consumer' or 'direct'"),
+        ({"stream": "S", "readMethod": "direct", "subjects": "S.a,S.b"}, "one subject filter"),
+        ({"stream": "S", "subjects": "S..a"}, "option 'subjects'"),
+        ({"stream": "S", "tlsCertFile": "/x.pem"}, "go together"),
+        ({"stream": "S", "timeout": "-1"}, "'timeout' must be > 0"),
+    ],
+)
+def test_bad_read_options_are_named(options, message):
+    with pytest.raises(ValueError, match=message):
+        jspark.ReadOptions.parse({k.lower(): v for k, v in options.items()})
+
+
+def test_read_options_parse():
+    o = jspark.ReadOptions.parse({"stream": "S", "subjects": "S.a, S.b", "startingsequence": "latest",
+                                  "numpartitions": "4", "includeheaders": "false", "password": "pw"})
+    assert o.subjects == ("S.a", "S.b") and o.starting_latest and o.num_partitions == 4
+    assert not o.include_headers and "pw" not in repr(o)
+    t = jspark.ReadOptions.parse({"stream": "S", "startingtime": "2024-05-01T12:00:00"}).starting_time
+    assert t == _dt.datetime(2024, 5, 1, 12, tzinfo=_dt.UTC)
+
+
+# -- batch reads ---------------------------------------------------------------------------------
+
+
+def test_batch_read_100k_in_4_partitions_is_the_stream_exactly(spark, nats_server, js, unique):
+    name = f"BIG{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.*"], storage="memory")
+    try:
+        n = 100_000
+        _publish(js, [f"{name}.a", f"{name}.b"], n, headers_every=1000)
+        df = _read(spark, nats_server.url, name, numPartitions=4)
+        assert df.rdd.getNumPartitions() == 4
+        t0 = time.perf_counter()
+        rows = df.select("seq", "subject", "data", "headers", "stream").collect()
+        elapsed = time.perf_counter() - t0
+        print(f"batch read of {n} messages in 4 partitions: {n / elapsed:,.0f} rows/s")
+        assert len(rows) == n
+        assert sorted(r.seq for r in rows) == list(range(1, n + 1))
+        for r in rows:
+            i = r.seq - 1
+            assert r.data == f"m{i}".encode()
+            assert r.subject == f"{name}.{'ab'[i % 2]}"
+            assert r.stream == name
+            assert r.headers == ({"i": str(i)} if i % 1000 == 0 else None)
+    finally:
+        js.delete_stream(name)
+
+
+def test_batch_read_options_filters_ranges_and_times(spark, nats_server, js, stream):
+    name = stream.name
+    _publish(js, [f"{name}.a", f"{name}.b", f"{name}.c"], 30, headers_every=2, sync=True)
+    url = nats_server.url
+    # subjects filter, several subjects
+    seqs = sorted(r.seq for r in _read(spark, url, name, subjects=f"{name}.a,{name}.c", numPartitions=3).collect())
+    assert seqs == [s for s in range(1, 31) if (s - 1) % 3 != 1]
+    # one subject, sequence range
+    df = _read(spark, url, name, subjects=f"{name}.b", startingSequence=5, endingSequence=20, numPartitions=2)
+    assert sorted(r.seq for r in df.collect()) == [s for s in range(5, 21) if (s - 1) % 3 == 1]
+    # headers off
+    rows = _read(spark, url, name, includeHeaders="false", endingSequence=3).collect()
+    assert [r.headers for r in rows] == [None, None, None]
+    # latest: nothing; endingSequence beyond the stream: up to the last message
+    assert _read(spark, url, name, startingSequence="latest").count() == 0
+    assert _read(spark, url, name, startingSequence=25, endingSequence=10_000).count() == 6
+    # startingTime: from the first message stored at or after that time
+    t_mid = stream.get_msg(16).time
+    rows = _read(spark, url, name, startingTime=t_mid.isoformat()).collect()
+    assert min(r.seq for r in rows) == 16 and len(rows) == 15
+    first = _read(spark, url, name, endingSequence=1).collect()[0]
+    assert first.time == stream.get_msg(1).time.astimezone().replace(tzinfo=None)  # PySpark gives local time
+    future = (_dt.datetime.now(_dt.UTC) + _dt.timedelta(hours=1)).isoformat()
+    assert _read(spark, url, name, startingTime=future).count() == 0
+
+
+def test_deleted_and_purged_sequences_are_skipped_without_hanging(spark, nats_server, js, stream):
+    name = stream.name
+    _publish(js, [f"{name}.a"], 40)
+    stream.purge(seq=6)  # 1..5 gone
+    for s in (10, 11, 12, 20, 38, 39, 40):  # the last sequences too
+        stream.delete_msg(s)
+    expected = [s for s in range(6, 38) if s not in (10, 11, 12, 20)]
+    for method in ("consumer", "direct"):
+        t0 = time.monotonic()
+        # 40 sequences in 8 ranges: some ranges end on, or consist only of, deleted sequences
+        df = _read(spark, nats_server.url, name, numPartitions=8, readMethod=method, startingSequence=1)
+        assert sorted(r.seq for r in df.collect()) == expected, method
+        assert time.monotonic() - t0 < 30 * FACTOR, f"{method} read was slow: a gap made a task wait"
+    # a range that matches nothing at all
+    assert _read(spark, nats_server.url, name, subjects=f"{name}.zzz", numPartitions=2).count() == 0
+
+
+def test_direct_read_method_matches_consumer_and_needs_allow_direct(spark, nats_server, js, stream, unique):
+    name = stream.name
+    _publish(js, [f"{name}.a", f"{name}.b"], 500, headers_every=7)
+    url = nats_server.url
+    cols = ["seq", "subject", "time", "data", "headers"]
+    a = _read(spark, url, name, numPartitions=3, batchSize=64).select(*cols).orderBy("seq").collect()
+    b = _read(spark, url, name, numPartitions=3, batchSize=64, readMethod="direct")
+    b = b.select(*cols).orderBy("seq").collect()
+    assert a == b and len(a) == 500
+    c = _read(spark, url, name, subjects=f"{name}.b", readMethod="direct").collect()
+    assert sorted(r.seq for r in c) == list(range(2, 501, 2))
+    other = f"ND{unique}"
+    js.create_stream(name=other, subjects=[f"{other}.*"], storage="memory")
+    try:
+        js.publish(f"{other}.a", b"x")
+        with pytest.raises(Exception, match="allow_direct"):
+            _read(spark, url, other, readMethod="direct").collect()
+    finally:
+        js.delete_stream(other)
+
+
+def test_read_errors_are_clear(spark, nats_server, unique):
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(PySparkException, match="option 'stream' is required"):
+        spark.read.format("jetstream").option("servers", nats_server.url).load().collect()
+    with pytest.raises(PySparkException, match="StreamNotFoundError"):
+        _read(spark, nats_server.url, f"NOPE{unique}").collect()
+
+
+# -- streaming reads -----------------------------------------------------------------------------
+
+
+def test_streaming_read_restarts_from_its_checkpoint_exactly_once(spark, nats_server, js, stream, tmp_path):
+    name = stream.name
+    url = nats_server.url
+    out = str(tmp_path / "out")
+    ckpt = str(tmp_path / "ckpt")
+    _publish(js, [f"{name}.a", f"{name}.b"], 3000)
+
+    def start(trigger: dict):
+        return (
+            spark.readStream.format("jetstream").option("servers", url).option("stream", name)
+            .option("maxMessagesPerTrigger", "400").option("numPartitions", "2").load()
+            .select("seq", "subject", "data")
+            .writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+            .trigger(**trigger).start()
+        )
+
+    # first run: stopped mid-way, after a few micro-batches
+    q = start({"processingTime": "0 seconds"})
+    try:
+        wait_for(lambda: len(q.recentProgress) >= 2, timeout=120, what="two micro-batches")
+    finally:
+        q.stop()
+    done_first = spark.read.parquet(out).count()
+    assert 0 < done_first < 3000
+    # more messages, then a restart from the checkpoint that reads what is there now
+    _publish(js, [f"{name}.a", f"{name}.b"], 1000, start=3000)
+    q = start({"availableNow": True})
+    assert q.awaitTermination(180 * FACTOR)
+    assert q.exception() is None
+    rows = spark.read.parquet(out).collect()
+    seqs = sorted(r.seq for r in rows)
+    assert seqs == list(range(1, 4001)), f"{len(seqs)} rows, {len(set(seqs))} distinct"
+    assert all(r.data == f"m{r.seq - 1}".encode() for r in rows)
+    # maxMessagesPerTrigger capped every micro-batch
+    assert all(p["numInputRows"] <= 400 for p in q.recentProgress)
+
+
+def test_streaming_read_starting_latest_and_offsets(spark, nats_server, js, stream, tmp_path):
+    name = stream.name
+    _publish(js, [f"{name}.a"], 10)
+    reader = jspark.JetStreamStreamReader(
+        jspark.ReadOptions.parse({"servers": nats_server.url, "stream": name, "startingsequence": "latest",
+                                  "maxmessagespertrigger": "4"}))
+    try:
+        assert reader.initialOffset() == {"seq": 11}
+        _publish(js, [f"{name}.a"], 10, start=10)
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        assert reader.getDefaultReadLimit() == ReadMaxRows(4)
+        assert reader.latestOffset({"seq": 11}, ReadMaxRows(4)) == {"seq": 15}
+        assert reader.latestOffset({"seq": 11}, ReadAllAvailable()) == {"seq": 21}
+        assert reader.latestOffset({"seq": 21}, ReadAllAvailable()) == {"seq": 21}
+        reader.prepareForTriggerAvailableNow()
+        _publish(js, [f"{name}.a"], 5, start=20)
+        assert reader.latestOffset({"seq": 11}, ReadAllAvailable()) == {"seq": 21}  # the availableNow target
+        parts = reader.partitions({"seq": 11}, {"seq": 21})
+        assert [(p.first, p.last) for p in parts] == [(11, 20)]
+        assert reader.partitions({"seq": 21}, {"seq": 21}) == []
+        import pickle
+
+        assert pickle.loads(pickle.dumps(reader)).opts == reader.opts  # no connection travels
+        batches = list(reader.read(parts[0]))
+        assert [s for b in batches for s in b.column("seq").to_pylist()] == list(range(11, 21))
+    finally:
+        reader.stop()
+
+
+# -- writes --------------------------------------------------------------------------------------
+
+
+def test_write_then_read_back(spark, nats_server, js, unique):
+    from pyspark.sql import functions as F
+
+    name = f"OUT{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+    try:
+        df = spark.range(0, 1000, numPartitions=3).select(
+            F.when(F.col("id") % 10 == 0, F.lit(f"{name}.tens")).alias("subject"),  # null: the option's subject
+            F.concat(F.lit("row "), F.col("id").cast("string")).alias("data"),  # string data
+            F.create_map(F.lit("id"), F.col("id").cast("string")).alias("headers"),
+        )
+        df.write.format("jetstream").option("servers", url).option("subject", f"{name}.rest").save()
+        back = _read(spark, url, name).collect()
+        assert len(back) == 1000
+        got = {int(r.headers["id"]): r for r in back}
+        assert sorted(got) == list(range(1000))
+        for i, r in got.items():
+            assert r.data == f"row {i}".encode()
+            assert r.subject == (f"{name}.tens" if i % 10 == 0 else f"{name}.rest")
+            assert r.headers["Nats-Msg-Id"]
+        # the same rows written again with an id column: the stream drops every copy
+        ids = df.withColumn("id", F.col("headers")["id"])
+        ids.write.format("jetstream").option("servers", url).option("subject", f"{name}.rest") \
+            .option("msgIdColumn", "id").mode("append").save()
+        n_after_first = js.stream(name).info().state.messages
+        ids.write.format("jetstream").option("servers", url).option("subject", f"{name}.rest") \
+            .option("msgIdColumn", "id").save()
+        assert n_after_first == 2000
+        assert js.stream(name).info().state.messages == 2000
+    finally:
+        js.delete_stream(name)
+
+
+def test_forced_task_retry_creates_no_duplicates(spark, nats_server, js, unique):
+    """The first attempt of partition 0 fails after some of its rows were stored; the retry
+    publishes them again with the same derived message ids, so the stream keeps one copy."""
+    name = f"RT{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+
+    def fail_first_attempt(batches):
+        import time as _time
+
+        from pyspark import TaskContext
+
+        import jssync as _jssync
+
+        tc = TaskContext.get()
+        n = 0
+        for pdf in batches:
+            yield pdf
+            n += len(pdf)
+            if tc.attemptNumber() == 0 and tc.partitionId() == 0 and n >= 1000:
+                with _jssync.connect(url) as c:
+                    st = c.jetstream().stream(name)
+                    end = _time.monotonic() + 60
+                    while _time.monotonic() < end and st.info().state.messages < 300:
+                        _time.sleep(0.05)
+                raise RuntimeError("injected failure of the first attempt")
+
+    try:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "250")
+        df = spark.range(0, 4000, numPartitions=2).selectExpr(
+            f"concat('{name}.', id % 4) as subject", "concat(cast(id as string), repeat('x', 1000)) as data")
+        df.mapInPandas(fail_first_attempt, df.schema).write.format("jetstream").option("servers", url).save()
+        info = js.stream(name).info()
+        assert info.state.messages == 4000
+        ids = {r.data.split(b"x", 1)[0] for r in _read(spark, url, name).select("data").collect()}
+        assert len(ids) == 4000
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+        js.delete_stream(name)
+
+
+def test_write_errors_are_clear(spark, nats_server, js, unique):
+    from pyspark.errors import PySparkException
+
+    url = nats_server.url
+    df = spark.range(0, 5).selectExpr("cast(id as string) as data")
+    with pytest.raises(PySparkException, match="set option 'subject' or give the DataFrame a 'subject' column"):
+        df.write.format("jetstream").option("servers", url).save()
+    with pytest.raises(PySparkException, match="needs a 'data' column"):
+        spark.range(0, 5).write.format("jetstream").option("servers", url).option("subject", "X").save()
+    with pytest.raises(PySparkException, match="only appends"):
+        df.write.format("jetstream").option("servers", url).option("subject", "X").mode("overwrite").save()
+    with pytest.raises(PySparkException, match="'msgIdColumn' names 'nope'"):
+        df.write.format("jetstream").option("servers", url).option("subject", "X") \
+            .option("msgIdColumn", "nope").save()
+    # no stream captures the subject: the publish fails the task, naming row and subject
+    with pytest.raises(Exception, match=r"publishing row 0 of partition \d to 'NOSTREAM\.") as ei:
+        df.write.format("jetstream").option("servers", url).option("subject", f"NOSTREAM.{unique}") \
+            .option("publishTimeout", "2").save()
+    assert "NoRespondersError" in str(ei.value)
+
+
+def test_streaming_write_from_a_stream_to_a_stream(spark, nats_server, js, stream, unique, tmp_path):
+    src = stream.name
+    dst = f"DST{unique}"
+    js.create_stream(name=dst, subjects=[f"{dst}.>"], storage="memory")
+    url = nats_server.url
+    try:
+        _publish(js, [f"{src}.a", f"{src}.b"], 600)
+
+        def run() -> None:
+            q = (
+                spark.readStream.format("jetstream").option("servers", url).option("stream", src)
+                .option("maxMessagesPerTrigger", "250").load()
+                .selectExpr(f"concat('{dst}.', subject) as subject", "upper(cast(data as string)) as data")
+                .writeStream.format("jetstream").option("servers", url)
+                .option("checkpointLocation", str(tmp_path / "ckpt"))
+                .trigger(availableNow=True).start()
+            )
+            assert q.awaitTermination(120 * FACTOR)
+            assert q.exception() is None
+
+        run()
+        assert js.stream(dst).info().state.messages == 600
+        m = js.stream(dst).get_msg(1)
+        assert m.subject == f"{dst}.{src}.a" and m.data == b"M0"
+        msg_id = m.headers["Nats-Msg-Id"]
+        assert msg_id.count(".") == 4  # query id, micro-batch, partition, row, digest
+        _publish(js, [f"{src}.a"], 100, start=600)
+        run()  # the restarted query continues where it stopped
+        assert js.stream(dst).info().state.messages == 700
+    finally:
+        js.delete_stream(dst)
+
