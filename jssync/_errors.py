@@ -185,7 +185,8 @@ class ConsumerIsPushBasedError(JetStreamError):
 
 
 class NoHeartbeatError(JetStreamError):
-    """No heartbeat or message arrived within twice the idle heartbeat."""
+    """No heartbeat or message arrived in time (2x the idle heartbeat for pull consumers, ADR-37;
+    3x for push subscriptions, ADR-15)."""
 
 
 class DirectGetNotAllowedError(JetStreamError):

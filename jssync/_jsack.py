@@ -6,6 +6,9 @@ import datetime as _dt
 from dataclasses import dataclass
 
 
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
 class NotJSMessageError(ValueError):
     """The reply subject is not a JetStream ack subject."""
 
@@ -54,14 +57,15 @@ def parse_ack_subject(reply: str) -> MsgMetadata:
         rest = tokens[4:11]
     else:
         raise NotJSMessageError(f"not a JetStream ack subject: {reply!r}")
-    try:
-        stream, consumer = rest[0], rest[1]
-        delivered, sseq, cseq, ts, pending = (int(x) for x in rest[2:7])
-    except ValueError as exc:
-        raise NotJSMessageError(f"malformed JetStream ack subject: {reply!r}") from exc
-    if not stream or not consumer or min(delivered, sseq, cseq, ts, pending) < 0:
+    stream, consumer = rest[0], rest[1]
+    nums = rest[2:7]
+    # ADR-15: the number tokens are unsigned decimal integers; anything else is an error
+    # (int() alone would accept "+1", "1_0" or non-ASCII digits).
+    if not stream or not consumer or not all(x.isascii() and x.isdigit() for x in nums):
         raise NotJSMessageError(f"malformed JetStream ack subject: {reply!r}")
-    timestamp = _dt.datetime.fromtimestamp(ts / 1e9, tz=_dt.UTC)
+    delivered, sseq, cseq, ts, pending = (int(x) for x in nums)
+    secs, nanos = divmod(ts, 1_000_000_000)
+    timestamp = _EPOCH + _dt.timedelta(seconds=secs, microseconds=nanos // 1000)
     return MsgMetadata(
         sequence=SequencePair(sseq, cseq),
         num_delivered=delivered,

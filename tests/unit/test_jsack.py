@@ -30,8 +30,14 @@ def test_v2_no_domain_underscore():
 @pytest.mark.parametrize(
     "subject",
     ["", "foo", "$JS.ACK.S.C.1.2.3", "$JS.ACK.S.C.x.2.3.4.5", "$JS.NAK.S.C.1.2.3.4.5",
-     "$JS.ACK.a.b.S.C.1.2.3.4", "$JS.ACK.S.C.1.-2.3.4.5"],
+     "$JS.ACK.a.b.S.C.1.2.3.4", "$JS.ACK.S.C.1.-2.3.4.5", "$JS.ACK.S.C.+1.2.3.4.5", "$JS.ACK.S.C.1_0.2.3.4.5",
+     "$JS.ACK.S.C.\u0661.2.3.4.5", "$JS.ACK.S.C.1.2.3. 4.5"],
 )
 def test_not_ack_subjects(subject):
     with pytest.raises(NotJSMessageError):
         parse_ack_subject(subject)
+
+
+def test_timestamp_truncated_not_rounded():
+    m = parse_ack_subject("$JS.ACK.S.C.1.1.1.1700000000123456789.0")
+    assert m.timestamp.microsecond == 123456
