@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from nats.js import api
 
@@ -42,11 +42,13 @@ from ._errors import (
 
 if TYPE_CHECKING:
     from ._jetstream import JetStream
+    from ._jsack import MsgMetadata
     from ._msg import Msg
     from ._streams import Stream
     from ._subscription import Subscription
 
 log = logging.getLogger("jssync")
+T = TypeVar("T")
 
 __all__ = [
     "BadBucketError",
@@ -773,29 +775,29 @@ class KeyValue:
 # -- the watcher --------------------------------------------------------------------------------------
 
 
-class KeyWatcher:
-    """An iterator over the entries of watched keys; ``None`` marks the end of the initial values.
+class _PushWatcher(Generic[T]):
+    """Watches subjects of a stream through an ordered, ack-none push consumer it owns.
 
-    Iterating blocks until the next entry (``for e in watcher`` ends when the watcher
-    is stopped or its connection closes); :meth:`next` waits at most ``timeout``.
-    Underneath is an ephemeral push consumer (ack none, flow control, heartbeats)
-    delivering in order; when a gap, a missed heartbeat or a reconnect is noticed it is
-    re-created from the revision after the last one seen, so no entry is lost or repeated.
-    Thread-safe; :meth:`stop` may be called from any thread and wakes a blocked reader.
+    Yields items made by :meth:`_item` from each message: first the stored ones (the last
+    per subject, or all with ``include_history``), then ``None`` once those are done,
+    then new ones as they are stored. On a gap in the consumer sequence, missed
+    heartbeats or a reconnect, the consumer is re-created from the stream sequence after
+    the last message seen, so nothing is lost or repeated. Subclasses say what an item is.
     """
 
-    def __init__(self, kv: KeyValue, subjects: list[str], *, include_history: bool, ignore_deletes: bool,
+    _what = "watcher"
+
+    def __init__(self, js: JetStream, stream_name: str, subjects: list[str], *, include_history: bool,
                  updates_only: bool, meta_only: bool, resume_from: int | None) -> None:
-        self._kv = kv
-        self._js = kv._js
-        self._conn = kv._js.conn
+        self._js = js
+        self._conn = js.conn
+        self._stream_name = stream_name
         self._subjects = subjects
         self._include_history = include_history
-        self._ignore_deletes = ignore_deletes
         self._updates_only = updates_only
         self._meta_only = meta_only
         self._lock = threading.RLock()
-        self._ready: collections.deque[Entry | None] = collections.deque()
+        self._ready: collections.deque[T | None] = collections.deque()
         self._stopped = False
         self._reset_needed = False
         self._init_done = False
@@ -813,7 +815,7 @@ class KeyWatcher:
             info = self._create(first=True, timeout=self._js.timeout)
         except StreamNotFoundError as exc:
             self._stop_quietly()
-            raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {kv.bucket!r} not found") from exc
+            raise self._not_found(exc) from exc
         except BaseException:
             self._stop_quietly()
             raise
@@ -829,7 +831,15 @@ class KeyWatcher:
                 self._init_pending = pending
 
     def __repr__(self) -> str:
-        return f"<jssync.KeyWatcher bucket={self._kv.bucket!r} subjects={self._subjects} stopped={self._stopped}>"
+        return (f"<jssync.{type(self).__name__} stream={self._stream_name!r} subjects={self._subjects} "
+                f"stopped={self._stopped}>")
+
+    def _not_found(self, exc: StreamNotFoundError) -> BaseException:
+        return exc
+
+    def _item(self, msg: Msg, meta: MsgMetadata) -> T | None:
+        """The item for a message, or None to skip it."""
+        raise NotImplementedError
 
     # -- consumer plumbing ----------------------------------------------------------------------
 
@@ -870,7 +880,7 @@ class KeyWatcher:
         conn = self._conn
         sub = conn.subscribe(conn.new_inbox(), pending_msgs_limit=1 << 20)
         try:
-            consumer = self._js.create_consumer(self._kv.stream_name, self._config(sub.subject, first),
+            consumer = self._js.create_consumer(self._stream_name, self._config(sub.subject, first),
                                                 timeout=timeout)
         except BaseException:
             sub.unsubscribe()
@@ -892,12 +902,12 @@ class KeyWatcher:
                 pass
         if name is not None and not self._conn.is_closed:
             try:
-                self._js.delete_consumer(self._kv.stream_name, name, timeout=min(self._js.timeout, 2.0))
+                self._js.delete_consumer(self._stream_name, name, timeout=min(self._js.timeout, 2.0))
             except Error:
                 pass  # ephemeral: it goes away by itself once inactive
 
     def _reset(self, why: str) -> None:
-        log.debug("jssync: key watcher on %s: re-creating the consumer (%s)", self._kv.bucket, why)
+        log.debug("jssync: %s on %s: re-creating the consumer (%s)", self._what, self._stream_name, why)
         self._reset_needed = False
         self._drop_consumer()
         if self._stopped:
@@ -906,7 +916,8 @@ class KeyWatcher:
             self._create(first=False, timeout=min(self._js.timeout, 5.0))
         except Error as exc:
             # keep trying while the reader waits (leader elections, reconnects)
-            log.info("jssync: key watcher on %s could not re-create its consumer: %s", self._kv.bucket, exc)
+            log.info("jssync: %s on %s could not re-create its consumer: %s", self._what, self._stream_name,
+                     exc)
             self._reset_needed = True
             self._retry_at = time.monotonic() + 0.5
             self._last_activity = time.monotonic()
@@ -943,12 +954,9 @@ class KeyWatcher:
             return
         self._cseq = meta.sequence.consumer
         self._next_start = meta.sequence.stream + 1
-        key = msg.subject[len(self._kv._pre):] if msg.subject.startswith(self._kv._pre) else msg.subject
-        op = _operation(hdrs)
-        if not (self._ignore_deletes and op is not KeyValueOp.PUT):
-            value = b"" if self._meta_only else msg.data
-            self._ready.append(Entry(self._kv.bucket, key, value, meta.sequence.stream, meta.num_pending,
-                                     meta.timestamp, op))
+        item = self._item(msg, meta)
+        if item is not None:
+            self._ready.append(item)
         if not self._init_done:
             self._received += 1
             if meta.num_pending == 0 or self._received >= self._init_pending:
@@ -956,7 +964,7 @@ class KeyWatcher:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def next(self, timeout: float | None = None) -> Entry | None:
+    def next(self, timeout: float | None = None) -> T | None:
         """Return the next entry, or None for the end-of-initial-values marker.
 
         Blocks until one arrives, at most ``timeout`` seconds (None: until stopped).
@@ -978,7 +986,7 @@ class KeyWatcher:
                 sub = self._sub
                 if sub is None:
                     if deadline.expired():
-                        raise TimeoutError(f"no key-value update within {timeout}s")
+                        raise TimeoutError(f"no update within {timeout}s ({self._what} on {self._stream_name})")
                     time.sleep(deadline.slice(0.1))
                     continue
                 try:
@@ -987,7 +995,8 @@ class KeyWatcher:
                     if time.monotonic() - self._last_activity > 2 * self._hb:
                         self._reset("missed heartbeats")
                     if deadline.expired():
-                        raise TimeoutError(f"no key-value update within {timeout}s") from None
+                        raise TimeoutError(
+                            f"no update within {timeout}s ({self._what} on {self._stream_name})") from None
                     continue
                 except SubscriptionClosedError:
                     if self._stopped or self._conn.is_closed:
@@ -996,17 +1005,17 @@ class KeyWatcher:
                 self._handle(msg)
 
     # nats-py's name for it
-    def updates(self, timeout: float | None = 5.0) -> Entry | None:
+    def updates(self, timeout: float | None = 5.0) -> T | None:
         """Like :meth:`next` (nats-py's name), with a default wait of 5 seconds."""
         return self.next(timeout=timeout)
 
-    def __iter__(self) -> Iterator[Entry | None]:
+    def __iter__(self) -> Iterator[T | None]:
         return self
 
-    def __next__(self) -> Entry | None:
+    def __next__(self) -> T | None:
         return self.next(timeout=None)
 
-    def __enter__(self) -> KeyWatcher:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -1041,3 +1050,36 @@ class KeyWatcher:
         with self._lock:
             self._drop_consumer()
 
+
+
+class KeyWatcher(_PushWatcher[Entry]):
+    """An iterator over the entries of watched keys; ``None`` marks the end of the initial values.
+
+    Iterating blocks until the next entry (``for e in watcher`` ends when the watcher
+    is stopped or its connection closes); :meth:`next` waits at most ``timeout``.
+    Underneath is an ephemeral push consumer (ack none, flow control, heartbeats)
+    delivering in order; when a gap, a missed heartbeat or a reconnect is noticed it is
+    re-created from the revision after the last one seen, so no entry is lost or repeated.
+    Thread-safe; :meth:`stop` may be called from any thread and wakes a blocked reader.
+    """
+
+    _what = "key watcher"
+
+    def __init__(self, kv: KeyValue, subjects: list[str], *, include_history: bool, ignore_deletes: bool,
+                 updates_only: bool, meta_only: bool, resume_from: int | None) -> None:
+        self._kv = kv
+        self._ignore_deletes = ignore_deletes
+        super().__init__(kv._js, kv.stream_name, subjects, include_history=include_history,
+                         updates_only=updates_only, meta_only=meta_only, resume_from=resume_from)
+
+    def _not_found(self, exc: StreamNotFoundError) -> BaseException:
+        return BucketNotFoundError(exc.code, exc.err_code, f"bucket {self._kv.bucket!r} not found")
+
+    def _item(self, msg: Msg, meta: MsgMetadata) -> Entry | None:
+        pre = self._kv._pre
+        key = msg.subject[len(pre):] if msg.subject.startswith(pre) else msg.subject
+        op = _operation(msg.headers)
+        if self._ignore_deletes and op is not KeyValueOp.PUT:
+            return None
+        value = b"" if self._meta_only else msg.data
+        return Entry(self._kv.bucket, key, value, meta.sequence.stream, meta.num_pending, meta.timestamp, op)
