@@ -11,6 +11,7 @@ allows it.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import datetime as _dt
 import hashlib
 import io
@@ -441,7 +442,10 @@ class ObjectStore:
                         if f.done():
                             f.result()
             for f in futures:
-                f.result(timeout=max(0.001, deadline.remaining() or 0.001))
+                while not f.done():  # in slices, so Ctrl-C gets through
+                    concurrent.futures.wait([f], timeout=deadline.slice())
+                    deadline.check(f"put of object {name!r}")
+                f.result()
             raw: dict[str, Any] = {
                 "name": name,
                 "description": description,

@@ -479,3 +479,23 @@ def test_no_responders(js, unique):
     s = _fake_stream(js, f"X{unique}")
     with pytest.raises((jssync.NoRespondersError, jssync.StreamNotFoundError)):
         s.direct_get(1, timeout=2)
+
+
+def test_ctrl_c_reaches_a_caller_waiting_for_a_batch(js, nc, unique):
+    import _thread
+    import time
+
+    name = f"K{unique}"
+    sub = nc.subscribe(f"$JS.API.DIRECT.GET.{name}", callback=lambda m: None)  # never answers
+    try:
+        nc.flush()
+        b = _fake_stream(js, name).direct_get_batch(">", 5, timeout=30)
+        threading.Timer(0.2, _thread.interrupt_main).start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            next(b)
+        assert time.monotonic() - t0 < 1.0
+        b.close()
+        assert js.account_info() is not None  # the connection still works
+    finally:
+        sub.unsubscribe()

@@ -262,3 +262,18 @@ def test_watch_survives_a_server_restart(tmp_path, unique):
                 assert e is not None and e.key == "b"
                 with pytest.raises(jssync.TimeoutError):
                     w.next(timeout=0.3)
+
+
+def test_ctrl_c_reaches_a_caller_waiting_for_an_update(kv):
+    import _thread
+
+    with kv.watch(updates_only=True) as w:
+        assert w.next(timeout=2) is None
+        threading.Timer(0.2, _thread.interrupt_main).start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            w.next(timeout=30)
+        assert time.monotonic() - t0 < 1.0
+        kv.put("after", b"x")
+        e = w.next(timeout=5)  # still usable
+        assert e is not None and e.key == "after"
