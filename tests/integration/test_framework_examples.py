@@ -451,7 +451,7 @@ def test_notebook_runs(tmp_path: Path) -> None:
 
     client.on_cell_executed = remember_servers
     try:
-        client.execute()
+        client.execute(env=_env())  # the kernel imports jssync from this checkout
     except BaseException:
         for pid in servers:  # the kernel is gone; stop its server if it is still running
             try:
