@@ -54,6 +54,8 @@ FETCH_HEARTBEAT_AFTER = 30.0
 FETCH_DEFAULT_HEARTBEAT = 5.0
 #: How long a fetch waits past its expiry for the server's end-of-request status.
 FETCH_GRACE = 1.0
+#: Messages a callback lane handles before it yields its worker to other jobs.
+_LANE_BUDGET = 512
 #: Idle fetch inboxes kept per connection for reuse.
 _POOL_MAX = 8
 _NS = 1_000_000_000
@@ -875,8 +877,7 @@ class ConsumeContext:
         self._detach()
         self._server_done.set()
         self._q.put(_END)
-        if self._cb is None or not self._running:
-            self._closed.set()
+        self._closed.set()
 
     # -- the handle -------------------------------------------------------------------------
 
@@ -1009,7 +1010,13 @@ class ConsumeContext:
         cb = self._cb
         assert cb is not None
         count = self._count
+        budget = _LANE_BUDGET
         while True:
+            budget -= 1
+            if not budget:
+                # give the worker back now and then, so other callbacks on the pool get a turn
+                self._conn._pool.submit(self._lane)
+                return
             try:
                 msg = q.get_nowait()
             except Empty:
@@ -1036,7 +1043,7 @@ class ConsumeContext:
                     self._pull()
             try:
                 cb(msg)
-            except Exception as exc:  # noqa: BLE001 - reported, consuming goes on
+            except BaseException as exc:  # noqa: BLE001 - reported, consuming goes on
                 log.debug("jssync: consume callback raised", exc_info=True)
                 self._report(exc)
 

@@ -275,6 +275,23 @@ def test_consume_callback(js, stream):
         iter(cc)
 
 
+def test_consume_callback_many_messages_in_order(nc, js, stream, unique):
+    publish(js, stream, 1500)
+    c = durable(stream)
+    got = []
+    other = []
+    sub = nc.subscribe(f"other.{unique}", callback=other.append)
+    cc = c.consume(lambda m: (got.append(int(m.data)), m.ack()), max_messages=300)
+    try:
+        for _ in range(50):
+            nc.publish(f"other.{unique}", b"x")
+        wait_for(lambda: len(got) == 1500 and len(other) == 50, what="all messages")
+    finally:
+        cc.stop()
+        sub.unsubscribe()
+    assert got == list(range(1500))
+
+
 def test_consume_max_messages_1(js, stream):
     publish(js, stream, 20)
     c = durable(stream)
