@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ._consumers import Consumer
     from ._kv import KeyValue
     from ._msg import Msg
+    from ._objectstore import ObjectStore
     from ._push import JetStreamSubscription
     from ._streams import Stream
 
@@ -579,6 +580,26 @@ class JetStream:
         from ._kv import delete_key_value
 
         return delete_key_value(self, bucket, timeout=timeout)
+
+    # -- object store (ADR-20; implemented in _objectstore.py) -------------------------------
+
+    def create_object_store(self, config: Any = None, **params: Any) -> ObjectStore:
+        """Create an object store (``bucket=``, ``ttl=``, ``storage=``, ...)."""
+        from ._objectstore import create_object_store
+
+        return create_object_store(self, config, **params)
+
+    def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
+        """Open an existing object store (raises jssync.BucketNotFoundError)."""
+        from ._objectstore import object_store
+
+        return object_store(self, bucket, timeout=timeout)
+
+    def delete_object_store(self, bucket: str, *, timeout: float | None = None) -> bool:
+        """Delete an object store and every object in it."""
+        from ._objectstore import delete_object_store
+
+        return delete_object_store(self, bucket, timeout=timeout)
 
 
 def _nonneg(v: Any, what: str) -> int:
