@@ -13,9 +13,9 @@ with the usual DataFrame API::
     df.write.format("jetstream").option("servers", url).option("subject", "OUT").save()
 
 Reads split a sequence range into ``numPartitions`` ranges; each Spark task opens its
-own jssync connection and reads its range with an ephemeral pull consumer that never
-acks (``readMethod=consumer``, the default and the faster) or with batched Direct Gets
-(``readMethod=direct``, for streams with ``allow_direct`` and read-only credentials).
+own jssync connection and reads its range with an ordered consumer and no-wait pull
+requests (``readMethod=consumer``, the default and the faster) or with batched Direct
+Gets (``readMethod=direct``, for streams with ``allow_direct``).
 Writes publish every row with ``publish_async`` and wait for all PubAcks before the
 task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
 (from a column, or derived from the query, batch, partition and row) so retried tasks
@@ -33,6 +33,7 @@ import hashlib
 import logging
 import math
 import ssl
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,10 +41,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._errors import (
-    ConsumerDeletedError,
-    ConsumerNotFoundError,
     JetStreamError,
-    NoRespondersError,
+    MessageNotFoundError,
     TimeoutError,
 )
 
@@ -467,7 +466,7 @@ def _arrow_schema() -> Any:
 
 
 def _to_batch(stream: str, cols: _Columns, schema: Any) -> Any:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     n = len(cols)
     arrays = [
@@ -484,9 +483,8 @@ def _to_batch(stream: str, cols: _Columns, schema: Any) -> Any:
 class _RangeReader:
     """Reads one sequence range of a stream on an executor, with its own connection."""
 
-    #: Recreate the consumer at most this many times without progress before failing.
-    MAX_RESTARTS = 5
-    FETCH_EXPIRES = 5.0
+    #: Pull requests in a row that may return nothing while messages are stored in the range.
+    MAX_EMPTY_PULLS = 10
 
     def __init__(self, opts: ReadOptions, first: int, last: int) -> None:
         self.opts = opts
@@ -519,82 +517,68 @@ class _RangeReader:
     _cols: _Columns
 
     def _consumer(self, stream: Stream) -> Iterator[None]:
-        from nats.js import api
+        """Read the range with an ordered consumer (ADR-17) and no-wait pull requests.
 
+        The ordered consumer recovers by itself (gaps, reconnects, a deleted consumer).
+        The read ends at the first message past the range, at a message after which the
+        consumer has nothing pending, or when a pull finds nothing and the stream holds no
+        matching message in the rest of the range: it never waits for messages that do
+        not exist.
+        """
         opts = self.opts
         include_headers = opts.include_headers
         next_seq = self.first
         last = self.last
-        restarts = 0
-        while next_seq <= last:
-            params: dict[str, Any] = dict(
-                ack_policy=api.AckPolicy.NONE,
-                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=next_seq,
-                inactive_threshold=30.0,
-                mem_storage=True,
-                num_replicas=1,
-            )
-            if len(opts.subjects) == 1:
-                params["filter_subject"] = opts.subjects[0]
-            elif opts.subjects:
-                params["filter_subjects"] = list(opts.subjects)
-            consumer = stream.create_consumer(timeout=opts.conn.timeout, **params)
-            pending = consumer.cached_info.num_pending or 0
-            expected_cseq = 1
-            gap = False
-            done = pending == 0
-            try:
-                while not done and not gap:
-                    want = max(1, min(opts.batch_size, last - next_seq + 1, pending))
-                    got = 0
-                    try:
-                        with consumer.fetch(want, expires=self.FETCH_EXPIRES) as res:
-                            for m in res:
-                                got += 1
-                                sseq, cseq, pending, ts = _parse_reply(m.reply)
-                                if cseq != expected_cseq:
-                                    gap = True  # a message was lost on the way: start again from next_seq
-                                    break
-                                expected_cseq += 1
-                                if sseq > last:
-                                    done = True
-                                    break
-                                if sseq >= next_seq:
-                                    self._add(m, sseq, ts, include_headers)
-                                    next_seq = sseq + 1
-                                    yield None
-                                if sseq >= last or pending == 0:
-                                    done = True
-                                    break
-                    except (ConsumerDeletedError, ConsumerNotFoundError, NoRespondersError) as exc:
-                        log.info("jssync.spark: consumer on %r went away (%s); recreating it", opts.stream, exc)
-                        gap = True
-                    if got == 0 and not done and not gap:
-                        # nothing came: are there still messages for us?
-                        try:
-                            info = consumer.info(timeout=opts.conn.timeout)
-                        except (ConsumerNotFoundError, NoRespondersError):
-                            gap = True
-                        else:
-                            pending = info.num_pending or 0
-                            if pending == 0:
-                                done = True
-                            else:
-                                gap = True
-            finally:
+        oc = stream.ordered_consumer(filter_subjects=list(opts.subjects) or None, opt_start_seq=next_seq,
+                                     inactive_threshold=30.0)
+        empty = 0
+        try:
+            while next_seq <= last:
+                want = min(opts.batch_size, last - next_seq + 1)
+                got = 0
+                with oc.fetch_no_wait(want) as res:
+                    for m in res:
+                        got += 1
+                        sseq, _cseq, pending, ts = _parse_reply(m.reply)
+                        if sseq > last:
+                            return
+                        if sseq >= next_seq:
+                            self._add(m, sseq, ts, include_headers)
+                            next_seq = sseq + 1
+                            yield None
+                        if sseq >= last or pending == 0:
+                            return
+                if got:
+                    empty = 0
+                    continue
+                # nothing came: the rest of the range is empty, or the consumer is being replaced
+                if not self._more_in_range(stream, next_seq, last):
+                    return
+                empty += 1
+                if empty > self.MAX_EMPTY_PULLS:
+                    raise TimeoutError(
+                        f"could not read sequences {next_seq}..{last} of stream {opts.stream!r}: "
+                        f"{empty} pull requests in a row returned nothing although messages are stored there"
+                    )
+                time.sleep(min(0.05 * empty, 0.5))
+        finally:
+            name = oc.name
+            if name is not None:
                 try:
-                    consumer.delete(timeout=opts.conn.timeout)
+                    stream.delete_consumer(name, timeout=opts.conn.timeout)
                 except Exception:  # noqa: BLE001 - the inactive threshold removes it anyway
                     pass
-            if done:
-                return
-            restarts += 1
-            if restarts > self.MAX_RESTARTS:
-                raise TimeoutError(
-                    f"could not read sequences {next_seq}..{last} of stream {opts.stream!r}: the consumer "
-                    f"stopped delivering {restarts} times"
-                )
+
+    def _more_in_range(self, stream: Stream, seq: int, last: int) -> bool:
+        """True when the stream holds a message matching the filters at a sequence in ``seq..last``."""
+        for subject in self.opts.subjects or (">",):
+            try:
+                m = stream.get_msg(seq, next_by_subject=subject, timeout=self.opts.conn.timeout)
+            except MessageNotFoundError:
+                continue
+            if m.seq <= last:
+                return True
+        return False
 
     def _add(self, m: Msg, seq: int, ts_ns: int, include_headers: bool) -> None:
         c = self._cols
@@ -672,7 +656,7 @@ def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq:
     try:
         if not (c.cached_info.num_pending or 0):
             return last_seq + 1
-        for m in c.fetch(1, expires=5.0):
+        for m in c.fetch_no_wait(1):
             return _parse_reply(m.reply)[0]
         return last_seq + 1
     finally:
