@@ -421,3 +421,16 @@ def test_per_key_ttl_and_limit_markers(js, unique):
         wait_for(lambda: kv.status().values == 0, 10, 0.1, what="the purge marker to expire")
     finally:
         js.delete_key_value(f"p{unique}")
+
+
+def test_bucket_in_a_domain():
+    from jssync.server import NatsServer
+
+    with NatsServer(domain="hub") as srv, jssync.connect(srv.url) as nc:
+        js = nc.jetstream(domain="hub")
+        kv = js.create_key_value(bucket="dom", history=2, storage="memory")
+        r = kv.put("k", b"v1")  # written through $JS.hub.API.$KV.dom.k, like nats.go
+        kv.update("k", b"v2", r)
+        assert kv.get("k").value == b"v2"
+        assert [e.value for e in kv.history("k")] == [b"v1", b"v2"]
+        assert kv.keys() == ["k"]
