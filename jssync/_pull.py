@@ -558,6 +558,7 @@ class ConsumeContext:
         self._timer: Any = None
         self._last_act = 0
         self._idle_ticks = 0
+        self._repull_act = -1
         self._paused = False
         self._hold = False
         self._resetting = False
@@ -730,6 +731,9 @@ class ConsumeContext:
             f"no heartbeat or message from consumer {self.consumer!r} on stream {self.stream!r} "
             f"within {2 * self._hb}s"
         ))
+        if self._repull_act == self._activity:
+            return  # the requests were replaced already and nothing arrived since: do not pile up more
+        self._repull_act = self._activity
         self._reset_pending()
         self._pull()
 
