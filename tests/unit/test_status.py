@@ -102,3 +102,14 @@ def test_message_size_like_the_server():
     assert message_size("a.b", "$JS.ACK.x", None, b"hello") == 3 + 9 + 5
     hdr = b"NATS/1.0\r\nK: v1\r\n\r\n"
     assert message_size("a", "r", {"K": "v1"}, b"") == 1 + 1 + len(hdr)
+
+
+def test_ordered_ack_tokens():
+    from jssync._ordered import _ack_tokens
+
+    assert _ack_tokens("$JS.ACK.S.C.1.10.5.1700000000000000000.0") == ("C", 10, 5)
+    assert _ack_tokens("$JS.ACK._.HASH.S.C.2.11.6.1700000000000000000.3.tok") == ("C", 11, 6)
+    assert _ack_tokens("$JS.ACK.S.C.x.10.5.1.0") == ("C", 10, 5)  # only the sequences must be numbers
+    assert _ack_tokens("$JS.ACK.S.C.1.ten.5.1.0") is None
+    assert _ack_tokens("$JS.ACK.S.C.1.2") is None
+    assert _ack_tokens("") is None
