@@ -43,9 +43,9 @@ from ._pull import (
     _pos_int,
     _State,
     fetch,
-    message_size,
     validate_fetch,
 )
+from ._status import message_size
 
 if TYPE_CHECKING:
     from ._jetstream import JetStream
