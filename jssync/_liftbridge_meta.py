@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("jssync")
 
 _NS = 1_000_000_000
+#: Seconds before a server whose name could not be read is probed again.
+PROBE_RETRY = 30.0
 
 
 @dataclass(frozen=True)
@@ -335,7 +337,8 @@ class MetadataCache:
         self._lock = threading.Lock()
         self._current: Metadata | None = None
         self._generation = 0
-        self._names: dict[str, tuple[str | None, str | None]] = {}
+        #: "host:port" -> (server name, server id, when probed); failed probes are retried after a while
+        self._names: dict[str, tuple[str | None, str | None, float]] = {}
 
     @property
     def current(self) -> Metadata | None:
@@ -436,22 +439,20 @@ class MetadataCache:
         connected = self._conn.connected_url
         own_addr = _split_addr(connected) if connected else None
         if own_addr is not None and own_name:
-            self._names[_fmt(*own_addr)] = (own_name, own_id)
+            self._names[_fmt(*own_addr)] = (own_name, own_id, time.monotonic())
         addrs = self._known_addrs(info)
         if own_addr is not None and own_addr not in addrs:
             addrs.insert(0, own_addr)
         brokers: dict[str, BrokerInfo] = {}
         for host, port in addrs:
             key = _fmt(host, port)
-            if key not in self._names or self._names[key][0] is None:
+            known = self._names.get(key)
+            if known is None or (known[0] is None and time.monotonic() - known[2] > PROBE_RETRY):
                 rem = deadline.remaining()
-                if rem is not None and rem < 0.2:
-                    name, sid = None, None
-                else:
+                if rem is None or rem >= 0.2:
                     name, sid = probe_server_name(host, port, min(0.5, rem if rem is not None else 0.5))
-                if name is not None:
-                    self._names[key] = (name, sid)
-            name, sid = self._names.get(key, (None, None))
+                    self._names[key] = (name, sid, time.monotonic())
+            name, sid, _ = self._names.get(key, (None, None, 0.0))
             bid = name or key
             if bid in brokers:
                 continue
@@ -461,13 +462,6 @@ class MetadataCache:
                 brokers[name] = BrokerInfo(id=name, name=name, server_id=None, host=None, port=None)
         ordered = sorted(brokers.values(), key=lambda b: b.id)
         return ordered, [_fmt(h, p) for h, p in addrs]
-
-    def cluster_size(self, deadline: Deadline) -> int:
-        """How many servers the cluster has (for MaxReplication), at least 1."""
-        meta = self._current or self.update(deadline)
-        named = {b.id for b in meta.brokers()}
-        return max(1, len(named))
-
 
 def _rem(deadline: Deadline) -> float | None:
     rem = deadline.remaining()

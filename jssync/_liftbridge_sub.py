@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nats.js import api
+from nats.js.api import Header
 
 from ._deadline import Deadline
 from ._errors import (
@@ -364,21 +365,22 @@ class Subscription:
         self._activity_at = time.monotonic()
         reply = msg.reply
         if reply.startswith("$JS.ACK."):
-            meta = msg.metadata
-            cseq = meta.sequence.consumer
+            parsed = _ack_numbers(reply)
+            if parsed is None:
+                meta = msg.metadata  # raises for a malformed ack subject
+                parsed = (meta.sequence.stream, meta.sequence.consumer, meta.timestamp)
+            sseq, cseq, ts = parsed
             if cseq != self._cseq + 1:
                 self._reset_reason = f"gap: consumer sequence {cseq}, expected {self._cseq + 1}"
                 return None
             self._cseq = cseq
             self._fail_since = None
-            sseq = meta.sequence.stream
             assert self._next_seq is not None
             if sseq < self._next_seq:
                 return None  # already delivered (cannot happen with one consumer; be safe)
             self._next_seq = sseq + 1
             self._last_offset = sseq - 1
-            return message_from(msg.subject, msg.data, msg.headers, self.stream, self.partition, sseq,
-                                meta.timestamp)
+            return message_from(msg.subject, msg.data, msg.headers, self.stream, self.partition, sseq, ts)
         h = msg.headers or {}
         status = h.get("Status")
         if status == "100":
@@ -393,7 +395,8 @@ class Subscription:
             if last is not None and last.isdigit() and int(last) != self._cseq:
                 self._reset_reason = f"gap: heartbeat says consumer sequence {last}, have {self._cseq}"
         elif status is not None:
-            self._reset_reason = f"status {status} {h.get('Description', '')}".strip()
+            desc = h.get(Header.DESCRIPTION) or h.get("Description") or ""
+            self._reset_reason = f"status {status} {desc}".strip()
         return None
 
     def _resubscribe(self, deadline: Deadline) -> None:
@@ -639,6 +642,33 @@ class Subscription:
 
 
 public(Subscription)
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+def _ack_numbers(reply: str) -> tuple[int, int, _dt.datetime | None] | None:
+    """(stream sequence, consumer sequence, timestamp) from a JetStream ack subject (v1 or v2).
+
+    The lean per-message path; None when the subject does not have the expected shape
+    (the caller then uses the full parser, which raises a clear error).
+    """
+    toks = reply.split(".")
+    n = len(toks)
+    if n == 9:
+        s, c, t = toks[5], toks[6], toks[7]
+    elif n >= 11:
+        s, c, t = toks[7], toks[8], toks[9]
+    else:
+        return None
+    if not (s.isdigit() and c.isdigit() and t.isdigit() and s.isascii() and c.isascii() and t.isascii()):
+        return None
+    secs, nanos = divmod(int(t), 1_000_000_000)
+    try:
+        ts: _dt.datetime | None = _EPOCH + _dt.timedelta(seconds=secs, microseconds=nanos // 1000)
+    except OverflowError:  # a timestamp past year 9999: keep the message, drop the time
+        ts = None
+    return int(s), int(c), ts
 
 
 def _sleep(seconds: float, deadline: Deadline) -> None:

@@ -161,6 +161,72 @@ def test_unmarshal_ack_of_bytes():
     assert ei.value.err_code == 10071
 
 
+def test_lean_ack_parse_agrees_with_the_full_parser():
+    from jssync._jsack import parse_ack_subject
+    from jssync._liftbridge_sub import _ack_numbers
+
+    for reply in ("$JS.ACK.S-0.c1.1.42.7.1700000000123456789.3",
+                  "$JS.ACK.dom.HASH.S-0.c1.1.42.7.1700000000123456789.3.rand",
+                  "$JS.ACK._.HASH.S-0.c1.1.5.6.1700000000000000000.0"):
+        meta = parse_ack_subject(reply)
+        assert _ack_numbers(reply) == (meta.sequence.stream, meta.sequence.consumer, meta.timestamp)
+    assert _ack_numbers("$JS.ACK.S.c.1.x.7.1.3") is None
+    assert _ack_numbers("$JS.ACK.S.c.1.2.3.999999999999999999999999.0") == (2, 3, None)
+    assert _ack_numbers("$JS.ACK.S.c.1") is None
+
+
+def test_metadata_keeps_leaderless_partitions():
+    from jssync._liftbridge_meta import build_streams, partition_from_info
+
+    def item(p, leader):
+        return {"config": {"name": f"S-{p}", "subjects": ["s" if p == 0 else f"s.{p}"], "num_replicas": 3,
+                           "metadata": {"liftbridge.stream": "S", "liftbridge.subject": "s",
+                                        "liftbridge.partition": str(p), "liftbridge.partitions": "3"}},
+                "cluster": {"leader": leader, "replicas": [{"name": "b", "current": True},
+                                                           {"name": "c", "current": False, "lag": 3}]},
+                "state": {"messages": 2, "first_seq": 4, "last_seq": 5}}
+
+    p1 = partition_from_info(item(1, "a"), None)
+    assert p1 is not None and p1.replicas == ("a", "b", "c") and p1.isr == ("a", "b")
+    assert (p1.first_offset, p1.newest_offset, p1.messages) == (3, 4, 2)
+    streams = build_streams([item(0, "a"), item(2, "b")], None, [(p1, "s", 3)])
+    s = streams["S"]
+    assert sorted(s.partitions) == [0, 1, 2] and s.partition_count == 3 and s.replication_factor == 3
+    assert partition_from_info({"config": {"name": "ORDERS"}}, None) is None
+
+
+def test_resilient_retry(client):
+    calls = []
+
+    def flaky(deadline):
+        calls.append(deadline.timeout)
+        if len(calls) < 3:
+            raise jssync.NoRespondersError("no responders")
+        return "ok"
+
+    from jssync._deadline import Deadline
+
+    assert client._retry("flaky", flaky, Deadline(5)) == "ok" and len(calls) == 3
+    assert all(t <= client._attempt_timeout for t in calls)
+
+    def refused(deadline):
+        calls.append(1)
+        raise jssync.APIError(400, 10058, "bad request")
+
+    calls.clear()
+    with pytest.raises(jssync.APIError):
+        client._retry("refused", refused, Deadline(5))
+    assert len(calls) == 1  # not retried
+
+    def down(deadline):
+        raise jssync.ServiceUnavailableError(503, None, "JetStream system temporarily unavailable")
+
+    t = time.monotonic()
+    with pytest.raises(jssync.TimeoutError, match="did not succeed within 0.3s"):
+        client._retry("down", down, Deadline(0.3))
+    assert time.monotonic() - t < 1.0
+
+
 def test_start_position_validation(client, lb):
     c, _, name = lb
     with pytest.raises(ValueError, match="needs start_at_offset"):
@@ -454,8 +520,10 @@ def test_subscribe_start_positions(lb):
         c.publish(subject, b"%d" % i)
     mid = c.fetch_metadata().get_stream(name).partitions[0]
     assert mid.newest_offset == 4
-    time.sleep(0.05)
-    t_after = dt.datetime.now(dt.UTC)
+    with c.subscribe(name, start_at=StartPosition.LATEST) as sub:
+        fourth = sub.next(5 * FACTOR)
+    assert fourth.offset == 4
+    t_after = fourth.timestamp + dt.timedelta(microseconds=1)
     for i in range(5, 7):
         c.publish(subject, b"%d" % i)
 
@@ -679,9 +747,12 @@ def test_metadata_cache_refreshes_for_an_unknown_subject(nats_server, nc, unique
         a.fetch_metadata()  # cache without the stream
         b.create_stream(f"cr{unique}", f"CR{unique}", partitions=4, storage="memory")
         try:
-            time.sleep(1.05)  # the cache may be reused for unknown subjects for up to 1 s
-            ack = a.publish(f"cr{unique}", b"v", key=b"abc", partition_by=PartitionByKey())
-            assert ack.partition == (zlib.crc32(b"abc") & 0xFFFFFFFF) % 4
+            # a cache without the subject is reused for up to 1 s, then refreshed
+            expected = (zlib.crc32(b"abc") & 0xFFFFFFFF) % 4
+            assert expected != 0
+            wait_for(lambda: a.publish(f"cr{unique}", b"v", key=b"abc", partition_by=PartitionByKey()).partition
+                     == expected, 5, interval=0.1, what="the partition count to be learned")
+            assert a.fetch_metadata().partition_counts_for_subject(f"cr{unique}") == {f"CR{unique}": 4}
         finally:
             b.delete_stream(f"CR{unique}")
 
