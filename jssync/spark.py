@@ -613,7 +613,8 @@ class _RangeReader:
                     c.headers.append(list(h.items()) if h else None)
                     next_seq = sm.seq + 1
                     yield None
-                if received == 0 or not batch.num_pending:
+                # num_pending is None only from servers before 2.11 (one message per request)
+                if received == 0 or batch.num_pending == 0:
                     return
 
 
@@ -932,8 +933,9 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                         f"cannot publish row {row} of partition {partition} to {subj!r}: {type(exc).__name__}: {exc}"
                     ) from exc
                 inflight.append((row, subj, fut))
-                while inflight and inflight[0][2].done():
-                    settle(inflight.popleft())
+                if not rows & 255:  # look at the settled PubAcks now and then: fail early
+                    while inflight and inflight[0][2].done():
+                        settle(inflight.popleft())
         try:
             js.publish_async_completed(timeout=opts.publish_timeout + 5.0)
         except TimeoutError as exc:
