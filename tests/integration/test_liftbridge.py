@@ -713,6 +713,30 @@ def test_resubscribe_gives_up_after_resubscribe_wait_time(unique):
         srv.cleanup()
 
 
+def test_ctrl_c_reaches_blocked_calls(nc, lb, unique):
+    import _thread
+
+    c, subject, name = lb
+    with c.subscribe(name, partition=1) as sub:
+        threading.Timer(0.2, _thread.interrupt_main).start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            sub.next(timeout=None)
+        assert time.monotonic() - t0 < 0.2 + 0.2 * FACTOR + 0.1
+        c.publish(subject, b"after", to_partition=1)
+        assert sub.next(5 * FACTOR).value == b"after"  # the subscription still works
+    hang = nc.subscribe(f"hang{unique}")  # takes the message, never acks
+    try:
+        threading.Timer(0.2, _thread.interrupt_main).start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            c.publish(f"hang{unique}", b"x", timeout=30)
+        assert time.monotonic() - t0 < 0.2 + 0.2 * FACTOR + 0.1
+    finally:
+        hang.unsubscribe()
+    assert c.publish(subject, b"still works").offset == 0
+
+
 # -- FetchMetadata -----------------------------------------------------------------------------
 
 
