@@ -88,8 +88,9 @@ from ._objectstore import (
     ObjectStoreStatus,
     ObjectWatcher,
 )
-from ._ordered import OrderedConsumer
+from ._ordered import OrderedConsumeContext, OrderedConsumer
 from ._pull import ConsumeContext, FetchResult
+from ._status import PullRequestError
 from ._push import (
     ConsumerConfigMismatchError,
     ConsumerIsPullBasedError,
@@ -186,9 +187,11 @@ __all__ = [
     "ObjectStoreError",
     "ObjectStoreStatus",
     "ObjectWatcher",
+    "OrderedConsumeContext",
     "OrderedConsumer",
     "PermissionDeniedError",
     "PubAck",
+    "PullRequestError",
     "PushSubscribeError",
     "QueueGroupOptionError",
     "ReplayPolicy",
