@@ -90,7 +90,6 @@ from ._objectstore import (
 )
 from ._ordered import OrderedConsumeContext, OrderedConsumer
 from ._pull import ConsumeContext, FetchResult
-from ._status import PullRequestError
 from ._push import (
     ConsumerConfigMismatchError,
     ConsumerIsPullBasedError,
@@ -106,6 +105,7 @@ from ._push import (
     StatusError,
     SubjectMismatchError,
 )
+from ._status import PullRequestError
 from ._streams import StoredMsg, Stream
 from ._subscription import Subscription
 

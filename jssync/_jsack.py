@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 
-
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 

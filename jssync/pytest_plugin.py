@@ -63,7 +63,7 @@ def js(nc: Any) -> Any:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
-    outcome = yield
+    outcome: Any = yield
     report = outcome.get_result()
     if report.failed and call.when == "call":
         for srv in item.stash.get(_LOG_KEY, []):
