@@ -76,6 +76,7 @@ from ._kv import (
     KeyWatcher,
     KeyWrongLastSequenceError,
 )
+from ._liftbridge_codec import InvalidAckError, NoSuchPartitionError, NotSupportedError, StreamExistsError
 from ._msg import Msg
 from ._objectstore import (
     BadObjectMetaError,
@@ -148,6 +149,7 @@ __all__ = [
     "FetchResult",
     "ForkError",
     "HeartbeatAlarmError",
+    "InvalidAckError",
     "InvalidBucketNameError",
     "InvalidJSAckError",
     "InvalidKeyError",
@@ -174,7 +176,9 @@ __all__ = [
     "NoHeartbeatError",
     "NoRespondersError",
     "NoServersError",
+    "NoSuchPartitionError",
     "NotFoundError",
+    "NotSupportedError",
     "ObjectAlreadyExistsError",
     "ObjectInfo",
     "ObjectLink",
@@ -204,6 +208,7 @@ __all__ = [
     "StoredMsg",
     "Stream",
     "StreamConfig",
+    "StreamExistsError",
     "StreamInfo",
     "StreamNameInUseError",
     "StreamNotFoundError",

@@ -42,5 +42,6 @@ def test_api_errors_keep_codes():
 
 
 def test_public_modules_import():
+    import jssync.liftbridge  # noqa: F401
     import jssync.server  # noqa: F401
     import jssync.spark  # noqa: F401
