@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+import jssync
+
 from ..conftest import FACTOR, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -247,6 +249,45 @@ def test_direct_read_method_matches_consumer_and_needs_allow_direct(spark, nats_
             _read(spark, url, other, readMethod="direct").collect()
     finally:
         js.delete_stream(other)
+
+
+def test_tls_and_password_options(spark, tmp_path, unique):
+    """Executors connect with the TLS file options and user/password; a wrong password fails
+    the query without showing the password."""
+    pytest.importorskip("cryptography", reason="the test extra installs cryptography")
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+    from pyspark.errors import PySparkException
+
+    from jssync.server import NatsServer
+
+    from .test_security import _make_ca, _make_leaf, _tls_config, _write_key
+
+    ca, ca_key = _make_ca("jssync spark test CA")
+    loopback = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    cert, key = _make_leaf(ca, ca_key, "localhost", loopback, ExtendedKeyUsageOID.SERVER_AUTH)
+    ca_file, cert_file, key_file = tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "server.key"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key_file, key)
+    config = _tls_config(cert_file, key_file, ca_file) + "authorization { user: bob, password: s3cretpw }\n"
+    with NatsServer(jetstream=True, config=config) as srv:
+        opts = {"servers": srv.url, "tlsCaFile": str(ca_file), "user": "bob", "password": "s3cretpw"}
+        name = f"TLS{unique}"
+        with jssync.connect(srv.url, tls=jspark.ConnectOptions.parse({"tlscafile": str(ca_file)}).tls_context(),
+                            user="bob", password="s3cretpw") as nc:
+            nc.jetstream().create_stream(name=name, subjects=[f"{name}.*"], storage="memory")
+            spark.range(0, 50).selectExpr("cast(id as string) as data").write.format("jetstream") \
+                .options(**opts).option("subject", f"{name}.x").save()
+            df = spark.read.format("jetstream").options(**opts).option("stream", name).load()
+            assert sorted(int(r.data) for r in df.collect()) == list(range(50))
+        with pytest.raises(PySparkException, match="AuthorizationError") as ei:
+            spark.read.format("jetstream").options(**dict(opts, password="wr0ngpw")).option("stream", name) \
+                .load().collect()
+        assert "wr0ngpw" not in str(ei.value) and "s3cretpw" not in str(ei.value)
 
 
 def test_read_errors_are_clear(spark, nats_server, unique):
