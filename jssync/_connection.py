@@ -147,7 +147,8 @@ def validate_subject(subject: str, what: str = "subject", wildcards: bool = True
     _check_subject(subject, what, wildcards)
     if len(_valid_subjects) > 8192:
         _valid_subjects.clear()
-    has_wc = "*" in subject.split(".") or subject.endswith(">")
+    toks = subject.split(".")
+    has_wc = "*" in toks or toks[-1] == ">"
     _valid_subjects[subject] = not has_wc
 
 
@@ -163,9 +164,11 @@ def _check_subject(subject: str, what: str, wildcards: bool) -> None:
             if tok in ("*", ">"):
                 raise BadSubjectError(f"{what} may not contain wildcards: {subject!r}")
     else:
+        # as in nats-server: '>' is a wildcard only as a whole token, and then the last one;
+        # inside a longer token it is a literal character
         toks = subject.split(".")
         for i, tok in enumerate(toks):
-            if ">" in tok and (tok != ">" or i != len(toks) - 1):
+            if tok == ">" and i != len(toks) - 1:
                 raise BadSubjectError(f"invalid {what} ('>' must be the last token): {subject!r}")
 
 
@@ -191,6 +194,11 @@ def _encode_headers(headers: dict[str, str]) -> bytes:
         lines.append(f"{k}: {v}\r\n")
     lines.append("\r\n")
     return "".join(lines).encode()
+
+
+def _headers_size(headers: dict[str, str]) -> int:
+    """Bytes of the encoded header block: the server counts them in max_payload."""
+    return 12 + sum(len(k.encode()) + len(v.encode()) + 4 for k, v in headers.items())
 
 
 def _check_data(data: Any) -> bytes:
@@ -578,9 +586,10 @@ class Connection:
         if headers is not None:
             validate_headers(headers)
         data = _check_data(data)
-        if len(data) > self._max_payload:
+        size = len(data) if headers is None else len(data) + _headers_size(headers)
+        if size > self._max_payload:
             raise MaxPayloadError(
-                f"payload of {len(data)} bytes on {subject!r} is over the server's max_payload "
+                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
                 f"of {self._max_payload} bytes"
             )
         self._check_open()
@@ -793,8 +802,12 @@ class Connection:
         validate_subject(subject, wildcards=False)
         validate_headers(headers)
         data = _check_data(data)
-        if len(data) > self._max_payload:
-            raise MaxPayloadError(f"payload of {len(data)} bytes on {subject!r} is over max_payload")
+        size = len(data) if headers is None else len(data) + _headers_size(headers)
+        if size > self._max_payload:
+            raise MaxPayloadError(
+                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
+                f"of {self._max_payload} bytes"
+            )
         return self._request(subject, data, headers, timeout)
 
     def _request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float) -> Msg:

@@ -227,16 +227,22 @@ def check_api_response(data: bytes) -> dict[str, Any]:
     """
     try:
         resp = json.loads(data)
-    except ValueError as exc:
-        raise APIError(None, None, f"malformed JetStream API reply: {data[:100]!r}") from exc
+    except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        raise APIError(None, None, f"malformed JetStream API reply: {bytes(data[:100])!r}") from exc
     if not isinstance(resp, dict):
-        raise APIError(None, None, f"malformed JetStream API reply: {data[:100]!r}")
+        raise APIError(None, None, f"malformed JetStream API reply: {bytes(data[:100])!r}")
     err = resp.get("error")
     if err:
         if not isinstance(err, dict):
-            raise APIError(None, None, str(err))
-        raise api_error(err.get("code"), err.get("err_code"), str(err.get("description", "")))
+            raise APIError(None, None, str(err)[:200])
+        raise api_error(_int_or_none(err.get("code")), _int_or_none(err.get("err_code")),
+                        str(err.get("description", ""))[:1000])
     return resp
+
+
+def _int_or_none(value: Any) -> int | None:
+    """``value`` if it is an int (not a bool), else None: error replies may be malformed."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 _PERMISSION = re.compile(
@@ -257,7 +263,25 @@ def permission_error(text: str) -> PermissionDeniedError:
     if m is None:
         return PermissionDeniedError(text)
     op = "publish" if m.group(1).lower() == "publish" else "subscribe"
-    return PermissionDeniedError(text, operation=op, subject=m.group(2))
+    return PermissionDeniedError(text, operation=op, subject=_go_unquote(m.group(2)))
+
+
+_GO_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)")
+_GO_SIMPLE = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+
+
+def _go_unquote(text: str) -> str:
+    """Undo the escapes of Go's ``%q`` (the server quotes subjects that way)."""
+    def one(m: re.Match[str]) -> str:
+        e = m.group(1)
+        if len(e) > 1:
+            try:
+                return chr(int(e[1:], 16))
+            except (ValueError, OverflowError):  # past U+10FFFF
+                return m.group(0)
+        return _GO_SIMPLE.get(e, e)
+
+    return _GO_ESCAPE.sub(one, text) if "\\" in text else text
 
 
 def translate(exc: BaseException) -> BaseException:
