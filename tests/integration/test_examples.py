@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(320)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Examples that need optional frameworks are run by their own tests.
@@ -21,7 +21,7 @@ EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if p.name not in S
 def test_example_runs(path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=150)
+                          timeout=300)
     assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 
