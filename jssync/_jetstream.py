@@ -9,7 +9,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from nats.js import api
@@ -18,6 +18,7 @@ from ._deadline import Deadline
 from ._errors import (
     APIError,
     ConnectionClosedError,
+    Error,
     JetStreamError,
     NoRespondersError,
     ServiceUnavailableError,
@@ -506,10 +507,15 @@ class JetStream:
 
         Blocks (never drops) while ``max_pending`` PubAcks are outstanding. A PubAck that
         does not arrive within ``timeout`` (default: the context's) fails its Future with
-        :class:`jssync.TimeoutError`.
+        :class:`jssync.TimeoutError`; closing the connection fails the Futures still
+        waiting with :class:`jssync.ConnectionClosedError`, and ``Connection.drain()``
+        waits for them first. Done-callbacks added to the Future run on the worker pool
+        (or at once, on the caller's thread, when the Future is already done), never on
+        the I/O thread.
 
         Raises:
             jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError (before sending).
+            jssync.ConnectionClosedError: the connection is closed.
         """
         from ._connection import _check_data, validate_headers, validate_subject
 
@@ -624,15 +630,71 @@ def _parse_pub_ack(msg: Msg) -> api.PubAck:
     return api.PubAck.from_response(resp)
 
 
+class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
+    """The Future of a publish_async: its done-callbacks never run on the I/O thread.
+
+    The PubAck is handled on the connection's I/O thread, where a plain Future would run
+    the callbacks; a slow or blocking callback there would stall the whole connection
+    (and a blocking jssync call in it would fail). Here a callback that would run on the
+    I/O thread runs on the worker pool instead; elsewhere (a callback added to a Future
+    that is already done, or completed by ``close()``) it runs at once, as usual.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        super().__init__()
+        self._conn = conn
+
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[api.PubAck]], object]) -> None:
+        conn = self._conn
+
+        def call(fut: concurrent.futures.Future[api.PubAck]) -> None:
+            pool = conn._pool
+            if conn._loop.in_loop_thread() and not pool._closed:
+                pool.submit(fn, fut)
+            else:
+                fn(fut)
+
+        super().add_done_callback(call)
+
+
+def _resolve(fut: concurrent.futures.Future[api.PubAck], result: api.PubAck | None,
+             exc: BaseException | None) -> None:
+    """Complete ``fut`` unless it is done already (never raises InvalidStateError)."""
+    try:
+        if exc is not None:
+            fut.set_exception(exc)
+        elif result is not None:
+            fut.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
 class _AsyncPublisher:
-    """Outstanding publish_async Futures, completed on the I/O thread as PubAcks arrive."""
+    """Outstanding publish_async Futures, completed on the I/O thread as PubAcks arrive.
+
+    The table of outstanding Futures is shared: user threads add to it, the I/O thread
+    takes from it (PubAcks, the timeout sweep) and ``close()`` fails what is left. Whoever
+    pops an entry completes its Future. Additions, the sweep's snapshot and the
+    registration with the connection are under ``_lock`` (never held while waiting).
+
+    While it has Futures outstanding the publisher is registered with the connection
+    like a subscription, so ``Connection.drain()`` waits for the PubAcks and ``close()``
+    fails the Futures still waiting with :class:`jssync.ConnectionClosedError` (the I/O
+    loop stops, so no sweep would ever fail them).
+    """
 
     def __init__(self, js: JetStream) -> None:
         self._js = js
         self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._pending: dict[str, tuple[concurrent.futures.Future[api.PubAck], float]] = {}
         self._sweeping = False
+        self._registered = False
+        self._ended = False
         self._waiters = 0
+
+    def __repr__(self) -> str:
+        return f"<jssync publish_async pending={len(self._pending)}>"
 
     @property
     def pending(self) -> int:
@@ -641,6 +703,7 @@ class _AsyncPublisher:
     def publish(self, subject: str, data: bytes, headers: dict[str, str] | None,
                 timeout: float) -> concurrent.futures.Future[api.PubAck]:
         conn = self._js.conn
+        conn._check_open()
         limit = self._js.max_pending
         if len(self._pending) >= limit:
             deadline = Deadline(None)
@@ -652,7 +715,7 @@ class _AsyncPublisher:
                         self._cond.wait(deadline.slice())
                 finally:
                     self._waiters -= 1
-        fut: concurrent.futures.Future[api.PubAck] = concurrent.futures.Future()
+        fut: concurrent.futures.Future[api.PubAck] = _PubAckFuture(conn)
         fut.set_running_or_notify_cancel()
         pending = self._pending
 
@@ -661,21 +724,39 @@ class _AsyncPublisher:
             if pending.pop(tok, None) is None:
                 return
             try:
-                _fut.set_result(_parse_pub_ack(msg))
+                ack = _parse_pub_ack(msg)
             except BaseException as exc:  # noqa: BLE001
-                _fut.set_exception(exc)
+                _resolve(_fut, None, exc)
+            else:
+                _resolve(_fut, ack, None)
             if self._waiters:
                 with self._cond:
                     self._cond.notify_all()
 
         prefix = conn._mux_prefix or conn._start_mux(Deadline(self._js.timeout))
         token = str(next(conn._tokens))
-        pending[token] = (fut, time.monotonic() + timeout)
-        conn._replies[token] = on_reply
-        conn._enqueue((subject, data, prefix + token, headers))
-        if not self._sweeping:
+        with self._lock:
+            if self._ended:
+                raise ConnectionClosedError("the connection is closed")
+            pending[token] = (fut, time.monotonic() + timeout)
+            conn._replies[token] = on_reply
+            arm = not self._sweeping
             self._sweeping = True
-            conn._loop.call_soon(self._arm_sweep)
+            if not self._registered:
+                self._registered = True
+                with conn._subs_lock:
+                    conn._subs.add(self)  # type: ignore[arg-type]  # drained/ended with the connection
+        if conn._closed:
+            # the connection closed while this was added; its close may not have seen us
+            self._end()
+            raise ConnectionClosedError("the connection is closed")
+        conn._enqueue((subject, data, prefix + token, headers))
+        if arm:
+            try:
+                conn._loop.call_soon(self._arm_sweep)
+            except Error:
+                self._end()
+                raise
         return fut
 
     def _arm_sweep(self) -> None:
@@ -685,24 +766,49 @@ class _AsyncPublisher:
         # on the I/O thread: fail Futures whose PubAck is overdue
         now = time.monotonic()
         conn = self._js.conn
-        expired = [t for t, (_, end) in list(self._pending.items()) if end <= now]
+        with self._lock:
+            snapshot = self._pending.copy()
+        expired = [t for t, (_, end) in snapshot.items() if end <= now]
         for t in expired:
             item = self._pending.pop(t, None)
             conn._replies.pop(t, None)
-            if item is not None and not item[0].done():
-                item[0].set_exception(TimeoutError("no PubAck within the publish timeout"))
-        if conn._closed:
-            for t, (fut, _) in list(self._pending.items()):
-                self._pending.pop(t, None)
-                if not fut.done():
-                    fut.set_exception(ConnectionClosedError("the connection closed before the PubAck arrived"))
-        if expired or conn._closed:
+            if item is not None:
+                _resolve(item[0], None, TimeoutError("no PubAck within the publish timeout"))
+        if expired:
             with self._cond:
                 self._cond.notify_all()
-        self._sweeping = False
-        if self._pending and not conn._closed:
-            self._sweeping = True
-            self._arm_sweep()
+        with self._lock:
+            if self._pending and not conn._closed:
+                self._arm_sweep()
+                return
+            self._sweeping = False
+            if not self._pending and self._registered:
+                self._registered = False
+                with conn._subs_lock:
+                    conn._subs.discard(self)  # type: ignore[arg-type]
+
+    def _end(self) -> None:
+        """The connection closed (any thread): fail every Future still waiting. Idempotent."""
+        conn = self._js.conn
+        with self._lock:
+            self._ended = True
+            self._registered = False
+            tokens = list(self._pending)
+        for t in tokens:
+            item = self._pending.pop(t, None)
+            conn._replies.pop(t, None)
+            if item is not None:
+                _resolve(item[0], None, ConnectionClosedError("the connection closed before the PubAck arrived"))
+        with self._cond:
+            self._cond.notify_all()
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Wait for the outstanding PubAcks (``Connection.drain``), at most ``timeout`` seconds.
+
+        Raises:
+            jssync.TimeoutError: some are still outstanding after ``timeout``.
+        """
+        self.wait_all(Deadline(timeout))
 
     def wait_all(self, deadline: Deadline) -> None:
         with self._cond:

@@ -974,7 +974,15 @@ class _PushWatcher(Generic[T]):
             StopIteration: the watcher was stopped (or its connection closed).
         """
         deadline = Deadline(timeout)
-        with self._lock:
+        # another thread may be reading (it holds the lock while it waits): wait for it in
+        # slices, so this call's own timeout (and stop()) still count
+        lock = self._lock
+        while not lock.acquire(timeout=deadline.slice()):
+            if self._stopped or self._conn.is_closed:
+                raise StopIteration
+            if deadline.expired():
+                raise TimeoutError(f"no update within {timeout}s ({self._what} on {self._stream_name})")
+        try:
             while True:
                 if self._ready:
                     return self._ready.popleft()
@@ -1003,6 +1011,8 @@ class _PushWatcher(Generic[T]):
                         raise StopIteration from None
                     continue
                 self._handle(msg)
+        finally:
+            lock.release()
 
     # nats-py's name for it
     def updates(self, timeout: float | None = 5.0) -> T | None:

@@ -106,7 +106,11 @@ class IOLoop:
         except BaseException:
             coro.close()
             raise
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        except RuntimeError:  # the loop closed after check(): close() on another thread
+            coro.close()
+            raise ConnectionClosedError("the connection is closed") from None
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None | Deadline, what: str = "operation") -> T:
         """Run ``coro`` on the loop and block until it is done or the deadline passes.
@@ -120,12 +124,20 @@ class IOLoop:
         """
         deadline = timeout if isinstance(timeout, Deadline) else Deadline(timeout)
         fut = self.submit(coro)
-        return wait_future(fut, deadline, what)
+        return wait_future(fut, deadline, what, self.thread)
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the loop thread soon (thread-safe, no wait)."""
+        """Run ``fn(*args)`` on the loop thread soon (thread-safe, no wait).
+
+        Raises:
+            ForkError, ConnectionClosedError: see :meth:`check` (also when the loop closed
+                after the check).
+        """
         self.check()
-        self.loop.call_soon_threadsafe(fn, *args)
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            raise ConnectionClosedError("the connection is closed") from None
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop and join the thread (idempotent; a no-op in a forked child)."""
@@ -142,8 +154,14 @@ class IOLoop:
             self.thread.join(timeout)
 
 
-def wait_future(fut: concurrent.futures.Future[T], deadline: Deadline, what: str = "operation") -> T:
-    """Wait for a Future in slices of at most 0.1 s; cancel it on timeout or interrupt."""
+def wait_future(fut: concurrent.futures.Future[T], deadline: Deadline, what: str = "operation",
+                thread: threading.Thread | None = None) -> T:
+    """Wait for a Future in slices of at most 0.1 s; cancel it on timeout or interrupt.
+
+    ``thread`` is the loop's thread: once it has ended, nothing will complete the Future
+    (work handed over just as the loop stopped) and the wait ends with
+    :class:`ConnectionClosedError` instead of lasting until the deadline.
+    """
     try:
         while True:
             try:
@@ -154,6 +172,9 @@ def wait_future(fut: concurrent.futures.Future[T], deadline: Deadline, what: str
                 if deadline.expired():
                     fut.cancel()
                     raise TimeoutError(f"{what} timed out after {deadline.timeout}s") from None
+                if thread is not None and not thread.is_alive() and not fut.done():
+                    fut.cancel()
+                    raise ConnectionClosedError(f"{what} was not run: the connection closed") from None
             except concurrent.futures.CancelledError:
                 raise ConnectionClosedError(f"{what} was cancelled: the connection closed") from None
     except BaseException as exc:

@@ -99,12 +99,25 @@ class Msg:
             from ._errors import Error
 
             raise Error("the message has no reply subject: it cannot be acknowledged")
+        conn = self._conn
+        if conn._loop.forked:
+            from ._errors import ForkError
+
+            # the parent's publish queue is never sent from here: the ack would be lost
+            raise ForkError(
+                "this message was received by a connection of the parent process and cannot be "
+                "acknowledged after os.fork(); acknowledge it in the parent (or consume in the child)"
+            )
         if terminal:
             self._acked = True
-        self._conn._publish_raw(self.reply, payload)
+        conn._publish_raw(self.reply, payload)
 
     def ack(self) -> None:
-        """Acknowledge (+ACK). Buffered: returns at once."""
+        """Acknowledge (+ACK). Buffered: returns at once.
+
+        Raises:
+            jssync.ForkError: called in a forked child on a message the parent received.
+        """
         self._send_ack(_ACK, True)
 
     def nak(self, delay: float | None = None) -> None:

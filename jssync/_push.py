@@ -1010,7 +1010,8 @@ class JetStreamSubscription(Subscription):
             lane.put(_DELETE)
         self._end()
         if lane is not None:
-            while not lane.idle.wait(deadline.slice()):
+            # from this subscription's own callback: the rest (and the delete) follow its return
+            while not lane.in_handler() and not lane.idle.wait(deadline.slice()):
                 deadline.check("JetStream subscription drain")
             return
         try:

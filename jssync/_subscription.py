@@ -194,7 +194,9 @@ class Subscription:
 
         Blocks until buffered messages were delivered to the callback (callback form) or
         until the server confirmed the unsubscribe (iterator form, where the rest stays
-        readable), at most ``timeout``.
+        readable), at most ``timeout``. Called from this subscription's own callback, it
+        returns once the unsubscribe is confirmed (the buffered messages follow when the
+        callback returns).
 
         Raises:
             jssync.TimeoutError: the drain did not finish in time.
@@ -204,6 +206,7 @@ class Subscription:
         deadline = Deadline(timeout)
         self._conn._unsubscribe(self, drain=True, timeout=deadline)
         self._end()
-        if self._lane is not None:
-            while not self._lane.idle.wait(deadline.slice()):
+        lane = self._lane
+        if lane is not None and not lane.in_handler():
+            while not lane.idle.wait(deadline.slice()):
                 deadline.check("subscription drain")

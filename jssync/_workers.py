@@ -83,8 +83,14 @@ class SerialLane:
         self._items: deque[Any] = deque()
         self._lock = threading.Lock()
         self._running = False
+        #: The thread running the handler right now (0: none).
+        self._owner = 0
         self.idle = threading.Event()
         self.idle.set()
+
+    def in_handler(self) -> bool:
+        """True when called from inside the handler (waiting for ``idle`` would wait for oneself)."""
+        return self._owner == threading.get_ident()
 
     def put(self, item: Any) -> None:
         with self._lock:
@@ -105,13 +111,16 @@ class SerialLane:
             return items
 
     def _drain(self) -> None:
+        me = threading.get_ident()
         while True:
             with self._lock:
                 if not self._items:
+                    self._owner = 0
                     self._running = False
                     self.idle.set()
                     return
                 item = self._items.popleft()
+                self._owner = me
             try:
                 self._handler(item)
             except BaseException as exc:  # noqa: BLE001

@@ -159,10 +159,20 @@ class NatsServer:
         """Start the server and wait until it is ready.
 
         Raises:
-            ServerError: it exited or was not ready within ``startup_timeout``.
+            ServerError: it exited or was not ready within ``startup_timeout`` (the process
+                is stopped then, also on Ctrl-C, so no server is left running).
         """
         if self.running:
             return
+        self._spawn()
+        try:
+            self.wait_ready(self.startup_timeout)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _spawn(self) -> None:
+        """Write the config and start the process (no wait)."""
         Path(self.config_file).write_text(self._config_text())
         cmd = [find_binary(), "-c", self.config_file, *self.args]
         logf = open(self.log_file, "ab")  # noqa: SIM115 - owned by the process
@@ -170,7 +180,13 @@ class NatsServer:
             self._proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         finally:
             logf.close()
-        self.wait_ready(self.startup_timeout)
+
+    def _abandon(self) -> None:
+        """Kill the process after a failed start (never raises)."""
+        try:
+            self.kill()
+        except Exception:  # noqa: BLE001 - the start error matters more
+            pass
 
     def wait_ready(self, timeout: float = 15.0) -> None:
         """Wait until the client port answers (and JetStream is healthy when monitored)."""
@@ -311,17 +327,19 @@ class NatsCluster:
 
     def start(self) -> None:
         """Start every node, then wait until all are healthy (JetStream meta leader elected)."""
-        for s in self.servers:
-            if not s.running:
-                Path(s.config_file).write_text(s._config_text())
-                logf = open(s.log_file, "ab")  # noqa: SIM115
-                try:
-                    s._proc = subprocess.Popen([find_binary(), "-c", s.config_file, *s.args], stdout=logf,
-                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-                finally:
-                    logf.close()
-        for s in self.servers:
-            s.wait_ready(self.startup_timeout)
+        started: list[NatsServer] = []
+        try:
+            for s in self.servers:
+                if not s.running:
+                    started.append(s)
+                    s._spawn()
+            for s in self.servers:
+                s.wait_ready(self.startup_timeout)
+        except BaseException:
+            # a node that failed (or Ctrl-C) must not leave the ones started here running
+            for s in started:
+                s._abandon()
+            raise
 
     def stop(self) -> None:
         for s in self.servers:
