@@ -3,9 +3,15 @@
     python bench/run.py            # every scenario, 3 runs each, median
     python bench/run.py --quick    # short run
     python bench/run.py --size 16384 --json results.json --only core_publish
+    python bench/run.py --sizes 128,16384 --threads 1,4,16
+    python bench/run.py --only memory_consume
 
-Each scenario runs once with jssync and once with nats-py doing the same work the
-idiomatic way, and prints msgs/s for both and the ratio jssync / nats-py.
+Each paired scenario runs once with jssync and once with nats-py doing the same work the
+idiomatic way, and prints msgs/s for both and the ratio jssync / nats-py. The thread
+scenarios (``*_threads``) run jssync only, with 1, 4 and 16 user threads (``--threads``),
+and print one row per thread count. ``memory_consume`` (jssync only, 128 B, not part of
+``--quick``) consumes 1,000,000 messages in a fresh process and prints the RSS growth.
+With ``--sizes`` every selected scenario is repeated per payload size, one section each.
 """
 
 from __future__ import annotations
@@ -540,6 +546,256 @@ class KvGet:
         return {"rate": n / asyncio.run(main())}
 
 
+# ---------------------------------------------------------------------------------- threads
+#
+# jssync only: the same total work split over k user threads sharing one connection.
+
+THREAD_SCENARIOS: dict[str, Callable[[str, int, bytes, int], dict[str, float]]] = {}
+THREAD_LABELS = {"core_publish_threads": "core publish", "js_publish_async_threads": "publish_async",
+                 "consume_threads": "consume, 1 shared ctx", "consume_threads_each": "consume, ctx each"}
+
+
+def thread_scenario(name: str) -> Callable[[Any], Any]:
+    def deco(fn: Any) -> Any:
+        THREAD_SCENARIOS[name] = fn
+        return fn
+
+    return deco
+
+
+def _run_threads(k: int, target: Callable[[int], None]) -> float:
+    """Start ``k`` threads running ``target(i)`` together; return the wall time until all end."""
+    go = threading.Barrier(k + 1)
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        go.wait(30)
+        try:
+            target(i)
+        except BaseException as e:  # noqa: BLE001 - reported by the caller
+            errors.append(e)
+
+    ts = [threading.Thread(target=body, args=(i,), name=f"bench-{i}") for i in range(k)]
+    for t in ts:
+        t.start()
+    go.wait(30)
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    dt = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return dt
+
+
+@thread_scenario("core_publish_threads")
+def core_publish_threads(url: str, n: int, payload: bytes, k: int) -> dict[str, float]:
+    """k threads publish n/k messages each on one connection, then one flush."""
+    per = n // k
+    with jssync.connect(url) as nc:
+        pub = nc.publish
+
+        def work(_: int) -> None:
+            for _ in range(per):
+                pub("bench.tpub", payload)
+
+        t0 = time.perf_counter()
+        _run_threads(k, work)
+        nc.flush(timeout=60)
+        dt = time.perf_counter() - t0
+    return {"rate": per * k / dt}
+
+
+@thread_scenario("js_publish_async_threads")
+def js_publish_async_threads(url: str, n: int, payload: bytes, k: int) -> dict[str, float]:
+    """k threads publish_async n/k messages each on one JetStream context, then completed."""
+    per = n // k
+    _fresh_stream(url, "BENCHPUB", ["bench.js.>"])
+    with jssync.connect(url) as nc:
+        js = nc.jetstream()
+        pub = js.publish_async
+
+        def work(_: int) -> None:
+            for _ in range(per):
+                pub("bench.js.t", payload)
+
+        t0 = time.perf_counter()
+        _run_threads(k, work)
+        js.publish_async_completed(timeout=120)
+        dt = time.perf_counter() - t0
+    return {"rate": per * k / dt}
+
+
+_PRELOADED: dict[tuple[str, str], tuple[int, bytes]] = {}
+
+
+def _preload_once(url: str, name: str, n: int, payload: bytes) -> None:
+    """Like _preload, but reuse the stream when it already holds this exact load."""
+    if _PRELOADED.get((url, name)) != (n, payload):
+        _preload(url, name, n, payload)
+        _PRELOADED[(url, name)] = (n, payload)
+
+
+def _threads_consumer(url: str, n: int, payload: bytes) -> str:
+    _preload_once(url, "BTC", n, payload)
+    durable = f"T{next(_DURABLES)}"
+    return durable
+
+
+_DURABLES = iter(range(1, 1 << 30))
+
+
+@thread_scenario("consume_threads")
+def consume_threads(url: str, n: int, payload: bytes, k: int) -> dict[str, float]:
+    """k threads iterate ONE consume(max_messages=500) context, explicit ack each."""
+    durable = _threads_consumer(url, n, payload)
+    with jssync.connect(url) as nc:
+        js = nc.jetstream()
+        c = js.create_consumer("BTC", durable_name=durable, ack_policy="explicit")
+        counter = iter(range(1, n + 1))
+        try:
+            t0 = time.perf_counter()
+            with c.consume(max_messages=500) as ctx:
+
+                def work(_: int) -> None:
+                    for m in ctx:
+                        m.ack()
+                        if next(counter, n) == n:
+                            ctx.stop()  # ends the other threads' iteration too
+
+                _run_threads(k, work)
+            dt = time.perf_counter() - t0
+        finally:
+            js.delete_consumer("BTC", durable)
+    return {"rate": n / dt}
+
+
+@thread_scenario("consume_threads_each")
+def consume_threads_each(url: str, n: int, payload: bytes, k: int) -> dict[str, float]:
+    """k threads, each with its own consume(max_messages=500) on one shared durable."""
+    durable = _threads_consumer(url, n, payload)
+    with jssync.connect(url) as nc:
+        js = nc.jetstream()
+        c = js.create_consumer("BTC", durable_name=durable, ack_policy="explicit",
+                               max_ack_pending=600 * k)
+        counter = iter(range(1, n + 1))
+        ctxs: list[Any] = []
+        lock = threading.Lock()
+        done = threading.Event()
+
+        def work(_: int) -> None:
+            ctx = c.consume(max_messages=500)
+            with lock:
+                ctxs.append(ctx)
+            if done.is_set():
+                ctx.stop()
+            for m in ctx:
+                m.ack()
+                if next(counter, n) == n:
+                    done.set()
+                    with lock:
+                        for x in ctxs:
+                            x.stop()
+
+        try:
+            t0 = time.perf_counter()
+            _run_threads(k, work)
+            dt = time.perf_counter() - t0
+        finally:
+            for x in ctxs:
+                x.stop()
+            js.delete_consumer("BTC", durable)
+    return {"rate": n / dt}
+
+
+# ---------------------------------------------------------------------------------- memory
+
+MEMORY_TARGET_MB = 50.0
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _memory_child(url: str, stream: str, n: int, out: Any) -> None:
+    """In a fresh process: consume ``n`` messages with explicit acks, sampling RSS."""
+    try:
+        peak = [0]
+        stop = threading.Event()
+
+        def sampler() -> None:
+            while not stop.wait(0.5):
+                peak[0] = max(peak[0], _rss_kb())
+
+        with jssync.connect(url) as nc:
+            c = nc.jetstream().create_consumer(stream, durable_name="MEM", ack_policy="explicit")
+            before = _rss_kb()
+            peak[0] = before
+            th = threading.Thread(target=sampler, daemon=True)
+            th.start()
+            got = 0
+            t0 = time.perf_counter()
+            with c.consume(max_messages=500) as msgs:
+                for m in msgs:
+                    m.ack()
+                    got += 1
+                    if got == n:
+                        break
+            dt = time.perf_counter() - t0
+            end = _rss_kb()
+            stop.set()
+            th.join()
+        peak[0] = max(peak[0], end)
+        out.put({"rate": n / dt, "seconds": dt, "rss_before_mb": before / 1024, "rss_end_mb": end / 1024,
+                 "rss_peak_mb": peak[0] / 1024, "growth_mb": (end - before) / 1024,
+                 "peak_growth_mb": (peak[0] - before) / 1024})
+    except BaseException as e:  # noqa: BLE001 - shipped to the parent
+        out.put({"error": repr(e)})
+
+
+def memory_consume(url: str, n: int) -> dict[str, Any]:
+    """Preload ``n`` 128-byte messages (publish_async in chunks), consume them in a child process."""
+    import multiprocessing as mp
+
+    payload = os.urandom(128)
+    name = "BMEM"
+    t0 = time.perf_counter()
+    with jssync.connect(url) as nc:
+        js = nc.jetstream()
+        try:
+            js.delete_stream(name)
+        except jssync.StreamNotFoundError:
+            pass
+        js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory", max_msgs=n + 1000)
+        left = n
+        while left:
+            chunk = min(left, 50_000)
+            for _ in range(chunk):
+                js.publish_async(f"{name}.x", payload)
+            js.publish_async_completed(timeout=300)
+            left -= chunk
+    preload_s = time.perf_counter() - t0
+    try:
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        p = ctx.Process(target=_memory_child, args=(url, name, n, q), daemon=True)
+        p.start()
+        res: dict[str, Any] = q.get(timeout=max(600.0, n / 1000))
+        p.join(30)
+    finally:
+        with jssync.connect(url) as nc:
+            nc.jetstream().delete_stream(name)
+    if "error" in res:
+        raise RuntimeError(f"memory_consume child failed: {res['error']}")
+    res.update({"count": n, "size": 128, "preload_s": preload_s, "target_mb": MEMORY_TARGET_MB,
+                "met": res["growth_mb"] < MEMORY_TARGET_MB and res["peak_growth_mb"] < MEMORY_TARGET_MB})
+    return res
+
+
 def _responder_main(url: str, stop: Any, ready: Any) -> None:
     RequestReply._responder(url, stop, ready)
 
@@ -552,41 +808,131 @@ def _lat(rate: float, lat: list[float]) -> dict[str, float]:
 # ---------------------------------------------------------------------------------- driver
 
 
+def _loadavg() -> list[float]:
+    try:
+        return [float(x) for x in open("/proc/loadavg").read().split()[:3]]
+    except OSError:
+        return []
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def _count_for_size(n: int, size: int, budget: int) -> int:
+    """Cap the message count so one run's payload bytes stay within ``budget`` (memory streams)."""
+    return max(1000, min(n, budget // max(size, 1)))
+
+
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def _run_pairs(url: str, names: list[str], n: int, payload: bytes, runs: int, side: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    print(f"{'scenario':28} {'jssync/s':>12} {'nats-py/s':>12} {'ratio':>7}  extra")
+    for name in names:
+        fj, fn = SCENARIOS[name]
+        rj, rn = [], []
+        for _ in range(runs):
+            if side != "natspy":
+                rj.append(fj(url, n, payload))
+            if side != "jssync":
+                rn.append(fn(url, n, payload))
+        mj = _median(rj) if rj else {"rate": float("nan")}
+        mn = _median(rn) if rn else {"rate": float("nan")}
+        ratio = mj["rate"] / mn["rate"]
+        extra = ""
+        if "p50_us" in mj and "p50_us" in mn:
+            extra = (f"p50 {mj['p50_us']:.0f}/{mn['p50_us']:.0f} us (overhead {mj['p50_us'] - mn['p50_us']:+.0f}),"
+                     f" p99 {mj['p99_us']:.0f}/{mn['p99_us']:.0f} us")
+        print(f"{name:28} {mj['rate']:>12,.0f} {mn['rate']:>12,.0f} {ratio:>7.2f}  {extra}", flush=True)
+        out[name] = {"jssync": mj, "natspy": mn, "ratio": ratio}
+    return out
+
+
+def _run_threads_table(url: str, names: list[str], n: int, payload: bytes, runs: int,
+                       threads: list[int]) -> dict[str, Any]:
+    """Rows = thread counts, columns = thread scenarios (jssync msgs/s, median of runs)."""
+    out: dict[str, Any] = {name: {} for name in names}
+    print(f"\njssync with k user threads (msgs/s, total over all threads; {n} msgs per run)")
+    print(f"{'threads':>7} " + " ".join(f"{THREAD_LABELS.get(name, name):>22}" for name in names))
+    for k in threads:
+        row = []
+        for name in names:
+            res = _median([THREAD_SCENARIOS[name](url, n, payload, k) for _ in range(runs)])
+            out[name][str(k)] = res
+            row.append(f"{res['rate']:>22,.0f}")
+        print(f"{k:>7} " + " ".join(row), flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer messages, one run")
+    ap.add_argument("--quick", action="store_true", help="fewer messages, one run, no memory_consume")
     ap.add_argument("--size", type=int, default=128, help="payload size in bytes (default 128)")
+    ap.add_argument("--sizes", type=_ints, default=None,
+                    help="comma-separated payload sizes, e.g. 128,16384: one section per size (overrides --size)")
     ap.add_argument("--runs", type=int, default=None, help="runs per scenario (median is reported)")
-    ap.add_argument("--count", type=int, default=None, help="messages per run")
+    ap.add_argument("--count", type=int, default=None, help="messages per run (capped for big payloads)")
+    ap.add_argument("--threads", type=_ints, default=[1, 4, 16],
+                    help="user-thread counts for the *_threads scenarios (default 1,4,16)")
+    ap.add_argument("--memory-count", type=int, default=1_000_000,
+                    help="messages for memory_consume (default 1,000,000)")
+    ap.add_argument("--side", choices=["both", "jssync", "natspy"], default="both",
+                    help="run only one side of the paired scenarios (for profiling)")
     ap.add_argument("--only", action="append", help="run only this scenario (repeatable)")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
     runs = args.runs or (1 if args.quick else 3)
     n = args.count or (20_000 if args.quick else 200_000)
-    payload = os.urandom(args.size)
-    names = args.only or list(SCENARIOS)
-    unknown = [x for x in names if x not in SCENARIOS]
+    budget = (64 if args.quick else 256) << 20
+    sizes = args.sizes or [args.size]
+    known = [*SCENARIOS, *THREAD_SCENARIOS, "memory_consume"]
+    names = args.only or [x for x in known if not (args.quick and x == "memory_consume")]
+    unknown = [x for x in names if x not in known]
     if unknown:
-        ap.error(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
-    results: dict[str, Any] = {"size": args.size, "count": n, "runs": runs, "scenarios": {}}
+        ap.error(f"unknown scenario(s) {unknown}; known: {known}")
+    pairs = [x for x in names if x in SCENARIOS]
+    threaded = [x for x in names if x in THREAD_SCENARIOS]
+    results: dict[str, Any] = {"sizes": sizes, "count": n, "runs": runs, "threads": args.threads,
+                               "cpus": os.cpu_count(), "loadavg_start": _loadavg(), "by_size": {}}
+    t_start = time.perf_counter()
     with NatsServer(jetstream=True) as srv:
-        print(f"server {srv.url}; payload {args.size} B; {n} msgs; {runs} run(s); median reported")
-        print(f"{'scenario':28} {'jssync/s':>12} {'nats-py/s':>12} {'ratio':>7}  extra")
-        for name in names:
-            fj, fn = SCENARIOS[name]
-            rj, rn = [], []
-            for _ in range(runs):
-                rj.append(fj(srv.url, n, payload))
-                rn.append(fn(srv.url, n, payload))
-            mj = {k: statistics.median(r[k] for r in rj) for k in rj[0]}
-            mn = {k: statistics.median(r[k] for r in rn) for k in rn[0]}
-            ratio = mj["rate"] / mn["rate"]
-            extra = ""
-            if "p50_us" in mj:
-                extra = (f"p50 {mj['p50_us']:.0f}/{mn['p50_us']:.0f} us (overhead {mj['p50_us'] - mn['p50_us']:+.0f}),"
-                         f" p99 {mj['p99_us']:.0f}/{mn['p99_us']:.0f} us")
-            print(f"{name:28} {mj['rate']:>12,.0f} {mn['rate']:>12,.0f} {ratio:>7.2f}  {extra}", flush=True)
-            results["scenarios"][name] = {"jssync": mj, "natspy": mn, "ratio": ratio}
+        print(f"server {srv.url}; {runs} run(s), median reported; load average {results['loadavg_start']}")
+        for size in sizes:
+            ns = _count_for_size(n, size, budget) if size > 128 else n
+            payload = os.urandom(size)
+            section: dict[str, Any] = {"count": ns}
+            if pairs or threaded:
+                print(f"\n== payload {size} B, {ns} msgs per run ==")
+            if pairs:
+                section["scenarios"] = _run_pairs(srv.url, pairs, ns, payload, runs, args.side)
+            if threaded:
+                section["threads"] = _run_threads_table(srv.url, threaded, ns, payload, runs, args.threads)
+            results["by_size"][str(size)] = section
+        if "memory_consume" in names:
+            m = args.memory_count
+            print(f"\n== memory_consume: {m:,} msgs of 128 B, consume(max_messages=500) + ack, fresh process ==")
+            res = memory_consume(srv.url, m)
+            results["memory_consume"] = res
+            print(f"preload {res['preload_s']:.1f} s; consume {res['rate']:,.0f} msgs/s ({res['seconds']:.1f} s)")
+            print(f"RSS before {res['rss_before_mb']:.1f} MB, end {res['rss_end_mb']:.1f} MB, "
+                  f"peak {res['rss_peak_mb']:.1f} MB: growth {res['growth_mb']:+.1f} MB "
+                  f"(peak {res['peak_growth_mb']:+.1f} MB), target < {MEMORY_TARGET_MB:.0f} MB: "
+                  f"{'met' if res['met'] else 'MISSED'}", flush=True)
+    results["loadavg_end"] = _loadavg()
+    results["seconds"] = time.perf_counter() - t_start
+    print(f"\ndone in {results['seconds']:.0f} s; load average {results['loadavg_end']}")
+    first = results["by_size"].get(str(sizes[0]), {})
+    results["size"] = sizes[0]  # the first size's paired results, as before
+    results["scenarios"] = first.get("scenarios", {})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
