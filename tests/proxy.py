@@ -78,6 +78,8 @@ class _Pipe:
                     return
                 dst.sendall(data)
         except (OSError, ValueError):  # ValueError: select() on a socket closed meanwhile
+            if self.half_open and not client_to_server:
+                return  # the upstream side was cut on purpose; the client side stays open
             self.close()
 
     def stall(self) -> None:
