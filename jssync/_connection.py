@@ -1080,7 +1080,8 @@ class Connection:
             subs = list(self._subs)
         for sub in subs:
             try:
-                sub.drain(timeout=deadline.remaining())
+                rem = deadline.remaining()
+                sub.drain(timeout=30.0 if rem is None else rem)
             except Error as exc:
                 self._report_error(exc)
         self.close(timeout=max(0.5, deadline.remaining() or 0.5))
