@@ -302,9 +302,29 @@ def _preload(url: str, name: str, n: int, payload: bytes, **cfg: Any) -> None:
         except jssync.StreamNotFoundError:
             pass
         js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory", **cfg)
-        for _ in range(n):
-            js.publish_async(f"{name}.x", payload)
+        futs = [js.publish_async(f"{name}.x", payload) for _ in range(n)]
         js.publish_async_completed(timeout=300)
+        _check_preload(js, name, n, futs)
+
+
+def _check_preload(js: Any, name: str, n: int, futs: list[Any]) -> None:
+    """Fail loudly (instead of waiting forever for missing messages) when a preload fell short."""
+    bad = [f.exception() for f in futs if f.exception() is not None]
+    have = js.stream(name).info().state.messages
+    if bad or have != n:
+        raise RuntimeError(f"preloading {name}: {have} of {n} messages stored; "
+                           f"{len(bad)} publish(es) failed, first: {bad[:1]}")
+
+
+def _cleanup(url: str, keep: tuple[str, ...] = ()) -> None:
+    """Delete every stream (and so every KV bucket) on the bench server: memory streams add up."""
+    with jssync.connect(url) as nc:
+        js = nc.jetstream()
+        for name in list(js.stream_names()):
+            if name not in keep:
+                js.delete_stream(name)
+    for key in [k for k in _PRELOADED if k[1] not in keep]:
+        del _PRELOADED[key]
 
 
 def _natspy_fetch_loop(url: str, name: str, n: int, ack: bool) -> float:
@@ -316,7 +336,7 @@ def _natspy_fetch_loop(url: str, name: str, n: int, ack: bool) -> float:
         t0 = time.perf_counter()
         while got < n:
             try:
-                msgs = await psub.fetch(500, timeout=5)
+                msgs = await psub.fetch(min(500, n - got), timeout=5)
             except nats.errors.TimeoutError:
                 continue
             for m in msgs:
@@ -388,7 +408,7 @@ class ConsumeNoAck:
             t0 = time.perf_counter()
             while got < n:
                 try:
-                    msgs = await psub.fetch(500, timeout=5)
+                    msgs = await psub.fetch(min(500, n - got), timeout=5)
                 except nats.errors.TimeoutError:
                     continue
                 got += len(msgs)
@@ -411,7 +431,7 @@ class FetchLoop:
             got = 0
             t0 = time.perf_counter()
             while got < n:
-                for m in c.fetch(500, expires=5.0):
+                for m in c.fetch(min(500, n - got), expires=5.0):  # no partial last batch to wait out
                     m.ack()
                     got += 1
             dt = time.perf_counter() - t0
@@ -774,10 +794,10 @@ def memory_consume(url: str, n: int) -> dict[str, Any]:
         left = n
         while left:
             chunk = min(left, 50_000)
-            for _ in range(chunk):
-                js.publish_async(f"{name}.x", payload)
+            futs = [js.publish_async(f"{name}.x", payload) for _ in range(chunk)]
             js.publish_async_completed(timeout=300)
             left -= chunk
+            _check_preload(js, name, n - left, futs)
     preload_s = time.perf_counter() - t0
     try:
         ctx = mp.get_context("spawn")
@@ -827,7 +847,7 @@ def _ints(text: str) -> list[int]:
 
 def _count_for_size(n: int, size: int, budget: int) -> int:
     """Cap the message count so one run's payload bytes stay within ``budget`` (memory streams)."""
-    return max(1000, min(n, budget // max(size, 1)))
+    return max(1000, min(n, budget // max(size, 1)) // 500 * 500)  # whole fetch(500) batches
 
 
 def _median(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -854,6 +874,7 @@ def _run_pairs(url: str, names: list[str], n: int, payload: bytes, runs: int, si
                      f" p99 {mj['p99_us']:.0f}/{mn['p99_us']:.0f} us")
         print(f"{name:28} {mj['rate']:>12,.0f} {mn['rate']:>12,.0f} {ratio:>7.2f}  {extra}", flush=True)
         out[name] = {"jssync": mj, "natspy": mn, "ratio": ratio}
+        _cleanup(url)
     return out
 
 
@@ -869,7 +890,9 @@ def _run_threads_table(url: str, names: list[str], n: int, payload: bytes, runs:
             res = _median([THREAD_SCENARIOS[name](url, n, payload, k) for _ in range(runs)])
             out[name][str(k)] = res
             row.append(f"{res['rate']:>22,.0f}")
+            _cleanup(url, keep=("BTC",))  # the consume threads share one preloaded stream
         print(f"{k:>7} " + " ".join(row), flush=True)
+    _cleanup(url)
     return out
 
 
@@ -919,6 +942,7 @@ def main(argv: list[str] | None = None) -> int:
             results["by_size"][str(size)] = section
         if "memory_consume" in names:
             m = args.memory_count
+            _cleanup(srv.url)
             print(f"\n== memory_consume: {m:,} msgs of 128 B, consume(max_messages=500) + ack, fresh process ==")
             res = memory_consume(srv.url, m)
             results["memory_consume"] = res
