@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import logging
 import re
 import threading
 import weakref
@@ -35,10 +34,7 @@ from ._errors import (
 )
 from ._streams import StoredMsg
 
-log = logging.getLogger("jssync")
-
 if TYPE_CHECKING:
-    from ._connection import Connection
     from ._msg import Msg
     from ._streams import Stream
     from ._subscription import Subscription
@@ -301,38 +297,15 @@ def direct_get(stream: Stream, *, seq: int | None = None, last_by_subject: str |
 # -- batches ----------------------------------------------------------------------------------
 
 
-def _close_sub(conn: Connection, sub: Subscription) -> None:
+def _close_sub(sub: Subscription) -> None:
     """End ``sub`` and send its UNSUB without waiting; never raises, takes no lock.
 
     It also runs as a finalizer, that is wherever the garbage collector happens to run:
     on any thread (the I/O thread included), possibly one that holds the connection's
-    subscription lock right now. So it must neither block nor take that lock:
-    ``set.discard`` is atomic, and the UNSUB is handed to the I/O thread.
+    subscription lock right now; so it must neither block nor take that lock.
     """
-    try:
-        if sub._closed:
-            return
-        sub._end()
-        conn._subs.discard(sub)
-        nsub = sub._nsub
-        if nsub is None or conn._closed:
-            return
-
-        async def _unsub() -> None:
-            if nsub._closed or conn._nc.is_closed:
-                return
-            try:
-                await nsub.unsubscribe()
-            except Exception:  # noqa: BLE001 - best effort
-                log.debug("jssync: direct get batch: unsubscribe failed", exc_info=True)
-
-        loop = conn._loop
-        if loop.in_loop_thread():
-            loop.loop.create_task(_unsub())
-        else:
-            loop.call_soon(lambda: loop.loop.create_task(_unsub()))
-    except Exception:  # noqa: BLE001 - the connection is closing or closed: nothing to undo
-        pass
+    if not sub._closed:
+        sub._unsubscribe_soon()
 
 
 class DirectBatch:
@@ -374,7 +347,7 @@ class DirectBatch:
         if not batch and not multi:
             limit = 1 << 20
         self._sub = conn.subscribe(conn.new_inbox(), pending_msgs_limit=limit)
-        self._finalizer = weakref.finalize(self, _close_sub, conn, self._sub)
+        self._finalizer = weakref.finalize(self, _close_sub, self._sub)
         try:
             conn.publish(_api_subject(stream), json.dumps(request).encode(), reply=self._sub.subject)
         except BaseException:

@@ -176,7 +176,7 @@ class JetStream:
 
     def account_info(self, timeout: float | None = None) -> api.AccountInfo:
         """Return the account's JetStream usage and limits."""
-        return api.AccountInfo.from_response(self._api("INFO", None, timeout))
+        return _model(api.AccountInfo, self._api("INFO", None, timeout), "account info")
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -194,7 +194,7 @@ class JetStream:
 
         cfg = _stream_config(config, params)
         resp = self._api(f"STREAM.CREATE.{cfg.name}", cfg.as_dict(), timeout)
-        return Stream(self, api.StreamInfo.from_response(resp))
+        return Stream(self, _stream_model(resp))
 
     def update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
                       **params: Any) -> Stream:
@@ -207,7 +207,7 @@ class JetStream:
 
         cfg = _stream_config(config, params)
         resp = self._api(f"STREAM.UPDATE.{cfg.name}", cfg.as_dict(), timeout)
-        return Stream(self, api.StreamInfo.from_response(resp))
+        return Stream(self, _stream_model(resp))
 
     def create_or_update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
                                 **params: Any) -> Stream:
@@ -240,22 +240,25 @@ class JetStream:
             req["subjects_filter"] = subjects_filter
         if not subjects_filter:
             resp = self._api(f"STREAM.INFO.{name}", req or None, timeout)
-            return api.StreamInfo.from_response(resp)
+            return _stream_model(resp)
         # subjects come in pages: gather them all
         subjects: dict[str, int] = {}
         offset = 0
         while True:
             req["offset"] = offset
             resp = self._api(f"STREAM.INFO.{name}", req, timeout)
-            page = (resp.get("state") or {}).get("subjects") or {}
+            state = resp.get("state") or {}
+            page = (state.get("subjects") if isinstance(state, dict) else None) or {}
+            if not isinstance(page, dict):
+                raise APIError(None, None, f"malformed stream info reply: subjects is {type(page).__name__}")
             subjects.update(page)
-            total = resp.get("total", 0)
-            limit = resp.get("limit", 0)
+            total = _int_field(resp, "total")
+            limit = _int_field(resp, "limit")
             offset += len(page)
             if not page or not limit or offset >= total:
                 break
-        resp.setdefault("state", {})["subjects"] = subjects
-        return api.StreamInfo.from_response(resp)
+        resp["state"] = dict(state if isinstance(state, dict) else {}, subjects=subjects)
+        return _stream_model(resp)
 
     def delete_stream(self, name: str, *, timeout: float | None = None) -> bool:
         """Delete a stream and its messages.
@@ -270,7 +273,7 @@ class JetStream:
     def streams(self, subject: str | None = None, *, timeout: float | None = None) -> Iterator[api.StreamInfo]:
         """Iterate over every stream's info (all pages), optionally those listening on ``subject``."""
         for item in self._paged("STREAM.LIST", "streams", {"subject": subject} if subject else {}, timeout):
-            yield api.StreamInfo.from_response(item)
+            yield _stream_model(item)
 
     def stream_names(self, subject: str | None = None, *, timeout: float | None = None) -> Iterator[str]:
         """Iterate over every stream name (all pages), optionally those listening on ``subject``."""
@@ -300,9 +303,11 @@ class JetStream:
             body = dict(req, offset=offset)
             resp = self._api(suffix, body, timeout)
             items = resp.get(key) or []
+            if not isinstance(items, list):
+                raise APIError(None, None, f"malformed {suffix} reply: {key!r} is {type(items).__name__}, not a list")
+            total = _int_field(resp, "total")
             yield from items
             offset += len(items)
-            total = resp.get("total", 0)
             if not items or offset >= total:
                 return
 
@@ -324,7 +329,7 @@ class JetStream:
         else:
             subject = f"CONSUMER.CREATE.{stream}"
         resp = self._api(subject, req, timeout)
-        return Consumer(self, stream, api.ConsumerInfo.from_response(resp))
+        return Consumer(self, stream, _model(api.ConsumerInfo, resp, "consumer info"))
 
     def create_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
                         timeout: float | None = None, **params: Any) -> Consumer:
@@ -367,7 +372,7 @@ class JetStream:
     def _consumer_info(self, stream: str, name: str, timeout: float | None = None) -> api.ConsumerInfo:
         validate_name(stream)
         validate_name(name, "consumer name")
-        return api.ConsumerInfo.from_response(self._api(f"CONSUMER.INFO.{stream}.{name}", None, timeout))
+        return _model(api.ConsumerInfo, self._api(f"CONSUMER.INFO.{stream}.{name}", None, timeout), "consumer info")
 
     def delete_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> bool:
         """Delete a consumer.
@@ -383,7 +388,7 @@ class JetStream:
         """Iterate over the info of every consumer of ``stream`` (all pages)."""
         validate_name(stream)
         for item in self._paged(f"CONSUMER.LIST.{stream}", "consumers", {}, timeout):
-            yield api.ConsumerInfo.from_response(item)
+            yield _model(api.ConsumerInfo, item, "consumer info")
 
     def consumer_names(self, stream: str, *, timeout: float | None = None) -> Iterator[str]:
         """Iterate over the names of every consumer of ``stream`` (all pages)."""
@@ -517,7 +522,7 @@ class JetStream:
             jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError (before sending).
             jssync.ConnectionClosedError: the connection is closed.
         """
-        from ._connection import _check_data, validate_headers, validate_subject
+        from ._connection import _check_data, _headers_size, validate_headers, validate_subject
 
         validate_subject(subject, wildcards=False)
         h = self._pub_headers(headers, msg_id, expected_stream, expected_last_seq,
@@ -525,10 +530,16 @@ class JetStream:
         if h is not None:
             validate_headers(h)
         data = _check_data(data)
-        if len(data) > self.conn.max_payload:
+        # the server counts the header block in max_payload (and closes the connection
+        # when it is exceeded), so check both before anything is queued
+        size = len(data) if h is None else len(data) + _headers_size(h)
+        if size > self.conn.max_payload:
             from ._errors import MaxPayloadError
 
-            raise MaxPayloadError(f"payload of {len(data)} bytes on {subject!r} is over max_payload")
+            raise MaxPayloadError(
+                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
+                f"of {self.conn.max_payload} bytes"
+            )
         return self._async.publish(subject, data, h, self.timeout if timeout is None else timeout)
 
     def publish_async_pending(self) -> int:
@@ -614,6 +625,32 @@ def _nonneg(v: Any, what: str) -> int:
     return v
 
 
+def _model(cls: Any, resp: Any, what: str) -> Any:
+    """``cls.from_response(resp)``; a reply with missing or mistyped fields raises APIError."""
+    if not isinstance(resp, dict):
+        raise APIError(None, None, f"malformed {what} reply: a JSON {type(resp).__name__}, not an object")
+    try:
+        return cls.from_response(resp)
+    except (TypeError, AttributeError, KeyError, ValueError) as exc:
+        raise APIError(None, None, f"malformed {what} reply from the server ({type(exc).__name__}: {exc})") from exc
+
+
+def _stream_model(resp: Any) -> api.StreamInfo:
+    """A StreamInfo from a reply; APIError unless it has a config with a name."""
+    info: api.StreamInfo = _model(api.StreamInfo, resp, "stream info")
+    cfg = getattr(info, "config", None)
+    if not isinstance(cfg, api.StreamConfig) or not isinstance(cfg.name, str) or not cfg.name:
+        raise APIError(None, None, "malformed stream info reply: no stream config with a name")
+    return info
+
+
+def _int_field(resp: dict[str, Any], key: str) -> int:
+    value = resp.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise APIError(None, None, f"malformed API reply: {key!r} is {value!r}, not an integer")
+    return value
+
+
 def _parse_pub_ack(msg: Msg) -> api.PubAck:
     hdrs = msg.headers
     if hdrs and not msg.data:
@@ -623,11 +660,15 @@ def _parse_pub_ack(msg: Msg) -> api.PubAck:
         if status:
             from ._errors import api_error
 
-            raise api_error(int(status), None, hdrs.get("Description", ""))
+            try:
+                code: int | None = int(status)
+            except ValueError:
+                code = None
+            raise api_error(code, None, hdrs.get("Description", "") or f"status {status!r} in reply to a publish")
     resp = check_api_response(msg.data)
     if "stream" not in resp or "seq" not in resp:
         raise APIError(None, None, f"malformed PubAck: {msg.data[:100]!r}")
-    return api.PubAck.from_response(resp)
+    return _model(api.PubAck, resp, "PubAck")
 
 
 class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):

@@ -64,7 +64,10 @@ def parse_ack_subject(reply: str) -> MsgMetadata:
         raise NotJSMessageError(f"malformed JetStream ack subject: {reply!r}")
     delivered, sseq, cseq, ts, pending = (int(x) for x in nums)
     secs, nanos = divmod(ts, 1_000_000_000)
-    timestamp = _EPOCH + _dt.timedelta(seconds=secs, microseconds=nanos // 1000)
+    try:
+        timestamp = _EPOCH + _dt.timedelta(seconds=secs, microseconds=nanos // 1000)
+    except OverflowError:  # past year 9999: not a timestamp a server sends
+        raise NotJSMessageError(f"malformed JetStream ack subject (timestamp out of range): {reply!r}") from None
     return MsgMetadata(
         sequence=SequencePair(sseq, cseq),
         num_delivered=delivered,

@@ -20,7 +20,8 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
@@ -41,6 +42,7 @@ from ._errors import (
 )
 
 if TYPE_CHECKING:
+    from ._connection import Connection
     from ._jetstream import JetStream
     from ._jsack import MsgMetadata
     from ._msg import Msg
@@ -775,6 +777,44 @@ class KeyValue:
 # -- the watcher --------------------------------------------------------------------------------------
 
 
+class _SubHolder:
+    """The current subscription of a watcher (shared with its finalizer)."""
+
+    __slots__ = ("sub",)
+
+    def __init__(self) -> None:
+        self.sub: Subscription | None = None
+
+
+def _weak_listener(watcher: _PushWatcher[Any]) -> Callable[[], None]:
+    """A reconnect listener that calls ``watcher._on_reconnect`` while the watcher lives."""
+    ref = weakref.ref(watcher)
+
+    def listener() -> None:
+        w = ref()
+        if w is not None:
+            w._on_reconnect()
+
+    return listener
+
+
+def _abandon_watcher(conn: Connection, holder: _SubHolder, listener: Callable[[], None]) -> None:
+    """Finalizer of a watcher dropped without stop(): no lock, no wait, never raises.
+
+    It runs wherever the garbage collector runs. The subscription's UNSUB is handed to the
+    I/O thread; the ephemeral consumer, left without interest, is removed by the server
+    after its inactive threshold.
+    """
+    try:
+        conn._reconnect_listeners.remove(listener)
+    except ValueError:
+        pass
+    sub = holder.sub
+    holder.sub = None
+    if sub is not None:
+        sub._unsubscribe_soon()
+
+
 class _PushWatcher(Generic[T]):
     """Watches subjects of a stream through an ordered, ack-none push consumer it owns.
 
@@ -805,12 +845,18 @@ class _PushWatcher(Generic[T]):
         self._received = 0
         self._next_start: int | None = resume_from
         self._cseq = 0
-        self._sub: Subscription | None = None
+        #: The current subscription, in a holder the finalizer shares (it must not keep us alive).
+        self._holder = _SubHolder()
         self._consumer: str | None = None
         self._last_activity = time.monotonic()
         self._retry_at = 0.0
         self._hb = WATCH_HEARTBEAT
-        self._conn._reconnect_listeners.append(self._on_reconnect)
+        # The connection must not keep an abandoned watcher alive (a watcher dropped without
+        # stop() would keep its subscription and server-side consumer as long as the
+        # connection lives): the listener holds it weakly, and a finalizer cleans up.
+        self._listener = _weak_listener(self)
+        self._conn._reconnect_listeners.append(self._listener)
+        self._finalizer = weakref.finalize(self, _abandon_watcher, self._conn, self._holder, self._listener)
         try:
             info = self._create(first=True, timeout=self._js.timeout)
         except StreamNotFoundError as exc:
@@ -833,6 +879,14 @@ class _PushWatcher(Generic[T]):
     def __repr__(self) -> str:
         return (f"<jssync.{type(self).__name__} stream={self._stream_name!r} subjects={self._subjects} "
                 f"stopped={self._stopped}>")
+
+    @property
+    def _sub(self) -> Subscription | None:
+        return self._holder.sub
+
+    @_sub.setter
+    def _sub(self, sub: Subscription | None) -> None:
+        self._holder.sub = sub
 
     def _not_found(self, exc: StreamNotFoundError) -> BaseException:
         return exc
@@ -1054,11 +1108,12 @@ class _PushWatcher(Generic[T]):
     def _stop_quietly(self) -> None:
         self._stopped = True
         try:
-            self._conn._reconnect_listeners.remove(self._on_reconnect)
+            self._conn._reconnect_listeners.remove(self._listener)
         except ValueError:
             pass
         with self._lock:
             self._drop_consumer()
+        self._finalizer.detach()
 
 
 

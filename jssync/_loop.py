@@ -77,13 +77,17 @@ class IOLoop:
     def in_loop_thread(self) -> bool:
         return threading.get_ident() == self.thread.ident
 
-    def check(self) -> None:
-        """Raise if this loop cannot take work: forked child, stopped loop."""
+    def check_fork(self) -> None:
+        """Raise :class:`ForkError` in a forked child (this loop runs in the parent only)."""
         if self._generation != _fork_generation:
             raise ForkError(
                 "this connection was made in a parent process and cannot be used after os.fork(); "
                 "call jssync.connect() in the child"
             )
+
+    def check(self) -> None:
+        """Raise if this loop cannot take work: forked child, stopped loop."""
+        self.check_fork()
         if self._stopped:
             raise ConnectionClosedError("the connection is closed")
 

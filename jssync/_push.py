@@ -918,6 +918,7 @@ class JetStreamSubscription(Subscription):
             try:
                 item = q.get_nowait()
             except Empty:
+                self._conn._loop.check_fork()
                 item = None
                 while item is None:
                     try:
@@ -1004,7 +1005,11 @@ class JetStreamSubscription(Subscription):
                 self._draining = True
                 self._reset_wanted = False
             self._wait_reset_idle(deadline)
-        self._conn._unsubscribe(self, drain=True, timeout=deadline)
+        try:
+            self._conn._unsubscribe(self, drain=True, timeout=deadline)
+        except BaseException:
+            self._unsubscribe_soon()  # the UNSUB still goes out (Ctrl-C, timeout)
+            raise
         lane = self._lane
         if lane is not None and self.created_consumer:
             lane.put(_DELETE)

@@ -149,6 +149,7 @@ class Subscription:
         Raises:
             jssync.TimeoutError: no message in time.
             jssync.SubscriptionClosedError: the subscription ended and no message is left.
+            jssync.ForkError: called in a forked child (nothing would ever arrive).
             RuntimeError: the subscription has a callback.
         """
         if self._lane is not None:
@@ -157,6 +158,7 @@ class Subscription:
         try:
             item = q.get_nowait()
         except Empty:
+            self._conn._loop.check_fork()
             deadline = Deadline(timeout)
             while True:
                 try:
@@ -189,6 +191,37 @@ class Subscription:
         self._end()
         self._conn._unsubscribe(self, drain=False, timeout=timeout)
 
+    def _unsubscribe_soon(self) -> None:
+        """End the subscription and hand its UNSUB to the I/O thread without waiting.
+
+        Takes no lock and never blocks or raises: it also runs from finalizers (wherever
+        the garbage collector runs, possibly on a thread holding the connection's locks)
+        and after an interrupted drain. ``set.discard`` is atomic.
+        """
+        try:
+            self._end()
+            conn = self._conn
+            conn._subs.discard(self)
+            nsub = self._nsub
+            if nsub is None or conn._closed or conn._loop.forked:
+                return
+
+            async def _unsub() -> None:
+                if nsub._closed or conn._nc.is_closed:
+                    return
+                try:
+                    await nsub.unsubscribe()
+                except Exception:  # noqa: BLE001 - best effort
+                    log.debug("jssync: unsubscribe failed", exc_info=True)
+
+            loop = conn._loop
+            if loop.in_loop_thread():
+                loop.loop.create_task(_unsub())
+            else:
+                loop.call_soon(lambda: loop.loop.create_task(_unsub()))
+        except Exception:  # noqa: BLE001 - the connection is closing or closed: nothing to undo
+            log.debug("jssync: could not hand over an unsubscribe", exc_info=True)
+
     def drain(self, timeout: float = 30.0) -> None:
         """Stop receiving, process what arrived already, then end the subscription.
 
@@ -204,7 +237,11 @@ class Subscription:
         if self._closed:
             return
         deadline = Deadline(timeout)
-        self._conn._unsubscribe(self, drain=True, timeout=deadline)
+        try:
+            self._conn._unsubscribe(self, drain=True, timeout=deadline)
+        except BaseException:
+            self._unsubscribe_soon()
+            raise
         self._end()
         lane = self._lane
         if lane is not None and not lane.in_handler():

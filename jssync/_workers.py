@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from queue import Empty, SimpleQueue
@@ -12,6 +13,10 @@ from typing import Any
 log = logging.getLogger("jssync")
 
 _STOP = object()
+#: A serial lane gives its worker back after this many items or this many seconds, so one
+#: busy subscription cannot keep a worker (or the whole pool) from the others.
+_LANE_BUDGET = 256
+_LANE_QUANTUM = 0.02
 
 
 class WorkerPool:
@@ -65,8 +70,6 @@ class WorkerPool:
         for _ in self._threads:
             self._jobs.put(_STOP)
         me = threading.current_thread()
-        import time
-
         end = time.monotonic() + timeout
         for t in self._threads:
             if t is me:
@@ -112,6 +115,8 @@ class SerialLane:
 
     def _drain(self) -> None:
         me = threading.get_ident()
+        budget = _LANE_BUDGET
+        until = time.monotonic() + _LANE_QUANTUM
         while True:
             with self._lock:
                 if not self._items:
@@ -119,6 +124,13 @@ class SerialLane:
                     self._running = False
                     self.idle.set()
                     return
+                if budget <= 0 or time.monotonic() >= until:
+                    # give the worker back: other lanes and jobs queued on the pool get a
+                    # turn, this lane goes on (still in order) when its turn comes again
+                    self._owner = 0
+                    self._pool.submit(self._drain)
+                    return
+                budget -= 1
                 item = self._items.popleft()
                 self._owner = me
             try:

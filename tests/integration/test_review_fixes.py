@@ -232,6 +232,44 @@ def test_push_subscription_drain_from_its_own_callback(js, stream):
     wait_for(lambda: not list(js.consumer_names(stream.name)), what="the consumer deleted after the callback")
 
 
+def _stall_io_thread(nc: jssync.Connection) -> threading.Event:
+    """Block the connection's I/O thread until the returned event is set (at most 10 s)."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    def block() -> None:
+        entered.set()
+        release.wait(10)
+
+    nc._loop.call_soon(block)
+    assert entered.wait(5)
+    return release
+
+
+def test_interrupted_drain_ends_the_subscription(nc, unique):
+    """Ctrl-C during drain() (while it waits for the server to confirm the UNSUB) left the
+    subscription half-done: out of the connection's list but not ended, and still
+    registered with nats-py, so messages kept being queued for it and a thread iterating
+    it was never woken, not even by close()."""
+    import _thread
+
+    sub = nc.subscribe(f"RV{unique}.d")
+    sid = sub._nsub._id
+    release = _stall_io_thread(nc)
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sub.drain(timeout=5)
+    finally:
+        timer.cancel()
+        release.set()
+    assert sub.is_closed
+    with pytest.raises(jssync.SubscriptionClosedError):
+        sub.next_msg(timeout=1)
+    wait_for(lambda: sid not in nc._nc._subs, 5, what="the nats-py subscription removed")
+
+
 # -- key-value watchers -------------------------------------------------------------------------
 
 
@@ -271,6 +309,35 @@ def test_watcher_next_honours_its_timeout_while_another_thread_reads(js, unique)
     finally:
         w.stop()
         js.delete_key_value(f"RV{unique}")
+
+
+def test_watcher_dropped_without_stop_is_cleaned_up(nc, js, unique):
+    """A watcher dropped without stop() (``for e in kv.watch(): ... break``) stayed alive
+    for as long as the connection: the connection's reconnect listener held it, so its
+    subscription (and the server-side consumer, which keeps interest) leaked with every
+    such call."""
+    bucket = f"RV{unique}"
+    kv = js.create_key_value(bucket=bucket)
+    try:
+        kv.put("k", b"v")
+        subs_before = len(nc._subs)
+        listeners_before = len(nc._reconnect_listeners)
+
+        def first_value() -> bytes:
+            for e in kv.watch("k"):
+                if e is not None:
+                    return e.value
+            raise AssertionError("no value")
+
+        for _ in range(3):
+            assert first_value() == b"v"
+        gc.collect()
+        wait_for(lambda: len(nc._subs) == subs_before, 5, what="the abandoned watchers' subscriptions gone")
+        assert len(nc._reconnect_listeners) == listeners_before
+        nc.flush()
+        assert not any(not s._closed and s.subject.startswith("_INBOX") for s in list(nc._subs))
+    finally:
+        js.delete_key_value(bucket)
 
 
 # -- direct get batches ---------------------------------------------------------------------------
@@ -365,6 +432,35 @@ def test_ack_in_a_forked_child_raises_fork_error(nc, js, stream):
         os.waitpid(pid, 0)
     assert got == b"fork"
     msgs[0].ack()  # the parent can still ack it
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_waiting_on_a_subscription_in_a_forked_child_raises_fork_error(nc, unique):
+    """In a forked child, next_msg() on the parent's subscription waited for messages that
+    can never come (no I/O thread in the child): with timeout=None, forever."""
+    sub = nc.subscribe(f"RV{unique}.f")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = b"?"
+        try:
+            sub.next_msg(timeout=2)
+            code = b"msg"
+        except jssync.ForkError:
+            code = b"fork"
+        except jssync.TimeoutError:
+            code = b"timeout"
+        except BaseException:  # noqa: BLE001
+            code = b"other"
+        os.write(w, code)
+        os._exit(0)
+    os.close(w)
+    try:
+        got = os.read(r, 16)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    assert got == b"fork"
 
 
 # -- the test server ------------------------------------------------------------------------------

@@ -41,3 +41,9 @@ def test_not_ack_subjects(subject):
 def test_timestamp_truncated_not_rounded():
     m = parse_ack_subject("$JS.ACK.S.C.1.1.1.1700000000123456789.0")
     assert m.timestamp.microsecond == 123456
+
+
+def test_timestamp_past_year_9999_is_not_an_ack_subject():
+    # was OverflowError from timedelta: not a jssync error, and it escaped Msg.metadata
+    with pytest.raises(NotJSMessageError):
+        parse_ack_subject(f"$JS.ACK.S.C.1.2.3.{10**30}.0")
