@@ -528,14 +528,20 @@ class Connection:
             return
         log.info("jssync: disconnected")
         for fn in list(self._disconnect_listeners):
-            fn()
+            try:
+                fn()
+            except Exception:  # one bad listener must not skip the others
+                log.exception("jssync: connection listener %r raised", fn)
         if self._disconnected_cb is not None:
             self._pool.submit(self._call_user_cb, self._disconnected_cb)
 
     async def _on_reconnected(self) -> None:
         log.info("jssync: reconnected to %s", self.connected_url)
         for fn in list(self._reconnect_listeners):
-            fn()
+            try:
+                fn()
+            except Exception:  # one bad listener must not skip the others
+                log.exception("jssync: connection listener %r raised", fn)
         if self._reconnected_cb is not None:
             self._pool.submit(self._call_user_cb, self._reconnected_cb)
 

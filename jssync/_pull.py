@@ -160,7 +160,7 @@ class _Inbox:
 
 
 _pools: weakref.WeakKeyDictionary[Connection, list[_Inbox]] = weakref.WeakKeyDictionary()
-_pools_lock = threading.Lock()
+_pools_lock = threading.RLock()  # re-entrant: a FetchResult finalizer may run inside it
 
 
 def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
@@ -566,6 +566,7 @@ class ConsumeContext:
         self._size_warned = False
         # callback lane
         self._running = False
+        self._cb_thread: int | None = None
         self._lane_lock = threading.Lock()
         self._closed = threading.Event()
         self._server_done = threading.Event()
@@ -867,6 +868,8 @@ class ConsumeContext:
                 self._server_done.set()
                 self._q.put(_END)
         if timeout is not None:
+            if self._cb is not None and self._cb_thread == threading.get_ident():
+                return  # called from our own callback: the lane ends once the callback returns
             deadline = Deadline(timeout)
             ev = self._closed if self._cb is not None else self._server_done
             while not ev.wait(deadline.slice()):
@@ -896,6 +899,8 @@ class ConsumeContext:
         Raises:
             jssync.TimeoutError: still running after ``timeout``.
         """
+        if self._cb is not None and self._cb_thread == threading.get_ident() and not self._closed.is_set():
+            raise RuntimeError("wait() was called from this consume's own callback: it would never return")
         deadline = Deadline(timeout)
         while not self._closed.wait(deadline.slice()):
             if deadline.expired():
@@ -1045,11 +1050,14 @@ class ConsumeContext:
                 t = self._taken = next(count)
                 if self._req - t - self._disc <= self._thr:
                     self._pull()
+            self._cb_thread = threading.get_ident()
             try:
                 cb(msg)
             except BaseException as exc:  # noqa: BLE001 - reported, consuming goes on
                 log.debug("jssync: consume callback raised", exc_info=True)
                 self._report(exc)
+            finally:
+                self._cb_thread = None
 
 
 def consume(js: JetStream, stream: str, consumer: str, callback: Callable[[Msg], Any] | None,

@@ -134,8 +134,7 @@ def test_junk_api_replies_give_clear_errors(fake, label, reply):
         assert elapsed < 1.0 + 0.5 * FACTOR, f"{name} took {elapsed:.2f}s on a junk reply: it waited for a timeout"
     _still_healthy(nc)
     assert not wrong, "junk API replies must raise a jssync error:\n" + "\n".join(wrong)
-    if known:
-        pytest.xfail(KNOWN_BUG + ":\n" + "\n".join(known))
+    assert not known, KNOWN_BUG + ":\n" + "\n".join(known)
 
 
 def test_status_only_replies(fake):
@@ -201,9 +200,7 @@ def test_random_api_replies(nats_server, reply):
     (b'{"stream": "S"}', None),
     (b'{"error": {"code": 400, "err_code": 10071, "description": "wrong last sequence"}}', None),
     (b"", {"Status": "503"}),
-    pytest.param(b"", {"Status": "abc"}, marks=pytest.mark.xfail(
-        reason="jssync/_jetstream.py _parse_pub_ack does int(Status) on a non-numeric Status header and "
-               "raises ValueError; reported, not fixed here", strict=False)),
+    (b"", {"Status": "abc"}),
 ], ids=["empty", "not json", "no seq", "api error", "503", "junk status"])
 def test_junk_pub_acks(nats_server, unique, reply, headers):
     with jssync.connect(nats_server.url) as nc:
@@ -325,9 +322,6 @@ def test_oversize_payloads_refused_before_sending(small_server, unique):
             js.delete_stream(f"BIG{unique}")
 
 
-@pytest.mark.xfail(reason="jssync/_jetstream.py publish_async checks len(data) only, not data plus headers; "
-                          "the server then closes the connection (Maximum Payload Violation); reported",
-                   strict=False)
 def test_publish_async_counts_headers_in_max_payload(small_server, unique):
     with jssync.connect(small_server.url) as nc:
         with pytest.raises(jssync.MaxPayloadError):

@@ -249,9 +249,6 @@ def test_slow_subscriber_drops_and_never_blocks_the_io_thread(nats_server, uniqu
         assert [int(stuck_iter.next_msg(1).data) for _ in range(20)] == list(range(20))
 
 
-@pytest.mark.xfail(reason="SerialLane._drain (jssync/_workers.py) keeps its worker until the lane is empty, so a "
-                          "busy callback subscription starves the others on the pool; reported, not fixed here",
-                   strict=False)
 def test_busy_callback_subscription_does_not_starve_the_others(nats_server, unique):
     with jssync.connect(nats_server.url, callback_workers=1) as nc, jssync.connect(nats_server.url) as pub:
         busy_done = threading.Event()

@@ -491,3 +491,42 @@ def test_cluster_that_fails_to_start_stops_every_node():
         cl.stop()
         for s in cl.servers:
             s.cleanup()
+
+
+def test_consume_drain_and_wait_from_own_callback_do_not_hang(js, unique):
+    """drain(timeout) from the consume's own callback returns at once; wait() raises instead of hanging."""
+    import threading as _th
+    import time as _time
+
+    name = f"RV{unique}"
+    st = js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        for i in range(3):
+            js.publish(f"{name}.x", b"%d" % i)
+        c = st.create_consumer(durable_name="D", ack_policy="explicit")
+        seen = []
+        errors = []
+        done = _th.Event()
+        holder = {}
+
+        def cb(msg):
+            msg.ack()
+            seen.append(msg.data)
+            if len(seen) == 1:
+                t0 = _time.monotonic()
+                holder["cc"].drain(timeout=5)
+                seen.append(_time.monotonic() - t0)
+                try:
+                    holder["cc"].wait(timeout=5)
+                except RuntimeError as exc:
+                    errors.append(exc)
+                done.set()
+
+        holder["cc"] = cc = c.consume(cb)
+        assert done.wait(10)
+        assert seen[1] < 1.0, "drain from the callback waited for itself"
+        assert errors and "own callback" in str(errors[0])
+        cc.wait(timeout=10)
+        assert cc.closed
+    finally:
+        js.delete_stream(name)
