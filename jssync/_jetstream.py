@@ -10,7 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nats.js import api
 
@@ -625,12 +625,16 @@ def _nonneg(v: Any, what: str) -> int:
     return v
 
 
-def _model(cls: Any, resp: Any, what: str) -> Any:
+_M = TypeVar("_M")
+
+
+def _model(cls: type[_M], resp: Any, what: str) -> _M:
     """``cls.from_response(resp)``; a reply with missing or mistyped fields raises APIError."""
     if not isinstance(resp, dict):
         raise APIError(None, None, f"malformed {what} reply: a JSON {type(resp).__name__}, not an object")
     try:
-        return cls.from_response(resp)
+        out: _M = cls.from_response(resp)  # type: ignore[attr-defined]
+        return out
     except (TypeError, AttributeError, KeyError, ValueError) as exc:
         raise APIError(None, None, f"malformed {what} reply from the server ({type(exc).__name__}: {exc})") from exc
 
