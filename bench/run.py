@@ -703,8 +703,12 @@ def consume_threads_each(url: str, n: int, payload: bytes, k: int) -> dict[str, 
         lock = threading.Lock()
         done = threading.Event()
 
+        # 500 buffered per context, but at most ~32 MiB over all contexts: past 64 MiB unread
+        # the server drops the connection as a slow consumer (16 x 500 x 16 KiB = 128 MiB).
+        per_ctx = min(500, max(10, (32 << 20) // (max(len(payload), 1) * k)))
+
         def work(_: int) -> None:
-            ctx = c.consume(max_messages=500)
+            ctx = c.consume(max_messages=per_ctx)
             with lock:
                 ctxs.append(ctx)
             if done.is_set():
