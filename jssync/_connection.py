@@ -48,6 +48,8 @@ _live: weakref.WeakSet[Connection] = weakref.WeakSet()
 
 #: Most publishes handed to the I/O thread in one loop turn.
 _PUMP_BATCH = 4096
+#: Payload bytes encoded into one chunk at most (large messages: smaller bursts, fewer copies).
+_BURST_BYTES = 1 << 20
 #: Largest burst written straight to the socket from the wake-up callback.
 _DIRECT_MAX = 256
 #: Direct writes stop while the socket's write buffer holds more than this.
@@ -657,13 +659,16 @@ class Connection:
         self._pump_task = self._loop.loop.create_task(self._pump())
 
     def _encode_burst(self, limit: int) -> bytes:
-        """Pop up to ``limit`` queued publishes and encode them as one protocol chunk."""
+        """Pop up to ``limit`` queued publishes (and about 1 MiB of payload) as one protocol chunk.
+
+        The byte cap keeps large payloads from being joined and copied in huge chunks.
+        """
         q = self._pubq
         parts: list[bytes] = []
         add = parts.append
         n = 0
         nbytes = 0
-        while q and n < limit:
+        while q and n < limit and nbytes < _BURST_BYTES:
             subject, data, reply, headers = q.popleft()
             n += 1
             nbytes += len(data)
