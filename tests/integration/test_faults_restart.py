@@ -286,6 +286,37 @@ def test_consume_through_restarts(server, stream, record_property, crash):
             js.delete_consumer(stream, "CONSUME", timeout=10)
 
 
+def test_consume_iterator_through_restarts(server, stream, record_property):
+    """The iterator form of consume (``messages.next``) through the same 5 restarts."""
+    errors: list[BaseException] = []
+    tally = Tally()
+    with connect(server, errors) as nc:
+        js = nc.jetstream()
+        c = js.create_consumer(stream, durable_name="ITER", ack_policy="explicit", ack_wait=ACK_WAIT)
+        t0 = time.monotonic()
+        try:
+            with Restarter(server, nc, lambda: tally.processed, N) as r:
+                with c.consume(error_cb=errors.append, max_messages=1000, expires=5, idle_heartbeat=1) as messages:
+                    end = time.monotonic() + READ_WITHIN
+                    drained = Drained(c)
+                    while not (tally.done.is_set() and drained()):
+                        left = end - time.monotonic()
+                        assert left > 0, f"processed {tally.processed} of {N}"
+                        try:
+                            msg = messages.next(timeout=min(left, 0.5))
+                        except jssync.TimeoutError:
+                            continue
+                        tally.add(msg)
+                        msg.ack()
+                        r.gate(tally.processed)
+                    r.check()
+            extra = tally.check()
+            extra.update(_kinds(errors))
+            _report(record_property, "consume_iterator", t0, r, nc, extra)
+        finally:
+            js.delete_consumer(stream, "ITER", timeout=10)
+
+
 def test_fetch_loop_through_restarts(server, stream, record_property):
     tally = Tally()
     ends: dict[str, int] = {}
@@ -380,3 +411,37 @@ def test_push_subscription_through_restarts(server, stream, record_property):
             _report(record_property, "push", t0, r, nc, extra)
         finally:
             sub.unsubscribe()
+
+
+def test_push_callback_through_restarts(server, stream, record_property):
+    """A durable push subscription with a callback that acks (``manual_ack=True``)."""
+    tally = Tally()
+    errors: list[BaseException] = []
+    with connect(server, errors) as nc:
+        js = nc.jetstream()
+        cb_errors: list[BaseException] = []
+
+        def handle(msg: jssync.Msg) -> None:
+            try:
+                tally.add(msg)
+                msg.ack()
+                r.gate(tally.processed)
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                cb_errors.append(exc)
+                raise
+
+        t0 = time.monotonic()
+        with Restarter(server, nc, lambda: tally.processed, N) as r:
+            sub = js.subscribe(SUBJECT, durable="PUSHCB", stream=stream, callback=handle, manual_ack=True,
+                               ack_wait=ACK_WAIT, max_ack_pending=2000, error_cb=errors.append)
+            try:
+                assert tally.done.wait(READ_WITHIN), f"processed {tally.processed} of {N}"
+                r.check()
+                wait_for(Drained(js.consumer(stream, "PUSHCB")), timeout=30, interval=0.1,
+                         what="nothing pending or waiting for an ack")
+            finally:
+                sub.unsubscribe()
+        assert not cb_errors, cb_errors[:3]
+        extra = tally.check()
+        extra.update(_kinds(errors))
+        _report(record_property, "push_callback", t0, r, nc, extra)
