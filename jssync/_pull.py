@@ -567,6 +567,7 @@ class ConsumeContext:
         # callback lane
         self._running = False
         self._cb_thread: int | None = None
+        self._nr_outage = False
         self._lane_lock = threading.Lock()
         self._closed = threading.Event()
         self._server_done = threading.Event()
@@ -616,6 +617,7 @@ class ConsumeContext:
             return
         if self._ack_none:
             msg._ack_none = True
+        self._nr_outage = False
         self._q.put(msg)
         if self._cb is not None and not self._running:
             self._kick_lane()
@@ -654,8 +656,20 @@ class ConsumeContext:
             self._pull()
 
     def _no_responders(self, exc: BaseException) -> None:
-        """Nobody answered a pull (503): the consumer is missing or has no leader right now."""
-        self._report(exc)
+        """Nobody answered a pull (503): the consumer is missing or has no leader right now.
+
+        On the I/O thread. The pull is over on the server, so it no longer counts as pending;
+        a new one goes out after a short wait (ADR-37: re-pull after a status that ends a pull),
+        which ends the stall once a leader is elected. Reported once per outage.
+        """
+        if not self._nr_outage:
+            self._nr_outage = True
+            self._report(exc)
+        self._reset_pending()
+        try:
+            self._conn._loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
+        except RuntimeError:  # pragma: no cover - the loop is closing
+            pass
 
     def _reset_pending(self) -> None:
         """Forget the pull requests in flight (they are gone on the server)."""

@@ -450,11 +450,6 @@ def test_leader_killed_during_consume(cluster, unique, record_property, client_o
         f"the consume went on {run.resumed:.1f}s after the kill (new leader after {run.elected:.1f}s)")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "jssync/_pull.py ConsumeContext._no_responders only reports a 503 (no responders: the consumer has no "
-    "leader during the election); the dead request's batch stays counted as pending, so no new pull is "
-    "sent until the heartbeat monitor gives up after 2 x idle_heartbeat of silence (30 s with the default "
-    "expires of 30 s; 10 s here)"))
 def test_consume_pulls_again_after_503_during_election(cluster, unique, record_property):
     """ADR-37: a status that ends a pull request makes consume pull again; a 503 must too (after a back-off).
 
