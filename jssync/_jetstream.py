@@ -439,6 +439,35 @@ class JetStream:
             h[HDR_EXPECTED_LAST_MSG_ID] = expected_last_msg_id
         return h
 
+    def _prepare_publish(self, subject: str, data: bytes, headers: dict[str, str] | None, msg_id: str | None,
+                         expected_stream: str | None, expected_last_seq: int | None,
+                         expected_last_subject_seq: int | None,
+                         expected_last_msg_id: str | None) -> tuple[bytes, dict[str, str] | None]:
+        """Validate a JetStream publish before anything is sent; return the payload and headers.
+
+        Raises:
+            jssync.BadSubjectError, jssync.BadHeaderError, ValueError, TypeError.
+            jssync.MaxPayloadError: payload plus header block over the server's max_payload
+            (the server would close the connection).
+        """
+        from ._connection import _check_data, _headers_size, validate_headers, validate_subject
+
+        validate_subject(subject, wildcards=False)
+        h = self._pub_headers(headers, msg_id, expected_stream, expected_last_seq,
+                              expected_last_subject_seq, expected_last_msg_id)
+        if h is not None:
+            validate_headers(h)
+        data = _check_data(data)
+        size = len(data) if h is None else len(data) + _headers_size(h)
+        if size > self.conn.max_payload:
+            from ._errors import MaxPayloadError
+
+            raise MaxPayloadError(
+                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
+                f"of {self.conn.max_payload} bytes"
+            )
+        return data, h
+
     def publish(
         self,
         subject: str,
@@ -470,13 +499,8 @@ class JetStream:
             jssync.StreamNotMatchError: an expectation failed.
             jssync.TimeoutError, jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
         """
-        from ._connection import _check_data, validate_headers, validate_subject
-
-        validate_subject(subject, wildcards=False)
-        h = self._pub_headers(headers, msg_id, expected_stream, expected_last_seq,
-                              expected_last_subject_seq, expected_last_msg_id)
-        validate_headers(h)
-        data = _check_data(data)
+        data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
+                                        expected_last_subject_seq, expected_last_msg_id)
         deadline = Deadline(self.timeout if timeout is None else timeout)
         attempt = 0
         while True:
@@ -522,24 +546,8 @@ class JetStream:
             jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError (before sending).
             jssync.ConnectionClosedError: the connection is closed.
         """
-        from ._connection import _check_data, _headers_size, validate_headers, validate_subject
-
-        validate_subject(subject, wildcards=False)
-        h = self._pub_headers(headers, msg_id, expected_stream, expected_last_seq,
-                              expected_last_subject_seq, expected_last_msg_id)
-        if h is not None:
-            validate_headers(h)
-        data = _check_data(data)
-        # the server counts the header block in max_payload (and closes the connection
-        # when it is exceeded), so check both before anything is queued
-        size = len(data) if h is None else len(data) + _headers_size(h)
-        if size > self.conn.max_payload:
-            from ._errors import MaxPayloadError
-
-            raise MaxPayloadError(
-                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
-                f"of {self.conn.max_payload} bytes"
-            )
+        data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
+                                        expected_last_subject_seq, expected_last_msg_id)
         return self._async.publish(subject, data, h, self.timeout if timeout is None else timeout)
 
     def publish_async_pending(self) -> int:
