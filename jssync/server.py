@@ -286,6 +286,7 @@ class NatsCluster:
         if size < 1:
             raise ValueError(f"cluster size must be >= 1, got {size!r}")
         self.size = size
+        self.jetstream = jetstream
         self.name = name
         self.startup_timeout = startup_timeout
         cports = [free_port() for _ in range(size)]
@@ -333,8 +334,7 @@ class NatsCluster:
                 if not s.running:
                     started.append(s)
                     s._spawn()
-            for s in self.servers:
-                s.wait_ready(self.startup_timeout)
+            self.wait_ready(self.startup_timeout)
         except BaseException:
             # a node that failed (or Ctrl-C) must not leave the ones started here running
             for s in started:
@@ -349,6 +349,37 @@ class NatsCluster:
         return "\n".join(f"--- {s.name} ---\n{s.logs()[-4000:]}" for s in self.servers)
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        for s in self.servers:
-            if s.running:
-                s.wait_ready(timeout)
+        """Wait until every running node is healthy and, with JetStream, an R<size> stream can be placed.
+
+        A healthy meta leader is not enough: until it has heard from every peer, creating a
+        replicated stream fails with "no suitable peers for placement". So this creates and
+        deletes a small memory stream with ``num_replicas=size`` until that succeeds.
+
+        Raises:
+            ServerError: a node exited, or the cluster was not ready within ``timeout``.
+        """
+        end = time.monotonic() + timeout
+        running = [s for s in self.servers if s.running]
+        for s in running:
+            s.wait_ready(max(0.1, end - time.monotonic()))
+        if self.jetstream and len(running) == self.size and self.size > 1:
+            self._wait_placement(end)
+
+    def _wait_placement(self, end: float) -> None:
+        from . import connect  # late import: the server module is usable without a client
+        from ._errors import Error
+
+        last: Exception | None = None
+        name = f"JSSYNC_READY_{os.getpid()}_{int(time.monotonic() * 1000) % 1000000}"
+        while time.monotonic() < end:
+            try:
+                with connect(self.urls, timeout=2.0, max_reconnect_attempts=0) as nc:
+                    js = nc.jetstream(timeout=2.0)
+                    js.create_stream(name=name, subjects=[f"_jssync_ready.{name}"], storage="memory",
+                                     num_replicas=self.size)
+                    js.delete_stream(name)
+                    return
+            except Error as e:
+                last = e
+            time.sleep(0.1)
+        raise ServerError(f"cluster not ready for R{self.size} placement: {last}\n{self.logs()}")
