@@ -54,11 +54,13 @@ _BURST_BYTES = 1 << 20
 _DIRECT_MAX = 256
 #: Direct writes stop while the socket's write buffer holds more than this.
 _DIRECT_BUFFER_LIMIT = 1 << 20
+#: Requests up to this size may be written to the socket by the caller's thread.
+_DIRECT_SEND_MAX = 64 * 1024
 #: Publishes queued before ``publish`` waits for the I/O thread to catch up.
 _PUB_HIGH_WATER = 65536
 
 _SUBJECT_BAD = re.compile(r"[\s]")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 
 
 def redact_url(url: str) -> str:
@@ -77,7 +79,7 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"{cred}@{host}", parts.path, parts.query, parts.fragment))
 
 
-_SEED = re.compile(r"^S[UAONCPX][A-Z2-7]{56}$")
+_SEED = re.compile(r"^S[UAONCPX][A-Z2-7]{56}\Z")
 
 
 def _looks_like_seed(value: str) -> bool:
@@ -289,6 +291,12 @@ class Connection:
         self._pub_room = threading.Event()
         self._pub_room.set()
         self._max_payload = 1024 * 1024
+        # Direct writes from a caller's thread (see _install_direct / _try_direct_send). The
+        # lock orders every write to the socket and every "pop from _pubq, then write".
+        self._wlock = threading.RLock()
+        self._direct_transport: Any = None
+        self._direct_sock: Any = None
+        self._direct_rest = b""
         # request/reply multiplexer: one wildcard inbox subscription, replies routed by token
         self._mux_prefix: str | None = None
         self._mux_lock = threading.Lock()
@@ -375,6 +383,7 @@ class Connection:
         finally:
             self._connecting = False
         self._max_payload = self._nc.max_payload
+        self._install_direct()
 
     # -- reprs, properties -----------------------------------------------------------------
 
@@ -646,10 +655,13 @@ class Connection:
         if self._fast and len(q) <= _DIRECT_MAX and nc.is_connected and not nc._pending:
             try:
                 writer = nc._transport._io_writer
+                if writer.transport is not self._direct_transport:
+                    self._install_direct()
                 if writer.transport.get_write_buffer_size() < _DIRECT_BUFFER_LIMIT:
-                    chunk = self._encode_burst(_DIRECT_MAX)
-                    if chunk:
-                        writer.write(chunk)
+                    with self._wlock:
+                        chunk = self._encode_burst(_DIRECT_MAX)
+                        if chunk:
+                            writer.write(chunk)
                     if not q:
                         return
             except Exception:  # pragma: no cover - fall back to the pump
@@ -703,9 +715,10 @@ class Connection:
         try:
             while q:
                 if self._fast and nc.is_connected:
-                    chunk = self._encode_burst(_PUMP_BATCH)
-                    nc._pending.append(chunk)
-                    nc._pending_data_size += len(chunk)
+                    with self._wlock:
+                        chunk = self._encode_burst(_PUMP_BATCH)
+                        nc._pending.append(chunk)
+                        nc._pending_data_size += len(chunk)
                     try:
                         over = nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size
                         await nc._flush_pending(force_flush=over)
@@ -731,6 +744,105 @@ class Connection:
             self._pub_room.set()
             assert self._pump_idle is not None
             self._pump_idle.set()
+
+    def _install_direct(self) -> None:
+        """On the loop: let callers' threads write small requests straight to the socket.
+
+        Only for a plain TCP connection through asyncio's selector transport. Every write
+        to that transport (nats-py's and ours) then goes through ``_wlock``, and so does
+        closing its socket, so a caller holding the lock may ``send`` on the socket itself
+        when nothing else is waiting to be written: that saves the wake-up of this thread
+        on every request/reply round trip. A partial send leaves the rest in
+        ``_direct_rest``, which the next write on the loop puts first.
+        """
+        with self._wlock:
+            self._direct_transport = None
+            self._direct_sock = None
+            try:
+                tr = self._nc._transport
+                if tr._io_writer is not tr._bare_io_writer:
+                    return  # TLS: the SSL layer owns the socket
+                t = tr._io_writer.transport
+                sock = t._sock
+                if type(t).__name__ != "_SelectorSocketTransport" or t.is_closing():
+                    return
+                orig_write = t.write
+                orig_lost = t._call_connection_lost
+            except Exception:  # noqa: BLE001 - another transport (websocket...): no direct path
+                return
+            wlock = self._wlock
+
+            def write(data: Any) -> None:
+                with wlock:
+                    rest = self._direct_rest
+                    if rest:
+                        self._direct_rest = b""
+                        data = rest + bytes(data)
+                    orig_write(data)
+
+            def writelines(chunks: Any) -> None:
+                write(b"".join(chunks))
+
+            def lost(exc: Any) -> None:
+                with wlock:
+                    if self._direct_transport is t:
+                        self._direct_transport = None
+                        self._direct_sock = None
+                    self._direct_rest = b""
+                orig_lost(exc)
+
+            t.write = write
+            t.writelines = writelines
+            t._call_connection_lost = lost
+            self._direct_transport = t
+            self._direct_sock = sock
+
+    def _flush_direct_rest(self) -> None:
+        # on the loop: write what a caller's partial send left over
+        with self._wlock:
+            t = self._direct_transport
+            if self._direct_rest and t is not None and not t.is_closing():
+                t.write(b"")
+
+    def _try_direct_send(self, subject: str, data: bytes, reply: str, headers: dict[str, str] | None) -> bool:
+        """On a caller's thread: send one message on the socket if nothing is queued before it.
+
+        Returns False (nothing sent) when the message must go through the queue instead.
+        """
+        if self._direct_sock is None or self._pubq or len(data) > _DIRECT_SEND_MAX:
+            return False
+        nc = self._nc
+        with self._wlock:
+            sock = self._direct_sock
+            t = self._direct_transport
+            if (sock is None or self._pubq or self._direct_rest or nc._pending or not nc.is_connected
+                    or t.get_write_buffer_size() or t.is_closing()):
+                return False
+            pt = self._pump_task
+            if pt is not None and not pt.done():
+                return False
+            if headers is None:
+                buf = f"PUB {subject} {reply} {len(data)}\r\n".encode() + data + b"\r\n"
+            else:
+                hdr = _encode_headers(headers)
+                buf = (f"HPUB {subject} {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode()
+                       + hdr + data + b"\r\n")
+            try:
+                n = sock.send(buf)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:
+                return False  # the loop sees the broken socket too; queue it for after the reconnect
+            st = nc.stats
+            st["out_msgs"] += 1
+            st["out_bytes"] += len(data)
+            if n < len(buf):
+                self._direct_rest = buf[n:]
+                try:
+                    self._loop.loop.call_soon_threadsafe(self._flush_direct_rest)
+                except RuntimeError:  # pragma: no cover - the loop is closing
+                    pass
+            return True
 
     async def _sync_pubs(self) -> None:
         """On the loop: wait until every publish queued so far was handed to nats-py."""
@@ -835,7 +947,8 @@ class Connection:
         self._replies[token] = waiter.set
         wkey = self._watch_permission("publish", subject, waiter.fail)
         try:
-            self._enqueue((subject, data, prefix + token, headers))
+            if not self._try_direct_send(subject, data, prefix + token, headers):
+                self._enqueue((subject, data, prefix + token, headers))
             msg = waiter.wait(deadline, self)
         finally:
             self._replies.pop(token, None)

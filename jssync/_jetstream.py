@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nats.js import api
 
+from ._connection import _check_data, _headers_size, validate_headers, validate_subject
 from ._deadline import Deadline
 from ._errors import (
     APIError,
@@ -450,8 +451,6 @@ class JetStream:
             jssync.MaxPayloadError: payload plus header block over the server's max_payload
             (the server would close the connection).
         """
-        from ._connection import _check_data, _headers_size, validate_headers, validate_subject
-
         validate_subject(subject, wildcards=False)
         h = self._pub_headers(headers, msg_id, expected_stream, expected_last_seq,
                               expected_last_subject_seq, expected_last_msg_id)
@@ -505,7 +504,8 @@ class JetStream:
         attempt = 0
         while True:
             try:
-                msg = self.conn.request(subject, data, headers=h, timeout=deadline.remaining() or 0.001)
+                # _prepare_publish validated everything request() would
+                msg = self.conn._request(subject, data, h, deadline.remaining() or 0.001)
             except NoRespondersError:
                 if attempt >= retry_attempts or (deadline.remaining() or 0) <= retry_wait * (attempt + 1):
                     raise NoRespondersError(
@@ -663,8 +663,25 @@ def _int_field(resp: dict[str, Any], key: str) -> int:
     return value
 
 
+_RUNNING = concurrent.futures._base.RUNNING
+_PLAIN_ACK_KEYS = frozenset(("stream", "seq", "domain", "duplicate"))
+
+
 def _parse_pub_ack(msg: Msg) -> api.PubAck:
+    """The PubAck in a publish reply; raises the matching error for an error reply or status."""
     hdrs = msg.headers
+    if not hdrs:
+        # the common reply, {"stream":"S","seq":N} (maybe with domain/duplicate): built
+        # directly, without nats-py's field-by-field dataclass introspection
+        try:
+            resp = json.loads(msg.data)
+        except (ValueError, TypeError, RecursionError):
+            resp = None
+        if type(resp) is dict and resp.keys() <= _PLAIN_ACK_KEYS:
+            stream = resp.get("stream")
+            seq = resp.get("seq")
+            if type(stream) is str and type(seq) is int:
+                return api.PubAck(stream, seq, resp.get("domain"), resp.get("duplicate"))
     if hdrs and not msg.data:
         status = hdrs.get("Status")
         if status == "503":
@@ -693,8 +710,18 @@ class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
     that is already done, or completed by ``close()``) it runs at once, as usual.
     """
 
-    def __init__(self, conn: Connection) -> None:
-        super().__init__()
+    def __init__(self, conn: Connection, condition: threading.Condition) -> None:
+        # What Future.__init__ sets, but with a Condition shared by the publisher's Futures
+        # (a Condition plus an RLock per publish is a measurable share of publish_async) and
+        # already RUNNING: the message is on its way, so it cannot be cancelled. Waiters on a
+        # shared Condition re-check their own Future's state, so sharing only costs a
+        # spurious wake-up of a thread blocked in result() when another Future completes.
+        self._condition = condition
+        self._state = _RUNNING
+        self._result = None
+        self._exception = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Any] = []
         self._conn = conn
 
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[api.PubAck]], object]) -> None:
@@ -744,7 +771,11 @@ class _AsyncPublisher:
         self._sweeping = False
         self._registered = False
         self._ended = False
-        self._waiters = 0
+        self._waiters = 0  # publishers blocked on max_pending
+        self._all_waiters = 0  # threads in wait_all (publish_async_completed, drain)
+        self._low_water = 0
+        # one Condition shared by this publisher's Futures (see _PubAckFuture)
+        self._fcond = threading.Condition()
 
     def __repr__(self) -> str:
         return f"<jssync publish_async pending={len(self._pending)}>"
@@ -768,9 +799,9 @@ class _AsyncPublisher:
                         self._cond.wait(deadline.slice())
                 finally:
                     self._waiters -= 1
-        fut: concurrent.futures.Future[api.PubAck] = _PubAckFuture(conn)
-        fut.set_running_or_notify_cancel()
+        fut: concurrent.futures.Future[api.PubAck] = _PubAckFuture(conn, self._fcond)
         pending = self._pending
+        self._low_water = limit - max(1, limit // 4)
 
         def on_reply(msg: Msg, _fut: concurrent.futures.Future[api.PubAck] = fut) -> None:
             tok = msg.subject.rsplit(".", 1)[-1]
@@ -782,7 +813,11 @@ class _AsyncPublisher:
                 _resolve(_fut, None, exc)
             else:
                 _resolve(_fut, ack, None)
-            if self._waiters:
+            left = len(pending)
+            if (self._waiters and left <= self._low_water) or (self._all_waiters and not left):
+                # wake a publisher blocked on max_pending only once there is room for a
+                # burst, and wait_all only at the end, not on every PubAck (one wake-up
+                # per message would ping-pong between the threads)
                 with self._cond:
                     self._cond.notify_all()
 
@@ -865,7 +900,7 @@ class _AsyncPublisher:
 
     def wait_all(self, deadline: Deadline) -> None:
         with self._cond:
-            self._waiters += 1
+            self._all_waiters += 1
             try:
                 while self._pending:
                     self._js.conn._check_open()
@@ -876,4 +911,4 @@ class _AsyncPublisher:
                             f"after {deadline.timeout}s"
                         )
             finally:
-                self._waiters -= 1
+                self._all_waiters -= 1

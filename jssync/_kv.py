@@ -82,9 +82,9 @@ MAX_HISTORY = 64
 #: Watch consumers send a heartbeat this often when idle (seconds).
 WATCH_HEARTBEAT = 5.0
 
-_BUCKET_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
-_KEY_RE = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
-_SEARCH_KEY_RE = re.compile(r"^[-/_=.a-zA-Z0-9*]*>?$")
+_BUCKET_RE = re.compile(r"^[a-zA-Z0-9_-]+\Z")
+_KEY_RE = re.compile(r"^[-/_=.a-zA-Z0-9]+\Z")
+_SEARCH_KEY_RE = re.compile(r"^[-/_=.a-zA-Z0-9*]*>?\Z")
 
 
 # -- errors -----------------------------------------------------------------------------------

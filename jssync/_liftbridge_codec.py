@@ -91,8 +91,8 @@ META_PARTITION = "liftbridge.partition"
 META_PARTITIONS = "liftbridge.partitions"
 META_CREATED = "liftbridge.created"
 
-_PART_NAME = re.compile(r"^(.+)-(0|[1-9][0-9]*)$")
-_TOKEN = re.compile(r"^[^\s.*>]+$")
+_PART_NAME = re.compile(r"^(.+)-(0|[1-9][0-9]*)\Z")
+_TOKEN = re.compile(r"^[^\s.*>]+\Z")
 
 
 def partition_subject(subject: str, partition: int) -> str:

@@ -256,6 +256,37 @@ def test_publish_async_and_completed(js, stream):
         bad.result(5)
 
 
+def test_publish_async_futures_work_with_concurrent_futures(js, stream):
+    """The Futures share one Condition internally; the standard helpers still work."""
+    import concurrent.futures as cf
+
+    s = stream.name
+    futs = [js.publish_async(f"{s}.f", b"%d" % i) for i in range(300)]
+    assert not any(f.cancel() for f in futs), "a sent publish cannot be cancelled"
+    done, not_done = cf.wait(futs, timeout=30)
+    assert not not_done and len(done) == 300
+    assert sorted(f.result().seq for f in cf.as_completed(futs, timeout=5)) == list(range(1, 301))
+    # several threads blocked in result() on different Futures all wake with their own ack
+    later = [js.publish_async(f"{s}.g", b"%d" % i) for i in range(8)]
+    got: dict[int, int] = {}
+
+    def wait_one(i: int) -> None:
+        got[i] = later[i].result(10).seq
+
+    ts = [threading.Thread(target=wait_one, args=(i,)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(15)
+    assert got == {i: 301 + i for i in range(8)}
+    calls: list[int] = []
+    ev = threading.Event()
+    f = js.publish_async(f"{s}.h", b"x")
+    f.add_done_callback(lambda fut: (calls.append(fut.result().seq), ev.set()))
+    assert ev.wait(10) and calls == [309]
+    assert f.exception(0) is None and f.done() and not f.cancelled() and not f.running()
+
+
 def test_publish_async_backpressure_blocks_never_drops(nc, unique):
     js = nc.jetstream(max_pending=10)
     name = f"BP{unique}"

@@ -113,6 +113,7 @@ header_values = st.one_of(st.text(max_size=30), edgy_text)
 @example({"Bad Name": "v"})
 @example({"Name:": "v"})
 @example({"": "v"})
+@example({"X\n": "v"})  # a trailing newline once slipped past a "$"-anchored pattern
 def test_header_validation_and_encoding(headers):
     try:
         validate_headers(headers)
@@ -355,3 +356,15 @@ def test_permission_error_texts(subject, kind, queue, lower):
 def test_permission_error_never_raises(text):
     err = permission_error(text)
     assert isinstance(err, jssync.PermissionDeniedError)
+
+
+@pytest.mark.parametrize("key", ["k\n", "a.b\n", "\n"])
+def test_kv_keys_and_bucket_names_with_a_trailing_newline_are_refused(key):
+    from jssync._kv import validate_bucket, validate_key, validate_key_filter
+
+    with pytest.raises(jssync.InvalidKeyError, match="invalid key"):
+        validate_key(key)
+    with pytest.raises(jssync.InvalidKeyError, match="invalid key filter"):
+        validate_key_filter(key)
+    with pytest.raises(jssync.InvalidBucketNameError, match="invalid bucket name"):
+        validate_bucket("b" + key)
