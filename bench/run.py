@@ -821,6 +821,8 @@ def memory_consume(url: str, n: int) -> dict[str, Any]:
 
 
 def _responder_main(url: str, stop: Any, ready: Any) -> None:
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))  # not pinned with the clients
     RequestReply._responder(url, stop, ready)
 
 
@@ -916,6 +918,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="run only one side of the paired scenarios (for profiling)")
     ap.add_argument("--only", action="append", help="run only this scenario (repeatable)")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--pin-client", type=int, default=None, metavar="CPU",
+                    help="run the measured clients (both sides) on this one CPU; the server and "
+                         "the request/reply responder keep every CPU (Linux only)")
     args = ap.parse_args(argv)
     runs = args.runs or (1 if args.quick else 3)
     n = args.count or (20_000 if args.quick else 200_000)
@@ -932,6 +937,12 @@ def main(argv: list[str] | None = None) -> int:
                                "cpus": os.cpu_count(), "loadavg_start": _loadavg(), "by_size": {}}
     t_start = time.perf_counter()
     with NatsServer(jetstream=True) as srv:
+        if args.pin_client is not None:
+            # after the server started, so it keeps every CPU; threads made from here on
+            # (jssync's I/O thread included) inherit the affinity
+            os.sched_setaffinity(0, {args.pin_client})
+            results["pin_client"] = args.pin_client
+            print(f"clients pinned to CPU {args.pin_client}")
         print(f"server {srv.url}; {runs} run(s), median reported; load average {results['loadavg_start']}")
         for size in sizes:
             ns = _count_for_size(n, size, budget) if size > 128 else n
