@@ -58,6 +58,8 @@ _DIRECT_BUFFER_LIMIT = 1 << 20
 _DIRECT_SEND_MAX = 64 * 1024
 #: Publishes queued before ``publish`` waits for the I/O thread to catch up.
 _PUB_HIGH_WATER = 65536
+#: ... or this many payload bytes (estimated as queue length x the new message's size).
+_PUB_HIGH_BYTES = 64 << 20
 
 _SUBJECT_BAD = re.compile(r"[\s]")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
@@ -589,8 +591,9 @@ class Connection:
         """Publish a message. Buffered: returns at once, without waiting for the I/O thread.
 
         Publishes are handed to the I/O thread in bursts (one wake-up per burst). When
-        more than 65536 publishes are waiting, the call blocks until the I/O thread has
-        caught up. Use :meth:`flush` to wait until the server has them.
+        65536 publishes or about 64 MiB of payload are waiting, the call blocks until the
+        I/O thread has caught up (to half of that); it never drops. Use :meth:`flush` to
+        wait until the server has them.
 
         Raises:
             jssync.BadSubjectError, jssync.BadHeaderError: invalid subject, reply or header.
@@ -620,8 +623,12 @@ class Connection:
 
     def _enqueue(self, item: tuple[str, bytes, str, dict[str, str] | None]) -> None:
         q = self._pubq
-        if len(q) >= _PUB_HIGH_WATER and not self._loop.in_loop_thread():
-            self._wait_pub_room()
+        n = len(q)
+        # Bounded by count, and by bytes estimated as count x this message's size (one
+        # multiplication instead of a shared byte counter that every thread would update).
+        if n and (n >= _PUB_HIGH_WATER or n * len(item[1]) >= _PUB_HIGH_BYTES) \
+                and not self._loop.in_loop_thread():
+            self._wait_pub_room(len(item[1]))
         q.append(item)
         if not self._pump_scheduled:
             self._pump_scheduled = True
@@ -630,17 +637,22 @@ class Connection:
             except RuntimeError:
                 self._pump_scheduled = False
 
-    def _wait_pub_room(self) -> None:
-        self._pub_room.clear()
-        if len(self._pubq) < _PUB_HIGH_WATER:
-            return
+    def _wait_pub_room(self, size: int) -> None:
+        """Block until the publish queue is down to half its count and byte limits.
+
+        The I/O thread sets ``_pub_room`` after every burst it takes off the queue.
+        """
         if self._pool.in_worker() or self._closed:
             return  # never block a callback on the I/O thread's progress
+        q = self._pubq
+        half_n, half_b = _PUB_HIGH_WATER // 2, _PUB_HIGH_BYTES // 2
         deadline = Deadline(self._timeout * 15 if self._timeout else None)
-        while len(self._pubq) >= _PUB_HIGH_WATER // 2:
+        while len(q) >= half_n or len(q) * size >= half_b:
             self._check_open()
-            if self._pub_room.wait(deadline.slice()):
+            self._pub_room.clear()
+            if len(q) < half_n and len(q) * size < half_b:
                 return
+            self._pub_room.wait(deadline.slice())
             deadline.check("publish (waiting for the outgoing buffer)")
 
     def _kick_pump(self) -> None:
@@ -699,8 +711,7 @@ class Connection:
         st = self._nc.stats
         st["out_msgs"] += n
         st["out_bytes"] += nbytes
-        if len(q) < _PUB_HIGH_WATER // 2:
-            self._pub_room.set()
+        self._pub_room.set()
         return b"".join(parts)
 
     async def _pump(self) -> None:
@@ -736,8 +747,7 @@ class Connection:
                                 q.clear()
                                 break
                             self._report_error(translate(exc))
-                if len(q) < _PUB_HIGH_WATER // 2:
-                    self._pub_room.set()
+                self._pub_room.set()
                 if q:
                     await asyncio.sleep(0)
         finally:
