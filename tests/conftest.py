@@ -45,3 +45,19 @@ def _no_leaked_threads() -> Iterator[None]:
             return
         time.sleep(0.02)
     pytest.fail(f"test left jssync threads running: {[t.name for t in leaked]}")
+
+
+@pytest.fixture
+def stream(js, unique):
+    """A memory stream ``S<unique>`` capturing ``S<unique>.>``, deleted after the test."""
+    import jssync
+
+    name = f"S{unique}"
+    st = js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        yield st
+    finally:
+        try:
+            js.delete_stream(name)
+        except jssync.StreamNotFoundError:
+            pass

@@ -13,19 +13,6 @@ from jssync.server import NatsServer
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def stream(js, unique):
-    name = f"S{unique}"
-    st = js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
-    try:
-        yield st
-    finally:
-        try:
-            js.delete_stream(name)
-        except jssync.StreamNotFoundError:
-            pass
-
-
 # -- streams ---------------------------------------------------------------------------------
 
 

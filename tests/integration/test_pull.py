@@ -15,19 +15,6 @@ from tests.conftest import FACTOR, wait_for
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def stream(js, unique):
-    name = f"P{unique}"
-    st = js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
-    try:
-        yield st
-    finally:
-        try:
-            js.delete_stream(name)
-        except jssync.StreamNotFoundError:
-            pass
-
-
 def publish(js, stream, n, start=0, size=None):
     for i in range(start, start + n):
         js.publish_async(f"{stream.name}.m", b"x" * size if size else b"%d" % i)
