@@ -531,10 +531,16 @@ class JetStream:
         expected_last_subject_seq: int | None = None,
         expected_last_msg_id: str | None = None,
         timeout: float | None = None,
+        retry_attempts: int = 2,
+        retry_wait: float = 0.25,
     ) -> concurrent.futures.Future[api.PubAck]:
         """Publish without waiting; the returned Future resolves to the PubAck.
 
-        Blocks (never drops) while ``max_pending`` PubAcks are outstanding. A PubAck that
+        Blocks (never drops) while ``max_pending`` PubAcks are outstanding. While no
+        stream answers (503 / no responders, e.g. during a leader election) the message is
+        sent again up to ``retry_attempts`` times after growing waits (``retry_wait``,
+        2 x ``retry_wait``, ...), within ``timeout``; the Future then fails with
+        :class:`jssync.NoRespondersError`. A PubAck that
         does not arrive within ``timeout`` (default: the context's) fails its Future with
         :class:`jssync.TimeoutError`; closing the connection fails the Futures still
         waiting with :class:`jssync.ConnectionClosedError`, and ``Connection.drain()``
@@ -548,7 +554,12 @@ class JetStream:
         """
         data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
                                         expected_last_subject_seq, expected_last_msg_id)
-        return self._async.publish(subject, data, h, self.timeout if timeout is None else timeout)
+        if isinstance(retry_attempts, bool) or not isinstance(retry_attempts, int) or retry_attempts < 0:
+            raise ValueError(f"retry_attempts must be an int >= 0, got {retry_attempts!r}")
+        if not isinstance(retry_wait, (int, float)) or retry_wait < 0:
+            raise ValueError(f"retry_wait must be a number >= 0, got {retry_wait!r}")
+        return self._async.publish(subject, data, h, self.timeout if timeout is None else timeout,
+                                   retry_attempts, float(retry_wait))
 
     def publish_async_pending(self) -> int:
         """PubAcks outstanding."""
@@ -774,6 +785,7 @@ class _AsyncPublisher:
         self._waiters = 0  # publishers blocked on max_pending
         self._all_waiters = 0  # threads in wait_all (publish_async_completed, drain)
         self._low_water = 0
+        self._retries: dict[str, int] = {}  # token -> resends after a 503 (I/O thread only)
         # one Condition shared by this publisher's Futures (see _PubAckFuture)
         self._fcond = threading.Condition()
 
@@ -785,7 +797,8 @@ class _AsyncPublisher:
         return len(self._pending)
 
     def publish(self, subject: str, data: bytes, headers: dict[str, str] | None,
-                timeout: float) -> concurrent.futures.Future[api.PubAck]:
+                timeout: float, retry_attempts: int = 2,
+                retry_wait: float = 0.25) -> concurrent.futures.Future[api.PubAck]:
         conn = self._js.conn
         conn._check_open()
         limit = self._js.max_pending
@@ -805,8 +818,15 @@ class _AsyncPublisher:
 
         def on_reply(msg: Msg, _fut: concurrent.futures.Future[api.PubAck] = fut) -> None:
             tok = msg.subject.rsplit(".", 1)[-1]
+            hdrs = msg.headers
+            if (hdrs and retry_attempts and not msg.data and hdrs.get("Status") == "503"
+                    and self._resend(tok, (subject, data, msg.subject, headers), on_reply,
+                                     retry_attempts, retry_wait)):
+                return
             if pending.pop(tok, None) is None:
                 return
+            if self._retries:
+                self._retries.pop(tok, None)
             try:
                 ack = _parse_pub_ack(msg)
             except BaseException as exc:  # noqa: BLE001
@@ -847,6 +867,22 @@ class _AsyncPublisher:
                 raise
         return fut
 
+    def _resend(self, tok: str, item: tuple[str, bytes, str, dict[str, str] | None],
+                on_reply: Callable[[Msg], None], attempts: int, wait: float) -> bool:
+        """On the I/O thread: after a 503, send ``item`` again later; False when out of tries."""
+        entry = self._pending.get(tok)
+        if entry is None:
+            return False
+        n = self._retries.get(tok, 0)
+        delay = wait * (n + 1)
+        if n >= attempts or time.monotonic() + delay >= entry[1]:
+            return False
+        self._retries[tok] = n + 1
+        conn = self._js.conn
+        conn._replies[tok] = on_reply  # the multiplexer dropped it when the 503 came
+        conn._loop.loop.call_later(delay, conn._enqueue, item)
+        return True
+
     def _arm_sweep(self) -> None:
         self._js.conn._loop.loop.call_later(0.25, self._sweep)
 
@@ -860,6 +896,7 @@ class _AsyncPublisher:
         for t in expired:
             item = self._pending.pop(t, None)
             conn._replies.pop(t, None)
+            self._retries.pop(t, None)
             if item is not None:
                 _resolve(item[0], None, TimeoutError("no PubAck within the publish timeout"))
         if expired:
@@ -882,6 +919,7 @@ class _AsyncPublisher:
             self._ended = True
             self._registered = False
             tokens = list(self._pending)
+            self._retries.clear()
         for t in tokens:
             item = self._pending.pop(t, None)
             conn._replies.pop(t, None)

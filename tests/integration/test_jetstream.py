@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import pytest
 
 import jssync
 from jssync.server import NatsServer
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -272,6 +274,52 @@ def test_publish_async_futures_work_with_concurrent_futures(js, stream):
     f.add_done_callback(lambda fut: (calls.append(fut.result().seq), ev.set()))
     assert ev.wait(10) and calls == [309]
     assert f.exception(0) is None and f.done() and not f.cancelled() and not f.running()
+
+
+def test_publish_async_resends_while_no_stream_answers(nc, js, unique):
+    """A 503 (no stream yet, or a leader election) is retried like js.publish, then fails."""
+    name = f"RS{unique}"
+    sent: list[str] = []
+    orig = nc._enqueue
+
+    def spy(item):
+        if item[0].startswith(name):
+            sent.append(item[0])
+        orig(item)
+
+    nc._enqueue = spy
+    try:
+        t0 = time.monotonic()
+        fut = js.publish_async(f"{name}.x", b"x", retry_attempts=2, retry_wait=0.1)
+        with pytest.raises(jssync.NoRespondersError):
+            fut.result(10)
+        assert len(sent) == 3, sent  # the first send and two resends
+        assert time.monotonic() - t0 >= 0.3 - 0.05  # waited 0.1 s, then 0.2 s
+        assert js.publish_async_pending() == 0
+
+        no_retry = js.publish_async(f"{name}.x", b"x", retry_attempts=0)
+        with pytest.raises(jssync.NoRespondersError):
+            no_retry.result(10)
+        assert len(sent) == 4
+
+        # the stream appears between the first attempt and a resend: the Future succeeds
+        sent.clear()
+        fut = js.publish_async(f"{name}.y", b"late", retry_attempts=3, retry_wait=0.3)
+        wait_for(lambda: sent, 5, what="the first send")
+        js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+        try:
+            ack = fut.result(10)
+            assert (ack.stream, ack.seq) == (name, 1)
+            assert len(sent) >= 2, "it succeeded on a resend"
+            assert js.stream(name).get_msg(1).data == b"late"
+        finally:
+            js.delete_stream(name)
+    finally:
+        del nc._enqueue
+    with pytest.raises(ValueError, match="retry_attempts"):
+        js.publish_async(f"{name}.x", b"x", retry_attempts=-1)
+    with pytest.raises(ValueError, match="retry_wait"):
+        js.publish_async(f"{name}.x", b"x", retry_wait=-1)
 
 
 def test_publish_async_backpressure_blocks_never_drops(nc, unique):
