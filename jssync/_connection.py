@@ -299,6 +299,7 @@ class Connection:
         self._direct_transport: Any = None
         self._direct_sock: Any = None
         self._direct_rest = b""
+        self._direct_checked: Any = None  # the transport _install_direct last looked at
         # request/reply multiplexer: one wildcard inbox subscription, replies routed by token
         self._mux_prefix: str | None = None
         self._mux_lock = threading.Lock()
@@ -667,8 +668,8 @@ class Connection:
         if self._fast and len(q) <= _DIRECT_MAX and nc.is_connected and not nc._pending:
             try:
                 writer = nc._transport._io_writer
-                if writer.transport is not self._direct_transport:
-                    self._install_direct()
+                if writer.transport is not self._direct_checked:
+                    self._install_direct()  # a new transport (reconnect): look at it once
                 if writer.transport.get_write_buffer_size() < _DIRECT_BUFFER_LIMIT:
                     with self._wlock:
                         chunk = self._encode_burst(_DIRECT_MAX)
@@ -768,8 +769,12 @@ class Connection:
         with self._wlock:
             self._direct_transport = None
             self._direct_sock = None
+            self._direct_rest = b""  # a remainder belongs to the transport it was cut on
             try:
                 tr = self._nc._transport
+                self._direct_checked = tr._io_writer.transport
+                if not self._fast:
+                    return
                 if tr._io_writer is not tr._bare_io_writer:
                     return  # TLS: the SSL layer owns the socket
                 t = tr._io_writer.transport
@@ -785,7 +790,7 @@ class Connection:
             def write(data: Any) -> None:
                 with wlock:
                     rest = self._direct_rest
-                    if rest:
+                    if rest and self._direct_transport is t:
                         self._direct_rest = b""
                         data = rest + bytes(data)
                     orig_write(data)
@@ -798,7 +803,7 @@ class Connection:
                     if self._direct_transport is t:
                         self._direct_transport = None
                         self._direct_sock = None
-                    self._direct_rest = b""
+                        self._direct_rest = b""
                 orig_lost(exc)
 
             t.write = write
@@ -839,15 +844,18 @@ class Connection:
                        + hdr + data + b"\r\n")
             try:
                 n = sock.send(buf)
+                # at once, before anything that could be interrupted (Ctrl-C): a lost
+                # remainder would leave a truncated message on the wire
+                self._direct_rest = buf[n:]
             except (BlockingIOError, InterruptedError):
                 n = 0
+                self._direct_rest = buf
             except OSError:
                 return False  # the loop sees the broken socket too; queue it for after the reconnect
             st = nc.stats
             st["out_msgs"] += 1
             st["out_bytes"] += len(data)
             if n < len(buf):
-                self._direct_rest = buf[n:]
                 try:
                     self._loop.loop.call_soon_threadsafe(self._flush_direct_rest)
                 except RuntimeError:  # pragma: no cover - the loop is closing

@@ -675,6 +675,9 @@ def _int_field(resp: dict[str, Any], key: str) -> int:
 
 
 _RUNNING = concurrent.futures._base.RUNNING
+_FINISHED = concurrent.futures._base.FINISHED
+_DONE_STATES = frozenset((_FINISHED, concurrent.futures._base.CANCELLED,
+                          concurrent.futures._base.CANCELLED_AND_NOTIFIED))
 _PLAIN_ACK_KEYS = frozenset(("stream", "seq", "domain", "duplicate"))
 
 
@@ -724,9 +727,9 @@ class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
     def __init__(self, conn: Connection, condition: threading.Condition) -> None:
         # What Future.__init__ sets, but with a Condition shared by the publisher's Futures
         # (a Condition plus an RLock per publish is a measurable share of publish_async) and
-        # already RUNNING: the message is on its way, so it cannot be cancelled. Waiters on a
-        # shared Condition re-check their own Future's state, so sharing only costs a
-        # spurious wake-up of a thread blocked in result() when another Future completes.
+        # already RUNNING: the message is on its way, so it cannot be cancelled. Any Future
+        # completing notifies the shared Condition, and the stock result()/exception() wait
+        # on it only once, so they are overridden below to wait until *this* one is done.
         self._condition = condition
         self._state = _RUNNING
         self._result = None
@@ -734,6 +737,33 @@ class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
         self._waiters: list[Any] = []
         self._done_callbacks: list[Any] = []
         self._conn = conn
+
+    def _wait_done(self, timeout: float | None) -> None:
+        # until done or ``timeout``, in 0.1 s slices (Ctrl-C gets through); spurious
+        # wake-ups from the other Futures of the shared Condition just loop
+        if self._state == _FINISHED:
+            return
+        deadline = Deadline(timeout)
+        with self._condition:
+            while self._state not in _DONE_STATES:
+                if deadline.expired():
+                    return
+                self._condition.wait(deadline.slice())
+
+    def result(self, timeout: float | None = None) -> api.PubAck:
+        """The PubAck; blocks up to ``timeout`` seconds (None: until it arrives).
+
+        Raises:
+            concurrent.futures.TimeoutError: not done within ``timeout``.
+            The publish's error (jssync.TimeoutError, jssync.NoRespondersError, an APIError...).
+        """
+        self._wait_done(timeout)
+        return super().result(0)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The publish's error, or None; blocks up to ``timeout`` seconds like :meth:`result`."""
+        self._wait_done(timeout)
+        return super().exception(0)
 
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[api.PubAck]], object]) -> None:
         conn = self._conn

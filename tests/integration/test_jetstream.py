@@ -274,6 +274,14 @@ def test_publish_async_futures_work_with_concurrent_futures(js, stream):
     f.add_done_callback(lambda fut: (calls.append(fut.result().seq), ev.set()))
     assert ev.wait(10) and calls == [309]
     assert f.exception(0) is None and f.done() and not f.cancelled() and not f.running()
+    # result()/exception() wait for their own Future, not for the first notify of the
+    # shared Condition (which other Futures completing also send)
+    for _ in range(10):
+        batch = [js.publish_async(f"{s}.r", b"x") for _ in range(200)]
+        assert batch[-1].exception() is None
+        batch = [js.publish_async(f"{s}.r", b"x") for _ in range(200)]
+        assert batch[-1].result().seq > 0
+    js.publish_async_completed(timeout=30)
 
 
 def test_publish_async_resends_while_no_stream_answers(nc, js, unique):
