@@ -6,6 +6,7 @@ import base64  # noqa: F401  (re-used by sibling modules through this one)
 import concurrent.futures
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -500,6 +501,7 @@ class JetStream:
         """
         data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
                                         expected_last_subject_seq, expected_last_msg_id)
+        _check_retry(retry_attempts, retry_wait)
         deadline = Deadline(self.timeout if timeout is None else timeout)
         attempt = 0
         while True:
@@ -540,7 +542,9 @@ class JetStream:
         stream answers (503 / no responders, e.g. during a leader election) the message is
         sent again up to ``retry_attempts`` times after growing waits (``retry_wait``,
         2 x ``retry_wait``, ...), within ``timeout``; the Future then fails with
-        :class:`jssync.NoRespondersError`. A PubAck that
+        :class:`jssync.NoRespondersError`. A resent message is stored after messages
+        published later that did not need a resend: pass ``retry_attempts=0`` when the
+        order in the stream matters (or chain ``expected_last_seq``). A PubAck that
         does not arrive within ``timeout`` (default: the context's) fails its Future with
         :class:`jssync.TimeoutError`; closing the connection fails the Futures still
         waiting with :class:`jssync.ConnectionClosedError`, and ``Connection.drain()``
@@ -554,10 +558,7 @@ class JetStream:
         """
         data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
                                         expected_last_subject_seq, expected_last_msg_id)
-        if isinstance(retry_attempts, bool) or not isinstance(retry_attempts, int) or retry_attempts < 0:
-            raise ValueError(f"retry_attempts must be an int >= 0, got {retry_attempts!r}")
-        if not isinstance(retry_wait, (int, float)) or retry_wait < 0:
-            raise ValueError(f"retry_wait must be a number >= 0, got {retry_wait!r}")
+        _check_retry(retry_attempts, retry_wait)
         return self._async.publish(subject, data, h, self.timeout if timeout is None else timeout,
                                    retry_attempts, float(retry_wait))
 
@@ -674,6 +675,16 @@ def _int_field(resp: dict[str, Any], key: str) -> int:
     return value
 
 
+def _check_retry(attempts: Any, wait: Any) -> None:
+    """Raise ValueError for a retry count or wait a publish cannot use."""
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+        raise ValueError(f"retry_attempts must be an int >= 0, got {attempts!r}")
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
+        raise ValueError(f"retry_wait must be a finite number >= 0, got {wait!r}")
+
+
+#: A resend needs at least this long before the publish's deadline for its reply to arrive.
+_RESEND_MARGIN = 0.05
 _RUNNING = concurrent.futures._base.RUNNING
 _FINISHED = concurrent.futures._base.FINISHED
 _DONE_STATES = frozenset((_FINISHED, concurrent.futures._base.CANCELLED,
@@ -743,7 +754,7 @@ class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
         # wake-ups from the other Futures of the shared Condition just loop
         if self._state == _FINISHED:
             return
-        deadline = Deadline(timeout)
+        deadline = Deadline(None if timeout is None else max(0.0, timeout))
         with self._condition:
             while self._state not in _DONE_STATES:
                 if deadline.expired():
@@ -815,7 +826,7 @@ class _AsyncPublisher:
         self._waiters = 0  # publishers blocked on max_pending
         self._all_waiters = 0  # threads in wait_all (publish_async_completed, drain)
         self._low_water = 0
-        self._retries: dict[str, int] = {}  # token -> resends after a 503 (I/O thread only)
+        self._retries: dict[str, int] = {}  # token -> resends after a 503 (I/O thread; _end clears it)
         # one Condition shared by this publisher's Futures (see _PubAckFuture)
         self._fcond = threading.Condition()
 
@@ -905,12 +916,20 @@ class _AsyncPublisher:
             return False
         n = self._retries.get(tok, 0)
         delay = wait * (n + 1)
-        if n >= attempts or time.monotonic() + delay >= entry[1]:
+        if n >= attempts or time.monotonic() + delay + _RESEND_MARGIN >= entry[1]:
             return False
         self._retries[tok] = n + 1
         conn = self._js.conn
         conn._replies[tok] = on_reply  # the multiplexer dropped it when the 503 came
-        conn._loop.loop.call_later(delay, conn._enqueue, item)
+        pending = self._pending
+
+        def fire() -> None:
+            # not when the sweep (timeout) or close() has failed the Future meanwhile: a
+            # message sent after its Future reported failure could be stored twice
+            if tok in pending:
+                conn._enqueue(item)
+
+        conn._loop.loop.call_later(delay, fire)
         return True
 
     def _arm_sweep(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import threading
 import time
@@ -328,6 +329,44 @@ def test_publish_async_resends_while_no_stream_answers(nc, js, unique):
         js.publish_async(f"{name}.x", b"x", retry_attempts=-1)
     with pytest.raises(ValueError, match="retry_wait"):
         js.publish_async(f"{name}.x", b"x", retry_wait=-1)
+    with pytest.raises(ValueError, match="retry_wait"):
+        js.publish(f"{name}.x", b"x", retry_wait=float("nan"))
+
+
+def test_publish_async_no_resend_after_its_future_timed_out(nats_server, nc, js, unique):
+    """A resend that comes due after the sweep failed its Future is not sent."""
+    name = f"RT{unique}"
+    sent: list[str] = []
+    orig = nc._enqueue
+
+    def spy(item):
+        if item[0].startswith(name):
+            sent.append(item[0])
+        orig(item)
+
+    nc._enqueue = spy
+    try:
+        # 503 at once; a resend is due at +0.6 s, the deadline is +1.0 s
+        fut = js.publish_async(f"{name}.x", b"x", timeout=1.0, retry_attempts=1, retry_wait=0.6)
+        wait_for(lambda: 1 in js._async._retries.values(), 5, what="the resend to be scheduled")
+        # a busy I/O thread: the sweep and the resend come due together, after the deadline
+        blocked = threading.Event()
+        nc._loop.loop.call_soon_threadsafe(lambda: (blocked.set(), time.sleep(1.3)))
+        assert blocked.wait(5)
+        with jssync.connect(nats_server.url) as other:  # the stream appears meanwhile
+            other.jetstream().create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+        try:
+            with pytest.raises(jssync.TimeoutError):
+                fut.result(10)
+            nc.flush(timeout=5)  # a resend queued with the sweep would be on the server now
+            assert len(sent) == 1, sent
+            assert js.stream(name).info().state.messages == 0
+        finally:
+            js.delete_stream(name)
+    finally:
+        del nc._enqueue
+    with pytest.raises(concurrent.futures.TimeoutError):
+        js.publish_async(f"{name}.y", b"x", timeout=5).result(-1)
 
 
 def test_publish_async_backpressure_blocks_never_drops(nc, unique):
