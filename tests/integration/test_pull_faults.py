@@ -96,3 +96,62 @@ def test_restart_mid_consume_nothing_lost(server):
         # a message seen twice was redelivered (its delivery count went up)
         assert deliveries == sorted(deliveries) and len(set(deliveries)) == len(deliveries), (seq, deliveries)
     assert not isinstance(cc.error, jssync.ConsumerDeletedError)
+
+
+def test_fetch_in_flight_ends_when_the_connection_comes_back(server):
+    """A reconnect ends a waiting fetch (PullInterruptedError) instead of waiting out expires;
+    next() pulls again within its timeout and gets the message published after the restart."""
+    import time
+
+    with connect(server) as nc:
+        js = nc.jetstream()
+        st = js.create_stream(name="RC", subjects=["rc.>"], storage="file")
+        c = st.create_consumer(durable_name="D", ack_policy="explicit")
+        res = c.fetch(5, expires=30)
+        nc.flush()  # the pull request is waiting on the server
+        ended = threading.Event()
+        out: list[object] = []
+
+        def iterate() -> None:
+            try:
+                out.extend(res)
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                out.append(exc)
+            ended.set()
+
+        t = threading.Thread(target=iterate)
+        t.start()
+        t0 = time.monotonic()
+        server.kill()  # a crash: no "409 Server Shutdown", the pull request just dies
+        server.start()
+        wait_for(lambda: nc.is_connected and nc._reconnects >= 1, 20, what="the reconnect")
+        assert ended.wait(5), "the fetch still waits after the reconnect"
+        t.join(5)
+        assert time.monotonic() - t0 < 25, "it did not wait out expires=30"
+        assert out == []
+        assert isinstance(res.error, jssync.PullInterruptedError), res.error
+
+        # next() across a graceful restart (409 Server Shutdown, then JetStream starting):
+        # it pulls again within its timeout and gets what is published after the restart
+        got: list[bytes] = []
+
+        def take() -> None:
+            got.append(c.next(timeout=20).data)
+
+        t = threading.Thread(target=take)
+        t.start()
+        wait_for(lambda: c.info().num_waiting == 1, 10, what="next()'s pull request on the server")
+        reconnects = nc._reconnects
+        server.restart()
+        wait_for(lambda: nc.is_connected and nc._reconnects > reconnects, 20, what="the second reconnect")
+        wait_for(lambda: _publish_ok(js), 20, interval=0.1, what="a publish after the restart")
+        t.join(20)
+        assert got == [b"after"]
+
+
+def _publish_ok(js) -> bool:
+    try:
+        js.publish("rc.x", b"after", timeout=2)
+        return True
+    except (jssync.TimeoutError, jssync.NoRespondersError):
+        return False
