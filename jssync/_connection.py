@@ -307,7 +307,6 @@ class Connection:
         self._tokens = itertools.count(1)
         self._disconnect_listeners: list[Callable[[], None]] = []
         self._reconnect_listeners: list[Callable[[], None]] = []
-        self._reconnects = 0  # times the connection was re-established
         # permission watches: key -> (operation, lower-cased subject, callback run on the I/O thread)
         self._perm_watch: dict[int, tuple[str, str, Callable[[PermissionDeniedError], None]]] = {}
         self._perm_keys = itertools.count(1)
@@ -551,7 +550,6 @@ class Connection:
             self._pool.submit(self._call_user_cb, self._disconnected_cb)
 
     async def _on_reconnected(self) -> None:
-        self._reconnects += 1
         log.info("jssync: reconnected to %s", self.connected_url)
         for fn in list(self._reconnect_listeners):
             try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -139,36 +138,14 @@ class Consumer:
             jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError,
             jssync.PullRequestError, jssync.NoRespondersError.
         """
-        from ._deadline import Deadline
-        from ._errors import NoRespondersError, TimeoutError
-
         timeout = _pos_float(timeout, "timeout")
         validate_fetch(1, None, timeout, idle_heartbeat)
-        conn = self._js.conn
-        reconnects = conn._reconnects
-        deadline = Deadline(timeout)
-        left = timeout
-        while True:
-            res = fetch(self._js, self.stream, self.name, 1, expires=left, idle_heartbeat=idle_heartbeat,
-                        ack_none=self._ack_none, grace=min(1.0, 0.1 + left * 0.1))
-            try:
-                for msg in res:
-                    return msg
-                again = _cut_short(res.error)
-            except NoRespondersError:
-                # right after a reconnect JetStream may still be starting: within the
-                # timeout, that is not an answer yet
-                if conn._reconnects == reconnects or (deadline.remaining() or 0.0) < 0.2:
-                    raise
-                time.sleep(0.1)
-                again = True
-            left = deadline.remaining() or 0.0
-            # a reconnect, a server shutdown or a leader change ended the pull request
-            # early: pull again for the time that is left
-            if not again or left < 0.05:
-                break
-            if idle_heartbeat is not None and left < 2 * idle_heartbeat:
-                idle_heartbeat = None
+        res = fetch(self._js, self.stream, self.name, 1, expires=timeout, idle_heartbeat=idle_heartbeat,
+                    ack_none=self._ack_none, grace=min(1.0, 0.1 + timeout * 0.1))
+        for msg in res:
+            return msg
+        from ._errors import TimeoutError
+
         raise TimeoutError(f"no message from consumer {self.name!r} on stream {self.stream!r} within {timeout}s")
 
     # -- continuous ---------------------------------------------------------------------------
@@ -206,16 +183,3 @@ class Consumer:
         opts = ConsumeOptions(max_messages, max_bytes, expires, idle_heartbeat, threshold_messages,
                               threshold_bytes)
         return consume(self._js, self.stream, self.name, callback, error_cb, opts, self._ack_none)
-
-
-def _cut_short(error: BaseException | None) -> bool:
-    """True when a fetch ended early for a reason that pulling again can get past."""
-    from ._errors import PullInterruptedError
-    from ._status import PullRequestError
-
-    if isinstance(error, PullInterruptedError):
-        return True
-    if isinstance(error, PullRequestError) and error.code == 409:
-        d = (error.description or "").lower()
-        return "shutdown" in d or "leadership change" in d
-    return False

@@ -189,11 +189,6 @@ class NoHeartbeatError(JetStreamError):
     3x for push subscriptions, ADR-15)."""
 
 
-class PullInterruptedError(JetStreamError):
-    """The connection was re-established while a fetch waited: its pull request may be lost
-    with the old connection, so the fetch ended instead of waiting out ``expires``."""
-
-
 class DirectGetNotAllowedError(JetStreamError):
     """Direct Get was used on a stream without allow_direct."""
 

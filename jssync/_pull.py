@@ -29,7 +29,6 @@ from ._errors import (
     ConnectionClosedError,
     Error,
     NoHeartbeatError,
-    PullInterruptedError,
     TimeoutError,
     translating,
 )
@@ -302,7 +301,6 @@ class FetchResult:
         self._deadline = deadline
         self._hb = heartbeat
         self._ended = False
-        self._reconnects = conn._reconnects
         self._finalizer = weakref.finalize(self, _finish_fetch, conn, box, state, on_end)
 
     def __repr__(self) -> str:
@@ -352,14 +350,6 @@ class FetchResult:
                 pass
             if self._conn._closed:
                 st.error = ConnectionClosedError("the connection closed during the fetch")
-                return _END
-            if self._conn._reconnects != self._reconnects:
-                # the server drops a waiting pull request when its client goes away; do
-                # not wait out ``expires`` for an end that may never come
-                st.error = PullInterruptedError(
-                    f"the connection was re-established during the fetch from {st.consumer!r} on "
-                    f"stream {st.stream!r}; fetch again"
-                )
                 return _END
             if deadline.expired():
                 st.error = TimeoutError(
