@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import datetime as dt
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -285,19 +287,28 @@ def test_publish_async_futures_work_with_concurrent_futures(js, stream):
     js.publish_async_completed(timeout=30)
 
 
-def test_publish_async_resends_while_no_stream_answers(nc, js, unique):
-    """A 503 (no stream yet, or a leader election) is retried like js.publish, then fails."""
-    name = f"RS{unique}"
+@contextlib.contextmanager
+def _sent_on(nc, prefix: str) -> Iterator[list[str]]:
+    """The subjects of the messages the connection queues for sending, for ``prefix*``."""
     sent: list[str] = []
     orig = nc._enqueue
 
     def spy(item):
-        if item[0].startswith(name):
+        if item[0].startswith(prefix):
             sent.append(item[0])
         orig(item)
 
     nc._enqueue = spy
     try:
+        yield sent
+    finally:
+        del nc._enqueue
+
+
+def test_publish_async_resends_while_no_stream_answers(nc, js, unique):
+    """A 503 (no stream yet, or a leader election) is retried like js.publish, then fails."""
+    name = f"RS{unique}"
+    with _sent_on(nc, name) as sent:
         t0 = time.monotonic()
         fut = js.publish_async(f"{name}.x", b"x", retry_attempts=2, retry_wait=0.1)
         with pytest.raises(jssync.NoRespondersError):
@@ -323,8 +334,6 @@ def test_publish_async_resends_while_no_stream_answers(nc, js, unique):
             assert js.stream(name).get_msg(1).data == b"late"
         finally:
             js.delete_stream(name)
-    finally:
-        del nc._enqueue
     with pytest.raises(ValueError, match="retry_attempts"):
         js.publish_async(f"{name}.x", b"x", retry_attempts=-1)
     with pytest.raises(ValueError, match="retry_wait"):
@@ -336,16 +345,7 @@ def test_publish_async_resends_while_no_stream_answers(nc, js, unique):
 def test_publish_async_no_resend_after_its_future_timed_out(nats_server, nc, js, unique):
     """A resend that comes due after the sweep failed its Future is not sent."""
     name = f"RT{unique}"
-    sent: list[str] = []
-    orig = nc._enqueue
-
-    def spy(item):
-        if item[0].startswith(name):
-            sent.append(item[0])
-        orig(item)
-
-    nc._enqueue = spy
-    try:
+    with _sent_on(nc, name) as sent:
         # 503 at once; a resend is due at +0.6 s, the deadline is +1.0 s
         fut = js.publish_async(f"{name}.x", b"x", timeout=1.0, retry_attempts=1, retry_wait=0.6)
         wait_for(lambda: 1 in js._async._retries.values(), 5, what="the resend to be scheduled")
@@ -363,8 +363,6 @@ def test_publish_async_no_resend_after_its_future_timed_out(nats_server, nc, js,
             assert js.stream(name).info().state.messages == 0
         finally:
             js.delete_stream(name)
-    finally:
-        del nc._enqueue
     with pytest.raises(concurrent.futures.TimeoutError):
         js.publish_async(f"{name}.y", b"x", timeout=5).result(-1)
 

@@ -23,19 +23,6 @@ from ..conftest import FACTOR, wait_for
 pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.fixture
-def stream(js, unique):
-    name = f"RV{unique}"
-    st = js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
-    try:
-        yield st
-    finally:
-        try:
-            js.delete_stream(name)
-        except jssync.Error:
-            pass
-
-
 # -- publish_async: the PubAck table shared by user threads and the I/O thread ----------------
 
 
