@@ -346,7 +346,8 @@ def _consumer_rm(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int
 def _consumer_next(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
     c = js.consumer(args.stream, args.name)
     got = 0
-    for msg in c.fetch(args.count, expires=args.wait):
+    res = c.fetch(args.count, expires=args.wait)
+    for msg in res:
         got += 1
         if not args.no_ack:
             msg.ack_sync()
@@ -358,6 +359,8 @@ def _consumer_next(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
                                   "num_pending": md.num_pending}) + "\n")
         else:
             out.write(f"[{md.sequence.stream}] {msg.subject}: {msg.data.decode(errors='replace')}\n")
+    if res.error is not None:  # e.g. 409 Exceeded MaxRequestBatch: say why it ended early
+        sys.stderr.write(f"jssync: the pull ended early: {res.error}\n")
     if not got:
         sys.stderr.write("jssync: no messages\n")
         return 1

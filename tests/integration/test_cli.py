@@ -80,6 +80,17 @@ def test_consumers(cli, js, unique):
             rc, out, _ = cli("consumer", "next", name, "WORK", "--count", "2")
             assert rc == 0 and "msg 0" in out and "msg 1" in out
         assert cli("consumer", "rm", name, "WORK")[0] == 0
+        # a pull the server refuses says why instead of a bare "no messages"
+        small = js.create_consumer(name, durable_name="SMALL", ack_policy="explicit", max_waiting=1,
+                                   filter_subject=f"{name}.none")
+        hold = small.fetch(1, expires=10)  # the one pull request this consumer may have waiting
+        js.conn.flush()
+        try:
+            rc, out, err = cli("consumer", "next", name, "SMALL", "--count", "5", "--wait", "2")
+        finally:
+            hold.stop()
+        assert rc == 1 and out == ""
+        assert "pull ended early" in err and "MaxWaiting" in err, err
     finally:
         js.delete_stream(name)
 
