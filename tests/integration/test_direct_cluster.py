@@ -21,6 +21,16 @@ def _direct_ok(s, seq: int) -> bool:
         return False
 
 
+def _mirror_serves(up) -> bool:
+    """One round of the reads the mirror test checks, False on a miss (a lagging replica)."""
+    try:
+        return (up.direct_get(1, timeout=1).data == b"0"
+                and up.direct_get(last_by_subject="up.5", timeout=1).seq == 6
+                and [m.seq for m in up.direct_get_batch("up.>", 20, timeout=1)] == list(range(1, 11)))
+    except (jssync.MessageNotFoundError, jssync.NoRespondersError, jssync.TimeoutError):
+        return False
+
+
 def _responders(cluster: NatsCluster, stream: str) -> dict[str, int]:
     """How many Direct Get responders (queue group ``_sys_``) each running node has for ``stream``."""
     out: dict[str, int] = {}
@@ -146,9 +156,9 @@ def test_mirror_answers_while_the_upstream_node_is_down(unique):
             for i in range(10):
                 js.publish(f"up.{i}", str(i).encode())
             m = js.create_stream(name="MIR", mirror={"name": "UP"}, mirror_direct=True, num_replicas=3)
-            wait_for(lambda: m.info().state.messages == 10, 10, what="mirror caught up")
+            wait_for(lambda: m.info().state.messages == 10, 20, what="mirror caught up")
             ui = _leader_index(cluster, up)
-            wait_for(lambda: sum(_responders(cluster, "UP").values()) >= 4, 10 * FACTOR,
+            wait_for(lambda: sum(_responders(cluster, "UP").values()) >= 4, 20 * FACTOR,
                      what="mirror replicas answering for the upstream")
         survivors = [srv.url for i, srv in enumerate(cluster.servers) if i != ui]
         with jssync.connect(survivors) as nc:
@@ -156,7 +166,11 @@ def test_mirror_answers_while_the_upstream_node_is_down(unique):
             cluster.servers[ui].kill()
             # the handle was made before; its info says allow_direct, so no info request is needed
             up = jssync.Stream(js, up.cached_info)
-            wait_for(lambda: _direct_ok(up, 10), 10, what="mirror answering for the upstream")
+            # Direct Gets are spread over the mirror's replicas (a queue group): wait until
+            # every read is served completely several times in a row, so a replica still
+            # catching up right after the kill cannot fail a single read below
+            wait_for(lambda: all(_mirror_serves(up) for _ in range(6)), 20 * FACTOR,
+                     what="the mirror answering every read for the upstream")
             assert up.direct_get(1).data == b"0"
             assert up.direct_get(last_by_subject="up.5").seq == 6
             assert [m.seq for m in up.direct_get_batch("up.>", 20)] == list(range(1, 11))
