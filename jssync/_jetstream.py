@@ -186,16 +186,32 @@ class JetStream:
                       **params: Any) -> Stream:
         """Create a stream from ``config`` or keyword fields (``name=``, ``subjects=``, ...).
 
-        Creating a stream that exists with the same config returns it.
+        Creating a stream that exists with the same config returns it. While the cluster
+        reports a peer it needs as offline for a moment ("no suitable peers for placement,
+        peer offline", e.g. just after a node started), the create is tried again every
+        0.25 s within ``timeout``.
 
         Raises:
             ValueError, TypeError: invalid name, subject or option (nothing is sent).
             jssync.StreamNameInUseError: it exists with a different configuration.
+            jssync.APIError: e.g. placement still impossible when ``timeout`` runs out.
         """
         from ._streams import Stream
 
         cfg = _stream_config(config, params)
-        resp = self._api(f"STREAM.CREATE.{cfg.name}", cfg.as_dict(), timeout)
+        body = cfg.as_dict()
+        deadline = Deadline(self.timeout if timeout is None else timeout)
+        while True:
+            try:
+                resp = self._api(f"STREAM.CREATE.{cfg.name}", body, deadline.remaining() or 0.001)
+                break
+            except APIError as exc:
+                # a transient view of the meta leader (a peer's route just reconnected)
+                if (exc.err_code != 10005 or "offline" not in (exc.description or "")
+                        or (deadline.remaining() or 0.0) < 0.5):
+                    raise
+                log.debug("jssync: stream %r: %s; trying again", cfg.name, exc.description)
+                time.sleep(0.25)
         return Stream(self, _stream_model(resp))
 
     def update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,

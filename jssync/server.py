@@ -369,17 +369,42 @@ class NatsCluster:
         from . import connect  # late import: the server module is usable without a client
         from ._errors import Error
 
-        last: Exception | None = None
+        # Right after start-up the nodes also drop duplicate routes, and the meta leader can
+        # see a peer as offline for a moment after a placement already worked once: require
+        # every peer current and online and a placement to work three times in a row.
+        last: Exception | str | None = None
         name = f"JSSYNC_READY_{os.getpid()}_{int(time.monotonic() * 1000) % 1000000}"
+        ok = 0
         while time.monotonic() < end:
             try:
-                with connect(self.urls, timeout=2.0, max_reconnect_attempts=0) as nc:
-                    js = nc.jetstream(timeout=2.0)
-                    js.create_stream(name=name, subjects=[f"_jssync_ready.{name}"], storage="memory",
-                                     num_replicas=self.size)
-                    js.delete_stream(name)
-                    return
+                if not self._meta_peers_current():
+                    ok, last = 0, "meta group peers not all current"
+                else:
+                    with connect(self.urls, timeout=2.0, max_reconnect_attempts=0) as nc:
+                        js = nc.jetstream(timeout=2.0)
+                        js.create_stream(name=name, subjects=[f"_jssync_ready.{name}"], storage="memory",
+                                         num_replicas=self.size)
+                        js.delete_stream(name)
+                    ok += 1
+                    if ok >= 3:
+                        return
             except Error as e:
-                last = e
-            time.sleep(0.1)
+                ok, last = 0, e
+            time.sleep(0.2)
         raise ServerError(f"cluster not ready for R{self.size} placement: {last}\n{self.logs()}")
+
+    def _meta_peers_current(self) -> bool:
+        """True when the meta leader reports every other node current and not offline."""
+        for s in self.servers:
+            if s.http_port is None:
+                return True  # not monitored: rely on the placement probe alone
+            try:
+                meta = s.varz("jsz").get("meta_cluster") or {}
+            except Exception:  # noqa: BLE001 - a node still starting
+                return False
+            if not isinstance(meta, dict) or meta.get("leader") != s.name:
+                continue
+            peers = meta.get("replicas") or []
+            return (isinstance(peers, list) and len(peers) == self.size - 1
+                    and all(isinstance(p, dict) and p.get("current") and not p.get("offline") for p in peers))
+        return False
