@@ -748,7 +748,7 @@ class Connection:
                                 q.clear()
                                 break
                             self._report_error(translate(exc))
-                self._pub_room.set()
+                    self._pub_room.set()  # (the fast branch's _encode_burst sets it)
                 if q:
                     await asyncio.sleep(0)
         finally:

@@ -841,7 +841,6 @@ class _AsyncPublisher:
         self._ended = False
         self._waiters = 0  # publishers blocked on max_pending
         self._all_waiters = 0  # threads in wait_all (publish_async_completed, drain)
-        self._low_water = 0
         self._retries: dict[str, int] = {}  # token -> resends after a 503 (I/O thread; _end clears it)
         # one Condition shared by this publisher's Futures (see _PubAckFuture)
         self._fcond = threading.Condition()
@@ -871,7 +870,7 @@ class _AsyncPublisher:
                     self._waiters -= 1
         fut: concurrent.futures.Future[api.PubAck] = _PubAckFuture(conn, self._fcond)
         pending = self._pending
-        self._low_water = limit - max(1, limit // 4)
+        low_water = limit - max(1, limit // 4)
 
         def on_reply(msg: Msg, _fut: concurrent.futures.Future[api.PubAck] = fut) -> None:
             tok = msg.subject.rsplit(".", 1)[-1]
@@ -891,7 +890,7 @@ class _AsyncPublisher:
             else:
                 _resolve(_fut, ack, None)
             left = len(pending)
-            if (self._waiters and left <= self._low_water) or (self._all_waiters and not left):
+            if (self._waiters and left <= low_water) or (self._all_waiters and not left):
                 # wake a publisher blocked on max_pending only once there is room for a
                 # burst, and wait_all only at the end, not on every PubAck (one wake-up
                 # per message would ping-pong between the threads)

@@ -352,8 +352,9 @@ class NatsCluster:
         """Wait until every running node is healthy and, with JetStream, an R<size> stream can be placed.
 
         A healthy meta leader is not enough: until it has heard from every peer, creating a
-        replicated stream fails with "no suitable peers for placement". So this creates and
-        deletes a small memory stream with ``num_replicas=size`` until that succeeds.
+        replicated stream fails with "no suitable peers for placement". So this waits until
+        the meta leader reports every peer current, and a small memory stream with
+        ``num_replicas=size`` can be created and deleted three times in a row.
 
         Raises:
             ServerError: a node exited, or the cluster was not ready within ``timeout``.
@@ -375,22 +376,28 @@ class NatsCluster:
         last: Exception | str | None = None
         name = f"JSSYNC_READY_{os.getpid()}_{int(time.monotonic() * 1000) % 1000000}"
         ok = 0
-        while time.monotonic() < end:
-            try:
-                if not self._meta_peers_current():
-                    ok, last = 0, "meta group peers not all current"
-                else:
-                    with connect(self.urls, timeout=2.0, max_reconnect_attempts=0) as nc:
+        nc = None
+        try:
+            while time.monotonic() < end:
+                try:
+                    if not self._meta_peers_current():
+                        ok, last = 0, "meta group peers not all current"
+                    else:
+                        if nc is None:
+                            nc = connect(self.urls, timeout=2.0)
                         js = nc.jetstream(timeout=2.0)
                         js.create_stream(name=name, subjects=[f"_jssync_ready.{name}"], storage="memory",
                                          num_replicas=self.size)
                         js.delete_stream(name)
-                    ok += 1
-                    if ok >= 3:
-                        return
-            except Error as e:
-                ok, last = 0, e
-            time.sleep(0.2)
+                        ok += 1
+                        if ok >= 3:
+                            return
+                except Error as e:
+                    ok, last = 0, e
+                time.sleep(0.2)
+        finally:
+            if nc is not None:
+                nc.close()
         raise ServerError(f"cluster not ready for R{self.size} placement: {last}\n{self.logs()}")
 
     def _meta_peers_current(self) -> bool:
