@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._errors import (
+    ConnectionClosedError,
     JetStreamError,
     MessageNotFoundError,
     TimeoutError,
@@ -641,7 +642,29 @@ def _stream_state(js: JetStream, name: str, timeout: float) -> tuple[int, int]:
 
 
 def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq: int) -> int:
-    """The first stream sequence stored at or after ``when`` (``last_seq + 1`` when there is none)."""
+    """The first stream sequence stored at or after ``when`` (``last_seq + 1`` when there is none).
+
+    Creates an ephemeral ``BY_START_TIME`` consumer (deleted again before returning) and
+    pulls one message with ``no_wait``. Blocks for the stream lookup and the consumer
+    creation (each at most the connection ``timeout``) and for the pull (at most the
+    JetStream context's timeout).
+
+    ``last_seq + 1`` means "nothing at or after ``when``": the consumer has nothing
+    pending, or the pull ended normally without a message (404 No Messages, e.g. the
+    messages were removed after the consumer was created). A pull that ended any other
+    way says nothing about the stream, so it raises rather than start the read after the
+    end of the stream (which would skip data). It is not retried: the pull already waited
+    the whole timeout, and the other endings (a pull the server refuses or never answers,
+    a closed connection) do not go away by themselves within it.
+
+    Raises:
+        jssync.TimeoutError: the pull got no answer in time (e.g. the user may create
+            consumers but not publish to ``$JS.API.CONSUMER.MSG.NEXT``); the cause is chained.
+        jssync.ConnectionClosedError: the connection closed during the pull.
+        jssync.JetStreamError: the pull ended with another status (e.g. a 409 warning);
+            the cause is chained. Errors of the stream lookup, the consumer creation and
+            the errors a pull raises (400, 409 Consumer Deleted, 503) pass through.
+    """
     from nats.js import api
 
     stream = js.stream(opts.stream, timeout=opts.conn.timeout)
@@ -657,8 +680,16 @@ def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq:
     try:
         if not (c.cached_info.num_pending or 0):
             return last_seq + 1
-        for m in c.fetch_no_wait(1):
+        res = c.fetch_no_wait(1)
+        for m in res:
             return _parse_reply(m.reply)[0]
+        err = res.error
+        if err is not None:
+            msg = (f"could not find the first message of stream {opts.stream!r} at or after "
+                   f"startingTime {when.isoformat()}: the pull request ended with {type(err).__name__}: {err}")
+            if isinstance(err, TimeoutError | ConnectionClosedError):
+                raise type(err)(msg) from err
+            raise JetStreamError(msg) from err
         return last_seq + 1
     finally:
         try:

@@ -299,6 +299,62 @@ def test_read_errors_are_clear(spark, nats_server, unique):
         _read(spark, nats_server.url, f"NOPE{unique}").collect()
 
 
+_NOPULL = """
+authorization {
+  users: [
+    {user: admin, password: adminpw}
+    {user: nopull, password: nopullpw, permissions: {publish: {deny: ["$JS.API.CONSUMER.MSG.NEXT.>"]}}}
+  ]
+}
+"""
+
+
+def test_starting_time_lookup_never_skips_data_on_a_failed_pull(monkeypatch, unique):
+    """_seq_at_time gives last_seq + 1 only when nothing is stored at or after the time: a pull
+    that got no answer (here: the user may create consumers but not pull) raises instead of
+    starting the read after the end of the stream."""
+    from jssync._consumers import Consumer
+    from jssync.server import NatsServer
+
+    name = f"T{unique}"
+    with NatsServer(jetstream=True, config=_NOPULL) as srv, \
+            jssync.connect(srv.url, user="admin", password="adminpw") as admin:
+        ajs = admin.jetstream()
+        st = ajs.create_stream(name=name, subjects=[f"{name}.*"], storage="memory")
+        try:
+            for i in range(10):
+                ajs.publish(f"{name}.a", f"m{i}".encode())
+            t6 = st.get_msg(6).time
+            opts = jspark.ReadOptions.parse({"servers": srv.url, "stream": name, "timeout": "2"})
+            assert jspark._seq_at_time(ajs, opts, t6, 10) == 6
+            future = _dt.datetime.now(_dt.UTC) + _dt.timedelta(hours=1)
+            assert jspark._seq_at_time(ajs, opts, future, 10) == 11
+
+            errors: list[BaseException] = []
+            with jssync.connect(srv.url, user="nopull", password="nopullpw", error_cb=errors.append) as nc:
+                t0 = time.monotonic()
+                with pytest.raises(jssync.TimeoutError, match=rf"stream '{name}'.*{t6.year}") as ei:
+                    jspark._seq_at_time(nc.jetstream(timeout=1), opts, t6, 10)
+                assert time.monotonic() - t0 < 10 * FACTOR
+                assert isinstance(ei.value.__cause__, jssync.TimeoutError)
+            assert any(isinstance(e, jssync.PermissionDeniedError) for e in errors)
+            assert st.info().state.consumer_count == 0  # the lookup consumer was deleted
+
+            # messages removed between the consumer's creation (num_pending > 0) and the pull:
+            # the pull ends normally with 404 No Messages, so nothing is there and no error
+            real = Consumer.fetch_no_wait
+
+            def purge_first(self, *a, **kw):
+                assert (self.cached_info.num_pending or 0) > 0
+                st.purge()
+                return real(self, *a, **kw)
+
+            monkeypatch.setattr(Consumer, "fetch_no_wait", purge_first)
+            assert jspark._seq_at_time(ajs, opts, t6, 10) == 11
+        finally:
+            ajs.delete_stream(name)
+
+
 # -- streaming reads -----------------------------------------------------------------------------
 
 
