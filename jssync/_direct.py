@@ -541,8 +541,10 @@ def direct_get_last_for(stream: Stream, subjects: list[str], *, up_to_seq: int |
     ``up_to_seq`` / ``up_to_time`` read the subjects as they were at that stream sequence
     or time (consistent point-in-time reads); ``batch`` caps the number of messages, and
     :meth:`DirectBatch.next_batch` / :meth:`DirectBatch.all` continue at the same point in
-    time (``Nats-UpTo-Sequence``). At most 1024 subjects may match. Messages come in
-    stream order. Needs nats-server 2.11+.
+    time (``Nats-UpTo-Sequence``). An ``up_to_seq`` past the stream's last sequence is
+    not refused (no 404): the read sees the stream as it is now; following batches keep
+    that ``up_to_seq``, so they may also see messages stored after the first batch.
+    At most 1024 subjects may match. Messages come in stream order. Needs nats-server 2.11+.
 
     Blocks until the request is sent; each message is waited for while iterating, at
     most ``timeout`` seconds (default: the JetStream context's timeout).

@@ -333,6 +333,17 @@ def test_last_for_up_to_seq_and_time(stream, js):
     assert got == [4, 5, 6]
 
 
+def test_last_for_up_to_seq_past_the_end_reads_the_stream_as_it_is(stream):
+    """The server does not refuse an up_to_seq past the last sequence (no 404): it reads as of now."""
+    last = [(subj(stream, "1"), 8), (subj(stream, "2"), 9), (subj(stream, "0"), 10)]
+    for up in (11, 1_000_000):
+        b = stream.direct_get_last_for([subj(stream, ">")], up_to_seq=up)
+        assert [(m.subject, m.seq) for m in b] == last, up
+        assert (b.num_pending, b.last_sequence) == (0, 10)
+        b = stream.direct_get_last_for([subj(stream, "0"), subj(stream, "2")], up_to_seq=up, batch=1)
+        assert [m.seq for m in b.all()] == [9, 10], up
+
+
 def test_last_for_batches_stay_at_one_point_in_time(stream, js):
     b = stream.direct_get_last_for([subj(stream, ">")], batch=2)
     assert [m.seq for m in b] == [8, 9]
