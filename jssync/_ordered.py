@@ -26,6 +26,8 @@ from ._errors import (
     ConnectionClosedError,
     Error,
     JetStreamError,
+    NoRespondersError,
+    ServiceUnavailableError,
     StreamNotFoundError,
     TimeoutError,
 )
@@ -244,7 +246,7 @@ class OrderedConsumer:
     # -- one pull request ---------------------------------------------------------------------
 
     def _start_fetch(self, batch: int, max_bytes: int, expires: float | None, idle_heartbeat: float | None,
-                     no_wait: bool, grace: float | None = None) -> FetchResult:
+                     no_wait: bool, grace: float | None = None, create_timeout: float | None = None) -> FetchResult:
         with self._lock:
             if self._consume is not None and not self._consume.closed:
                 raise JetStreamError("this ordered consumer is consuming: stop the consume before fetching")
@@ -252,7 +254,7 @@ class OrderedConsumer:
             if prev is not None:
                 prev.stop()
             if self._name is None or self._needs_reset:
-                self._reset()
+                self._reset(create_timeout)
             assert self._name is not None
             kw: dict[str, Any] = {}
             if grace is not None:
@@ -291,23 +293,39 @@ class OrderedConsumer:
     def next(self, timeout: float = DEFAULT_EXPIRES, *, idle_heartbeat: float | None = None) -> Msg:
         """The next message in stream order, waiting up to ``timeout`` seconds.
 
+        Recreating the consumer is retried within ``timeout`` while the server does not
+        answer (it is restarting, the connection is down, JetStream is unavailable).
+
         Raises:
             jssync.TimeoutError: no message within ``timeout``.
         """
         timeout = _pos_float(timeout, "timeout")
         validate_fetch(1, None, timeout, idle_heartbeat)
         deadline = Deadline(timeout)
+        failed = 0
+        last: Error | None = None
         while True:
             left = deadline.remaining() or 0.0
             if left <= 0.001:
                 break
-            res = self._start_fetch(1, 0, left, idle_heartbeat if idle_heartbeat and idle_heartbeat <= left / 2
-                                    else None, False, grace=min(1.0, 0.1 + left * 0.1))
+            try:
+                res = self._start_fetch(1, 0, left, idle_heartbeat if idle_heartbeat and idle_heartbeat <= left / 2
+                                        else None, False, grace=min(1.0, 0.1 + left * 0.1),
+                                        create_timeout=min(self._js.timeout, left))
+            except (TimeoutError, ServiceUnavailableError, NoRespondersError) as exc:
+                # a create lost with a server going down, or no JetStream yet: not the caller's timeout
+                failed += 1
+                last = exc
+                log.debug("jssync: ordered consumer on %s: recreating failed (%s), retrying", self.stream, exc)
+                time.sleep(min(deadline.remaining() or 0.0, 0.05 * 2 ** min(failed, 5)))
+                continue
             for msg in res:
                 return msg
             if not self._needs_reset:
                 break
-        raise TimeoutError(f"no message from the ordered consumer on stream {self.stream!r} within {timeout}s")
+        raise TimeoutError(
+            f"no message from the ordered consumer on stream {self.stream!r} within {timeout}s"
+        ) from last
 
     # -- continuous ---------------------------------------------------------------------------
 

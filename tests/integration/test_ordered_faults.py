@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 
 import pytest
 
 import jssync
 from jssync.server import NatsServer
-from tests.conftest import wait_for
+from tests.conftest import FACTOR, wait_for
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.slow, pytest.mark.fault]
 
@@ -57,12 +59,10 @@ def test_ordered_fetch_after_server_restart(server):
         got = [m.metadata.sequence.stream for m in oc.fetch(5, expires=1)]
         server.restart()
         wait_for(lambda: nc.is_connected, timeout=15, what="reconnected")
-        # the in-memory consumer is gone: the next reads recreate it after sequence 5
+        # the in-memory consumer is gone: the next reads recreate it after sequence 5 (a
+        # create JetStream cannot answer yet is retried within next()'s timeout)
         while len(got) < 10:
-            try:
-                got.append(oc.next(timeout=5).metadata.sequence.stream)
-            except jssync.ServiceUnavailableError:
-                continue
+            got.append(oc.next(timeout=5).metadata.sequence.stream)
         assert got == list(range(1, 11))
 
 
@@ -90,3 +90,96 @@ def test_ordered_recovers_after_missed_heartbeats(server):
         finally:
             cc.stop()
     assert got == list(range(1, 21))
+
+
+
+def test_ordered_next_loop_through_graceful_restarts(server):
+    """A thread reading with ``next()`` while the server restarts gracefully gets every
+    message once, in order, and no exception.
+
+    On SIGTERM the server ends the waiting pull with ``409 Server Shutdown`` while the
+    connection is still up; the consumer create that follows is lost with the server and
+    times out (5 s, the JetStream API timeout). That create is retried within next()'s own
+    timeout (60 s here, never reached), so it must not surface from next().
+    """
+    per_round, restarts = 10, 2
+    total = per_round * (restarts + 1)
+    got: list[int] = []
+    errors: list[BaseException] = []
+    cond = threading.Condition()
+    with jssync.connect(server.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1) as nc:
+        js = nc.jetstream()
+        st = js.create_stream(name="ORN", subjects=["orn.>"], storage="file")
+        oc = st.ordered_consumer()
+
+        def reader() -> None:
+            while len(got) < total:
+                try:
+                    msg = oc.next(timeout=60)
+                except BaseException as exc:  # noqa: BLE001 - asserted on below
+                    with cond:
+                        errors.append(exc)
+                        cond.notify_all()
+                    return
+                with cond:
+                    got.append(msg.metadata.sequence.stream)
+                    cond.notify_all()
+
+        def pull_waiting() -> bool:
+            try:
+                return oc.name is not None and js.consumer(st.name, oc.name, timeout=2).info().num_waiting >= 1
+            except jssync.Error:
+                return False
+
+        t = threading.Thread(target=reader, name="ordered-reader", daemon=True)
+        t.start()
+        try:
+            names = []
+            for r in range(restarts + 1):
+                for i in range(per_round):
+                    js.publish("orn.x", b"%d" % i, timeout=15)
+                want = per_round * (r + 1)
+                with cond:
+                    assert cond.wait_for(lambda n=want: len(got) >= n or bool(errors), 30 * FACTOR), \
+                        f"round {r}: {len(got)} of {want} messages"
+                assert errors == []
+                if r < restarts:
+                    # the reader is blocked in next() with its pull request waiting on the server
+                    wait_for(pull_waiting, timeout=10, what="the reader's pull request waiting")
+                    names.append(oc.name)
+                    server.restart()
+                    wait_for(lambda: nc.is_connected, timeout=15, what="reconnected")
+            with cond:
+                assert cond.wait_for(lambda: not t.is_alive() or bool(errors), 10 * FACTOR)
+        finally:
+            nc.close()  # ends a reader still blocked in next() (when an assertion failed)
+            t.join(10 * FACTOR)
+    assert not t.is_alive()
+    assert errors == []
+    assert got == list(range(1, total + 1))
+    assert oc.name not in names  # the consumer was recreated after each restart
+
+
+def test_ordered_next_times_out_normally_while_the_server_is_down(server):
+    """With the server down, next() raises its own TimeoutError once ``timeout`` has passed,
+    not the consumer create's (after the JetStream API timeout, 5 s)."""
+    with jssync.connect(server.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1) as nc:
+        js = nc.jetstream()
+        st = js.create_stream(name="ORD", subjects=["ord.>"], storage="file")
+        js.publish("ord.x", b"0")
+        oc = st.ordered_consumer()
+        assert oc.next(timeout=5).metadata.sequence.stream == 1
+        server.stop()
+        try:
+            wait_for(lambda: not nc.is_connected, timeout=10, what="disconnected")
+            # the first call's pull goes unanswered; the second one has to recreate the consumer
+            for _ in range(2):
+                t0 = time.monotonic()
+                with pytest.raises(jssync.TimeoutError, match="no message from the ordered consumer"):
+                    oc.next(timeout=1.5)
+                assert time.monotonic() - t0 < 1.5 + 1.5 * FACTOR
+        finally:
+            server.start()
+        wait_for(lambda: nc.is_connected, timeout=15, what="reconnected")
+        js.publish("ord.x", b"1", timeout=15)
+        assert oc.next(timeout=20).metadata.sequence.stream == 2
