@@ -8,6 +8,8 @@ import itertools
 import logging
 import os
 import re
+import select
+import socket
 import ssl
 import threading
 import weakref
@@ -56,6 +58,12 @@ _DIRECT_MAX = 256
 _DIRECT_BUFFER_LIMIT = 1 << 20
 #: Requests up to this size may be written to the socket by the caller's thread.
 _DIRECT_SEND_MAX = 64 * 1024
+#: How long a caller that wrote its request itself watches the socket for the reply.
+_STEAL_WINDOW = 0.005
+#: Bytes a caller peeks at when it looks for its reply on the socket.
+_STEAL_PEEK = 65536
+#: nats-py's parser state between messages (nats.protocol.parser.AWAITING_CONTROL_LINE).
+_PARSER_IDLE = 1
 #: Publishes queued before ``publish`` waits for the I/O thread to catch up.
 _PUB_HIGH_WATER = 65536
 #: ... or this many payload bytes (estimated as queue length x the new message's size).
@@ -300,6 +308,16 @@ class Connection:
         self._direct_sock: Any = None
         self._direct_rest = b""
         self._direct_checked: Any = None  # the transport _install_direct last looked at
+        # Direct reads (see _install_reader / _steal_reply): every read from the socket
+        # takes _rlock; a caller may take its own reply off the socket when everything
+        # the loop received so far has been parsed up to a message boundary.
+        self._rlock = threading.RLock()
+        self._rd_reader: Any = None
+        self._rd_fed = 0  # bytes the loop received on that reader (since the last sync)
+        self._rd_parsed = 0  # ... of which nats-py's parser has finished with
+        self._rd_synced = False
+        self._mux_head: bytes | None = None  # b"MSG <reply prefix>"
+        self._mux_sid: bytes | None = None
         # request/reply multiplexer: one wildcard inbox subscription, replies routed by token
         self._mux_prefix: str | None = None
         self._mux_lock = threading.Lock()
@@ -809,8 +827,56 @@ class Connection:
             t.write = write
             t.writelines = writelines
             t._call_connection_lost = lost
+            self._install_reader(tr, t)
             self._direct_transport = t
             self._direct_sock = sock
+
+    def _install_reader(self, tr: Any, t: Any) -> None:
+        """On the loop: let a caller that wrote its request itself also read its reply.
+
+        The transport's reads go through ``_rlock`` and count the bytes received; nats-py's
+        parser counts the bytes it finished with. When the two agree and the parser sits
+        between messages, the socket's next byte starts a message, and a caller holding
+        ``_rlock`` may take a reply meant for it off the socket (see ``_steal_reply``).
+        """
+        with self._rlock:
+            self._rd_reader = None
+            self._rd_synced = False
+            if not hasattr(os, "eventfd"):
+                return
+            try:
+                reader = tr._io_reader
+                ps = self._nc._ps
+                orig_read = t._read_ready_cb
+                if not isinstance(reader._buffer, bytearray) or not isinstance(ps.buf, bytearray):
+                    return
+                ps.state  # noqa: B018 - present in the nats-py versions this was written for
+            except Exception:  # noqa: BLE001 - another nats-py: no direct reads
+                return
+            rlock = self._rlock
+
+            def read_ready() -> None:
+                with rlock:
+                    n = len(reader._buffer)
+                    orig_read()
+                    self._rd_fed += len(reader._buffer) - n
+
+            t._read_ready_cb = read_ready
+            if not getattr(ps, "_jssync_counted", False):
+                orig_parse = ps.parse
+
+                async def parse(data: bytes = b"") -> None:
+                    await orig_parse(data)
+                    r = self._rd_reader
+                    if r is not None and not r._buffer and not ps.buf and ps.state == _PARSER_IDLE:
+                        self._rd_parsed = self._rd_fed  # everything received so far is parsed
+                        self._rd_synced = True
+                    else:
+                        self._rd_parsed += len(data)
+
+                ps.parse = parse
+                ps._jssync_counted = True
+            self._rd_reader = reader
 
     def _flush_direct_rest(self) -> None:
         # on the loop: write what a caller's partial send left over
@@ -965,7 +1031,10 @@ class Connection:
         self._replies[token] = waiter.set
         wkey = self._watch_permission("publish", subject, waiter.fail)
         try:
-            if not self._try_direct_send(subject, data, prefix + token, headers):
+            if self._try_direct_send(subject, data, prefix + token, headers):
+                if self._rd_reader is not None:
+                    self._watch_for_reply(waiter, token, deadline)
+            else:
                 self._enqueue((subject, data, prefix + token, headers))
             msg = waiter.wait(deadline, self)
         finally:
@@ -981,6 +1050,101 @@ class Connection:
         hdrs = msg.headers
         if hdrs and not msg.data and hdrs.get("Status") == "503":
             raise NoRespondersError(f"no responders are available for the request on {subject!r}")
+        return msg
+
+    def _watch_for_reply(self, waiter: _Waiter, token: str, deadline: Deadline) -> None:
+        """On a caller's thread, right after it wrote its request: watch the socket briefly.
+
+        When the reply is the next thing on the socket, read it here and hand it to
+        ``waiter`` (saves this thread's wake-up by the I/O thread). Returns once the
+        waiter is filled, something else arrived, or ``_STEAL_WINDOW`` passed; the caller
+        then waits on the waiter as usual.
+        """
+        sock = self._direct_sock
+        if sock is None:
+            return
+        try:
+            sfd = sock.fileno()
+        except OSError:
+            return
+        wfd = _wake_fd()
+        end = deadline.remaining()
+        window = _STEAL_WINDOW if end is None else min(_STEAL_WINDOW, end)
+        poller = select.poll()  # (not select(): no limit on the descriptor's number)
+        poller.register(sfd, select.POLLIN)
+        poller.register(wfd, select.POLLIN)
+        waiter.wake_fd = wfd
+        try:
+            while not waiter._done:
+                try:
+                    ready = poller.poll(window * 1000.0)
+                except OSError:
+                    return
+                if not ready:
+                    return
+                if any(fd == wfd for fd, _ in ready):
+                    try:
+                        os.eventfd_read(wfd)
+                    except OSError:
+                        pass
+                    if len(ready) == 1:
+                        continue  # the waiter was filled (or an old wake-up): look again
+                if waiter._done:
+                    return
+                msg = self._steal_reply(sock, token)
+                if msg is not None:
+                    self._replies.pop(token, None)
+                    waiter.set(msg)
+                return
+        finally:
+            waiter.wake_fd = -1
+
+    def _steal_reply(self, sock: Any, token: str) -> Msg | None:
+        """Read the reply for ``token`` off the socket if it is the next message there."""
+        head = self._mux_head
+        if head is None:
+            return None
+        tok = token.encode()
+        with self._rlock:
+            reader = self._rd_reader
+            if (reader is None or not self._rd_synced or self._rd_fed != self._rd_parsed or reader._buffer
+                    or self._direct_sock is not sock):
+                return None
+            ps = self._nc._ps
+            if ps.buf or ps.state != _PARSER_IDLE:
+                return None
+            try:
+                b = sock.recv(_STEAL_PEEK, socket.MSG_PEEK)
+            except OSError:
+                return None
+            hl = len(head)
+            tl = hl + len(tok)
+            if not b.startswith(head) or b[hl:tl] != tok or b[tl:tl + 1] != b" ":
+                return None
+            i = b.find(b"\r\n", tl)
+            if i < 0:
+                return None
+            parts = b[tl + 1:i].split(b" ")
+            if len(parts) != 2 or parts[0] != self._mux_sid or not parts[1].isdigit():
+                return None
+            n = int(parts[1])
+            end = i + 4 + n
+            if len(b) < end or b[end - 2:end] != b"\r\n":
+                return None
+            try:
+                got = sock.recv(end)
+            except OSError:
+                return None
+            if len(got) != end:  # pragma: no cover - peeked bytes are in the socket's buffer
+                self._rd_synced = False
+                self._loop.loop.call_soon_threadsafe(reader.feed_data, got)
+                return None
+        nc = self._nc
+        st = nc.stats
+        st["in_msgs"] += 1
+        st["in_bytes"] += n
+        msg: Msg = nc.msg_class(subject=f"{self._mux_prefix}{token}", reply="", data=b[i + 2:i + 2 + n],
+                                headers=None, _client=nc, _sid=int(parts[0]))
         return msg
 
     def _request_own_inbox(self, subject: str, data: bytes, headers: dict[str, str] | None,
@@ -1064,6 +1228,7 @@ class Connection:
                     self._unwatch_permission(key)
                     raise
                 nsub._pending_queue = _Mux()
+                self._mux_sid = str(nsub._id).encode()
                 try:
                     await self._check_sub_permission(nsub, prefix + "*", denied, key)
                 except PermissionDeniedError as exc:
@@ -1075,6 +1240,7 @@ class Connection:
                     ) from exc.__cause__
 
             self.run(_sub(), deadline, "request")
+            self._mux_head = b"MSG " + prefix.encode()
             self._mux_prefix = prefix
             return prefix
 
@@ -1273,6 +1439,39 @@ class Connection:
         _live.discard(self)
 
 
+class _WakeFd:
+    """A thread's eventfd (see ``_watch_for_reply``); closed when the thread ends."""
+
+    __slots__ = ("fd", "pid")
+
+    def __init__(self) -> None:
+        self.fd: int = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.pid = os.getpid()
+
+    def __del__(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+_tls = threading.local()
+
+
+def _wake_fd() -> int:
+    w: _WakeFd | None = getattr(_tls, "wake", None)
+    if w is None or w.pid != os.getpid():  # first use on this thread, or a forked child
+        w = _tls.wake = _WakeFd()
+    return w.fd
+
+
+def _wake(fd: int) -> None:
+    try:
+        os.eventfd_write(fd, 1)
+    except OSError:
+        pass
+
+
 class _Waiter:
     """A one-shot slot a user thread waits on (in 0.1 s slices) until the I/O thread fills it.
 
@@ -1280,7 +1479,7 @@ class _Waiter:
     first one wins.
     """
 
-    __slots__ = ("_lock", "msg", "exc", "_done")
+    __slots__ = ("_lock", "msg", "exc", "_done", "wake_fd")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -1288,6 +1487,7 @@ class _Waiter:
         self.msg: Msg | None = None
         self.exc: BaseException | None = None
         self._done = False
+        self.wake_fd = -1  # an eventfd the waiting thread selects on, while it does
 
     def set(self, msg: Msg) -> None:
         if self._done:
@@ -1295,6 +1495,9 @@ class _Waiter:
         self._done = True
         self.msg = msg
         self._lock.release()
+        fd = self.wake_fd
+        if fd >= 0:
+            _wake(fd)
 
     def fail(self, exc: BaseException) -> None:
         if self._done:
@@ -1302,6 +1505,9 @@ class _Waiter:
         self._done = True
         self.exc = exc
         self._lock.release()
+        fd = self.wake_fd
+        if fd >= 0:
+            _wake(fd)
 
     def wait(self, deadline: Deadline, conn: Connection) -> Msg | None:
         lock = self._lock

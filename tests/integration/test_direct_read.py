@@ -1,0 +1,267 @@
+"""Replies read off the socket by the caller's thread keep the connection's stream intact.
+
+A caller that wrote its request itself watches the socket for a few milliseconds and,
+when its reply is the next whole message there and the I/O thread has parsed everything
+before it, reads the reply itself (``Connection._watch_for_reply``). These tests check
+that this happens, that every other message on the connection still arrives complete and
+in order while it happens, and that everything else (big replies, replies with headers,
+slow responders, many threads, a reconnect) falls back to the I/O thread correctly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+import jssync
+from jssync.server import NatsServer
+from tests.conftest import FACTOR, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _echo(nc: jssync.Connection, subject: str) -> jssync.Subscription:
+    def respond(msg: jssync.Msg) -> None:
+        msg.respond(msg.data, headers=msg.headers)
+
+    sub = nc.subscribe(subject, callback=respond)
+    nc.flush()
+    return sub
+
+
+class _StealCount:
+    """Counts the replies a connection's callers read themselves."""
+
+    def __init__(self, nc: jssync.Connection) -> None:
+        self.taken = 0
+        self.declined = 0
+        self._lock = threading.Lock()
+        orig = nc._steal_reply
+
+        def spy(sock, token):  # type: ignore[no-untyped-def]
+            msg = orig(sock, token)
+            with self._lock:
+                if msg is None:
+                    self.declined += 1
+                else:
+                    self.taken += 1
+            return msg
+
+        nc._steal_reply = spy  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def pair(nats_server) -> Iterator[tuple[jssync.Connection, jssync.Connection]]:
+    with jssync.connect(nats_server.url) as srv, jssync.connect(nats_server.url) as nc:
+        yield srv, nc
+
+
+def test_replies_are_read_by_the_caller(pair):
+    srv, nc = pair
+    _echo(srv, "dr.echo")
+    assert nc.request("dr.echo", b"warm-up", timeout=5).data == b"warm-up"
+    assert nc._rd_reader is not None, "plain TCP: the direct read path is installed"
+    count = _StealCount(nc)
+    for i in range(200):
+        body = f"req-{i}".encode() * (1 + i % 7)
+        reply = nc.request("dr.echo", body, timeout=5)
+        assert reply.data == body
+        assert reply.subject.startswith(nc._mux_prefix)
+    assert count.taken > 0, "some replies were read by the caller's thread"
+    stats = nc.stats
+    assert stats["in_msgs"] >= 201
+
+
+def test_other_traffic_on_the_connection_stays_whole_and_in_order(pair, nats_server):
+    """A subscription on the requesting connection gets a flood while requests run."""
+    srv, nc = pair
+    _echo(srv, "dr.flood.echo")
+    n = 20000
+    got: list[int] = []
+    done = threading.Event()
+
+    def on_msg(msg: jssync.Msg) -> None:
+        got.append(int(msg.data[:8]))
+        if len(got) == n:
+            done.set()
+
+    nc.subscribe("dr.flood.data", callback=on_msg, pending_msgs_limit=n + 10)
+    nc.flush()
+    count = _StealCount(nc)
+    errors: list[BaseException] = []
+
+    def flood() -> None:
+        try:
+            with jssync.connect(nats_server.url) as pub:
+                for i in range(n):
+                    # payloads of many sizes so reads end at every kind of boundary
+                    pub.publish("dr.flood.data", b"%08d" % i + b"z" * (i % 3000))
+                pub.flush(10)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    th = threading.Thread(target=flood)
+    th.start()
+    i = 0
+    while th.is_alive() or i < 300:
+        body = f"r{i}".encode() * (1 + i % 40)
+        assert nc.request("dr.flood.echo", body, timeout=5).data == body
+        i += 1
+    th.join(30)
+    assert not errors, errors
+    assert done.wait(30 * FACTOR), f"only {len(got)} of {n} flood messages arrived"
+    assert got == list(range(n)), "the flood arrived complete and in order"
+    assert count.taken + count.declined > 0
+
+
+def test_a_reply_look_alike_inside_a_payload_is_never_taken(pair, nats_server):
+    """Payloads full of byte-exact copies of the next reply's wire form.
+
+    Reads of the big payloads end at arbitrary offsets; a caller must never mistake the
+    middle of a payload for its reply (it only reads when the I/O thread has parsed
+    everything received up to a message boundary).
+    """
+    srv, nc = pair
+    _echo(srv, "dr.fake.echo")
+    assert nc.request("dr.fake.echo", b"w", timeout=5).data == b"w"
+    nc._tokens = itertools.repeat(777)  # every request waits on the same reply subject
+    assert nc._mux_prefix is not None and nc._mux_sid is not None
+    fake = b"MSG " + nc._mux_prefix.encode() + b"777 " + nc._mux_sid + b" 5\r\nFAKE!\r\n"
+    payload = fake * (60_000 // len(fake))
+    got: list[bytes] = []
+    stop = threading.Event()
+
+    nc.subscribe("dr.fake.data", callback=lambda m: got.append(m.data), pending_msgs_limit=1 << 20)
+    nc.flush()
+    errors: list[BaseException] = []
+
+    def flood() -> None:
+        try:
+            sent = 0
+            with jssync.connect(nats_server.url) as pub:
+                while not stop.is_set():
+                    for _ in range(20):
+                        pub.publish("dr.fake.data", payload)
+                    sent += 20
+                    pub.flush(10)
+                    # keep the backlog small: requests wait behind it
+                    wait_for(lambda n=sent: len(got) >= n - 20 or stop.is_set(), 30, interval=0.001,
+                             what="the subscriber catching up")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    th = threading.Thread(target=flood)
+    th.start()
+    try:
+        for i in range(400):
+            body = f"real-{i}".encode()
+            assert nc.request("dr.fake.echo", body, timeout=10).data == body
+    finally:
+        stop.set()
+        th.join(30)
+    assert not errors, errors
+    nc.flush(10)
+    assert got and all(d == payload for d in got), "every payload arrived intact"
+
+
+def test_replies_with_headers_and_big_replies_come_through(pair):
+    srv, nc = pair
+    _echo(srv, "dr.mixed")
+    count = _StealCount(nc)
+    for i in range(60):
+        hdrs = {"X-Seq": str(i)} if i % 3 == 0 else None
+        body = b"b" * (100_000 + i) if i % 5 == 0 else str(i).encode()
+        reply = nc.request("dr.mixed", body, headers=hdrs, timeout=5)
+        assert reply.data == body
+        assert (reply.headers or {}).get("X-Seq") == (str(i) if hdrs else None)
+    assert count.taken > 0
+
+
+def test_a_slow_responder_is_still_answered(pair):
+    """The caller stops watching after a few ms; the I/O thread delivers the reply."""
+    srv, nc = pair
+    gate = threading.Event()
+
+    def slow(msg: jssync.Msg) -> None:
+        gate.wait(10)
+        msg.respond(b"late:" + msg.data)
+
+    srv.subscribe("dr.slow", callback=slow)
+    srv.flush()
+    result: list[bytes] = []
+
+    def ask() -> None:
+        result.append(nc.request("dr.slow", b"x", timeout=10).data)
+
+    th = threading.Thread(target=ask)
+    th.start()
+    # let the caller's watch window (a few ms) pass before the reply is sent
+    wait_for(lambda: nc._replies, 5, what="the request in flight")
+    th.join(0.05)
+    gate.set()
+    th.join(10)
+    assert result == [b"late:x"]
+
+
+def test_many_threads_each_get_their_own_reply(pair):
+    srv, nc = pair
+    _echo(srv, "dr.threads")
+    count = _StealCount(nc)
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            for i in range(200):
+                body = f"{t}:{i}".encode() * (1 + (i + t) % 30)
+                assert nc.request("dr.threads", body, timeout=10).data == body
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join(60 * FACTOR)
+    assert not errors, errors[:3]
+    assert count.taken > 0
+
+
+def test_js_publish_acks_are_read_by_the_caller(js, stream):
+    nc = js.conn
+    subject = f"{stream.name}.x"
+    js.publish(subject, b"warm-up")
+    count = _StealCount(nc)
+    for i in range(100):
+        ack = js.publish(subject, str(i).encode())
+        assert ack.seq == i + 2
+        assert ack.stream == stream.name
+    assert count.taken > 0
+
+
+def test_direct_reads_resume_after_a_reconnect():
+    with NatsServer() as server:
+        with jssync.connect(server.url, reconnect_time_wait=0.1) as srv, \
+                jssync.connect(server.url, reconnect_time_wait=0.1) as nc:
+            _echo(srv, "dr.rc")
+            assert nc.request("dr.rc", b"1", timeout=5).data == b"1"
+            old_reader = nc._rd_reader
+            assert old_reader is not None
+            server.restart()
+            wait_for(lambda: nc.is_connected and srv.is_connected, 20, what="both reconnected")
+            srv.flush()
+
+            def answered() -> bool:
+                try:
+                    return nc.request("dr.rc", b"2", timeout=1).data == b"2"
+                except jssync.TimeoutError:
+                    return False
+
+            wait_for(answered, 20, interval=0.1, what="a reply after the reconnect")
+            count = _StealCount(nc)
+            for i in range(100):
+                assert nc.request("dr.rc", str(i).encode(), timeout=5).data == str(i).encode()
+            assert nc._rd_reader is not None and nc._rd_reader is not old_reader
+            assert count.taken > 0, "the new transport's replies are read by the caller again"
