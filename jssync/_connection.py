@@ -1117,6 +1117,8 @@ class Connection:
                 b = sock.recv(_STEAL_PEEK, socket.MSG_PEEK)
             except OSError:
                 return None
+            if b[:1] == b"H":  # HMSG: a reply with headers (Direct Get, KV, a 503)
+                head = b"H" + head
             hl = len(head)
             tl = hl + len(tok)
             if not b.startswith(head) or b[hl:tl] != tok or b[tl:tl + 1] != b" ":
@@ -1125,12 +1127,19 @@ class Connection:
             if i < 0:
                 return None
             parts = b[tl + 1:i].split(b" ")
-            if len(parts) != 2 or parts[0] != self._mux_sid or not parts[1].isdigit():
+            if len(parts) != 2 + (hl > len(self._mux_head or b"")) or parts[0] != self._mux_sid \
+                    or not all(p.isdigit() for p in parts[1:]):
                 return None
-            n = int(parts[1])
+            n = int(parts[-1])  # payload bytes, headers included
+            hn = int(parts[1]) if len(parts) == 3 else 0
             end = i + 4 + n
-            if len(b) < end or b[end - 2:end] != b"\r\n":
+            if hn > n or len(b) < end or b[end - 2:end] != b"\r\n":
                 return None
+            hdrs = None
+            if hn:
+                hdrs = self._parse_reply_headers(b[i + 2:i + 2 + hn])
+                if hdrs is None:
+                    return None
             try:
                 got = sock.recv(end)
             except OSError:
@@ -1143,9 +1152,26 @@ class Connection:
         st = nc.stats
         st["in_msgs"] += 1
         st["in_bytes"] += n
-        msg: Msg = nc.msg_class(subject=f"{self._mux_prefix}{token}", reply="", data=b[i + 2:i + 2 + n],
-                                headers=None, _client=nc, _sid=int(parts[0]))
+        msg: Msg = nc.msg_class(subject=f"{self._mux_prefix}{token}", reply="", data=b[i + 2 + hn:i + 2 + n],
+                                headers=hdrs or None, _client=nc, _sid=int(parts[0]))
         return msg
+
+    def _parse_reply_headers(self, raw: bytes) -> dict[str, str] | None:
+        """nats-py's own header parsing, run to completion here; None if it cannot be.
+
+        Returns ``{}`` for a header block with nothing in it. nats-py's parser only awaits
+        when it reports a malformed block to the error callback: then the I/O thread
+        reads the message instead (as it would anyway).
+        """
+        coro = self._nc._process_headers(raw)
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            return done.value or {}
+        except Exception:  # noqa: BLE001 - leave it to the I/O thread
+            return None
+        coro.close()
+        return None
 
     def _request_own_inbox(self, subject: str, data: bytes, headers: dict[str, str] | None,
                            timeout: float) -> Msg:

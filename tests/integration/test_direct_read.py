@@ -180,6 +180,47 @@ def test_replies_with_headers_and_big_replies_come_through(pair):
     assert count.taken > 0
 
 
+def test_replies_with_headers_are_read_by_the_caller(pair):
+    srv, nc = pair
+    _echo(srv, "dr.hdr")
+    nc.request("dr.hdr", b"w", headers={"A": "1"}, timeout=5)
+    count = _StealCount(nc)
+    for i in range(100):
+        hdrs = {"X-Seq": str(i), "X-Multi": "a b:c"}
+        reply = nc.request("dr.hdr", str(i).encode(), headers=hdrs, timeout=5)
+        assert reply.data == str(i).encode()
+        assert reply.headers == hdrs
+    assert count.taken > 0
+
+
+def test_no_responders_status_read_by_the_caller_still_raises(pair):
+    _, nc = pair
+    # the 503 status reply is an HMSG with an inline status and no payload
+    count = _StealCount(nc)
+    for _ in range(50):
+        with pytest.raises(jssync.NoRespondersError):
+            nc.request("dr.nobody.listens", b"x", timeout=5)
+    assert count.taken > 0
+
+
+def test_kv_gets_are_read_by_the_caller(js, unique):
+    kv = js.create_key_value(bucket=f"KV{unique}", storage="memory")
+    try:
+        for i in range(20):
+            kv.put(f"k{i}", f"v{i}".encode())
+        count = _StealCount(js.conn)
+        for _ in range(3):
+            for i in range(20):
+                entry = kv.get(f"k{i}")
+                assert entry.value == f"v{i}".encode()
+                assert entry.key == f"k{i}"
+        with pytest.raises(jssync.KeyNotFoundError):
+            kv.get("missing")
+        assert count.taken > 0
+    finally:
+        js.delete_key_value(f"KV{unique}")
+
+
 def test_a_slow_responder_is_still_answered(pair):
     """The caller stops watching after a few ms; the I/O thread delivers the reply."""
     srv, nc = pair
