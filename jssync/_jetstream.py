@@ -708,10 +708,17 @@ _DONE_STATES = frozenset((_FINISHED, concurrent.futures._base.CANCELLED,
 _PLAIN_ACK_KEYS = frozenset(("stream", "seq", "domain", "duplicate"))
 
 
+#: The server's usual PubAck, byte for byte (a name with an escaped character takes the JSON path).
+_PLAIN_ACK = re.compile(rb'\{"stream":"([^"\\]+)","seq":(\d+)(,"duplicate":true)?\}\Z')
+
+
 def _parse_pub_ack(msg: Msg) -> api.PubAck:
     """The PubAck in a publish reply; raises the matching error for an error reply or status."""
     hdrs = msg.headers
     if not hdrs:
+        m = _PLAIN_ACK.match(msg.data)
+        if m is not None:
+            return api.PubAck(m[1].decode(), int(m[2]), None, True if m[3] else None)
         # the common reply, {"stream":"S","seq":N} (maybe with domain/duplicate): built
         # directly, without nats-py's field-by-field dataclass introspection
         try:

@@ -368,3 +368,33 @@ def test_kv_keys_and_bucket_names_with_a_trailing_newline_are_refused(key):
         validate_key_filter(key)
     with pytest.raises(jssync.InvalidBucketNameError, match="invalid bucket name"):
         validate_bucket("b" + key)
+
+
+@given(
+    name=st.text(min_size=1, max_size=40).filter(lambda s: "\x00" not in s),
+    seq=st.integers(min_value=0, max_value=2**64 - 1),
+    duplicate=st.sampled_from([None, True, False]),
+    domain=st.sampled_from([None, "hub"]),
+    ascii_only=st.booleans(),
+)
+@settings(max_examples=300, deadline=None)
+def test_pub_ack_fast_path_matches_the_json_path(name, seq, duplicate, domain, ascii_only):
+    """The byte-pattern PubAck parser gives what JSON decoding gives, for any stream name."""
+    from jssync._jetstream import _parse_pub_ack
+
+    class _Reply:
+        headers = None
+
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+    doc: dict[str, object] = {"stream": name}
+    if domain:
+        doc["domain"] = domain
+    doc["seq"] = seq
+    if duplicate is not None:
+        doc["duplicate"] = duplicate
+    data = json.dumps(doc, separators=(",", ":"), ensure_ascii=ascii_only).encode()
+    got = _parse_pub_ack(_Reply(data))
+    assert (got.stream, got.seq, got.domain) == (name, seq, domain)
+    assert bool(got.duplicate) == bool(duplicate)
