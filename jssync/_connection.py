@@ -12,6 +12,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -60,7 +61,9 @@ _DIRECT_BUFFER_LIMIT = 1 << 20
 _DIRECT_SEND_MAX = 64 * 1024
 #: How long a caller that wrote its request itself watches the socket for the reply.
 _STEAL_WINDOW = 0.005
-#: Bytes a caller peeks at when it looks for its reply on the socket.
+#: Bytes a caller peeks at first when it looks for its reply on the socket ...
+_STEAL_PEEK_FIRST = 4096
+#: ... and at most, when the reply is longer.
 _STEAL_PEEK = 65536
 #: nats-py's parser state between messages (nats.protocol.parser.AWAITING_CONTROL_LINE).
 _PARSER_IDLE = 1
@@ -483,6 +486,8 @@ class Connection:
             log.exception("jssync: user callback %r raised", cb)
 
     async def _on_error(self, exc: Exception) -> None:
+        if not self._loop.in_loop_thread():
+            raise _OffLoopError  # nats-py's header parser run by a caller (_parse_reply_headers)
         import nats.errors as ne
 
         if getattr(self, "_connecting", False):
@@ -816,12 +821,15 @@ class Connection:
             def writelines(chunks: Any) -> None:
                 write(b"".join(chunks))
 
+            rlock = self._rlock
+
             def lost(exc: Any) -> None:
-                with wlock:
+                with wlock, rlock:  # (this order everywhere both are taken)
                     if self._direct_transport is t:
                         self._direct_transport = None
                         self._direct_sock = None
                         self._direct_rest = b""
+                        self._rd_synced = False
                 orig_lost(exc)
 
             t.write = write
@@ -856,14 +864,32 @@ class Connection:
             rlock = self._rlock
 
             def read_ready() -> None:
-                with rlock:
+                # never wait for a caller that is looking at the socket (it may be a signal
+                # handler's thread, stuck until the handler returns): the data is still
+                # there, and the selector calls this again on its next turn
+                if not rlock.acquire(False):
+                    return
+                try:
                     n = len(reader._buffer)
                     orig_read()
                     self._rd_fed += len(reader._buffer) - n
+                finally:
+                    rlock.release()
 
             t._read_ready_cb = read_ready
             if not getattr(ps, "_jssync_counted", False):
                 orig_parse = ps.parse
+                orig_reset = ps.reset
+
+                def reset() -> None:
+                    # nats-py drops a half-parsed message (force_reconnect, stale PINGs)
+                    # while the socket may still hold its rest: no direct reads until the
+                    # parser has been seen between messages again
+                    with rlock:
+                        self._rd_synced = False
+                        orig_reset()
+
+                ps.reset = reset
 
                 async def parse(data: bytes = b"") -> None:
                     await orig_parse(data)
@@ -1067,9 +1093,12 @@ class Connection:
             sfd = sock.fileno()
         except OSError:
             return
+        if sfd < 0:
+            return  # closed meanwhile
         wfd = _wake_fd()
-        end = deadline.remaining()
-        window = _STEAL_WINDOW if end is None else min(_STEAL_WINDOW, end)
+        left = deadline.remaining()
+        window = _STEAL_WINDOW if left is None else min(_STEAL_WINDOW, left)
+        end = time.monotonic() + window
         poller = select.poll()  # (not select(): no limit on the descriptor's number)
         poller.register(sfd, select.POLLIN)
         poller.register(wfd, select.POLLIN)
@@ -1077,7 +1106,7 @@ class Connection:
         try:
             while not waiter._done:
                 try:
-                    ready = poller.poll(window * 1000.0)
+                    ready = poller.poll(max(0.0, end - time.monotonic()) * 1000.0)
                 except OSError:
                     return
                 if not ready:
@@ -1085,15 +1114,17 @@ class Connection:
                 if any(fd == wfd for fd, _ in ready):
                     try:
                         os.eventfd_read(wfd)
-                    except OSError:
+                    except BlockingIOError:
                         pass
+                    except OSError:
+                        return
                     if len(ready) == 1:
                         continue  # the waiter was filled (or an old wake-up): look again
                 if waiter._done:
                     return
                 msg = self._steal_reply(sock, token)
-                if msg is not None:
-                    self._replies.pop(token, None)
+                # the multiplexer's entry decides who delivers the reply (never two threads)
+                if msg is not None and self._replies.pop(token, None) is not None:
                     waiter.set(msg)
                 return
         finally:
@@ -1114,7 +1145,7 @@ class Connection:
             if ps.buf or ps.state != _PARSER_IDLE:
                 return None
             try:
-                b = sock.recv(_STEAL_PEEK, socket.MSG_PEEK)
+                b = sock.recv(_STEAL_PEEK_FIRST, socket.MSG_PEEK)
             except OSError:
                 return None
             if b[:1] == b"H":  # HMSG: a reply with headers (Direct Get, KV, a 503)
@@ -1133,6 +1164,11 @@ class Connection:
             n = int(parts[-1])  # payload bytes, headers included
             hn = int(parts[1]) if len(parts) == 3 else 0
             end = i + 4 + n
+            if len(b) < end and len(b) == _STEAL_PEEK_FIRST and end <= _STEAL_PEEK:
+                try:
+                    b = sock.recv(end, socket.MSG_PEEK)
+                except OSError:
+                    return None
             if hn > n or len(b) < end or b[end - 2:end] != b"\r\n":
                 return None
             hdrs = None
@@ -1140,18 +1176,22 @@ class Connection:
                 hdrs = self._parse_reply_headers(b[i + 2:i + 2 + hn])
                 if hdrs is None:
                     return None
-            try:
-                got = sock.recv(end)
-            except OSError:
-                return None
-            if len(got) != end:  # pragma: no cover - peeked bytes are in the socket's buffer
-                self._rd_synced = False
-                self._loop.loop.call_soon_threadsafe(reader.feed_data, got)
-                return None
+            # consume exactly the peeked message: it is in the socket's buffer, and nobody
+            # else reads while we hold the lock
+            got = 0
+            while got < end:
+                try:
+                    got += len(sock.recv(end - got))
+                except (BlockingIOError, InterruptedError):  # pragma: no cover - cannot happen
+                    continue
+                except OSError:
+                    # the socket broke mid-message: the connection is lost anyway
+                    self._rd_synced = False
+                    return None
         nc = self._nc
         st = nc.stats
         st["in_msgs"] += 1
-        st["in_bytes"] += n
+        st["in_bytes"] += n - hn
         msg: Msg = nc.msg_class(subject=f"{self._mux_prefix}{token}", reply="", data=b[i + 2 + hn:i + 2 + n],
                                 headers=hdrs or None, _client=nc, _sid=int(parts[0]))
         return msg
@@ -1159,9 +1199,9 @@ class Connection:
     def _parse_reply_headers(self, raw: bytes) -> dict[str, str] | None:
         """nats-py's own header parsing, run to completion here; None if it cannot be.
 
-        Returns ``{}`` for a header block with nothing in it. nats-py's parser only awaits
-        when it reports a malformed block to the error callback: then the I/O thread
-        reads the message instead (as it would anyway).
+        Returns ``{}`` for a header block with nothing in it. For a malformed block nats-py
+        calls the error callback, which refuses to run off the I/O thread
+        (``_OffLoopError``): then the I/O thread reads the message instead, as usual.
         """
         coro = self._nc._process_headers(raw)
         try:
@@ -1465,20 +1505,30 @@ class Connection:
         _live.discard(self)
 
 
+class _OffLoopError(Exception):
+    """nats-py reported an error while a caller's thread ran its code (see _parse_reply_headers)."""
+
+
 class _WakeFd:
-    """A thread's eventfd (see ``_watch_for_reply``); closed when the thread ends."""
+    """A thread's eventfd (see ``_watch_for_reply``).
+
+    Never closed: the I/O thread may still write to it just after the thread is done with
+    it, and a closed number could by then belong to another file. When its thread ends it
+    goes back to ``_spare_wake_fds`` for the next thread.
+    """
 
     __slots__ = ("fd", "pid")
 
-    def __init__(self) -> None:
-        self.fd: int = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    def __init__(self, fd: int | None = None) -> None:
+        self.fd: int = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if fd is None else fd
         self.pid = os.getpid()
 
     def __del__(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        if self.pid == os.getpid():
+            _spare_wake_fds.append((self.pid, self.fd))
+
+
+_spare_wake_fds: list[tuple[int, int]] = []  # (pid, fd)
 
 
 _tls = threading.local()
@@ -1487,7 +1537,18 @@ _tls = threading.local()
 def _wake_fd() -> int:
     w: _WakeFd | None = getattr(_tls, "wake", None)
     if w is None or w.pid != os.getpid():  # first use on this thread, or a forked child
-        w = _tls.wake = _WakeFd()
+        if w is not None:
+            w.pid = -1  # the parent's: not a spare of this process
+        fd = None
+        if _spare_wake_fds:
+            try:
+                pid, spare = _spare_wake_fds.pop()
+            except IndexError:
+                pass
+            else:
+                if pid == os.getpid():
+                    fd = spare  # (a parent's spare is dropped: it is shared with the parent)
+        w = _tls.wake = _WakeFd(fd)
     return w.fd
 
 
@@ -1501,8 +1562,10 @@ def _wake(fd: int) -> None:
 class _Waiter:
     """A one-shot slot a user thread waits on (in 0.1 s slices) until the I/O thread fills it.
 
-    ``set`` (a reply) and ``fail`` (a permissions -ERR) both run on the I/O thread; the
-    first one wins.
+    ``set`` (a reply) and ``fail`` (a permissions -ERR) run on the I/O thread, ``set`` also
+    on the waiting thread itself when it read its reply off the socket (only whoever popped
+    the multiplexer's entry calls it); the first one wins. While the waiting thread polls,
+    ``wake_fd`` is its eventfd, signalled after either.
     """
 
     __slots__ = ("_lock", "msg", "exc", "_done", "wake_fd")

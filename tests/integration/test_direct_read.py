@@ -306,3 +306,47 @@ def test_direct_reads_resume_after_a_reconnect():
                 assert nc.request("dr.rc", str(i).encode(), timeout=5).data == str(i).encode()
             assert nc._rd_reader is not None and nc._rd_reader is not old_reader
             assert count.taken > 0, "the new transport's replies are read by the caller again"
+
+
+def test_the_io_thread_never_waits_for_a_caller_holding_the_read_lock(pair):
+    """A caller inside the read lock (e.g. interrupted there by a signal handler) must not
+    stall the I/O loop: it skips the read and comes back to it."""
+    import asyncio
+    import select
+
+    from jssync._deadline import Deadline
+
+    srv, nc = pair
+    got = threading.Event()
+    nc.subscribe("dr.held", callback=lambda m: got.set())
+    nc.flush()
+    with nc._rlock:
+        srv.publish("dr.held", b"x")
+        srv.flush()
+        poller = select.poll()
+        poller.register(nc._direct_sock.fileno(), select.POLLIN)
+        assert poller.poll(5000), "the message is waiting on the socket"
+        # the loop keeps turning while the data waits and the lock is held elsewhere
+        for _ in range(5):
+            nc._loop.run(asyncio.sleep(0.01), Deadline(2.0), "loop turn")
+        assert not got.is_set()
+    assert got.wait(5), "read once the lock was free"
+
+
+def test_a_parser_reset_stops_direct_reads_until_it_is_between_messages_again(pair):
+    srv, nc = pair
+    _echo(srv, "dr.reset")
+    assert nc.request("dr.reset", b"1", timeout=5).data == b"1"
+
+    async def reset() -> None:
+        nc._nc._ps.reset()
+
+    from jssync._deadline import Deadline
+
+    nc._loop.run(reset(), Deadline(2.0), "reset")
+    assert nc._rd_synced is False
+    count = _StealCount(nc)
+    for i in range(50):
+        assert nc.request("dr.reset", str(i).encode(), timeout=5).data == str(i).encode()
+    assert nc._rd_synced is True
+    assert count.taken > 0
