@@ -1509,6 +1509,9 @@ class _OffLoopError(Exception):
     """nats-py reported an error while a caller's thread ran its code (see _parse_reply_headers)."""
 
 
+_spare_wake_fds: list[tuple[int, int]] = []  # (pid, fd), see _WakeFd
+
+
 class _WakeFd:
     """A thread's eventfd (see ``_watch_for_reply``).
 
@@ -1524,11 +1527,14 @@ class _WakeFd:
         self.pid = os.getpid()
 
     def __del__(self) -> None:
-        if self.pid == os.getpid():
-            _spare_wake_fds.append((self.pid, self.fd))
+        try:
+            if self.pid == _getpid():
+                _spare_wake_fds.append((self.pid, self.fd))
+        except Exception:  # noqa: BLE001 - interpreter shutdown: module globals may be gone
+            pass
 
 
-_spare_wake_fds: list[tuple[int, int]] = []  # (pid, fd)
+_getpid = os.getpid
 
 
 _tls = threading.local()
