@@ -1089,10 +1089,7 @@ class Connection:
         sock = self._direct_sock
         if sock is None:
             return
-        try:
-            sfd = sock.fileno()
-        except OSError:
-            return
+        sfd = sock.fileno()
         if sfd < 0:
             return  # closed meanwhile
         wfd = _wake_fd()
@@ -1148,7 +1145,8 @@ class Connection:
                 b = sock.recv(_STEAL_PEEK_FIRST, socket.MSG_PEEK)
             except OSError:
                 return None
-            if b[:1] == b"H":  # HMSG: a reply with headers (Direct Get, KV, a 503)
+            hmsg = b[:1] == b"H"  # HMSG: a reply with headers (Direct Get, KV, a 503)
+            if hmsg:
                 head = b"H" + head
             hl = len(head)
             tl = hl + len(tok)
@@ -1157,12 +1155,13 @@ class Connection:
             i = b.find(b"\r\n", tl)
             if i < 0:
                 return None
+            # MSG: <sid> <size>; HMSG: <sid> <header size> <size> (no reply subject either way)
             parts = b[tl + 1:i].split(b" ")
-            if len(parts) != 2 + (hl > len(self._mux_head or b"")) or parts[0] != self._mux_sid \
+            if len(parts) != (3 if hmsg else 2) or parts[0] != self._mux_sid \
                     or not all(p.isdigit() for p in parts[1:]):
                 return None
             n = int(parts[-1])  # payload bytes, headers included
-            hn = int(parts[1]) if len(parts) == 3 else 0
+            hn = int(parts[1]) if hmsg else 0
             end = i + 4 + n
             if len(b) < end and len(b) == _STEAL_PEEK_FIRST and end <= _STEAL_PEEK:
                 try:
@@ -1510,6 +1509,7 @@ class _OffLoopError(Exception):
 
 
 _spare_wake_fds: list[tuple[int, int]] = []  # (pid, fd), see _WakeFd
+_getpid = os.getpid  # (kept for __del__ at interpreter shutdown)
 
 
 class _WakeFd:
@@ -1534,15 +1534,12 @@ class _WakeFd:
             pass
 
 
-_getpid = os.getpid
-
-
 _tls = threading.local()
 
 
 def _wake_fd() -> int:
     w: _WakeFd | None = getattr(_tls, "wake", None)
-    if w is None or w.pid != os.getpid():  # first use on this thread, or a forked child
+    if w is None or w.pid != _getpid():  # first use on this thread, or a forked child
         if w is not None:
             w.pid = -1  # the parent's: not a spare of this process
         fd = None
@@ -1552,7 +1549,7 @@ def _wake_fd() -> int:
             except IndexError:
                 pass
             else:
-                if pid == os.getpid():
+                if pid == _getpid():
                     fd = spare  # (a parent's spare is dropped: it is shared with the parent)
         w = _tls.wake = _WakeFd(fd)
     return w.fd
@@ -1589,16 +1586,16 @@ class _Waiter:
             return
         self._done = True
         self.msg = msg
-        self._lock.release()
-        fd = self.wake_fd
-        if fd >= 0:
-            _wake(fd)
+        self._release()
 
     def fail(self, exc: BaseException) -> None:
         if self._done:
             return
         self._done = True
         self.exc = exc
+        self._release()
+
+    def _release(self) -> None:
         self._lock.release()
         fd = self.wake_fd
         if fd >= 0:

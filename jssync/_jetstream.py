@@ -719,8 +719,8 @@ def _parse_pub_ack(msg: Msg) -> api.PubAck:
         m = _PLAIN_ACK.match(msg.data)
         if m is not None:
             return api.PubAck(m[1].decode(), int(m[2]), None, True if m[3] else None)
-        # the common reply, {"stream":"S","seq":N} (maybe with domain/duplicate): built
-        # directly, without nats-py's field-by-field dataclass introspection
+        # other plain replies (a domain, an escaped name, another key order): decoded, then
+        # built directly, without nats-py's field-by-field dataclass introspection
         try:
             resp = json.loads(msg.data)
         except (ValueError, TypeError, RecursionError):

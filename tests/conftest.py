@@ -24,6 +24,30 @@ def wait_for(cond, timeout: float = 10.0, interval: float = 0.01, what: str = "c
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def echo(nc, subject: str):
+    """Answer every request on ``subject`` with its own payload and headers (callback)."""
+
+    def respond(msg) -> None:
+        msg.respond(msg.data, headers=msg.headers)
+
+    sub = nc.subscribe(subject, callback=respond)
+    nc.flush()
+    return sub
+
+
+def wait_answered(nc, subject: str, timeout: float = 20.0) -> None:
+    """After a reconnect: wait until a request on ``subject`` gets its echo back."""
+    import jssync
+
+    def answered() -> bool:
+        try:
+            return nc.request(subject, b"2", timeout=1).data == b"2"
+        except jssync.TimeoutError:
+            return False
+
+    wait_for(answered, timeout, interval=0.1, what="a reply after the reconnect")
+
+
 @pytest.fixture
 def unique() -> str:
     """A short unique token for stream and subject names."""

@@ -18,18 +18,9 @@ import pytest
 
 import jssync
 from jssync.server import NatsServer
-from tests.conftest import FACTOR, wait_for
+from tests.conftest import FACTOR, echo, wait_answered, wait_for
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _echo(nc: jssync.Connection, subject: str) -> jssync.Subscription:
-    def respond(msg: jssync.Msg) -> None:
-        msg.respond(msg.data, headers=msg.headers)
-
-    sub = nc.subscribe(subject, callback=respond)
-    nc.flush()
-    return sub
 
 
 class _StealCount:
@@ -61,7 +52,7 @@ def pair(nats_server) -> Iterator[tuple[jssync.Connection, jssync.Connection]]:
 
 def test_replies_are_read_by_the_caller(pair):
     srv, nc = pair
-    _echo(srv, "dr.echo")
+    echo(srv, "dr.echo")
     assert nc.request("dr.echo", b"warm-up", timeout=5).data == b"warm-up"
     assert nc._rd_reader is not None, "plain TCP: the direct read path is installed"
     count = _StealCount(nc)
@@ -78,7 +69,7 @@ def test_replies_are_read_by_the_caller(pair):
 def test_other_traffic_on_the_connection_stays_whole_and_in_order(pair, nats_server):
     """A subscription on the requesting connection gets a flood while requests run."""
     srv, nc = pair
-    _echo(srv, "dr.flood.echo")
+    echo(srv, "dr.flood.echo")
     n = 20000
     got: list[int] = []
     done = threading.Event()
@@ -125,7 +116,7 @@ def test_a_reply_look_alike_inside_a_payload_is_never_taken(pair, nats_server):
     everything received up to a message boundary).
     """
     srv, nc = pair
-    _echo(srv, "dr.fake.echo")
+    echo(srv, "dr.fake.echo")
     assert nc.request("dr.fake.echo", b"w", timeout=5).data == b"w"
     nc._tokens = itertools.repeat(777)  # every request waits on the same reply subject
     assert nc._mux_prefix is not None and nc._mux_sid is not None
@@ -169,7 +160,7 @@ def test_a_reply_look_alike_inside_a_payload_is_never_taken(pair, nats_server):
 
 def test_replies_with_headers_and_big_replies_come_through(pair):
     srv, nc = pair
-    _echo(srv, "dr.mixed")
+    echo(srv, "dr.mixed")
     count = _StealCount(nc)
     for i in range(60):
         hdrs = {"X-Seq": str(i)} if i % 3 == 0 else None
@@ -182,7 +173,7 @@ def test_replies_with_headers_and_big_replies_come_through(pair):
 
 def test_replies_with_headers_are_read_by_the_caller(pair):
     srv, nc = pair
-    _echo(srv, "dr.hdr")
+    echo(srv, "dr.hdr")
     nc.request("dr.hdr", b"w", headers={"A": "1"}, timeout=5)
     count = _StealCount(nc)
     for i in range(100):
@@ -249,7 +240,7 @@ def test_a_slow_responder_is_still_answered(pair):
 
 def test_many_threads_each_get_their_own_reply(pair):
     srv, nc = pair
-    _echo(srv, "dr.threads")
+    echo(srv, "dr.threads")
     count = _StealCount(nc)
     errors: list[BaseException] = []
 
@@ -286,21 +277,14 @@ def test_direct_reads_resume_after_a_reconnect():
     with NatsServer() as server:
         with jssync.connect(server.url, reconnect_time_wait=0.1) as srv, \
                 jssync.connect(server.url, reconnect_time_wait=0.1) as nc:
-            _echo(srv, "dr.rc")
+            echo(srv, "dr.rc")
             assert nc.request("dr.rc", b"1", timeout=5).data == b"1"
             old_reader = nc._rd_reader
             assert old_reader is not None
             server.restart()
             wait_for(lambda: nc.is_connected and srv.is_connected, 20, what="both reconnected")
             srv.flush()
-
-            def answered() -> bool:
-                try:
-                    return nc.request("dr.rc", b"2", timeout=1).data == b"2"
-                except jssync.TimeoutError:
-                    return False
-
-            wait_for(answered, 20, interval=0.1, what="a reply after the reconnect")
+            wait_answered(nc, "dr.rc")
             count = _StealCount(nc)
             i = 0
             # the I/O thread may win many races in a row on a loaded machine: ask until one
@@ -339,7 +323,7 @@ def test_the_io_thread_never_waits_for_a_caller_holding_the_read_lock(pair):
 
 def test_a_parser_reset_stops_direct_reads_until_it_is_between_messages_again(pair):
     srv, nc = pair
-    _echo(srv, "dr.reset")
+    echo(srv, "dr.reset")
     assert nc.request("dr.reset", b"1", timeout=5).data == b"1"
 
     async def reset() -> None:

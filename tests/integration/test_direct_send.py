@@ -16,23 +16,14 @@ import pytest
 
 import jssync
 from jssync.server import NatsServer
-from tests.conftest import FACTOR, wait_for
+from tests.conftest import FACTOR, echo, wait_answered, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def _echo(nc: jssync.Connection, subject: str) -> jssync.Subscription:
-    def respond(msg: jssync.Msg) -> None:
-        msg.respond(msg.data)
-
-    sub = nc.subscribe(subject, callback=respond)
-    nc.flush()
-    return sub
-
-
 def test_request_goes_direct_and_replies(nats_server):
     with jssync.connect(nats_server.url) as srv, jssync.connect(nats_server.url) as nc:
-        _echo(srv, "ds.echo")
+        echo(srv, "ds.echo")
         assert nc.request("ds.echo", b"warm-up", timeout=5).data == b"warm-up"
         assert nc._direct_sock is not None, "plain TCP connection: the direct path is installed"
         sent: list[bool] = []
@@ -81,7 +72,7 @@ def test_publish_then_request_keeps_order(nats_server):
 def test_many_threads_mixing_requests_and_publishes(nats_server):
     threads_n, per = 8, 150
     with jssync.connect(nats_server.url) as srv, jssync.connect(nats_server.url) as nc:
-        _echo(srv, "ds.mix.req")
+        echo(srv, "ds.mix.req")
         got: dict[int, list[int]] = {t: [] for t in range(threads_n)}
         glock = threading.Lock()
 
@@ -117,7 +108,7 @@ def test_many_threads_mixing_requests_and_publishes(nats_server):
 def test_partial_sends_are_completed_in_order(nats_server):
     """A tiny socket send buffer forces partial sends; the rest goes out first, intact."""
     with jssync.connect(nats_server.url) as srv, jssync.connect(nats_server.url) as nc:
-        _echo(srv, "ds.big")
+        echo(srv, "ds.big")
         nc.request("ds.big", b"x", timeout=5)
         assert nc._direct_sock is not None
         nc._direct_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
@@ -153,20 +144,13 @@ def test_requests_work_across_a_reconnect():
     with NatsServer() as server:
         with jssync.connect(server.url, reconnect_time_wait=0.1) as srv, \
                 jssync.connect(server.url, reconnect_time_wait=0.1) as nc:
-            _echo(srv, "ds.rc")
+            echo(srv, "ds.rc")
             assert nc.request("ds.rc", b"1", timeout=5).data == b"1"
             old = nc._direct_transport
             server.restart()
             wait_for(lambda: nc.is_connected and srv.is_connected, 20, what="both reconnected")
             srv.flush()
-
-            def answered() -> bool:
-                try:
-                    return nc.request("ds.rc", b"2", timeout=1).data == b"2"
-                except jssync.TimeoutError:
-                    return False
-
-            wait_for(answered, 20, interval=0.1, what="a reply after the reconnect")
+            wait_answered(nc, "ds.rc")
             for i in range(20):
                 assert nc.request("ds.rc", str(i).encode(), timeout=5).data == str(i).encode()
             assert nc._direct_transport is not old
