@@ -12,7 +12,6 @@ import select
 import socket
 import ssl
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -1094,8 +1093,7 @@ class Connection:
             return  # closed meanwhile
         wfd = _wake_fd()
         left = deadline.remaining()
-        window = _STEAL_WINDOW if left is None else min(_STEAL_WINDOW, left)
-        end = time.monotonic() + window
+        window = Deadline(_STEAL_WINDOW if left is None else min(_STEAL_WINDOW, left))
         poller = select.poll()  # (not select(): no limit on the descriptor's number)
         poller.register(sfd, select.POLLIN)
         poller.register(wfd, select.POLLIN)
@@ -1103,7 +1101,7 @@ class Connection:
         try:
             while not waiter._done:
                 try:
-                    ready = poller.poll(max(0.0, end - time.monotonic()) * 1000.0)
+                    ready = poller.poll((window.remaining() or 0.0) * 1000.0)
                 except OSError:
                     return
                 if not ready:
