@@ -6,9 +6,10 @@ A bucket ``B`` is the stream ``KV_B`` capturing ``$KV.B.>``; key ``k`` is the su
 ``KV-Operation`` header (a purge also rolls up the key's history with
 ``Nats-Rollup: sub``). Reads use Direct Get (any replica or mirror answers) when the
 bucket's stream allows it; watches, ``keys`` and ``history`` read through an
-ephemeral, ordered push consumer that never acks and is re-created from the last
-seen revision when it falls out of order, misses heartbeats, or the connection
-reconnects.
+ephemeral, ordered push consumer that never acks and is re-created when it falls out
+of order, misses heartbeats, or the connection reconnects: from the last seen
+revision, or, while a watch's initial values (the latest per key) are still being
+read, again with the latest per key, skipping the revisions already passed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ._errors import (
     JetStreamError,
     NoRespondersError,
     NotFoundError,
+    ServiceUnavailableError,
     StreamNameInUseError,
     StreamNotFoundError,
     SubscriptionClosedError,
@@ -724,11 +726,16 @@ class KeyValue:
                           resume_from=resume_from_revision)
 
     def _initial_entries(self, keys: str | list[str], *, meta_only: bool = False, include_history: bool = False,
-                         ignore_deletes: bool = False, timeout: float | None) -> list[Entry]:
+                         timeout: float | None) -> list[Entry]:
+        """The initial values of a watch, read within ``timeout`` (creating its consumer is retried too)."""
         deadline = Deadline(self._t(timeout))
+        filters = [keys] if isinstance(keys, str) else list(keys) or [">"]
+        for f in filters:
+            validate_key_filter(f)
         out: list[Entry] = []
-        with self.watch(keys, meta_only=meta_only, include_history=include_history,
-                        ignore_deletes=ignore_deletes) as w:
+        with KeyWatcher(self, [self._pre + f for f in filters], include_history=include_history,
+                        ignore_deletes=False, updates_only=False, meta_only=meta_only, resume_from=None,
+                        deadline=deadline) as w:
             while True:
                 rem = deadline.remaining()
                 if rem is not None and rem <= 0:
@@ -742,13 +749,21 @@ class KeyValue:
         """Return the keys matching ``filter`` that hold a value (not deleted), sorted.
 
         Returns an empty list for an empty bucket. Blocks until every current key was
-        read, at most ``timeout``.
+        read, at most ``timeout``; a connection lost meanwhile (or the consumer's creation
+        timing out) is retried within ``timeout``. Every key is listed by its latest entry,
+        read after the listing started: a key whose latest entry is a delete or purge
+        marker is never listed, even when the listing's consumer had to be re-created.
 
         Raises:
             InvalidKeyError: a bad filter (nothing sent).
+            jssync.TimeoutError: the listing did not finish within ``timeout``.
         """
-        entries = self._initial_entries(filter, meta_only=True, ignore_deletes=True, timeout=timeout)
-        return sorted({e.key for e in entries})
+        live: dict[str, bool] = {}
+        for e in self._initial_entries(filter, meta_only=True, timeout=timeout):
+            # in revision order: a marker read after a key's PUT (e.g. after a re-created
+            # consumer) removes it again
+            live[e.key] = e.operation is KeyValueOp.PUT
+        return sorted(k for k, v in live.items() if v)
 
     def history(self, key: str, *, timeout: float | None = None) -> list[Entry]:
         """Return every stored revision of ``key`` (markers included), oldest first.
@@ -822,13 +837,17 @@ class _PushWatcher(Generic[T]):
     per subject, or all with ``include_history``), then ``None`` once those are done,
     then new ones as they are stored. On a gap in the consumer sequence, missed
     heartbeats or a reconnect, the consumer is re-created from the stream sequence after
-    the last message seen, so nothing is lost or repeated. Subclasses say what an item is.
+    the last message seen, so nothing is lost or repeated; while initial values that are
+    the last per subject are still being read, it is re-created with the last per subject
+    again (the ones up to the last seen are skipped), so an older message never arrives
+    as if it were the last. Subclasses say what an item is.
     """
 
     _what = "watcher"
 
     def __init__(self, js: JetStream, stream_name: str, subjects: list[str], *, include_history: bool,
-                 updates_only: bool, meta_only: bool, resume_from: int | None) -> None:
+                 updates_only: bool, meta_only: bool, resume_from: int | None,
+                 deadline: Deadline | None = None) -> None:
         self._js = js
         self._conn = js.conn
         self._stream_name = stream_name
@@ -836,6 +855,9 @@ class _PushWatcher(Generic[T]):
         self._include_history = include_history
         self._updates_only = updates_only
         self._meta_only = meta_only
+        #: the initial values are the latest per subject: until they are all read, a new
+        #: consumer starts again with the latest per subject (not from a sequence)
+        self._last_per_subject = not include_history and not updates_only and resume_from is None
         self._lock = threading.RLock()
         self._ready: collections.deque[T | None] = collections.deque()
         self._stopped = False
@@ -858,7 +880,7 @@ class _PushWatcher(Generic[T]):
         self._conn._reconnect_listeners.append(self._listener)
         self._finalizer = weakref.finalize(self, _abandon_watcher, self._conn, self._holder, self._listener)
         try:
-            info = self._create(first=True, timeout=self._js.timeout)
+            info = self._create_first(deadline)
         except StreamNotFoundError as exc:
             self._stop_quietly()
             raise self._not_found(exc) from exc
@@ -869,12 +891,8 @@ class _PushWatcher(Generic[T]):
             self._mark_init_done()
             if self._next_start is None and info is not None and info.delivered is not None:
                 self._next_start = int(info.delivered.stream_seq or 0) + 1
-        elif info is not None:
-            pending = int(info.num_pending or 0) + int(getattr(info.delivered, "consumer_seq", 0) or 0)
-            if pending == 0:
-                self._mark_init_done()
-            else:
-                self._init_pending = pending
+        else:
+            self._count_initial(info)
 
     def __repr__(self) -> str:
         return (f"<jssync.{type(self).__name__} stream={self._stream_name!r} subjects={self._subjects} "
@@ -901,6 +919,38 @@ class _PushWatcher(Generic[T]):
         # on the I/O thread: only set a flag; the reader re-creates the consumer
         self._reset_needed = True
 
+    def _create_first(self, deadline: Deadline | None) -> api.ConsumerInfo | None:
+        """Create the first consumer: once within the context's timeout, or, with a
+        ``deadline`` (a listing's own timeout), retried while the server does not answer."""
+        if deadline is None:
+            return self._create(first=True, timeout=self._js.timeout)
+        failed = 0
+        while True:
+            left = deadline.remaining()
+            try:
+                return self._create(first=True, timeout=self._js.timeout if left is None
+                                    else max(0.001, min(self._js.timeout, left)))
+            except (TimeoutError, NoRespondersError, ServiceUnavailableError) as exc:
+                # the request lost with the connection, or JetStream not answering yet
+                if deadline.expired() or self._stopped:
+                    raise
+                failed += 1
+                log.debug("jssync: %s on %s: creating the consumer failed (%s), retrying", self._what,
+                          self._stream_name, exc)
+                time.sleep(min(deadline.remaining() or 0.0, 0.05 * 2 ** min(failed, 5)))
+
+    def _count_initial(self, info: api.ConsumerInfo | None) -> None:
+        """While the initial values are not all read: how many messages of the consumer just
+        created are still initial (all it has pending now; the marker follows the last)."""
+        if self._init_done or info is None:
+            return
+        self._received = 0
+        pending = int(info.num_pending or 0) + int(getattr(info.delivered, "consumer_seq", 0) or 0)
+        if pending == 0:
+            self._mark_init_done()
+        else:
+            self._init_pending = pending
+
     def _config(self, deliver_subject: str, first: bool) -> api.ConsumerConfig:
         cfg = api.ConsumerConfig(
             deliver_subject=deliver_subject,
@@ -918,7 +968,10 @@ class _PushWatcher(Generic[T]):
             cfg.filter_subject = self._subjects[0]
         else:
             cfg.filter_subjects = list(self._subjects)
-        if self._next_start is not None:
+        if self._last_per_subject and not self._init_done:
+            # (again) the latest per subject; those before _next_start were delivered already
+            cfg.deliver_policy = api.DeliverPolicy.LAST_PER_SUBJECT
+        elif self._next_start is not None:
             cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
             cfg.opt_start_seq = self._next_start
         elif self._updates_only:
@@ -967,7 +1020,7 @@ class _PushWatcher(Generic[T]):
         if self._stopped:
             return
         try:
-            self._create(first=False, timeout=min(self._js.timeout, 5.0))
+            info = self._create(first=False, timeout=min(self._js.timeout, 5.0))
         except Error as exc:
             # keep trying while the reader waits (leader elections, reconnects)
             log.info("jssync: %s on %s could not re-create its consumer: %s", self._what, self._stream_name,
@@ -975,6 +1028,8 @@ class _PushWatcher(Generic[T]):
             self._reset_needed = True
             self._retry_at = time.monotonic() + 0.5
             self._last_activity = time.monotonic()
+            return
+        self._count_initial(info)
 
     def _mark_init_done(self) -> None:
         if not self._init_done:
@@ -1007,10 +1062,15 @@ class _PushWatcher(Generic[T]):
             self._reset(f"gap: consumer sequence {meta.sequence.consumer} after {self._cseq}")
             return
         self._cseq = meta.sequence.consumer
-        self._next_start = meta.sequence.stream + 1
-        item = self._item(msg, meta)
-        if item is not None:
-            self._ready.append(item)
+        seq = meta.sequence.stream
+        ns = self._next_start
+        if ns is None or seq >= ns:
+            self._next_start = seq + 1
+            item = self._item(msg, meta)
+            if item is not None:
+                self._ready.append(item)
+        # else: a consumer re-created during the initial values delivers the latest per
+        # subject again; those before the last one delivered were delivered already
         if not self._init_done:
             self._received += 1
             if meta.num_pending == 0 or self._received >= self._init_pending:
@@ -1124,18 +1184,24 @@ class KeyWatcher(_PushWatcher[Entry]):
     is stopped or its connection closes); :meth:`next` waits at most ``timeout``.
     Underneath is an ephemeral push consumer (ack none, flow control, heartbeats)
     delivering in order; when a gap, a missed heartbeat or a reconnect is noticed it is
-    re-created from the revision after the last one seen, so no entry is lost or repeated.
+    re-created, so no entry is lost or repeated: from the revision after the last one
+    seen, or, while the initial values are being read (without ``include_history`` or
+    ``resume_from_revision``), with the latest value per key again, skipping the keys
+    whose latest revision was delivered already. So every initial value is the latest
+    of its key when it is read (ADR-8), never an older revision, and each key comes once.
     Thread-safe; :meth:`stop` may be called from any thread and wakes a blocked reader.
     """
 
     _what = "key watcher"
 
     def __init__(self, kv: KeyValue, subjects: list[str], *, include_history: bool, ignore_deletes: bool,
-                 updates_only: bool, meta_only: bool, resume_from: int | None) -> None:
+                 updates_only: bool, meta_only: bool, resume_from: int | None,
+                 deadline: Deadline | None = None) -> None:
         self._kv = kv
         self._ignore_deletes = ignore_deletes
         super().__init__(kv._js, kv.stream_name, subjects, include_history=include_history,
-                         updates_only=updates_only, meta_only=meta_only, resume_from=resume_from)
+                         updates_only=updates_only, meta_only=meta_only, resume_from=resume_from,
+                         deadline=deadline)
 
     def _not_found(self, exc: StreamNotFoundError) -> BaseException:
         return BucketNotFoundError(exc.code, exc.err_code, f"bucket {self._kv.bucket!r} not found")
