@@ -238,3 +238,14 @@ def test_keys_retries_the_consumer_create_within_its_timeout(proxy, bucket):
         assert "error" not in out, f"keys() failed after {out['took']:.1f}s: {out['error']!r}"
         assert out["keys"] == bucket.live
         assert out["took"] < 20
+
+
+def test_history_cut_while_reading_is_complete_and_in_order(proxy, bucket, monkeypatch):
+    """history() (every revision: re-created from the next revision) across the same cut."""
+    with _connect(proxy.url) as nc:
+        kv = nc.jetstream().key_value(bucket.name)
+        state = _cut_after(monkeypatch, CUT_AT, _drop_and_wait(proxy, nc))
+        revs = [e.revision for e in kv.history(">", timeout=30)]
+        assert state["faults"] == 1
+        total = EARLY + 2 * LIVE + 2 * DELETED
+        assert revs == list(range(1, total + 1))
