@@ -8,7 +8,8 @@ The mapping (documented in ``docs/liftbridge.md``):
   JetStream streams ``name-0`` ... ``name-(n-1)``; partition ``p`` captures exactly the
   subject ``foo`` (p = 0) or ``foo.p``;
 * a Liftbridge offset is the JetStream stream sequence minus one;
-* the Liftbridge envelope fields travel as NATS headers (:data:`HDR_KEY` ...).
+* the Liftbridge envelope fields travel as NATS headers (:data:`HDR_KEY` ...); the guide's
+  ``LIFT`` envelope (:func:`new_message`) is read as well.
 """
 
 from __future__ import annotations
@@ -508,7 +509,7 @@ def encode_envelope(*, value: bytes, key: bytes | None, headers: Mapping[str, by
 
 def decode_envelope(data: bytes) -> dict[str, Any] | None:
     """The fields of a ``LIFT`` envelope, or None when ``data`` is not one."""
-    if data[:4] != ENVELOPE_COOKIE:
+    if not data.startswith(ENVELOPE_COOKIE):
         return None
     try:
         fields = _fields(data[4:])
@@ -678,7 +679,12 @@ def unmarshal_message(data: Msg | bytes, *, stream: str | None = None,
         payload, subject, headers, js = bytes(data), "", None, None
     else:
         payload, subject, headers = data.data, data.subject, data.headers
-        js = data.metadata if data.reply.startswith("$JS.ACK.") else None
+        js = None
+        if data.reply.startswith("$JS.ACK."):
+            try:
+                js = data.metadata
+            except Error:
+                js = None  # a malformed ack subject: take it as a core message
     env = decode_envelope(payload) if not (headers and HDR_ACK_POLICY in headers) else None
     if env is None and not (headers and HDR_ACK_POLICY in headers):
         return None, False
@@ -730,7 +736,7 @@ def message_from(subject: str, data: bytes, headers: dict[str, str] | None, stre
             if k == "Nats-Msg-Id" and v.startswith(MSG_ID_PREFIX):
                 continue
             user[k] = v.encode("utf-8")
-    if policy is None and data[:4] == ENVELOPE_COOKIE:
+    if policy is None and data.startswith(ENVELOPE_COOKIE):
         env = decode_envelope(data)
         if env is not None:
             user.update(env["headers"])

@@ -7,6 +7,8 @@ sequence (gap detection) and the next stream sequence; on a gap, missed heartbea
 reconnect or a lost consumer it deletes the consumer and makes a new one from the next
 stream sequence (the last offset + 1), with jittered waits of 10-500 ms, for up to
 ``resubscribe_wait_time`` seconds. Each message is delivered exactly once, in order.
+A consumer-deleted advisory for its consumer (the stream or the consumer was deleted)
+resubscribes at once, so a deleted stream ends the subscription promptly.
 """
 
 from __future__ import annotations
