@@ -341,7 +341,9 @@ def user_headers(headers: Mapping[str, str | bytes] | None) -> dict[str, str]:
         raise BadHeaderError(f"headers must be a dict, got {type(headers).__name__}")
     out: dict[str, str] = {}
     for k, v in headers.items():
-        if isinstance(k, str) and k.lower().startswith(HDR_PREFIX.lower()):
+        if not isinstance(k, str):
+            raise BadHeaderError(f"invalid header name: {k!r}")
+        if k.lower().startswith(HDR_PREFIX.lower()):
             raise BadHeaderError(f"header name {k!r} is reserved (the {HDR_PREFIX}* headers carry the envelope)")
         if isinstance(v, str):
             raw = v.encode("utf-8", "surrogatepass")
@@ -352,7 +354,7 @@ def user_headers(headers: Mapping[str, str | bytes] | None) -> dict[str, str]:
         text = header_text(raw)
         if text is not None:
             out[k] = text
-        elif isinstance(k, str) and k.lower().startswith("nats-"):
+        elif k.lower().startswith("nats-"):
             raise BadHeaderError(f"header {k!r} is read by the server: its value must be text without CR, LF, "
                                  f"control characters or edge whitespace, got {raw[:40]!r}")
         else:

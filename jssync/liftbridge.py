@@ -651,7 +651,7 @@ class Client:
                 self._confirm_all(pub.stream, pub.seq, Deadline(self.timeout))
             self._conn.publish(inbox, forwarded_ack(self._make_ack(pub, partition, psubject, subject, key,
                                                                    inbox, cid, pol)))
-        except Error as exc:
+        except Exception as exc:  # noqa: BLE001 - on the worker pool: report, never raise
             log.warning("jssync.liftbridge: no ack sent to %r for the publish to %r: %s", inbox, psubject, exc)
 
     def _metadata_for_subject(self, subject: str, deadline: Deadline) -> Metadata:
