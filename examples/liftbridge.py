@@ -79,14 +79,16 @@ def main() -> None:
         for p in meta.get_stream("orders-stream").partitions.values():
             print(f"  partition {p.id}: {p.subject} leader={p.leader} newest offset={p.newest_offset}")
 
-        # Low-level helpers with a plain NATS connection (NewMessage / UnmarshalAck)
+        # Low-level helpers with a plain NATS connection (NewMessage / UnmarshalMessage / UnmarshalAck)
         with jssync.connect(srv.url) as nc:
-            acks = nc.subscribe("my.ack.inbox.*")
-            m = new_message("orders", b"hello", key=b"k", ack_inbox="my.ack.inbox", correlation_id="123",
-                            partition=0)
-            nc.publish(m.subject, m.data, headers=m.headers, reply=m.reply)
-            low = unmarshal_ack(acks.next_msg(5.0), ack_inbox="my.ack.inbox")
-            print(f"low-level ack: correlation {low.correlation_id} -> {low.stream} p{low.partition} "
+            with client.subscribe("orders-stream", partition=0) as sub:
+                nc.publish("orders", new_message(b"hello", key=b"k", headers={"trace": b"\x01\x02"}))
+                got = sub.next(5.0)
+                print(f"envelope read back: offset {got.offset} key {got.key!r} headers {got.headers}")
+            acks = nc.subscribe("my.ack.inbox")
+            client.publish("orders", b"acked", ack_inbox="my.ack.inbox", correlation_id="order 123.4")
+            low = unmarshal_ack(acks.next_msg(5.0).data)
+            print(f"ack on the inbox: correlation {low.correlation_id!r} -> {low.stream} p{low.partition} "
                   f"offset {low.offset}")
             acks.unsubscribe()
 

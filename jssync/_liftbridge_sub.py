@@ -7,6 +7,8 @@ sequence (gap detection) and the next stream sequence; on a gap, missed heartbea
 reconnect or a lost consumer it deletes the consumer and makes a new one from the next
 stream sequence (the last offset + 1), with jittered waits of 10-500 ms, for up to
 ``resubscribe_wait_time`` seconds. Each message is delivered exactly once, in order.
+A consumer-deleted advisory for its consumer (the stream or the consumer was deleted)
+resubscribes at once, so a deleted stream ends the subscription promptly.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ._errors import (
     ConnectionClosedError,
     Error,
     NoRespondersError,
+    PermissionDeniedError,
     ServiceUnavailableError,
     StreamNotFoundError,
     SubscriptionClosedError,
@@ -200,6 +203,7 @@ class Subscription:
         self._error: BaseException | None = None
         self._sub: CoreSubscription | None = None
         self._consumer: str | None = None
+        self._advisory: CoreSubscription | None = None
         self._cseq = 0
         self._next_seq: int | None = None
         self._last_offset: int | None = None
@@ -225,6 +229,14 @@ class Subscription:
 
     def _begin(self, deadline: Deadline) -> None:
         """Create the first consumer (retrying transient failures until ``deadline``); start the handler."""
+        self._watch_deletions()
+        try:
+            self._begin_consumer(deadline)
+        except BaseException:
+            self._unwatch_deletions()
+            raise
+
+    def _begin_consumer(self, deadline: Deadline) -> None:
         last: BaseException | None = None
         while True:
             try:
@@ -290,6 +302,35 @@ class Subscription:
             self._next_seq = (delivered.stream_seq if delivered is not None else 0) + 1
         self._activity = sub.delivered
         self._activity_at = time.monotonic()
+
+    def _watch_deletions(self) -> None:
+        """Listen for the server's consumer-deleted advisories on the partition stream.
+
+        A push consumer's deliver subject gets nothing when its consumer or stream is
+        deleted (nats-server 2.15: the heartbeats just stop); the advisory
+        ``$JS.EVENT.ADVISORY.CONSUMER.DELETED.<stream>.<consumer>`` is sent at once. Its
+        callback (on the worker pool) only flags the reader, which resubscribes within a
+        0.1 s slice: the stream is gone (:class:`NoSuchPartitionError`) or a new consumer
+        is made. Without permission to subscribe there, missed heartbeats still notice.
+        """
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{self.jetstream_stream}.*"
+        try:
+            self._advisory = self._conn.subscribe(subject, callback=self._on_consumer_deleted)
+        except PermissionDeniedError as exc:
+            log.debug("jssync.liftbridge: no deletion advisories for %s (%s); heartbeats only", subject, exc)
+
+    def _on_consumer_deleted(self, msg: Msg) -> None:
+        name = msg.subject.rpartition(".")[2]
+        if name and name == self._consumer and not self._closed:
+            self._reset_reason = f"its consumer {name} was deleted (advisory)"
+
+    def _unwatch_deletions(self) -> None:
+        adv, self._advisory = self._advisory, None
+        if adv is not None:
+            try:
+                adv.unsubscribe(timeout=1.0)
+            except Error:
+                pass
 
     def _delete_consumer(self, name: str | None) -> None:
         """Ask the server to delete a consumer, without waiting (its inactive threshold is the backstop)."""
@@ -613,6 +654,7 @@ class Subscription:
         finally:
             if got:
                 self._lock.release()
+        self._unwatch_deletions()
         try:
             self._conn._reconnect_listeners.remove(self._on_reconnect)
         except ValueError:

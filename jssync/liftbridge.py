@@ -23,6 +23,7 @@ Stream metadata (``liftbridge.stream``, ``liftbridge.subject``, ``liftbridge.par
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as _dt
 import logging
 import math
@@ -71,9 +72,10 @@ from ._liftbridge_codec import (
     PartitionByKey,
     PartitionByRoundRobin,
     Partitioner,
+    RoundRobinCounters,
     StartPosition,
     StreamExistsError,
-    ack_reply_subject,
+    check_ack_inbox,
     check_ack_policy,
     check_bytes,
     check_correlation_id,
@@ -81,7 +83,9 @@ from ._liftbridge_codec import (
     envelope_headers,
     forwarded_ack,
     new_message,
+    new_nats_message,
     parse_partition_stream_name,
+    partition_count,
     partition_stream_name,
     partition_subject,
     run_partitioner,
@@ -126,6 +130,7 @@ __all__ = [
     "StreamInfo",
     "Subscription",
     "new_message",
+    "new_nats_message",
     "partition_stream_name",
     "partition_subject",
     "unmarshal_ack",
@@ -208,6 +213,8 @@ class Client:
         self._subs: set[Subscription] = set()
         #: (JetStream stream, replica) -> when it was last seen caught up (ack policy ALL's in-sync set)
         self._replica_ok: dict[tuple[str, str], float] = {}
+        #: round-robin partitioning: one counter per subject, whichever way the option is spelled
+        self._round_robin = RoundRobinCounters()
 
     def __repr__(self) -> str:
         return f"<jssync.liftbridge.Client {self._conn!r}{' closed' if self._closed else ''}>"
@@ -518,7 +525,7 @@ class Client:
         ack_inbox: str | None = None,
         correlation_id: str | None = None,
         ack_policy: AckPolicy | str = AckPolicy.LEADER,
-        partition_by: Partitioner | Callable[[OutgoingMessage, Metadata], int] | None = None,
+        partition_by: Partitioner | type[Partitioner] | Callable[[OutgoingMessage, Metadata], int] | None = None,
         to_partition: int | None = None,
         timeout: float | None | _Default = DEFAULT,
     ) -> Ack | None:
@@ -526,25 +533,32 @@ class Client:
 
         The partition: ``to_partition`` if given, else ``partition_by`` (a
         :class:`Partitioner` or ``fn(message, metadata) -> int``; :class:`PartitionByKey`,
-        :class:`PartitionByRoundRobin`) with the cached metadata, else 0. The message goes
+        :class:`PartitionByRoundRobin`, each also as the class itself) with the cached
+        metadata (refreshed first when it does not know ``subject``), else 0. Round robin
+        uses the client's counter for the subject, however the option is spelled. The message goes
         to ``subject`` (partition 0) or ``subject.<partition>``; key, headers, ack inbox,
         correlation id and ack policy travel as NATS headers (``Lift-Key`` ...).
 
         Ack policies: LEADER (default) returns when the JetStream PubAck arrives (for a
         replicated partition JetStream sends it once a quorum stored the message); ALL
         also waits until every in-sync replica confirmed it; NONE publishes without an
-        ack and returns None at once. With ``ack_inbox`` the ack is also published there
-        (to ``ack_inbox.<correlation_id>`` when a correlation id is given), as
-        Liftbridge does; decode it with :func:`unmarshal_ack`.
+        ack and returns None at once. ``timeout=None`` also returns None as soon as the
+        message is published, as the guide says (no ack is awaited). With ``ack_inbox``
+        the ack is also published to exactly that subject, as Liftbridge does (also with
+        ``timeout=None``, once it arrives); its body carries the correlation id (any
+        str); decode it with :func:`unmarshal_ack`.
 
-        A unique ``Nats-Msg-Id`` makes retries safe: while JetStream is unavailable (no
-        responders, a leader election) or an ack is late, the publish is retried within
-        ``timeout`` and JetStream drops duplicates (within the stream's 2-minute window).
+        A ``Nats-Msg-Id`` header makes retries safe: the user's own when given (it is
+        JetStream's de-duplication key: a second publish with the same id returns the
+        first one's offset, ``ack.duplicate`` True), else a unique one. While JetStream is
+        unavailable (no responders, a leader election) or an ack is late, the publish is
+        retried within ``timeout`` and JetStream drops duplicates (within the stream's
+        2-minute window). Header values are opaque bytes (a str means its UTF-8).
 
-        Blocks until acked (default: the client's timeout; None: no limit).
+        Blocks until acked (default: the client's timeout).
 
         Returns:
-            The :class:`Ack`, or None with ack policy NONE.
+            The :class:`Ack`, or None with ack policy NONE or ``timeout=None``.
 
         Raises:
             jssync.TimeoutError: no ack within ``timeout`` (the Liftbridge DeadlineExceeded).
@@ -559,54 +573,93 @@ class Client:
         k = check_bytes(key, "key", optional=True)
         pol = check_ack_policy(ack_policy)
         cid = check_correlation_id(correlation_id)
-        forward_to = None
-        if ack_inbox is not None:
-            validate_subject(ack_inbox, "ack_inbox", wildcards=False)
-            if pol is not AckPolicy.NONE:
-                forward_to = ack_reply_subject(ack_inbox, cid)
+        inbox = check_ack_inbox(ack_inbox)
         uh = user_headers(headers)
         if to_partition is not None:
             check_partition(to_partition, "to_partition")
-        if partition_by is not None and not (isinstance(partition_by, Partitioner) or callable(partition_by)):
-            raise TypeError(f"partition_by must be a Partitioner or a callable, got {partition_by!r}")
+        round_robin = False
+        chosen: Partitioner | Callable[[OutgoingMessage, Metadata], int] | None = None
+        if partition_by is PartitionByRoundRobin or (
+                isinstance(partition_by, PartitionByRoundRobin)
+                and type(partition_by).partition is PartitionByRoundRobin.partition):
+            round_robin = True  # the client's counters, however the option is spelled
+        elif isinstance(partition_by, type):
+            if not issubclass(partition_by, Partitioner):
+                raise TypeError(f"partition_by must be a Partitioner or a callable, got the class {partition_by!r}")
+            chosen = partition_by()
+        elif partition_by is not None:
+            if not (isinstance(partition_by, Partitioner) or callable(partition_by)):
+                raise TypeError(f"partition_by must be a Partitioner or a callable, got {partition_by!r}")
+            chosen = partition_by
         self._check_open()
         deadline = self._deadline(timeout)
         if to_partition is not None:
             partition = to_partition
-        elif partition_by is not None:
-            out = OutgoingMessage(subject=subject, value=data, key=k, headers=headers, ack_inbox=ack_inbox,
+        elif round_robin:
+            meta = self._metadata_for_subject(subject, deadline)
+            partition = self._round_robin.next(subject, partition_count(subject, meta))
+        elif chosen is not None:
+            out = OutgoingMessage(subject=subject, value=data, key=k, headers=headers, ack_inbox=inbox,
                                   correlation_id=cid, ack_policy=pol)
-            partition = run_partitioner(partition_by, out, self._metadata_for_subject(subject, deadline))
+            partition = run_partitioner(chosen, out, self._metadata_for_subject(subject, deadline))
         else:
             partition = 0
         psubject = partition_subject(subject, partition)
         msg_id = None if pol is AckPolicy.NONE else MSG_ID_PREFIX + uuid.uuid4().hex
-        h = envelope_headers(key=k, headers=uh, ack_inbox=ack_inbox, correlation_id=cid, ack_policy=pol,
+        h = envelope_headers(key=k, headers=uh, ack_inbox=inbox, correlation_id=cid, ack_policy=pol,
                              msg_id=msg_id)
         if pol is AckPolicy.NONE:
             self._conn.publish(psubject, data, headers=h)
             return None
+        if timeout is None:
+            # no deadline: return once published, as the guide says; an ack inbox still gets the ack
+            if inbox is None:
+                self._conn.publish(psubject, data, headers=h)
+            else:
+                fut = self._js.publish_async(psubject, data, headers=h, timeout=self.timeout)
+
+                def _forward(f: concurrent.futures.Future[api.PubAck]) -> None:
+                    self._forward_later(f, inbox, partition, psubject, subject, k, cid, pol)
+
+                fut.add_done_callback(_forward)
+            return None
         pub = self._publish_request(psubject, data, h, deadline)
         if pol is AckPolicy.ALL:
             self._confirm_all(pub.stream, pub.seq, deadline)
+        ack = self._make_ack(pub, partition, psubject, subject, k, inbox, cid, pol)
+        if inbox is not None:
+            self._conn.publish(inbox, forwarded_ack(ack))
+        return ack
+
+    @staticmethod
+    def _make_ack(pub: api.PubAck, partition: int, psubject: str, subject: str, key: bytes | None,
+                  inbox: str | None, cid: str | None, pol: AckPolicy) -> Ack:
         parsed = parse_partition_stream_name(pub.stream)
-        ack = Ack(
+        return Ack(
             stream=parsed[0] if parsed else pub.stream, partition=partition, partition_subject=psubject,
-            msg_subject=subject, offset=pub.seq - 1, key=k, ack_inbox=ack_inbox, correlation_id=cid,
+            msg_subject=subject, offset=pub.seq - 1, key=key, ack_inbox=inbox, correlation_id=cid,
             ack_policy=pol, commit_timestamp=_now(), jetstream_stream=pub.stream, sequence=pub.seq,
             duplicate=bool(pub.duplicate),
         )
-        if forward_to is not None:
-            self._conn.publish(forward_to, forwarded_ack(ack))
-        return ack
+
+    def _forward_later(self, fut: concurrent.futures.Future[api.PubAck], inbox: str, partition: int,
+                       psubject: str, subject: str, key: bytes | None, cid: str | None, pol: AckPolicy) -> None:
+        """Send the ack of a ``timeout=None`` publish to its ack inbox (on the worker pool)."""
+        try:
+            pub = fut.result()
+            if pol is AckPolicy.ALL:
+                self._confirm_all(pub.stream, pub.seq, Deadline(self.timeout))
+            self._conn.publish(inbox, forwarded_ack(self._make_ack(pub, partition, psubject, subject, key,
+                                                                   inbox, cid, pol)))
+        except Exception as exc:  # noqa: BLE001 - on the worker pool: report, never raise
+            log.warning("jssync.liftbridge: no ack sent to %r for the publish to %r: %s", inbox, psubject, exc)
 
     def _metadata_for_subject(self, subject: str, deadline: Deadline) -> Metadata:
+        """The cached metadata when it knows ``subject`` and is fresh; else refreshed first (the guide:
+        "make sure we have metadata for the stream and, if not, update it")."""
         cur = self._meta.current
-        if cur is not None:
-            if cur.has_subject(subject) and cur.age() <= self._meta.max_age:
-                return cur
-            if not cur.has_subject(subject) and cur.age() < 1.0:
-                return cur  # just fetched: do not refetch for every publish to an unknown subject
+        if cur is not None and cur.has_subject(subject) and cur.age() <= self._meta.max_age:
+            return cur
         return self._retry("fetching metadata", self._meta.update, deadline)
 
     def _publish_request(self, psubject: str, data: bytes, headers: dict[str, str],
