@@ -266,9 +266,10 @@ class _FetchState:
                     self._end(self.received >= self.batch, False)
                     return
             if self.received >= self.batch:
-                # the server may still send a status for this request (409 Batch Completed):
-                # the inbox is not reused, so that status can never end a later fetch
-                self._end(True, False)
+                # with max_bytes the server follows a full batch with 409 Batch Completed: that
+                # inbox is not reused, so the status can never end a later fetch (without
+                # max_bytes nothing follows a full batch, and the inbox is reused)
+                self._end(True, not self.max_bytes)
             return
         st = classify(h, msg.data, msg.reply)
         if st is None:  # pragma: no cover - classify agrees with the test above
