@@ -135,8 +135,11 @@ class Consumer:
 
         Raises:
             jssync.TimeoutError: no message within ``timeout``.
-            jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError,
-            jssync.PullRequestError, jssync.NoRespondersError.
+            jssync.PullRequestError: the server ended the pull with a warning (409 Exceeded ...)
+                or 400.
+            jssync.NoHeartbeatError: no heartbeat within 2 x ``idle_heartbeat``.
+            jssync.ConnectionClosedError: the connection closed meanwhile.
+            jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError, jssync.NoRespondersError.
         """
         timeout = _pos_float(timeout, "timeout")
         validate_fetch(1, None, timeout, idle_heartbeat)
@@ -144,6 +147,8 @@ class Consumer:
                     ack_none=self._ack_none, grace=min(1.0, 0.1 + timeout * 0.1))
         for msg in res:
             return msg
+        if res.error is not None:  # a warning, a missed heartbeat, the connection closed, ...
+            raise res.error
         from ._errors import TimeoutError
 
         raise TimeoutError(f"no message from consumer {self.name!r} on stream {self.stream!r} within {timeout}s")

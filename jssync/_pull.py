@@ -19,6 +19,7 @@ import itertools
 import logging
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from enum import Enum
 from queue import Empty, SimpleQueue
@@ -33,7 +34,7 @@ from ._errors import (
     translating,
 )
 from ._msg import Msg
-from ._status import Action, classify, decide, message_size, pull_request, status_error
+from ._status import Action, classify, decide, is_user_msg, message_size, pull_request, status_error
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -54,10 +55,12 @@ FETCH_HEARTBEAT_AFTER = 30.0
 FETCH_DEFAULT_HEARTBEAT = 5.0
 #: How long a fetch waits past its expiry for the server's end-of-request status.
 FETCH_GRACE = 1.0
-#: Messages a callback lane handles before it yields its worker to other jobs.
-_LANE_BUDGET = 512
 #: Idle fetch inboxes kept per connection for reuse.
 _POOL_MAX = 8
+#: consume's heartbeat monitor checks this many times per idle_heartbeat (warns 2x to 2.1x late).
+_TICKS = 10
+#: Messages a callback lane handles before it yields its worker to other jobs.
+_LANE_BUDGET = 512
 _NS = 1_000_000_000
 
 
@@ -123,6 +126,25 @@ def _pos_float(v: Any, what: str) -> float:
 
 
 # ----------------------------------------------------------------------------- fetch
+
+
+def _wire_header_len(conn: Connection, msg: Msg) -> int:
+    """The length of ``msg``'s header block as it came over the wire, or -1 when unknown.
+
+    On the I/O thread, inside nats-py's hand-off of ``msg`` (a subscription queue's
+    ``put_nowait``). nats-py keeps only the parsed headers (a dict: a repeated name keeps
+    one value), so the exact length is read from its parser, which still holds the
+    HMSG/MSG line's total length (headers + payload) while it hands the message over.
+    This is the one place that reads that nats-py internal; any doubt gives -1 (the size
+    is then rebuilt from the dict).
+    """
+    if msg.headers is None:
+        return 0
+    try:
+        n = conn._nc._ps.needed - len(msg.data)
+    except Exception:  # pragma: no cover - another nats-py version
+        return -1
+    return n if n.__class__ is int and n > 10 else -1
 
 
 class _Discard:
@@ -199,10 +221,12 @@ class _FetchState:
     """The I/O-thread side of one fetch: sorts what arrives on the inbox."""
 
     __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "received_bytes", "activity", "done",
-                 "clean", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "__weakref__")
+                 "clean", "reuse", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "conn",
+                 "__weakref__")
 
     def __init__(self, batch: int, max_bytes: int, ack_none: bool, stream: str, consumer: str,
-                 check: Callable[[Msg], bool] | None = None) -> None:
+                 check: Callable[[Msg], bool] | None = None, conn: Connection | None = None) -> None:
+        self.conn = conn
         self.q: SimpleQueue[Any] = SimpleQueue()
         self.batch = batch
         self.max_bytes = max_bytes
@@ -212,6 +236,7 @@ class _FetchState:
         self.activity = 0
         self.done = False
         self.clean = False
+        self.reuse = False
         self.error: BaseException | None = None
         self.raise_error = False
         self.check = check
@@ -225,7 +250,7 @@ class _FetchState:
         if self.done:
             return
         h = msg.headers
-        if h is None or msg.data or "Status" not in h:
+        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
             if self.check is not None and not self.check(msg):
                 self._end(False)
                 return
@@ -234,15 +259,19 @@ class _FetchState:
             self.q.put(msg)
             self.received += 1
             if self.max_bytes:
-                self.received_bytes += message_size(msg.subject, msg.reply, h, msg.data)
+                self.received_bytes += message_size(
+                    msg.subject, msg.reply, h, msg.data,
+                    -1 if self.conn is None else _wire_header_len(self.conn, msg))
                 if self.received_bytes >= self.max_bytes:
-                    # the server may or may not have ended the request: do not reuse the inbox
-                    self._end(self.received >= self.batch)
+                    self._end(self.received >= self.batch, False)
                     return
             if self.received >= self.batch:
-                self._end(True)
+                # with max_bytes the server follows a full batch with 409 Batch Completed: that
+                # inbox is not reused, so the status can never end a later fetch (without
+                # max_bytes nothing follows a full batch, and the inbox is reused)
+                self._end(True, not self.max_bytes)
             return
-        st = classify(h, msg.data)
+        st = classify(h, msg.data, msg.reply)
         if st is None:  # pragma: no cover - classify agrees with the test above
             return
         act = decide(st)
@@ -251,11 +280,13 @@ class _FetchState:
         if act is not Action.DONE:
             self.error = status_error(st, self.stream, self.consumer)
             self.raise_error = act in (Action.ERROR, Action.TERMINAL, Action.NO_RESPONDERS)
-        self._end(True)
+        self._end(True)  # a status is the last thing the server sends for a request
 
-    def _end(self, clean: bool) -> None:
+    def _end(self, clean: bool, reuse: bool | None = None) -> None:
+        """The request is over for us; ``reuse``: nothing more can arrive on its inbox (default ``clean``)."""
         self.done = True
         self.clean = clean
+        self.reuse = clean if reuse is None else reuse
         self.q.put(_END)
 
     def qsize(self) -> int:
@@ -274,7 +305,7 @@ class _FetchState:
 def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
                   on_end: Callable[[_FetchState], None] | None) -> None:
     if box is not None:
-        _release_inbox(conn, box, state.done and state.clean)
+        _release_inbox(conn, box, state.done and state.reuse)
     if on_end is not None:
         try:
             on_end(state)
@@ -408,7 +439,7 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
             hb = idle_heartbeat
         exp_ns = int(expires * _NS)
         deadline = Deadline(expires + grace)
-    state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check)
+    state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn)
     box = _acquire_inbox(conn, state, Deadline(conn._timeout + 5))
     body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
                         heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait)
@@ -558,12 +589,16 @@ class ConsumeContext:
         self._timer: Any = None
         self._last_act = 0
         self._idle_ticks = 0
+        self._tick_n = 0
         self._repull_act = -1
         self._paused = False
         self._hold = False
         self._resetting = False
         self._rx_at_pull = 0
         self._size_warned = False
+        self._last_warning = ""
+        # max_bytes mode: the wire size of each buffered message, in queue order (I/O thread appends)
+        self._sizes: deque[int] = deque()
         # callback lane
         self._running = False
         self._cb_thread: int | None = None
@@ -601,10 +636,12 @@ class ConsumeContext:
         """Called by nats-py on the I/O thread for every message on the inbox."""
         self._activity += 1
         h = msg.headers
-        if h is None or msg.data or "Status" not in h:
+        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
             self._rx += 1
             if self._bytes_mode:
-                self._rx_b += message_size(msg.subject, msg.reply, h, msg.data)
+                size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
+                self._rx_b += size
+                self._sizes.append(size)
             self._user_msg(msg)
             return
         self._status(msg)
@@ -623,7 +660,7 @@ class ConsumeContext:
             self._kick_lane()
 
     def _status(self, msg: Msg) -> None:
-        st = classify(msg.headers, msg.data)
+        st = classify(msg.headers, msg.data, msg.reply)
         if st is None:  # pragma: no cover
             return
         act = decide(st)
@@ -634,6 +671,7 @@ class ConsumeContext:
                 self._disc += st.pending_msgs
                 self._disc_b += st.pending_bytes
         if act is Action.DONE:
+            self._last_warning = ""
             if (self._bytes_mode and st.code == 409 and self._rx == self._rx_at_pull
                     and "size" in st.description.lower()):
                 # the next message does not fit in max_bytes: do not loop on pull requests
@@ -650,10 +688,23 @@ class ConsumeContext:
         if act is Action.NO_RESPONDERS:
             self._no_responders(status_error(st, self.stream, self.consumer))
             return
-        self._report(status_error(st, self.stream, self.consumer))
         if act is Action.RESET:
+            self._report(status_error(st, self.stream, self.consumer))
             self._reset_pending()
             self._pull()
+            return
+        # a warning (409 Exceeded ...) or 400 ended a pull request (ADR-37: consume re-pulls).
+        # Which one is unknown, so every request in flight is written off, and the new one
+        # goes out after a pause: the same request may be
+        # refused again. Reported once until a pull ends normally or the warning changes.
+        if st.description != self._last_warning:
+            self._last_warning = st.description
+            self._report(status_error(st, self.stream, self.consumer))
+        self._reset_pending()
+        try:
+            self._conn._loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
+        except RuntimeError:  # pragma: no cover - the loop is closing
+            pass
 
     def _no_responders(self, exc: BaseException) -> None:
         """Nobody answered a pull (503): the consumer is missing or has no leader right now.
@@ -706,14 +757,14 @@ class ConsumeContext:
         body = pull_request(batch, expires_ns=self._expires_ns, max_bytes=max_bytes, heartbeat_ns=self._hb_ns)
         self._conn._enqueue((subject, body, self._inbox, None))
 
-    # heartbeat monitor: a timer on the I/O loop, ticking every idle_heartbeat / 2
+    # heartbeat monitor: a timer on the I/O loop, ticking every idle_heartbeat / _TICKS
 
     def _arm_timer(self) -> None:
         if self._timer is not None or self._paused or self._state not in (_State.RUNNING, _State.DRAINING):
             return
         self._last_act = self._activity
         self._idle_ticks = 0
-        self._timer = self._conn._loop.loop.call_later(self._hb / 2, self._tick)
+        self._timer = self._conn._loop.loop.call_later(self._hb / _TICKS, self._tick)
 
     def _cancel_timer(self) -> None:
         t = self._timer
@@ -732,14 +783,18 @@ class ConsumeContext:
             self._idle_ticks = 0
         else:
             self._idle_ticks += 1
-            if self._idle_ticks >= 4:  # 2 x idle_heartbeat without anything
+            if self._idle_ticks >= 2 * _TICKS:  # 2 x idle_heartbeat without anything (ADR-37)
                 self._idle_ticks = 0
                 self._missed_heartbeat()
+        self._tick_n += 1
         if self._hold:
-            self._hold = False
-            self._pull()
+            if self._tick_n % (_TICKS // 2) == 0:  # retry a message too big for max_bytes every hb / 2
+                self._hold = False
+                self._pull()
+        elif in_flight <= 0:
+            self._pull()  # never sit at or below the threshold with nothing in flight
         if self._state is _State.RUNNING and not self._paused and self._timer is None:
-            self._timer = self._conn._loop.loop.call_later(self._hb / 2, self._tick)
+            self._timer = self._conn._loop.loop.call_later(self._hb / _TICKS, self._tick)
 
     def _missed_heartbeat(self) -> None:
         self._report(NoHeartbeatError(
@@ -998,7 +1053,10 @@ class ConsumeContext:
         return msg  # type: ignore[no-any-return]
 
     def _take_bytes(self, msg: Msg) -> None:
-        size = message_size(msg.subject, msg.reply, msg.headers, msg.data)
+        try:
+            size = self._sizes.popleft()
+        except IndexError:  # pragma: no cover - every buffered message's size was appended
+            size = message_size(msg.subject, msg.reply, msg.headers, msg.data)
         with self._lock:
             self._taken += 1
             self._taken_b += size

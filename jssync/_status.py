@@ -78,14 +78,24 @@ def _int_header(headers: Mapping[str, str], name: str) -> int:
     return n if n > 0 else 0
 
 
-def classify(headers: Mapping[str, str] | None, data: bytes) -> Status | None:
+def is_user_msg(reply: str) -> bool:
+    """True for a message with a JetStream ack subject: a stored message, never a status.
+
+    A status from the server has no reply subject; a message a user stored (even an empty
+    one with a ``Status`` header) is delivered with a ``$JS.ACK.`` reply.
+    """
+    return reply.startswith("$JS.ACK.")
+
+
+def classify(headers: Mapping[str, str] | None, data: bytes, reply: str = "") -> Status | None:
     """Return the :class:`Status` of a message, or None for a user message.
 
-    A message with a payload, without headers, or without a ``Status`` header is a user
-    message. Pending counts come from ``Nats-Pending-Messages`` / ``Nats-Pending-Bytes``
-    on any status (0 when absent or malformed).
+    A message with a payload, without headers, without a ``Status`` header, or with a
+    ``$JS.ACK.`` reply subject is a user message. Pending counts come from
+    ``Nats-Pending-Messages`` / ``Nats-Pending-Bytes`` on any status (0 when absent or
+    malformed).
     """
-    if not headers or data:
+    if not headers or data or is_user_msg(reply):
         return None
     raw = headers.get(HDR_STATUS)
     if not raw:
@@ -141,14 +151,18 @@ def status_error(status: Status, stream: str, consumer: str) -> JetStreamError |
     return PullRequestError(status.code, None, f"pull request to {where} ended: {status.code} {d}".rstrip())
 
 
-def message_size(subject: str, reply: str, headers: Mapping[str, str] | None, data: bytes) -> int:
-    """A delivered message's size as the server counts it against ``max_bytes``.
+def message_size(subject: str, reply: str, headers: Mapping[str, str] | None, data: bytes,
+                 header_len: int = -1) -> int:
+    """A delivered message's size as the server counts it against ``max_bytes`` (ADR-37).
 
-    Subject + reply subject + header block + payload. The header block is rebuilt from
-    the parsed headers (``NATS/1.0\\r\\n`` + ``Name: value\\r\\n`` lines + ``\\r\\n``), which
-    matches what a client sent in the usual form.
+    Subject + reply subject + header block + payload. ``header_len`` is the header block's
+    length as it came over the wire (exact); without it (-1) the block is rebuilt from the
+    parsed headers (``NATS/1.0\\r\\n`` + ``Name: value\\r\\n`` lines + ``\\r\\n``), which is
+    short when a header name repeats or the sender spaced it differently.
     """
     n = len(subject) + len(reply) + len(data)
+    if header_len >= 0:
+        return n + header_len
     if headers:
         n += _HDR_FRAME
         for k, v in headers.items():
