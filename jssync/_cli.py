@@ -269,9 +269,10 @@ _GLOBAL_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--tlsca",), {"metavar": "FILE", "help": "TLS certificate authority chain ($NATS_CA)"}),
     (("--context",), {"metavar": "NAME", "help": "nats CLI context to use ($NATS_CONTEXT; default: the "
                                                  "selected one)"}),
-    (("--timeout",), {"type": _duration, "help": "timeout of each operation: seconds or e.g. 500ms, 5s "
-                                                 "($NATS_TIMEOUT; default 5s)"}),
-    (("--connect-timeout",), {"type": _duration, "help": "timeout of the first connect (default 2s)"}),
+    (("--timeout",), {"type": _duration, "metavar": "DURATION",
+                      "help": "timeout of each operation: seconds or e.g. 500ms, 5s ($NATS_TIMEOUT; default 5s)"}),
+    (("--connect-timeout",), {"type": _duration, "metavar": "DURATION",
+                              "help": "timeout of the first connect (default 2s)"}),
     (("--json",), {"action": "store_true", "help": "machine-readable JSON output"}),
     (("--progress",), {"action": "store_true", "help": "always draw progress bars on stderr"}),
     (("-v", "--verbose"), {"action": "store_true", "help": "log debug output"}),
