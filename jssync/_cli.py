@@ -1,7 +1,8 @@
 """The ``jssync`` command line (also ``python -m jssync``).
 
 Everyday jobs against a NATS server: streams, consumers, publish/subscribe/request, key-value,
-a local server, and the demo. Tables for people, ``--json`` for scripts.
+a local server, and the demo. Tables for people, ``--json`` for scripts. Options, environment
+variables and context files follow the ``nats`` CLI (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -10,11 +11,16 @@ import argparse
 import base64
 import json
 import logging
+import math
 import os
+import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TextIO
+from pathlib import Path
+from types import FrameType
+from typing import Any, BinaryIO, TextIO
 
 # -- output helpers ----------------------------------------------------------------------------
 
@@ -35,15 +41,65 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, _dt.datetime):
         return obj.isoformat()
     if isinstance(obj, bytes):
-        try:
-            return obj.decode()
-        except UnicodeDecodeError:
-            return base64.b64encode(obj).decode()
+        rec: dict[str, Any] = {}
+        _put_payload(rec, "data", obj)
+        return rec if "data_encoding" in rec else rec["data"]
     return obj
 
 
 def _print_json(obj: Any, out: TextIO) -> None:
+    """One result: one JSON document (indented)."""
     out.write(json.dumps(_jsonable(obj), indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _print_record(rec: dict[str, Any], out: TextIO) -> None:
+    """A message or an entry: one compact JSON object on one line (JSON Lines)."""
+    out.write(json.dumps(rec, default=str) + "\n")
+    out.flush()
+
+
+def _put_payload(rec: dict[str, Any], field: str, data: bytes) -> None:
+    """``rec[field]`` = the payload as text when it is UTF-8, else base64 with ``FIELD_encoding: base64``."""
+    try:
+        rec[field] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        rec[field] = base64.b64encode(data).decode("ascii")
+        rec[f"{field}_encoding"] = "base64"
+
+
+def _get_payload(rec: dict[str, Any], field: str) -> bytes:
+    """The payload of a record written by :func:`_put_payload` (text, or base64 when marked)."""
+    value = rec.get(field)
+    if value is None:
+        return b""
+    if not isinstance(value, str):
+        raise ValueError(f"{field!r} must be a string, got {type(value).__name__}")
+    enc = rec.get(f"{field}_encoding")
+    if enc is None:
+        return value.encode("utf-8")
+    if enc != "base64":
+        raise ValueError(f"unknown {field}_encoding {enc!r} (only 'base64')")
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError as exc:
+        raise ValueError(f"{field!r} is marked base64 but is not: {exc}") from None
+
+
+def _msg_record(subject: str, data: bytes, headers: dict[str, str] | None, **extra: Any) -> dict[str, Any]:
+    """The one JSON shape of a message: subject, extra fields, data (+ data_encoding), headers."""
+    rec: dict[str, Any] = {"subject": subject, **extra}
+    _put_payload(rec, "data", data)
+    rec["headers"] = headers or None
+    return rec
+
+
+def _entry_record(e: Any) -> dict[str, Any]:
+    """The one JSON shape of a key-value entry."""
+    rec: dict[str, Any] = {"bucket": e.bucket, "key": e.key, "revision": e.revision,
+                           "operation": getattr(e.operation, "value", e.operation) or "PUT",
+                           "created": e.created.isoformat() if e.created else None}
+    _put_payload(rec, "value", e.value or b"")
+    return rec
 
 
 def _table(rows: list[list[Any]], headers: list[str], out: TextIO) -> None:
@@ -105,7 +161,177 @@ def _parse_headers(items: list[str] | None) -> dict[str, str] | None:
     return out
 
 
-# -- connection --------------------------------------------------------------------------------
+# -- settings: flag > environment > context (the nats CLI's) ----------------------------------------
+
+#: setting -> (environment variable, key in a nats CLI context file)
+_SOURCES: dict[str, tuple[str | None, str | None]] = {
+    "server": ("NATS_URL", "url"),
+    "user": ("NATS_USER", "user"),
+    "password": ("NATS_PASSWORD", "password"),
+    "token": (None, "token"),
+    "creds": ("NATS_CREDS", "creds"),
+    "nkey": ("NATS_NKEY", "nkey"),
+    "tlscert": ("NATS_CERT", "cert"),
+    "tlskey": ("NATS_KEY", "key"),
+    "tlsca": ("NATS_CA", "ca"),
+    "timeout": ("NATS_TIMEOUT", None),
+}
+_FILE_SETTINGS = ("creds", "nkey", "tlscert", "tlskey", "tlsca")
+_DEFAULT_SERVER = "nats://127.0.0.1:4222"
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class _ConfigError(ValueError):
+    """A setting, an environment variable or a context file cannot be used (exit code 2)."""
+
+
+def _duration(text: str) -> float:
+    """Seconds from ``2.5`` or a Go duration as the nats CLI takes it (``500ms``, ``5s``, ``1m30s``)."""
+    t = str(text).strip()
+    if re.fullmatch(r"\d+(?:\.\d*)?|\.\d+", t):
+        secs = float(t)
+    else:
+        pos, secs = 0, 0.0
+        for m in _DURATION_PART.finditer(t):
+            if m.start() != pos:
+                break
+            secs += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+            pos = m.end()
+        if pos != len(t) or not t:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a duration (seconds, or e.g. 500ms, 5s, 1m)")
+    if not math.isfinite(secs) or secs <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration")
+    return secs
+
+
+def _config_home() -> Path:
+    """Where the nats CLI keeps its configuration: $XDG_CONFIG_HOME, else ~/.config."""
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return Path(xdg) if xdg else Path(os.path.expanduser("~")) / ".config"
+
+
+def _load_context(name: str | None) -> dict[str, Any]:
+    """The settings of nats CLI context ``name`` (None: the selected one, if any)."""
+    root = _config_home() / "nats"
+    if name is None:
+        try:
+            name = (root / "context.txt").read_text().strip()
+        except OSError:
+            return {}
+        if not name:
+            return {}
+        how = f"selected in {root / 'context.txt'}"
+    else:
+        how = "given with --context or NATS_CONTEXT"
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        raise _ConfigError(f"bad context name {name!r} ({how})")
+    path = root / "context" / f"{name}.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise _ConfigError(f"no context {name!r} ({how}): {path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise _ConfigError(f"cannot read context {name!r} from {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise _ConfigError(f"context {name!r} in {path} is not a JSON object")
+    if data.get("nsc") and not data.get("creds"):
+        raise _ConfigError(f"context {name!r} looks its credentials up with nsc, which jssync cannot: "
+                           "set \"creds\" to the .creds file")
+    return data
+
+
+def _context_value(ctx: dict[str, Any], key: str, setting: str) -> str | None:
+    v = ctx.get(key)
+    if v in (None, ""):
+        return None
+    v = str(v)
+    if setting in _FILE_SETTINGS:
+        if v.startswith("file://"):
+            v = v[len("file://"):]
+        elif "://" in v:
+            raise _ConfigError(f"the context's {key!r} is {v.split('://')[0]}://..., jssync reads only files")
+        v = os.path.expanduser(v)
+    return v
+
+
+#: the options every command takes, before or after its name: (flags, argparse keywords)
+_GLOBAL_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("-s", "--server"), {"metavar": "URL", "help": "server URL(s), comma-separated "
+                                                     f"(default: $NATS_URL, the context's, or {_DEFAULT_SERVER})"}),
+    (("--user",), {"help": "user name ($NATS_USER)"}),
+    (("--password",), {"help": "password ($NATS_PASSWORD)"}),
+    (("--token",), {"help": "authentication token"}),
+    (("--creds",), {"metavar": "FILE", "help": "user credentials (.creds) file ($NATS_CREDS)"}),
+    (("--nkey",), {"metavar": "FILE", "help": "user nkey seed file ($NATS_NKEY)"}),
+    (("--tlscert",), {"metavar": "FILE", "help": "TLS client certificate ($NATS_CERT)"}),
+    (("--tlskey",), {"metavar": "FILE", "help": "TLS client private key ($NATS_KEY)"}),
+    (("--tlsca",), {"metavar": "FILE", "help": "TLS certificate authority chain ($NATS_CA)"}),
+    (("--context",), {"metavar": "NAME", "help": "nats CLI context to use ($NATS_CONTEXT; default: the "
+                                                 "selected one)"}),
+    (("--timeout",), {"type": _duration, "metavar": "DURATION",
+                      "help": "timeout of each operation: seconds or e.g. 500ms, 5s ($NATS_TIMEOUT; default 5s)"}),
+    (("--connect-timeout",), {"type": _duration, "metavar": "DURATION",
+                              "help": "timeout of the first connect (default 2s)"}),
+    (("--json",), {"action": "store_true", "help": "machine-readable JSON output"}),
+    (("--progress",), {"action": "store_true", "help": "always draw progress bars on stderr"}),
+    (("-v", "--verbose"), {"action": "store_true", "help": "log debug output"}),
+]
+
+
+def _add_global_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("global options (before or after the command)")
+    for flags, kw in _GLOBAL_OPTIONS:
+        g.add_argument(*flags, default=argparse.SUPPRESS, **kw)
+
+
+def _resolve(args: argparse.Namespace, connects: bool) -> None:
+    """Fill in every global setting: the flag, else the environment, else the context, else the default."""
+    for flag in ("json", "progress", "verbose"):
+        setattr(args, flag, getattr(args, flag, False))
+    if not hasattr(args, "connect_timeout"):
+        args.connect_timeout = 2.0
+    if not connects:
+        return
+    ctx_name = getattr(args, "context", None) or os.environ.get("NATS_CONTEXT") or None
+    ctx = _load_context(ctx_name)
+    for setting, (env, key) in _SOURCES.items():
+        if hasattr(args, setting):
+            continue
+        value: str | None = (os.environ.get(env) or None) if env else None
+        if value is not None and setting == "timeout":
+            try:
+                setattr(args, setting, _duration(value))
+            except argparse.ArgumentTypeError as exc:
+                raise _ConfigError(f"{env}: {exc}") from None
+            continue
+        if value is None and key is not None:
+            value = _context_value(ctx, key, setting)
+        setattr(args, setting, value)
+    if args.timeout is None:
+        args.timeout = 5.0
+    if args.server is None:
+        args.server = _DEFAULT_SERVER
+
+
+def _tls(args: argparse.Namespace) -> Any:
+    """An ``ssl.SSLContext`` from --tlscert/--tlskey/--tlsca (or theirs), or None."""
+    if not (args.tlscert or args.tlskey or args.tlsca):
+        return None
+    import ssl
+
+    if bool(args.tlscert) != bool(args.tlskey):
+        raise _ConfigError("a TLS client certificate needs its key: give both --tlscert and --tlskey "
+                           "(or NATS_CERT and NATS_KEY)")
+    try:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=args.tlsca or None)
+        if args.tlscert:
+            ctx.load_cert_chain(args.tlscert, args.tlskey)
+    except (OSError, ssl.SSLError) as exc:
+        files = ", ".join(f"{k} {v}" for k, v in (("ca", args.tlsca), ("cert", args.tlscert),
+                                                    ("key", args.tlskey)) if v)
+        raise _ConfigError(f"cannot use the TLS files ({files}): {exc}") from None
+    return ctx
 
 
 def _connect(args: argparse.Namespace) -> Any:
@@ -116,6 +342,11 @@ def _connect(args: argparse.Namespace) -> Any:
         v = getattr(args, k, None)
         if v:
             opts[k] = v
+    if args.nkey:
+        opts["nkeys_seed"] = args.nkey
+    tls = _tls(args)
+    if tls is not None:
+        opts["tls"] = tls
     return jssync.connect(args.server, **opts)
 
 
@@ -200,16 +431,16 @@ def _stream_purge(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> in
     return 0
 
 
-def _stored_to_dict(m: Any) -> dict[str, Any]:
-    return {"subject": m.subject, "seq": m.seq, "time": m.time.isoformat() if m.time else None,
-            "data": base64.b64encode(m.data).decode(), "headers": m.headers}
+def _stored_record(m: Any, stream: str) -> dict[str, Any]:
+    return _msg_record(m.subject, m.data, m.headers, seq=m.seq, time=m.time.isoformat() if m.time else None,
+                       stream=stream)
 
 
 def _stream_get(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
     st = js.stream(args.name)
     m = st.get_msg(args.seq) if args.seq is not None else st.get_msg(last_by_subject=args.last_by_subject)
     if args.json:
-        _print_json(_stored_to_dict(m), out)
+        _print_record(_stored_record(m, args.name), out)
     else:
         out.write(f"seq {m.seq} on {m.subject} at {m.time}\n")
         if m.headers:
@@ -243,7 +474,7 @@ def _stream_export(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
     dest: TextIO = sys.stdout if args.file == "-" else open(args.file, "w")  # noqa: SIM115
     try:
         for m in _iter_stream(st, state.first_seq, state.last_seq):
-            dest.write(json.dumps(_stored_to_dict(m)) + "\n")
+            _print_record(_stored_record(m, args.name), dest)
             n += 1
             prog.update()
     finally:
@@ -251,36 +482,84 @@ def _stream_export(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
         if dest is not sys.stdout:
             dest.close()
     if args.file != "-":
-        out.write(f"exported {n} messages from {args.name} to {args.file}\n")
+        if args.json:
+            _print_json({"exported": n, "stream": args.name, "file": args.file}, out)
+        else:
+            out.write(f"exported {n} messages from {args.name} to {args.file}\n")
     return 0
 
 
 def _stream_import(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    import threading
+
+    import jssync
+
     src: TextIO = sys.stdin if args.file == "-" else open(args.file)  # noqa: SIM115
     lines = src.readlines()
     if src is not sys.stdin:
         src.close()
-    prog = Progress(len(lines), f"import {args.name or ''}".strip(), True if args.progress else None)
-    futs = []
-    try:
-        for line in lines:
-            if not line.strip():
-                continue
+    where = "stdin" if args.file == "-" else args.file
+    records = []
+    for i, line in enumerate(lines, 1):  # all of it is read and checked before anything is sent
+        if not line.strip():
+            continue
+        try:
             rec = json.loads(line)
-            subject = rec["subject"]
-            if args.subject_prefix:
-                subject = f"{args.subject_prefix}.{subject}"
-            futs.append(js.publish_async(subject, base64.b64decode(rec.get("data") or ""),
-                                         headers=rec.get("headers") or None))
+            if not isinstance(rec, dict) or not isinstance(rec.get("subject"), str):
+                raise ValueError("not a message record (an object with a \"subject\")")
+            subject = f"{args.subject_prefix}.{rec['subject']}" if args.subject_prefix else rec["subject"]
+            records.append((i, subject, _get_payload(rec, "data"), rec.get("headers") or None, rec.get("stream")))
+        except ValueError as exc:
+            raise ValueError(f"line {i} of {where}: {exc}") from None
+    prog = Progress(len(records), f"import {args.name or ''}".strip(), True if args.progress else None)
+    futs: list[tuple[Any, tuple[int, str, str | None]]] = []  # (Future, where it came from)
+    no_stream = threading.Event()  # an asynchronous publish found no stream (e.g. deleted meanwhile)
+
+    def check(fut: Any) -> None:
+        if isinstance(fut.exception(), jssync.NoRespondersError):
+            no_stream.set()
+
+    captured: set[str] = set()
+    missing: tuple[int, str, str | None] | None = None
+    sent = 0
+    try:
+        for i, subject, data, headers, stream in records:
+            if no_stream.is_set():
+                break
+            if subject not in captured:  # the first message on a subject is sent and acknowledged first
+                try:
+                    js.publish(subject, data, headers=headers)
+                except jssync.NoRespondersError:
+                    missing = (i, subject, stream)
+                    break
+                captured.add(subject)
+            else:
+                fut = js.publish_async(subject, data, headers=headers)
+                fut.add_done_callback(check)
+                futs.append((fut, (i, subject, stream)))
+            sent += 1
             prog.update()
         js.publish_async_completed(timeout=max(30.0, len(futs) / 1000))
     finally:
         prog.close()
-    errors = [f.exception() for f in futs if f.exception() is not None]
-    if errors:
-        sys.stderr.write(f"jssync: {len(errors)} publishes failed, first: {errors[0]}\n")
+    failed = [(f.exception(), origin) for f, origin in futs if f.exception() is not None]
+    sent -= len(failed)
+    if missing is None:
+        missing = next((origin for exc, origin in failed if isinstance(exc, jssync.NoRespondersError)), None)
+    if missing is not None:
+        i, subject, stream = missing
+        pattern = f"{args.subject_prefix}.>" if args.subject_prefix else subject
+        sys.stderr.write(f"jssync: no stream captures subject {subject!r} (line {i} of {where}); stopped there "
+                         f"after {sent} messages: create the stream first, e.g. jssync stream add "
+                         f"{stream or 'NAME'} --subjects {pattern!r}\n")
         return 1
-    out.write(f"imported {len(futs)} messages\n")
+    if failed:
+        sys.stderr.write(f"jssync: {len(failed)} publishes failed, first: {failed[0][0]}\n")
+        return 1
+    if args.json:
+        _print_json({"imported": sent}, out)
+    else:
+        out.write(f"imported {sent} messages\n")
     return 0
 
 
@@ -353,10 +632,9 @@ def _consumer_next(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
             msg.ack_sync()
         md = msg.metadata
         if args.json:
-            out.write(json.dumps({"subject": msg.subject, "data": msg.data.decode(errors="replace"),
-                                  "headers": msg.headers, "stream_seq": md.sequence.stream,
-                                  "consumer_seq": md.sequence.consumer, "num_delivered": md.num_delivered,
-                                  "num_pending": md.num_pending}) + "\n")
+            _print_record(_msg_record(msg.subject, msg.data, msg.headers, stream=md.stream,
+                                      stream_seq=md.sequence.stream, consumer_seq=md.sequence.consumer,
+                                      num_delivered=md.num_delivered, num_pending=md.num_pending), out)
         else:
             out.write(f"[{md.sequence.stream}] {msg.subject}: {msg.data.decode(errors='replace')}\n")
     if res.error is not None:  # e.g. 409 Exceeded MaxRequestBatch: say why it ended early
@@ -370,16 +648,34 @@ def _consumer_next(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
 # -- core --------------------------------------------------------------------------------------
 
 
+def _read_payloads(src: BinaryIO, send_on: str) -> list[bytes]:
+    """The bytes of ``src`` as they are: one payload (``eof``), or one per line (``newline``; LF or CRLF)."""
+    data = src.read()
+    if send_on == "eof":
+        return [data]
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+
+
 def _pub(args: argparse.Namespace) -> int:
-    with _connect(args) as nc:
-        headers = _parse_headers(args.header)
-        if args.file:
-            src: TextIO = sys.stdin if args.file == "-" else open(args.file)  # noqa: SIM115
-            payloads = [line.rstrip("\n").encode() for line in src]
-            if src is not sys.stdin:
-                src.close()
+    if args.file and args.force_stdin:
+        raise ValueError("give --file or --force-stdin, not both")
+    if (args.file or args.force_stdin) and args.data is not None:
+        raise ValueError("give the message as DATA or with --file/--force-stdin, not both")
+    headers = _parse_headers(args.header)
+    if args.file or args.force_stdin:
+        path = "-" if args.force_stdin else args.file
+        send_on = args.send_on or ("eof" if args.force_stdin else "newline")
+        if path == "-":
+            payloads = _read_payloads(sys.stdin.buffer, send_on)
         else:
-            payloads = [(args.data or "").encode()] * args.count
+            with open(path, "rb") as f:
+                payloads = _read_payloads(f, send_on)
+    else:
+        payloads = [(args.data or "").encode()] * args.count
+    with _connect(args) as nc:
         prog = Progress(len(payloads), f"publish {args.subject}", True if args.progress else None)
         try:
             if args.js:
@@ -411,6 +707,17 @@ def _pub(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_msg(n: int, msg: Any, out: TextIO) -> None:
+    """A received message for people, as the nats CLI shows it: subject, reply, headers, payload."""
+    reply = f' with reply "{msg.reply}"' if msg.reply else ""
+    out.write(f'[#{n}] Received on "{msg.subject}"{reply}\n')
+    for k, v in (msg.headers or {}).items():
+        out.write(f"{k}: {v}\n")
+    if msg.headers:
+        out.write("\n")
+    out.write(msg.data.decode(errors="replace") + "\n\n")
+
+
 def _sub(args: argparse.Namespace) -> int:
     import jssync
 
@@ -425,11 +732,10 @@ def _sub(args: argparse.Namespace) -> int:
                     break
                 n += 1
                 if args.json:
-                    sys.stdout.write(json.dumps({"subject": msg.subject, "reply": msg.reply or None,
-                                                 "data": msg.data.decode(errors="replace"),
-                                                 "headers": msg.headers}) + "\n")
+                    _print_record(_msg_record(msg.subject, msg.data, msg.headers, reply=msg.reply or None),
+                                  sys.stdout)
                 else:
-                    sys.stdout.write(f"[#{n}] {msg.subject}: {msg.data.decode(errors='replace')}\n")
+                    _show_msg(n, msg, sys.stdout)
                 sys.stdout.flush()
         except KeyboardInterrupt:
             pass
@@ -441,8 +747,7 @@ def _req(args: argparse.Namespace) -> int:
         msg = nc.request(args.subject, (args.data or "").encode(), headers=_parse_headers(args.header),
                          timeout=args.timeout)
         if args.json:
-            sys.stdout.write(json.dumps({"subject": msg.subject, "data": msg.data.decode(errors="replace"),
-                                         "headers": msg.headers}) + "\n")
+            _print_record(_msg_record(msg.subject, msg.data, msg.headers), sys.stdout)
         else:
             sys.stdout.write(msg.data.decode(errors="replace") + "\n")
     return 0
@@ -458,22 +763,31 @@ def _kv(args: argparse.Namespace) -> int:
         js = nc.jetstream(timeout=args.timeout)
         out = sys.stdout
         if args.kv_cmd == "add":
-            kv = js.create_key_value(bucket=args.bucket, history=args.history)
-            out.write(f"created bucket {args.bucket}\n")
+            js.create_key_value(bucket=args.bucket, history=args.history)
+            if args.json:
+                _print_json({"bucket": args.bucket, "history": args.history}, out)
+            else:
+                out.write(f"created bucket {args.bucket}\n")
             return 0
         kv = js.key_value(args.bucket)
         if args.kv_cmd == "get":
             e = kv.get(args.key)
             if args.json:
-                _print_json({"key": e.key, "value": e.value, "revision": e.revision}, out)
+                _print_record(_entry_record(e), out)
             else:
                 out.write((e.value or b"").decode(errors="replace") + "\n")
         elif args.kv_cmd == "put":
             rev = kv.put(args.key, (args.value or "").encode())
-            out.write(json.dumps({"revision": rev}) + "\n" if args.json else f"revision {rev}\n")
+            if args.json:
+                _print_json({"bucket": args.bucket, "key": args.key, "revision": rev}, out)
+            else:
+                out.write(f"revision {rev}\n")
         elif args.kv_cmd == "del":
             kv.delete(args.key)
-            out.write(f"deleted {args.key}\n")
+            if args.json:
+                _print_json({"deleted": args.key, "bucket": args.bucket}, out)
+            else:
+                out.write(f"deleted {args.key}\n")
         elif args.kv_cmd == "ls":
             try:
                 keys = sorted(kv.keys())
@@ -494,9 +808,12 @@ def _kv(args: argparse.Namespace) -> int:
                     if e is None:
                         continue
                     n += 1
-                    op = getattr(e, "operation", None) or "PUT"
-                    out.write(f"[{e.revision}] {op} {e.key}: {(e.value or b'').decode(errors='replace')}\n")
-                    out.flush()
+                    if args.json:
+                        _print_record(_entry_record(e), out)
+                    else:
+                        op = getattr(e.operation, "value", e.operation) or "PUT"
+                        out.write(f"[{e.revision}] {op} {e.key}: {(e.value or b'').decode(errors='replace')}\n")
+                        out.flush()
                     if args.count and n >= args.count:
                         break
             except KeyboardInterrupt:
@@ -563,53 +880,92 @@ def _demo_js(nc: Any, count: int) -> None:
     print("  deleted stream DEMO")
 
 
+class _Stop(Exception):
+    """A signal asked ``jssync server`` to stop."""
+
+
 def _server(args: argparse.Namespace) -> int:
     from jssync.server import NatsServer
 
-    with NatsServer(jetstream=True, port=args.port) as srv:
-        print(f"nats-server running at {srv.url} (Ctrl-C to stop)", flush=True)
-        try:
-            while srv.running:
-                time.sleep(0.2)
-        except KeyboardInterrupt:
-            pass
-    return 0
+    # SIGTERM, SIGHUP and SIGINT all stop the server the same way: the nats-server child is stopped and
+    # the temporary directory (with the store, unless --store-dir) removed. A signal that comes before
+    # there is anything to clean up is held until there is; one that comes while stopping is ignored.
+    state: dict[str, Any] = {"armed": False, "stopping": False, "signal": None}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if state["stopping"]:
+            return
+        state["signal"] = signum
+        if state["armed"]:
+            state["stopping"] = True
+            raise _Stop(signum)
+
+    sigs = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    old = {sig: signal.signal(sig, on_signal) for sig in sigs}
+    srv: NatsServer | None = None
+    try:
+        srv = NatsServer(jetstream=True, port=args.port, store_dir=args.store_dir)
+        state["armed"] = True
+        if state["signal"] is not None:
+            state["stopping"] = True
+            raise _Stop(state["signal"])
+        srv.start()
+        kind = "kept" if args.store_dir else "temporary: removed on exit"
+        print(f"nats-server running at {srv.url}, store {srv.store_dir} ({kind}); Ctrl-C to stop", flush=True)
+        while srv.running:
+            time.sleep(0.2)
+        sys.stderr.write(f"jssync: nats-server exited:\n{srv.logs()[-2000:]}\n")
+        return 1
+    except _Stop:
+        return 0
+    finally:
+        state["stopping"] = True
+        if srv is not None:
+            srv.stop()
+            srv.cleanup()
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 # -- parser ------------------------------------------------------------------------------------
 
 
+def _add(group: Any, name: str, **kw: Any) -> argparse.ArgumentParser:
+    """A (sub)command that also takes every global option."""
+    x: argparse.ArgumentParser = group.add_parser(name, **kw)
+    _add_global_options(x)
+    return x
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="jssync", description="jssync: NATS JetStream from the command line")
-    p.add_argument("-v", "--verbose", action="store_true", help="log debug output")
-    p.add_argument("-s", "--server", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"),
-                   help="server URL(s), comma-separated (default: $NATS_URL or nats://127.0.0.1:4222)")
-    p.add_argument("--user")
-    p.add_argument("--password")
-    p.add_argument("--token")
-    p.add_argument("--creds", help="credentials (.creds) file")
-    p.add_argument("--timeout", type=float, default=5.0, help="timeout of each operation in seconds")
-    p.add_argument("--connect-timeout", type=float, default=2.0)
-    p.add_argument("--json", action="store_true", help="machine-readable JSON output")
-    p.add_argument("--progress", action="store_true", help="always draw progress bars on stderr")
+    p = argparse.ArgumentParser(
+        prog="jssync", description="jssync: NATS JetStream from the command line",
+        epilog="Settings come from the flag, else the environment (NATS_URL, NATS_USER, ...), else the "
+               "nats CLI context (--context NAME, else the selected one).")
+    _add_global_options(p)
     sub = p.add_subparsers(dest="command", required=True)
 
-    d = sub.add_parser("demo", help="run the quick start against a local server it starts")
+    d = _add(sub, "demo", help="run the quick start against a local server it starts")
     d.add_argument("--count", type=int, default=10000, help="messages to publish and consume")
-    d.set_defaults(func=_demo)
-    s = sub.add_parser("server", help="run a local nats-server with JetStream")
+    d.set_defaults(func=_demo, _local=True)
+    s = _add(sub, "server", help="run a local nats-server with JetStream",
+             description="Run a local nats-server with JetStream on 127.0.0.1 until Ctrl-C, SIGTERM or SIGHUP. "
+                         "Its store is a temporary directory, removed when it stops, unless --store-dir is given.")
     s.add_argument("--port", type=int, default=4222)
-    s.set_defaults(func=_server)
+    s.add_argument("--store-dir", metavar="DIR",
+                   help="keep the JetStream store in DIR between runs (default: a temporary directory, "
+                        "removed on exit)")
+    s.set_defaults(func=_server, _local=True)
 
-    st = sub.add_parser("stream", help="manage streams").add_subparsers(dest="stream_cmd", required=True)
-    x = st.add_parser("ls", help="list streams")
+    st = _add(sub, "stream", help="manage streams").add_subparsers(dest="stream_cmd", required=True)
+    x = _add(st, "ls", help="list streams")
     x.add_argument("--subject", help="only streams that capture this subject")
     x.set_defaults(func=_with_js(_stream_ls))
-    x = st.add_parser("info", help="show a stream")
+    x = _add(st, "info", help="show a stream")
     x.add_argument("name")
     x.add_argument("--subjects", metavar="FILTER", help="also count messages per subject (e.g. '>')")
     x.set_defaults(func=_with_js(_stream_info))
-    x = st.add_parser("add", help="create a stream")
+    x = _add(st, "add", help="create a stream")
     x.add_argument("name")
     x.add_argument("--subjects", help="comma-separated subjects (default NAME.>)")
     x.add_argument("--storage", choices=["file", "memory"], default="file")
@@ -620,39 +976,39 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--max-age", type=float, help="seconds")
     x.add_argument("--allow-direct", action="store_true")
     x.set_defaults(func=_with_js(_stream_add))
-    x = st.add_parser("rm", help="delete a stream")
+    x = _add(st, "rm", help="delete a stream")
     x.add_argument("name")
     x.set_defaults(func=_with_js(_stream_rm))
-    x = st.add_parser("purge", help="purge a stream")
+    x = _add(st, "purge", help="purge a stream")
     x.add_argument("name")
     x.add_argument("--subject")
     x.add_argument("--seq", type=int)
     x.add_argument("--keep", type=int)
     x.set_defaults(func=_with_js(_stream_purge))
-    x = st.add_parser("get", help="read one stored message")
+    x = _add(st, "get", help="read one stored message")
     x.add_argument("name")
     x.add_argument("seq", type=int, nargs="?")
     x.add_argument("--last-by-subject")
-    x.set_defaults(func=_with_js(_stream_get))
-    x = st.add_parser("export", help="write every message to a JSON Lines file")
+    x.set_defaults(func=_with_js(_stream_get), _spill=(("seq", int),))
+    x = _add(st, "export", help="write every message to a JSON Lines file")
     x.add_argument("name")
     x.add_argument("file", help="output file, - for stdout")
     x.set_defaults(func=_with_js(_stream_export))
-    x = st.add_parser("import", help="publish every message of a JSON Lines file")
+    x = _add(st, "import", help="publish every message of a JSON Lines file")
     x.add_argument("file", help="input file, - for stdin")
     x.add_argument("--name", help="label for the progress bar")
     x.add_argument("--subject-prefix", help="prepend this token to every subject")
     x.set_defaults(func=_with_js(_stream_import))
 
-    co = sub.add_parser("consumer", help="manage consumers").add_subparsers(dest="consumer_cmd", required=True)
-    x = co.add_parser("ls", help="list consumers of a stream")
+    co = _add(sub, "consumer", help="manage consumers").add_subparsers(dest="consumer_cmd", required=True)
+    x = _add(co, "ls", help="list consumers of a stream")
     x.add_argument("stream")
     x.set_defaults(func=_with_js(_consumer_ls))
-    x = co.add_parser("info", help="show a consumer")
+    x = _add(co, "info", help="show a consumer")
     x.add_argument("stream")
     x.add_argument("name")
     x.set_defaults(func=_with_js(_consumer_info))
-    x = co.add_parser("add", help="create a durable pull consumer")
+    x = _add(co, "add", help="create a durable pull consumer")
     x.add_argument("stream")
     x.add_argument("name")
     x.add_argument("--filter", help="comma-separated filter subjects")
@@ -660,11 +1016,11 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--deliver", choices=["all", "last", "new", "last_per_subject"], default="all")
     x.add_argument("--max-deliver", type=int)
     x.set_defaults(func=_with_js(_consumer_add))
-    x = co.add_parser("rm", help="delete a consumer")
+    x = _add(co, "rm", help="delete a consumer")
     x.add_argument("stream")
     x.add_argument("name")
     x.set_defaults(func=_with_js(_consumer_rm))
-    x = co.add_parser("next", help="fetch (and ack) messages from a pull consumer")
+    x = _add(co, "next", help="fetch (and ack) messages from a pull consumer")
     x.add_argument("stream")
     x.add_argument("name")
     x.add_argument("--count", type=int, default=1)
@@ -672,61 +1028,87 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--no-ack", action="store_true")
     x.set_defaults(func=_with_js(_consumer_next))
 
-    x = sub.add_parser("pub", help="publish (core, or --js with a PubAck)")
+    x = _add(sub, "pub", help="publish (core, or --js with a PubAck)")
     x.add_argument("subject")
-    x.add_argument("data", nargs="?", default="")
-    x.add_argument("--js", action="store_true", help="publish to JetStream and wait for the PubAck(s)")
+    x.add_argument("data", nargs="?")
+    x.add_argument("--js", "-J", "--jetstream", action="store_true",
+                   help="publish to JetStream and wait for the PubAck(s)")
     x.add_argument("--count", type=int, default=1)
-    x.add_argument("--file", help="publish one message per line of this file (- for stdin)")
+    x.add_argument("--file", help="publish the bytes of this file (- for stdin): one message per line, "
+                                  "or all of it with --send-on eof")
+    x.add_argument("--force-stdin", action="store_true",
+                   help="publish the bytes of stdin (all of it, or per line with --send-on newline)")
+    x.add_argument("--send-on", choices=["newline", "eof"],
+                   help="one message per line, or one of the whole input (default: newline for --file, "
+                        "eof for --force-stdin)")
     x.add_argument("-H", "--header", action="append", help="Name:Value (repeatable)")
     x.add_argument("--msg-id")
-    x.set_defaults(func=_pub)
-    x = sub.add_parser("sub", help="subscribe and print messages")
+    x.set_defaults(func=_pub, _spill=(("data", str),))
+    x = _add(sub, "sub", help="subscribe and print messages")
     x.add_argument("subject")
     x.add_argument("--queue")
     x.add_argument("--count", type=int, default=0, help="stop after N messages (0: until idle/Ctrl-C)")
     x.add_argument("--wait", type=float, default=3600.0, help="stop after this many idle seconds")
     x.set_defaults(func=_sub)
-    x = sub.add_parser("req", help="send a request and print the reply")
+    x = _add(sub, "req", help="send a request and print the reply")
     x.add_argument("subject")
-    x.add_argument("data", nargs="?", default="")
+    x.add_argument("data", nargs="?")
     x.add_argument("-H", "--header", action="append")
-    x.set_defaults(func=_req)
+    x.set_defaults(func=_req, _spill=(("data", str),))
 
-    kv = sub.add_parser("kv", help="key-value buckets").add_subparsers(dest="kv_cmd", required=True)
-    x = kv.add_parser("add", help="create a bucket")
+    kv = _add(sub, "kv", help="key-value buckets").add_subparsers(dest="kv_cmd", required=True)
+    x = _add(kv, "add", help="create a bucket")
     x.add_argument("bucket")
     x.add_argument("--history", type=int, default=1)
     x.set_defaults(func=_kv)
     for name, hlp in (("get", "read a key"), ("del", "delete a key")):
-        x = kv.add_parser(name, help=hlp)
+        x = _add(kv, name, help=hlp)
         x.add_argument("bucket")
         x.add_argument("key")
         x.set_defaults(func=_kv)
-    x = kv.add_parser("put", help="write a key")
+    x = _add(kv, "put", help="write a key")
     x.add_argument("bucket")
     x.add_argument("key")
     x.add_argument("value")
     x.set_defaults(func=_kv)
-    x = kv.add_parser("ls", help="list keys")
+    x = _add(kv, "ls", help="list keys")
     x.add_argument("bucket")
     x.set_defaults(func=_kv)
-    x = kv.add_parser("watch", help="print changes")
+    x = _add(kv, "watch", help="print changes")
     x.add_argument("bucket")
-    x.add_argument("key", nargs="?", default=">")
+    x.add_argument("key", nargs="?")
     x.add_argument("--count", type=int, default=0, help="stop after N updates")
-    x.set_defaults(func=_kv)
+    x.set_defaults(func=_kv, _spill=(("key", str),))
     return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse like the nats CLI: global options anywhere, optional arguments also after the options."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse fills an optional positional (pub's DATA) with nothing when an option follows the required
+    # ones (`pub SUBJ --js hello`): hand such left-over words to it.
+    for name, convert in getattr(args, "_spill", ()):
+        if extra and getattr(args, name) is None and not extra[0].startswith("-"):
+            word = extra.pop(0)
+            try:
+                setattr(args, name, convert(word))
+            except ValueError:
+                parser.error(f"argument {name}: invalid {convert.__name__} value: {word!r}")
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (errors print one line on stderr)."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
     import jssync
 
     try:
+        _resolve(args, connects=not getattr(args, "_local", False))
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                            format="%(levelname)s %(name)s: %(message)s")
         rc: int = args.func(args)
     except jssync.Error as exc:
         sys.stderr.write(f"jssync: {type(exc).__name__}: {exc}\n")
@@ -734,6 +1116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:
         sys.stderr.write(f"jssync: {exc}\n")
         return 2
+    except OSError as exc:
+        sys.stderr.write(f"jssync: {exc}\n")
+        return 1
     return rc
 
 

@@ -129,7 +129,8 @@ class APIError(JetStreamError):
         self.code = code
         self.err_code = err_code
         self.description = description
-        super().__init__(f"{description or 'JetStream API error'} (code={code}, err_code={err_code})")
+        known = ", ".join(f"{k}={v}" for k, v in (("code", code), ("err_code", err_code)) if v is not None)
+        super().__init__(f"{description or 'JetStream API error'}{f' ({known})' if known else ''}")
 
 
 #: The name issue 3 and some users know it by.

@@ -142,3 +142,398 @@ def test_bad_input_is_one_line(cli):
 def test_console_script_help():
     proc = subprocess.run([sys.executable, "-m", "jssync", "--help"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0 and "stream" in proc.stdout and "consumer" in proc.stdout
+
+
+# -- the real command, as nats CLI users type it (issue 24, items 2, 4 and 5) ------------------------
+
+import base64  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import nkeys  # noqa: E402
+
+from jssync.server import NatsServer, free_port  # noqa: E402
+from tests.conftest import FACTOR, wait_for  # noqa: E402
+from tests.integration.test_auth import operator  # noqa: E402, F401 - a fixture: an operator/JWT server
+from tests.integration.test_security import _tls_config, pki  # noqa: E402, F401 - a fixture: a test CA
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARY = b"\x00\xff\xfe bin\x80\x0a\x0dary \xc3"  # not UTF-8, holds a newline
+
+
+@pytest.fixture
+def env(tmp_path):
+    """The environment of a `jssync` run: no NATS_* from outside, HOME and XDG_CONFIG_HOME in tmp_path."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("NATS_") or k == "NATS_SERVER_BIN"}
+    (tmp_path / "home").mkdir()
+    e.update(HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "xdg"), PYTHONPATH=str(ROOT))
+    return e
+
+
+def jssync_run(env: dict[str, str], *argv: str, stdin: bytes | None = None,
+               timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `python -m jssync ARGV...` as a user would (stdout/stderr as text, stdin as bytes)."""
+    p = subprocess.run([sys.executable, "-m", "jssync", *argv], env=env, input=stdin, capture_output=True,
+                       timeout=timeout * FACTOR)
+    return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(errors="replace"),
+                                       p.stderr.decode(errors="replace"))
+
+
+def _data(rec: dict) -> bytes:
+    """A message's payload from its JSON record (base64 when marked so)."""
+    if rec.get("data_encoding") == "base64":
+        return base64.b64decode(rec["data"])
+    assert "data_encoding" not in rec
+    return rec["data"].encode()
+
+
+def test_global_options_and_data_after_the_subcommand(env, nats_server, js, unique):
+    name = f"CG{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        # nats CLI order: data after the options, global options after the subcommand
+        p = jssync_run(env, "pub", f"{name}.a", "--js", "--count", "5", "hello", "-s", nats_server.url,
+                       "--timeout", "3s")
+        assert p.returncode == 0, p.stderr
+        st = js.stream(name)
+        assert st.info().state.messages == 5
+        assert st.get_msg(5).data == b"hello"
+        p = jssync_run(env, "stream", "ls", "--json", "--server", nats_server.url)
+        assert p.returncode == 0, p.stderr
+        assert any(r["config"]["name"] == name for r in json.loads(p.stdout))
+        p = jssync_run(env, "kv", "add", f"KG{unique}", "-s", nats_server.url)
+        assert p.returncode == 0, p.stderr
+        p = jssync_run(env, "kv", "put", f"KG{unique}", "k", "v1", "-s", nats_server.url, "--json")
+        assert p.returncode == 0 and json.loads(p.stdout)["revision"] == 1, p.stderr
+        # the old order still works
+        p = jssync_run(env, "-s", nats_server.url, "--json", "stream", "info", name)
+        assert p.returncode == 0 and json.loads(p.stdout)["state"]["messages"] == 5
+        # a word that is no argument is still refused
+        p = jssync_run(env, "stream", "info", name, "extra", "-s", nats_server.url)
+        assert p.returncode == 2 and "unrecognized arguments: extra" in p.stderr
+    finally:
+        js.delete_stream(name)
+        js.delete_key_value(f"KG{unique}")
+
+
+def test_one_json_convention_with_binary_payloads(env, nats_server, js, unique, tmp_path):
+    name = f"CJ{unique}"
+    s = ["-s", nats_server.url]
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        js.publish(f"{name}.bin", BINARY, headers={"Kind": "binary"})
+        js.publish(f"{name}.txt", "grüße".encode())
+        # a stored message: one JSON Lines record, binary payload in base64 with the marker
+        p = jssync_run(env, "stream", "get", name, "1", "--json", *s)
+        rec = json.loads(p.stdout)
+        assert rec["data_encoding"] == "base64" and _data(rec) == BINARY and rec["headers"] == {"Kind": "binary"}
+        assert rec["subject"] == f"{name}.bin" and rec["seq"] == 1
+        p = jssync_run(env, "stream", "get", name, "2", "--json", *s)
+        rec = json.loads(p.stdout)
+        assert rec["data"] == "grüße" and "data_encoding" not in rec
+        # a pull consumer: JSON Lines, the same record plus the delivery metadata
+        js.create_consumer(name, durable_name="W", ack_policy="explicit")
+        p = jssync_run(env, "consumer", "next", name, "W", "--count", "2", "--json", *s)
+        recs = [json.loads(x) for x in p.stdout.splitlines()]
+        assert [_data(r) for r in recs] == [BINARY, "grüße".encode()] and recs[0]["stream_seq"] == 1
+        # export and import keep the bytes (an export is JSON Lines of the same records)
+        f = tmp_path / "e.jsonl"
+        p = jssync_run(env, "stream", "export", name, str(f), *s)
+        assert p.returncode == 0, p.stderr
+        assert [_data(json.loads(x)) for x in f.read_text().splitlines()] == [BINARY, "grüße".encode()]
+        other = f"CK{unique}"
+        js.create_stream(name=other, subjects=[f"{other}.>"], storage="memory")
+        p = jssync_run(env, "stream", "import", str(f), "--subject-prefix", other, "--json", *s)
+        assert p.returncode == 0 and json.loads(p.stdout) == {"imported": 2}, p.stderr
+        assert js.stream(other).get_msg(1).data == BINARY
+        js.delete_stream(other)
+        # key-value entries: the value in the same convention
+        bucket = f"KJ{unique}"
+        p = jssync_run(env, "kv", "add", bucket, "--json", *s)
+        assert p.returncode == 0 and json.loads(p.stdout)["bucket"] == bucket, p.stdout
+        kv = js.key_value(bucket)
+        kv.put("b", BINARY)
+        p = jssync_run(env, "kv", "get", bucket, "b", "--json", *s)
+        rec = json.loads(p.stdout)
+        assert rec["key"] == "b" and rec["revision"] == 1 and rec["value_encoding"] == "base64"
+        assert base64.b64decode(rec["value"]) == BINARY
+        kv.put("t", b"text")
+        p = jssync_run(env, "kv", "watch", bucket, "--count", "2", "--json", *s)
+        recs = [json.loads(x) for x in p.stdout.splitlines()]
+        assert [(r["key"], r["operation"]) for r in recs] == [("b", "PUT"), ("t", "PUT")]
+        assert recs[1]["value"] == "text" and "value_encoding" not in recs[1]
+        p = jssync_run(env, "kv", "del", bucket, "t", "--json", *s)
+        assert json.loads(p.stdout) == {"deleted": "t", "bucket": bucket}
+        p = jssync_run(env, "kv", "ls", bucket, "--json", *s)
+        assert json.loads(p.stdout) == ["b"]
+        js.delete_key_value(bucket)
+    finally:
+        js.delete_stream(name)
+
+
+def _subscriber(env: dict[str, str], *argv: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "jssync", *argv], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def _feed(proc: subprocess.Popen[bytes], nc, subject: str, data: bytes, headers=None) -> tuple[str, str]:
+    """Publish until the subscriber process has had enough and exited; its output."""
+    end = time.monotonic() + 20 * FACTOR
+    while proc.poll() is None and time.monotonic() < end:
+        nc.publish(subject, data, headers=headers)
+        nc.flush()
+        time.sleep(0.1)
+    try:
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def test_sub_shows_headers_and_binary_payloads(env, nats_server, nc):
+    proc = _subscriber(env, "sub", "cli.hdr", "--count", "1", "--wait", "20", "-s", nats_server.url)
+    out, err = _feed(proc, nc, "cli.hdr", b"payload", headers={"Trace-Id": "t-1"})
+    assert proc.returncode == 0, err
+    assert "cli.hdr" in out and "payload" in out and "Trace-Id: t-1" in out
+    proc = _subscriber(env, "sub", "cli.hdr", "--count", "1", "--wait", "20", "--json", "-s", nats_server.url)
+    out, err = _feed(proc, nc, "cli.hdr", BINARY, headers={"Trace-Id": "t-2"})
+    rec = json.loads(out)
+    assert rec["headers"] == {"Trace-Id": "t-2"} and _data(rec) == BINARY and rec["subject"] == "cli.hdr"
+
+
+def test_pub_file_stdin_takes_binary(env, nats_server, nc):
+    sub = nc.subscribe("cli.bin")
+    nc.flush()
+    # the whole of stdin as one message, bytes unchanged
+    p = jssync_run(env, "pub", "cli.bin", "--file", "-", "--send-on", "eof", "-s", nats_server.url, stdin=BINARY)
+    assert p.returncode == 0, p.stderr
+    assert sub.next_msg(5).data == BINARY
+    # one message per line (the default), bytes unchanged
+    p = jssync_run(env, "pub", "cli.bin", "--file", "-", "-s", nats_server.url, stdin=b"\xff\x00a\n\xfeb\n")
+    assert p.returncode == 0, p.stderr
+    assert [sub.next_msg(5).data for _ in range(2)] == [b"\xff\x00a", b"\xfeb"]
+    # as the nats CLI has it: --force-stdin sends the whole of stdin
+    p = jssync_run(env, "pub", "cli.bin", "--force-stdin", "-s", nats_server.url, stdin=BINARY)
+    assert p.returncode == 0, p.stderr
+    assert sub.next_msg(5).data == BINARY
+
+
+def test_stream_import_stops_at_the_first_missing_stream(env, nats_server, unique, tmp_path):
+    subject = f"nostream{unique}.orders"
+    f = tmp_path / "in.jsonl"
+    f.write_text("".join(json.dumps({"subject": subject, "data": f"m{i}", "stream": "ORDERS"}) + "\n"
+                         for i in range(200)))
+    before = nats_server.varz()["in_msgs"]
+    p = jssync_run(env, "stream", "import", str(f), "-s", nats_server.url)
+    assert p.returncode == 1
+    assert "no stream" in p.stderr and subject in p.stderr and "jssync stream add ORDERS" in p.stderr, p.stderr
+    assert "line 1 " in p.stderr and "after 0 messages" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    # the first message (and its resends while no stream answers), none of the 199 after it
+    assert nats_server.varz()["in_msgs"] - before <= 5
+
+
+def test_errors_never_end_in_err_code_none(env, nats_server, js, unique):
+    bucket = f"KE{unique}"
+    js.create_key_value(bucket=bucket)
+    try:
+        p = jssync_run(env, "kv", "get", bucket, "nokey", "-s", nats_server.url)
+        assert p.returncode == 1 and "KeyNotFoundError" in p.stderr and "None" not in p.stderr, p.stderr
+    finally:
+        js.delete_key_value(bucket)
+    p = jssync_run(env, "kv", "get", f"NO{unique}", "k", "-s", nats_server.url)
+    assert p.returncode == 1 and "BucketNotFoundError" in p.stderr and "None" not in p.stderr, p.stderr
+    p = jssync_run(env, "stream", "info", f"NO{unique}", "-s", nats_server.url)
+    assert p.returncode == 1 and "err_code=10059" in p.stderr and "None" not in p.stderr, p.stderr
+
+
+# -- the nats CLI's environment and context files --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def auth_server():
+    with NatsServer(jetstream=True, config="authorization { user: ann, password: annpw }") as srv:
+        yield srv
+
+
+def _write_context(env: dict[str, str], name: str, select: bool = False, base: str | None = None,
+                   **settings: str) -> Path:
+    root = Path(base or env["XDG_CONFIG_HOME"]) / "nats"
+    (root / "context").mkdir(parents=True, exist_ok=True)
+    path = root / "context" / f"{name}.json"
+    path.write_text(json.dumps({"description": "", **settings}))
+    if select:
+        (root / "context.txt").write_text(name)
+    return path
+
+
+def test_environment_like_the_nats_cli(env, auth_server):
+    p = jssync_run(env, "stream", "ls", "--timeout", "2s", "--connect-timeout", "2", "-s", auth_server.url)
+    assert p.returncode == 1 and "Authorization" in p.stderr
+    env.update(NATS_URL=auth_server.url, NATS_USER="ann", NATS_PASSWORD="annpw")
+    p = jssync_run(env, "stream", "ls", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout) is not None, p.stderr
+    # a flag wins over the environment
+    p = jssync_run(env, "stream", "ls", "--password", "wrong")
+    assert p.returncode == 1 and "Authorization" in p.stderr
+    env["NATS_PASSWORD"] = "wrong"
+    p = jssync_run(env, "stream", "ls", "--password", "annpw")
+    assert p.returncode == 0, p.stderr
+
+
+def test_nats_timeout_environment(env, nats_server, nc):
+    nc.subscribe("cli.silent")  # a responder that never answers
+    nc.flush()
+    env.update(NATS_URL=nats_server.url, NATS_TIMEOUT="300ms")
+    p = jssync_run(env, "req", "cli.silent", "q")
+    assert p.returncode == 1 and "TimeoutError" in p.stderr and "within 0.3s" in p.stderr, p.stderr
+    p = jssync_run(env, "req", "cli.silent", "q", "--timeout", "0.4")  # the flag wins
+    assert p.returncode == 1 and "within 0.4s" in p.stderr, p.stderr
+    p = jssync_run(env, "req", "cli.silent", "q", "--timeout", "nonsense")
+    assert p.returncode == 2 and "--timeout" in p.stderr
+
+
+def test_nkey_and_creds_from_environment_and_context(env, operator, tmp_path):  # noqa: F811
+    kp = nkeys.from_seed(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER))
+    seed = tmp_path / "user.nk"
+    seed.write_text(kp.seed.decode())
+    with NatsServer(jetstream=False, config=f"authorization {{ users: [ {{ nkey: {kp.public_key.decode()} }} ] }}"
+                    ) as srv:
+        p = jssync_run(env, "req", "x", "y", "--timeout", "1", "-s", srv.url)
+        assert p.returncode == 1 and "Authorization" in p.stderr
+        p = jssync_run(env, "req", "x", "y", "--timeout", "1", "-s", srv.url, "--nkey", str(seed))
+        assert "NoRespondersError" in p.stderr, p.stderr  # connected: nobody answers
+        p = jssync_run({**env, "NATS_NKEY": str(seed)}, "req", "x", "y", "--timeout", "1", "-s", srv.url)
+        assert "NoRespondersError" in p.stderr, p.stderr
+        _write_context(env, "nk", select=True, url=srv.url, nkey=str(seed))
+        p = jssync_run(env, "req", "x", "y", "--timeout", "1")
+        assert "NoRespondersError" in p.stderr, p.stderr
+    p = jssync_run({**env, "NATS_CREDS": str(operator.creds)}, "req", "x", "y", "--timeout", "1",
+                   "-s", operator.server.url)
+    assert "NoRespondersError" in p.stderr, p.stderr
+    _write_context(env, "jwt", url=operator.server.url, creds=str(operator.creds))
+    p = jssync_run(env, "req", "x", "y", "--timeout", "1", "--context", "jwt")
+    assert "NoRespondersError" in p.stderr, p.stderr
+
+
+def test_tls_files_from_environment_and_context(env, pki):  # noqa: F811
+    with NatsServer(jetstream=False, config=_tls_config(pki.server_cert, pki.server_key, pki.ca, verify=True)) as srv:
+        p = jssync_run(env, "req", "x", "y", "--timeout", "1", "--connect-timeout", "2", "-s", srv.url)
+        assert p.returncode == 1 and "NoRespondersError" not in p.stderr
+        tls = {"NATS_CA": str(pki.ca), "NATS_CERT": str(pki.client_cert), "NATS_KEY": str(pki.client_key)}
+        p = jssync_run({**env, **tls, "NATS_URL": srv.url}, "req", "x", "y", "--timeout", "1")
+        assert "NoRespondersError" in p.stderr, p.stderr
+        p = jssync_run(env, "req", "x", "y", "--timeout", "1", "-s", srv.url, "--tlsca", str(pki.ca),
+                       "--tlscert", str(pki.client_cert), "--tlskey", str(pki.client_key))
+        assert "NoRespondersError" in p.stderr, p.stderr
+        _write_context(env, "tls", select=True, url=srv.url, ca=str(pki.ca), cert=str(pki.client_cert),
+                       key=str(pki.client_key))
+        p = jssync_run(env, "req", "x", "y", "--timeout", "1")
+        assert "NoRespondersError" in p.stderr, p.stderr
+
+
+def test_context_files(env, auth_server, nats_server, tmp_path):
+    # the selected context (context.txt) is used by default
+    _write_context(env, "prod", select=True, url=auth_server.url, user="ann", password="annpw")
+    p = jssync_run(env, "stream", "ls", "--json")
+    assert p.returncode == 0, p.stderr
+    # --context NAME picks another one (and NATS_CONTEXT, as in the nats CLI)
+    _write_context(env, "bad", url=auth_server.url, user="ann", password="nope")
+    p = jssync_run(env, "stream", "ls", "--context", "bad", "--connect-timeout", "2")
+    assert p.returncode == 1 and "Authorization" in p.stderr
+    p = jssync_run({**env, "NATS_CONTEXT": "bad"}, "stream", "ls", "--connect-timeout", "2")
+    assert p.returncode == 1 and "Authorization" in p.stderr
+    # precedence: flag > environment > context
+    p = jssync_run({**env, "NATS_PASSWORD": "annpw"}, "stream", "ls", "--context", "bad")
+    assert p.returncode == 0, p.stderr
+    p = jssync_run({**env, "NATS_PASSWORD": "nope"}, "stream", "ls", "--password", "annpw", "--context", "bad")
+    assert p.returncode == 0, p.stderr
+    p = jssync_run({**env, "NATS_URL": nats_server.url}, "--json", "stream", "ls", "--context", "bad")
+    assert p.returncode == 0, p.stderr  # the environment's URL: the server without authorization
+    # an unknown context is an error that names the file
+    p = jssync_run(env, "stream", "ls", "--context", "nosuch")
+    assert p.returncode == 2 and "nosuch.json" in p.stderr
+    # without XDG_CONFIG_HOME: ~/.config/nats
+    home = {k: v for k, v in env.items() if k != "XDG_CONFIG_HOME"}
+    _write_context(home, "h", select=True, base=str(Path(env["HOME"]) / ".config"), url=nats_server.url)
+    p = jssync_run(home, "--json", "stream", "ls")
+    assert p.returncode == 0, p.stderr
+
+
+# -- jssync server ---------------------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _start_server_command(env: dict[str, str], *extra: str) -> tuple[subprocess.Popen[str], str, int, str]:
+    """Run `jssync server`; its process, URL, nats-server pid and store directory."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "jssync", "server", "--port", str(port), *extra], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    assert f"127.0.0.1:{port}" in line, (line, proc.poll())
+    store = line.split("store ", 1)[1].split()[0] if "store " in line else ""
+    wait_for(lambda: _children(proc.pid), 10, what="the nats-server child")
+    return proc, f"nats://127.0.0.1:{port}", _children(proc.pid)[0], store
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_server_command_stops_its_server_on_signals(env, sig):
+    proc, url, child, store = _start_server_command(env)
+    try:
+        assert store and os.path.isdir(store)
+        proc.send_signal(sig)
+        proc.wait(30 * FACTOR)
+        assert not _alive(child), "nats-server outlived `jssync server`"
+        assert not os.path.exists(store), "the temporary store was left behind"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_server_command_store_dir_keeps_data(env, tmp_path):
+    store = tmp_path / "store"
+    for round_ in range(2):
+        proc, url, child, shown = _start_server_command(env, "--store-dir", str(store))
+        try:
+            assert shown == str(store)
+            if round_ == 0:
+                assert jssync_run(env, "stream", "add", "KEEP", "-s", url).returncode == 0
+                assert jssync_run(env, "pub", "KEEP.a", "kept", "--js", "-s", url).returncode == 0
+            else:
+                p = jssync_run(env, "stream", "get", "KEEP", "1", "--json", "-s", url)
+                assert p.returncode == 0 and _data(json.loads(p.stdout)) == b"kept", p.stderr
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30 * FACTOR)
+            assert not _alive(child) and store.is_dir()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if _alive(child):
+                os.kill(child, signal.SIGKILL)
+
+
+def test_server_command_help_says_the_store_is_temporary(env):
+    p = jssync_run(env, "server", "--help")
+    assert p.returncode == 0 and "--store-dir" in p.stdout and "temporary" in p.stdout
