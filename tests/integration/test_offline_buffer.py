@@ -238,3 +238,21 @@ def test_publish_async_that_timed_out_while_disconnected_is_not_sent_later(proxy
             assert djs.stream(name).info().state.messages == 2, "a message whose Future failed was stored"
         finally:
             djs.delete_stream(name)
+
+
+def test_queue_dropped_and_reported_once_nats_py_gives_up_reconnecting(proxy, nats_server, unique):
+    ev = Events()
+    with _connect(proxy.url, ev, max_reconnect_attempts=2) as nc:
+        _go_down(proxy, ev, nc)
+        for i in range(100):
+            nc.publish(f"offline.{unique}", _payload(i))
+        wait_for(lambda: nc.client.is_closed, 10, what="nats-py to give up reconnecting")
+
+        def dropped() -> list[BaseException]:
+            return [e for e in ev.errors if isinstance(e, jssync.ConnectionClosedError) and "dropped" in str(e)]
+
+        wait_for(dropped, 3, what="the report of the dropped queue")
+        assert len(dropped()) == 1
+        assert "100 queued message(s) dropped" in str(dropped()[0])
+        wait_for(lambda: not nc._pubq, 3, what="an empty queue")
+        proxy.forward()
