@@ -256,3 +256,24 @@ def test_queue_dropped_and_reported_once_nats_py_gives_up_reconnecting(proxy, na
         assert "100 queued message(s) dropped" in str(dropped()[0])
         wait_for(lambda: not nc._pubq, 3, what="an empty queue")
         proxy.forward()
+
+
+def test_request_right_after_the_reconnect_does_not_overtake_the_queue(proxy, nats_server, unique):
+    """A request may be written straight to the socket by its caller: not ahead of what waits."""
+    ev = Events()
+    base = f"ord.{unique}"
+    with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev) as nc:
+        seen = direct.subscribe(f"{base}.>", pending_msgs_limit=2 * N)
+        direct.subscribe(f"{base}.svc", callback=lambda m: m.respond(b"ok"))
+        direct.flush()
+        assert nc.request(f"{base}.svc", b"before", timeout=2).data == b"ok"
+        assert seen.next_msg(2).data == b"before"
+        _go_down(proxy, ev, nc)
+        for i in range(N):
+            nc.publish(f"{base}.data", _payload(i))
+        proxy.forward()
+        assert ev.reconnected.wait(5 * FACTOR)
+        assert nc.request(f"{base}.svc", b"after", timeout=10 * FACTOR).data == b"ok"
+        order = [seen.next_msg(3 * FACTOR).data for _ in range(N + 1)]
+        assert order[-1] == b"after", "the request overtook messages queued before it"
+        assert [int(d[:8]) for d in order[:-1]] == list(range(N))
