@@ -1621,7 +1621,7 @@ class Connection:
                             log.debug("could not hand over every publish before close", exc_info=True)
                     q = self._pubq
                     if q:
-                        log.warning("jssync: close: %d queued message(s) dropped (not connected)", len(q))
+                        log.warning("jssync: close: %d queued message(s) dropped (not sent before close)", len(q))
                         q.clear()
                         self._pub_room.set()
                     await self._nc.close()
