@@ -28,6 +28,7 @@ from ._errors import (
     NoRespondersError,
     NoServersError,
     PermissionDeniedError,
+    ReconnectBufferExceededError,
     SubscriptionClosedError,
     TimeoutError,
     translate,
@@ -70,6 +71,8 @@ _PARSER_IDLE = 1
 _PUB_HIGH_WATER = 65536
 #: ... or this many payload bytes (estimated as queue length x the new message's size).
 _PUB_HIGH_BYTES = 64 << 20
+#: While not connected the pump leaves the queue alone and looks again after this long.
+_PARKED_POLL = 0.05
 
 _SUBJECT_BAD = re.compile(r"[\s]")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
@@ -257,8 +260,13 @@ class Connection:
         reconnected_cb: Callable[[], Any] | None = None,
         closed_cb: Callable[[], Any] | None = None,
         callback_workers: int = 4,
+        reconnect_buffer_size: int | None = None,
     ) -> None:
         self._urls = _split_servers(servers)
+        if reconnect_buffer_size is not None and (
+                not isinstance(reconnect_buffer_size, int) or isinstance(reconnect_buffer_size, bool)
+                or reconnect_buffer_size < 0):
+            raise ValueError(f"reconnect_buffer_size must be None or an int >= 0, got {reconnect_buffer_size!r}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")
         if tls is not None and not isinstance(tls, ssl.SSLContext):
@@ -302,6 +310,14 @@ class Connection:
         self._pump_idle: asyncio.Event | None = None
         self._pub_room = threading.Event()
         self._pub_room.set()
+        # while not connected: the pump is parked (_park) and what is queued stays queued
+        self._park_timer: asyncio.TimerHandle | None = None
+        self._stale_check = False  # on resuming: drop requests whose caller gave up (_drop_stale)
+        # reconnect_buffer_size: payload bytes accepted since the connection was lost
+        self._offline_limit = reconnect_buffer_size
+        self._offline_lock = threading.Lock()
+        self._offline_used = 0
+        self._offline_refused = False
         self._max_payload = 1024 * 1024
         # Direct writes from a caller's thread (see _install_direct / _try_direct_send). The
         # lock orders every write to the socket and every "pop from _pubq, then write".
@@ -573,6 +589,9 @@ class Connection:
 
     async def _on_reconnected(self) -> None:
         log.info("jssync: reconnected to %s", self.connected_url)
+        with self._offline_lock:  # reconnect_buffer_size counts afresh for the next outage
+            self._offline_used = 0
+            self._offline_refused = False
         for fn in list(self._reconnect_listeners):
             try:
                 fn()
@@ -615,12 +634,18 @@ class Connection:
 
         Publishes are handed to the I/O thread in bursts (one wake-up per burst). When
         65536 publishes or about 64 MiB of payload are waiting, the call blocks until the
-        I/O thread has caught up (to half of that); it never drops. Use :meth:`flush` to
-        wait until the server has them.
+        I/O thread has caught up (to half of that); it never drops. While disconnected
+        the messages wait in the same queue, in order, and go out after the reconnect (a
+        publisher blocks at the same bound, at most 15 x the connect timeout, then raises
+        :class:`jssync.TimeoutError`); with ``reconnect_buffer_size`` set, a publish that
+        would pass it raises at once instead. Use :meth:`flush` to wait until the server
+        has them.
 
         Raises:
             jssync.BadSubjectError, jssync.BadHeaderError: invalid subject, reply or header.
             jssync.MaxPayloadError: ``data`` is over the server's max_payload.
+            jssync.ReconnectBufferExceededError: disconnected, and ``reconnect_buffer_size``
+                is used up (nothing was queued).
             jssync.ConnectionClosedError, jssync.ForkError.
         """
         validate_subject(subject)
@@ -636,7 +661,33 @@ class Connection:
                 f"of {self._max_payload} bytes"
             )
         self._check_open()
+        if self._offline_limit is not None and not self._nc.is_connected:
+            self._offline_check(size, subject)
         self._enqueue((subject, data, reply or "", headers))
+
+    def _offline_check(self, size: int, subject: str) -> None:
+        """While not connected, with ``reconnect_buffer_size`` set: count ``size`` bytes against it.
+
+        Raises :class:`jssync.ReconnectBufferExceededError` when they do not fit, and
+        reports the first refusal of each outage to ``error_cb``.
+        """
+        limit = self._offline_limit
+        assert limit is not None
+        with self._offline_lock:
+            if self._nc.is_connected:
+                return
+            if self._offline_used + size <= limit:
+                self._offline_used += size
+                return
+            first = not self._offline_refused
+            self._offline_refused = True
+        err = ReconnectBufferExceededError(
+            f"not connected, and the messages waiting for the reconnect would pass reconnect_buffer_size "
+            f"({limit} bytes): {size} bytes on {subject!r} refused"
+        )
+        if first:
+            self._report_error(err)
+        raise err
 
     def _publish_raw(self, subject: str, data: bytes) -> None:
         """Publish without validation (acks, flow control replies)."""
@@ -681,13 +732,17 @@ class Connection:
     def _kick_pump(self) -> None:
         # On the loop thread. A small burst while connected and with nothing queued in
         # nats-py is encoded and written to the socket right here (lowest latency for
-        # requests and acks); anything else goes through the pump task.
+        # requests and acks); anything else goes through the pump task. While not
+        # connected nothing leaves the queue (see _park).
         self._pump_scheduled = False
         if self._pump_task is not None and not self._pump_task.done():
             return
         q = self._pubq
         nc = self._nc
-        if self._fast and len(q) <= _DIRECT_MAX and nc.is_connected and not nc._pending:
+        if not nc.is_connected:
+            self._park()
+            return
+        if self._fast and len(q) <= _DIRECT_MAX and not nc._pending and not self._stale_check:
             try:
                 writer = nc._transport._io_writer
                 if writer.transport is not self._direct_checked:
@@ -737,18 +792,77 @@ class Connection:
         self._pub_room.set()
         return b"".join(parts)
 
-    async def _pump(self) -> None:
-        """On the loop: hand queued publishes to nats-py, a burst at a time.
+    def _park(self) -> None:
+        """On the loop, not connected: leave the queue as it is and look again in a moment.
 
-        While connected, a burst is encoded into one chunk and appended to nats-py's
-        outgoing buffer with one flush kick; otherwise each goes through
-        ``nc.publish`` (which buffers during a reconnect, or fails and is reported).
+        The publishes wait in ``_pubq`` (bounded as always: publishers block at its limit)
+        instead of going to nats-py, whose reconnect buffer is small and refuses past it.
+        """
+        self._stale_check = True
+        if self._park_timer is None:
+            self._park_timer = self._loop.loop.call_later(_PARKED_POLL, self._unpark)
+
+    def _unpark(self) -> None:
+        # on the loop: resume the pump once connected again
+        self._park_timer = None
+        q = self._pubq
+        if not q or self._closed or self._closing:
+            return  # (close() drops what is left)
+        if self._nc.is_closed:
+            # nats-py gave up reconnecting (max_reconnect_attempts): nothing queued can go out
+            n = len(q)
+            q.clear()
+            self._pub_room.set()
+            self._report_error(ConnectionClosedError(
+                f"the connection closed (no more reconnect attempts): {n} queued message(s) dropped"))
+            return
+        self._kick_pump()
+
+    def _drop_stale(self) -> None:
+        """On the loop, resuming after a disconnect: drop queued requests whose caller gave up.
+
+        A request, ``js.publish`` or ``publish_async`` that timed out while its message
+        waited for the reconnect has reported its failure; sending it afterwards could
+        store a message its caller treats as not stored. Such a message's reply subject
+        is on the multiplexer, and its token is gone from ``_replies``.
+        """
+        prefix = self._mux_prefix
+        q = self._pubq
+        if prefix is None or not q:
+            return
+        replies = self._replies
+        plen = len(prefix)
+        with self._wlock:  # (a direct send checks the queue under it)
+            n = len(q)
+            kept = []
+            for _ in range(n):
+                item = q.popleft()
+                reply = item[2]
+                if reply.startswith(prefix) and reply[plen:] not in replies:
+                    continue
+                kept.append(item)
+            q.extendleft(reversed(kept))
+        if len(kept) < n:
+            log.debug("jssync: %d request(s) that timed out while disconnected not sent", n - len(kept))
+
+    async def _pump(self) -> None:
+        """On the loop: hand queued publishes to nats-py, a burst at a time, while connected.
+
+        A burst is encoded into one chunk and appended to nats-py's outgoing buffer with
+        one flush kick (or, with a nats-py without that buffer, each goes through
+        ``nc.publish``). When the connection is lost the pump parks (see :meth:`_park`).
         """
         q = self._pubq
         nc = self._nc
         try:
+            if self._stale_check:
+                self._stale_check = False
+                self._drop_stale()
             while q:
-                if self._fast and nc.is_connected:
+                if not nc.is_connected:
+                    self._park()
+                    break
+                if self._fast:
                     with self._wlock:
                         chunk = self._encode_burst(_PUMP_BATCH)
                         nc._pending.append(chunk)
@@ -760,7 +874,7 @@ class Connection:
                         log.debug("flush kick failed: %s", exc)
                 else:
                     n = 0
-                    while q and n < _PUMP_BATCH:
+                    while q and n < _PUMP_BATCH and nc.is_connected:
                         subject, data, reply, headers = q.popleft()
                         n += 1
                         try:
@@ -954,8 +1068,13 @@ class Connection:
             return True
 
     async def _sync_pubs(self) -> None:
-        """On the loop: wait until every publish queued so far was handed to nats-py."""
-        if self._pubq:
+        """On the loop: wait until every publish queued so far was handed to nats-py.
+
+        While not connected it returns at once (or as soon as the pump parks): the queue
+        goes out after the reconnect. (nats-py sends the subscriptions first on a
+        reconnect, so a SUB cannot be ordered after the queued publishes anyway.)
+        """
+        if self._pubq and self._nc.is_connected:
             self._pump_scheduled = False
             self._kick_pump()
         if self._pump_task is not None and not self._pump_task.done():
@@ -973,16 +1092,9 @@ class Connection:
         if not nc.is_connected and not nc.is_closed:
             # nats-py's flush returns at once while reconnecting; wait for the connection
             # (the PING must reach the server) within the same timeout.
-            loop = asyncio.get_running_loop()
-            end = loop.time() + timeout
-            while not nc.is_connected:
-                if nc.is_closed:
-                    break
-                left = end - loop.time()
-                if left <= 0:
-                    raise TimeoutError(f"flush timed out after {timeout}s: not connected")
-                await asyncio.sleep(min(0.05, left))
-            timeout = max(0.001, end - loop.time())
+            end = asyncio.get_running_loop().time() + timeout
+            await self._wait_connected(end, timeout)
+            timeout = max(0.001, end - asyncio.get_running_loop().time())
         if self._fast and nc.is_connected and nc._pending:
             try:
                 nc._transport.writelines(nc._pending[:])
@@ -992,21 +1104,40 @@ class Connection:
                 log.debug("could not write the buffer before PING", exc_info=True)
         await nc.flush(timeout=timeout)
 
+    async def _wait_connected(self, end: float, timeout: float) -> None:
+        """On the loop: return once connected (or closed); TimeoutError at loop time ``end``."""
+        nc = self._nc
+        loop = asyncio.get_running_loop()
+        while not nc.is_connected and not nc.is_closed:
+            left = end - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"flush timed out after {timeout}s: not connected")
+            await asyncio.sleep(min(0.05, left))
+
     def flush(self, timeout: float = 2.0) -> None:
         """Send everything published so far and wait for the server to confirm (PING/PONG).
 
-        Blocks up to ``timeout`` seconds.
+        Blocks up to ``timeout`` seconds. While disconnected it waits for the reconnect
+        and for what was queued meanwhile to go out, within the same ``timeout``.
 
         Raises:
-            jssync.TimeoutError: no PONG in time.
+            jssync.TimeoutError: no PONG in time (or still not connected).
             jssync.ConnectionClosedError.
         """
         self._check_open()
 
         async def _flush() -> None:
-            await self._sync_pubs()
+            loop = asyncio.get_running_loop()
+            end = loop.time() + max(timeout, 0.001)
+            while True:
+                await self._sync_pubs()
+                nc = self._nc
+                if not self._pubq or nc.is_connected or nc.is_closed:
+                    break
+                # not connected: the rest of the queue waits for the reconnect
+                await self._wait_connected(end, timeout)
             with translating():
-                await self._ordered_flush(max(timeout, 0.001))
+                await self._ordered_flush(max(end - loop.time(), 0.001))
 
         self.run(_flush(), Deadline(timeout + 0.5), "flush")
 
@@ -1029,6 +1160,8 @@ class Connection:
             jssync.NoRespondersError: nobody listens on ``subject``.
             jssync.PermissionDeniedError: the server refused the publish to ``subject`` or
                 the subscription to the reply inbox (raised as soon as the refusal arrives).
+            jssync.ReconnectBufferExceededError: disconnected, and ``reconnect_buffer_size``
+                is used up.
             jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
         """
         validate_subject(subject, wildcards=False)
@@ -1045,6 +1178,8 @@ class Connection:
     def _request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float) -> Msg:
         """``request`` without argument validation (internal callers compose their subjects)."""
         self._check_open()
+        if self._offline_limit is not None and not self._nc.is_connected:
+            self._offline_check(len(data) if headers is None else len(data) + _headers_size(headers), subject)
         if ".CONSUMER.MSG.NEXT." in subject:
             return self._request_own_inbox(subject, data, headers, timeout)
         if self._loop.in_loop_thread():
@@ -1461,7 +1596,10 @@ class Connection:
         """Flush what was published, close the connection and stop its threads.
 
         Idempotent. Blocks up to ``timeout`` seconds; never raises for a closed connection.
-        Subscription iterators end.
+        Subscription iterators end. While disconnected it does not wait for a reconnect:
+        what is still queued is dropped (logged as a warning) and the ``publish_async``
+        Futures still waiting fail with :class:`jssync.ConnectionClosedError` at once;
+        call :meth:`flush` first to wait for the reconnect.
         """
         with self._close_lock:
             if self._closed or self._closing:
@@ -1475,10 +1613,17 @@ class Connection:
             try:
 
                 async def _close() -> None:
-                    try:
-                        await asyncio.wait_for(self._sync_pubs(), max(0.1, (deadline.remaining() or 1) - 0.2))
-                    except Exception:
-                        log.debug("could not hand over every publish before close", exc_info=True)
+                    # not while disconnected: close does not wait for a reconnect
+                    if self._nc.is_connected:
+                        try:
+                            await asyncio.wait_for(self._sync_pubs(), max(0.1, (deadline.remaining() or 1) - 0.2))
+                        except Exception:
+                            log.debug("could not hand over every publish before close", exc_info=True)
+                    q = self._pubq
+                    if q:
+                        log.warning("jssync: close: %d queued message(s) dropped (not sent before close)", len(q))
+                        q.clear()
+                        self._pub_room.set()
                     await self._nc.close()
 
                 self._loop.run(_close(), deadline, "close")
@@ -1629,7 +1774,11 @@ def connect(servers: str | Sequence[str] | None = None, **options: Any) -> Conne
     ``token``, ``creds`` (a .creds file), ``nkeys_seed`` (a seed file or the seed),
     ``tls`` (an ``ssl.SSLContext``), ``max_reconnect_attempts`` (-1: forever),
     ``reconnect_time_wait``, ``error_cb``, ``disconnected_cb``, ``reconnected_cb``,
-    ``closed_cb`` (all run on the worker pool), ``callback_workers`` (default 4).
+    ``closed_cb`` (all run on the worker pool), ``callback_workers`` (default 4),
+    ``reconnect_buffer_size`` (payload bytes that publishes and requests may queue while
+    disconnected; default None: no limit of its own, publishers block at the publish
+    queue's bound; past it a publish raises :class:`jssync.ReconnectBufferExceededError`
+    at once and the first refusal of each outage goes to ``error_cb``).
 
     Blocks until connected or ``timeout`` passes. Works from any thread, including one
     that runs an asyncio event loop (Jupyter).

@@ -99,6 +99,14 @@ class MaxPayloadError(Error, ValueError):
     """A payload is larger than the server's max_payload."""
 
 
+class ReconnectBufferExceededError(Error):
+    """A publish made while disconnected was refused: ``reconnect_buffer_size`` is used up.
+
+    Raised by ``publish`` and ``request`` (and set on a ``publish_async`` Future) at once;
+    nothing of it was queued.
+    """
+
+
 class SlowConsumerError(Error):
     """A subscription dropped messages because its pending limit was reached."""
 

@@ -23,6 +23,7 @@ from ._errors import (
     Error,
     JetStreamError,
     NoRespondersError,
+    ReconnectBufferExceededError,
     ServiceUnavailableError,
     TimeoutError,
     check_api_response,
@@ -564,9 +565,12 @@ class JetStream:
         does not arrive within ``timeout`` (default: the context's) fails its Future with
         :class:`jssync.TimeoutError`; closing the connection fails the Futures still
         waiting with :class:`jssync.ConnectionClosedError`, and ``Connection.drain()``
-        waits for them first. Done-callbacks added to the Future run on the worker pool
-        (or at once, on the caller's thread, when the Future is already done), never on
-        the I/O thread.
+        waits for them first. While disconnected the message waits for the reconnect in
+        the connection's publish queue (a message whose Future failed meanwhile is not
+        sent); with the connection's ``reconnect_buffer_size`` used up the Future fails at
+        once with :class:`jssync.ReconnectBufferExceededError`. Done-callbacks added to
+        the Future run on the worker pool (or at once, on the caller's thread, when the
+        Future is already done), never on the I/O thread.
 
         Raises:
             jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError (before sending).
@@ -876,6 +880,12 @@ class _AsyncPublisher:
                 finally:
                     self._waiters -= 1
         fut: concurrent.futures.Future[api.PubAck] = _PubAckFuture(conn, self._fcond)
+        if conn._offline_limit is not None and not conn._nc.is_connected:
+            try:
+                conn._offline_check(len(data) if headers is None else len(data) + _headers_size(headers), subject)
+            except ReconnectBufferExceededError as exc:
+                fut.set_exception(exc)  # failed at once; nothing was queued
+                return fut
         pending = self._pending
         low_water = limit - max(1, limit // 4)
 
