@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64  # noqa: F401  (re-used by sibling modules through this one)
 import concurrent.futures
+import datetime as _dt
 import json
 import logging
 import math
@@ -31,11 +32,12 @@ from ._errors import (
 if TYPE_CHECKING:
     from ._connection import Connection
     from ._consumers import Consumer
+    from ._direct import DirectBatch
     from ._kv import KeyValue
     from ._msg import Msg
     from ._objectstore import ObjectStore
     from ._push import JetStreamSubscription
-    from ._streams import Stream
+    from ._streams import StoredMsg, Stream
 
 log = logging.getLogger("jssync")
 
@@ -297,6 +299,51 @@ class JetStream:
         """Iterate over every stream name (all pages), optionally those listening on ``subject``."""
         for item in self._paged("STREAM.NAMES", "streams", {"subject": subject} if subject else {}, timeout):
             yield str(item)
+
+    # -- Direct Get (ADR-31; implemented in _direct.py) -------------------------------------
+
+    def direct_get(self, stream: str, seq: int | None = None, *, last_by_subject: str | None = None,
+                   next_by_subject: str | None = None, start_time: _dt.datetime | None = None,
+                   timeout: float | None = None) -> StoredMsg:
+        """Read one message of ``stream`` with Direct Get, without a stream handle.
+
+        Sends the Direct Get request and nothing else (no STREAM.INFO), so it works while
+        the stream has no leader or, for a mirror with ``mirror_direct``, while the
+        upstream is down. Selectors as in :meth:`jssync.Stream.direct_get`.
+
+        Raises:
+            ValueError, TypeError: bad name or selectors (nothing is sent).
+            jssync.MessageNotFoundError: no such message.
+            jssync.DirectGetNotAllowedError, jssync.StreamNotFoundError: nobody answered
+                because the stream does not allow direct gets or does not exist.
+            jssync.NoRespondersError: no replica or mirror answered.
+            jssync.TimeoutError.
+        """
+        from ._direct import direct_get
+
+        validate_name(stream)
+        return direct_get(self, stream, seq=seq, last_by_subject=last_by_subject, next_by_subject=next_by_subject,
+                          start_time=start_time, timeout=timeout)
+
+    def direct_get_batch(self, stream: str, subject: str, batch: int, *, seq: int | None = None,
+                         start_time: _dt.datetime | None = None, max_bytes: int | None = None,
+                         timeout: float | None = None) -> DirectBatch:
+        """:meth:`jssync.Stream.direct_get_batch` without a stream handle (no STREAM.INFO is sent)."""
+        from ._direct import direct_get_batch
+
+        validate_name(stream)
+        return direct_get_batch(self, stream, subject, batch, seq=seq, start_time=start_time,
+                                max_bytes=max_bytes, timeout=timeout)
+
+    def direct_get_last_for(self, stream: str, subjects: list[str], *, up_to_seq: int | None = None,
+                            up_to_time: _dt.datetime | None = None, batch: int | None = None,
+                            timeout: float | None = None) -> DirectBatch:
+        """:meth:`jssync.Stream.direct_get_last_for` without a stream handle (no STREAM.INFO is sent)."""
+        from ._direct import direct_get_last_for
+
+        validate_name(stream)
+        return direct_get_last_for(self, stream, subjects, up_to_seq=up_to_seq, up_to_time=up_to_time,
+                                   batch=batch, timeout=timeout)
 
     def find_stream_name_by_subject(self, subject: str, *, timeout: float | None = None) -> str:
         """Return the name of the one stream that captures ``subject``.
