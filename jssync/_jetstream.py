@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from nats.js import api
 
@@ -23,6 +23,7 @@ from ._errors import (
     ConnectionClosedError,
     Error,
     JetStreamError,
+    NoAckStreamError,
     NoRespondersError,
     ServiceUnavailableError,
     TimeoutError,
@@ -531,6 +532,24 @@ class JetStream:
             )
         return data, h
 
+    @overload
+    def publish(
+        self, subject: str, data: bytes = b"", *, headers: dict[str, str] | None = None,
+        msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
+        timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
+        ack: Literal[True] = True,
+    ) -> api.PubAck: ...
+
+    @overload
+    def publish(
+        self, subject: str, data: bytes = b"", *, headers: dict[str, str] | None = None,
+        msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
+        timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
+        ack: Literal[False],
+    ) -> None: ...
+
     def publish(
         self,
         subject: str,
@@ -545,7 +564,8 @@ class JetStream:
         timeout: float | None = None,
         retry_attempts: int = 2,
         retry_wait: float = 0.25,
-    ) -> api.PubAck:
+        ack: bool = True,
+    ) -> api.PubAck | None:
         """Publish to a stream and wait for its acknowledgement.
 
         ``msg_id`` sets ``Nats-Msg-Id`` for de-duplication (a duplicate within the stream's
@@ -556,14 +576,29 @@ class JetStream:
 
         Blocks until the PubAck arrives (default timeout: the context's).
 
+        ``ack=False`` is for streams configured with ``no_ack``, which store messages
+        without ever answering: the message is published like :meth:`Connection.publish`
+        (buffered, returns None at once, nothing confirms it was stored; ``conn.flush()``
+        waits until the server has it). The ``expected_*`` checks need a PubAck to report
+        a failure, so they are refused with ``ack=False``.
+
         Raises:
             jssync.NoRespondersError: no stream captures ``subject``.
             jssync.WrongLastSequenceError, jssync.WrongLastMsgIdError,
             jssync.StreamNotMatchError: an expectation failed.
+            jssync.NoAckStreamError: no PubAck came in time and the stream capturing
+                ``subject`` has ``no_ack`` (it never sends one; the message was sent). Found
+                out after the timeout with up to two more requests (stream names, info).
             jssync.TimeoutError, jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
         """
         data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
                                         expected_last_subject_seq, expected_last_msg_id)
+        if not ack:
+            if expected_stream is not None or expected_last_seq is not None or \
+                    expected_last_subject_seq is not None or expected_last_msg_id is not None:
+                raise ValueError("the expected_* checks are reported in the PubAck: they need ack=True")
+            self.conn.publish(subject, data, headers=h)
+            return None
         _check_retry(retry_attempts, retry_wait)
         deadline = Deadline(self.timeout if timeout is None else timeout)
         attempt = 0
@@ -581,8 +616,27 @@ class JetStream:
                 time.sleep(retry_wait * attempt)
                 continue
             except TimeoutError:
-                raise TimeoutError(f"no PubAck for the publish on {subject!r} within {deadline.timeout}s") from None
+                raise self._no_pub_ack(subject, deadline.timeout) from None
             return _parse_pub_ack(msg)
+
+    def _no_pub_ack(self, subject: str, waited: float | None) -> BaseException:
+        """The error for a publish whose PubAck did not come: NoAckStreamError when the
+        stream capturing ``subject`` is configured with ``no_ack`` (it never answers), else
+        TimeoutError. Costs up to two requests, only after the timeout ran out."""
+        timeout_error = TimeoutError(f"no PubAck for the publish on {subject!r} within {waited}s")
+        try:
+            t = min(self.timeout, 2.0)
+            name = self.find_stream_name_by_subject(subject, timeout=t)
+            no_ack = bool(self._stream_info(name, timeout=t).config.no_ack)
+        except Error:
+            return timeout_error
+        if not no_ack:
+            return timeout_error
+        return NoAckStreamError(
+            name, subject,
+            f"stream {name!r} is configured with no_ack: it never sends a PubAck, so none came for the publish "
+            f"on {subject!r} within {waited}s; the message was sent and is stored unless a limit refused it; "
+            "publish to this stream with ack=False")
 
     def publish_async(
         self,
@@ -1016,7 +1070,9 @@ class _AsyncPublisher:
             conn._replies.pop(t, None)
             self._retries.pop(t, None)
             if item is not None:
-                _resolve(item[0], None, TimeoutError("no PubAck within the publish timeout"))
+                _resolve(item[0], None, TimeoutError(
+                    "no PubAck within the publish timeout (a stream with no_ack never sends one: "
+                    "publish to it with publish(..., ack=False))"))
         if expired:
             with self._cond:
                 self._cond.notify_all()
