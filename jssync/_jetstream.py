@@ -550,6 +550,15 @@ class JetStream:
         ack: Literal[False],
     ) -> None: ...
 
+    @overload
+    def publish(
+        self, subject: str, data: bytes = b"", *, headers: dict[str, str] | None = None,
+        msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
+        timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
+        ack: bool,
+    ) -> api.PubAck | None: ...
+
     def publish(
         self,
         subject: str,
