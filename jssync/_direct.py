@@ -11,6 +11,11 @@ Single reads use the connection's request multiplexer. Batched and multi-subject
 get many replies to one request: each :class:`DirectBatch` makes its own core
 subscription on a fresh inbox, publishes the request with that inbox as the reply
 subject, and reads replies until the server's end-of-batch marker.
+
+A read sends the Direct Get request and nothing before it: no stream info, so no
+leader is needed (ADR-31's point: any replica or mirror answers). Only when nobody
+answers (status 503) is the stream's info asked for, to tell a stream without
+``allow_direct`` or a missing stream from replicas and mirrors that are all down.
 """
 
 from __future__ import annotations
@@ -29,14 +34,16 @@ from ._errors import (
     DirectGetNotAllowedError,
     MessageNotFoundError,
     NoRespondersError,
+    ServiceUnavailableError,
+    StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
 )
 from ._streams import StoredMsg
 
 if TYPE_CHECKING:
+    from ._jetstream import JetStream
     from ._msg import Msg
-    from ._streams import Stream
     from ._subscription import Subscription
 
 __all__ = [
@@ -182,44 +189,35 @@ def to_stored_msg(msg: Msg) -> StoredMsg:
 # -- checks that need the server ------------------------------------------------------------
 
 
-def _api_subject(stream: Stream) -> str:
-    return f"{stream._js.prefix}.DIRECT.GET.{stream.name}"
+def _api_subject(js: JetStream, stream: str) -> str:
+    return f"{js.prefix}.DIRECT.GET.{stream}"
 
 
-def _ensure_allowed(stream: Stream, timeout: float | None) -> None:
-    """Raise DirectGetNotAllowedError unless the stream allows direct gets.
+def _no_responders(js: JetStream, stream: str, timeout: float | None) -> BaseException:
+    """Work out why nobody answered a Direct Get request; returns the error to raise.
 
-    Uses the cached info; only when that says "not allowed" is the info fetched again
-    (the stream may have been updated since).
+    Only now is the stream's info asked for (a Direct Get itself never needs it): a
+    stream without allow_direct has no responder, and neither has a missing stream.
     """
-    if stream.cached_info.config.allow_direct:
-        return
-    info = stream.info(timeout=timeout)
-    if not info.config.allow_direct:
-        raise DirectGetNotAllowedError(
-            f"stream {stream.name!r} does not allow direct gets (allow_direct is off); "
+    try:
+        info = js._stream_info(stream, timeout=timeout)
+    except (NoRespondersError, ServiceUnavailableError, TimeoutError):
+        info = None
+    except StreamNotFoundError as exc:
+        return StreamNotFoundError(exc.code, exc.err_code, f"stream {stream!r} not found (direct get)")
+    if info is not None and not info.config.allow_direct:
+        return DirectGetNotAllowedError(
+            f"stream {stream!r} does not allow direct gets (allow_direct is off); "
             "enable allow_direct on the stream or use stream.get_msg()"
         )
-
-
-def _no_responders(stream: Stream, timeout: float | None) -> BaseException:
-    """Work out why nobody answered a Direct Get request; returns the error to raise."""
-    try:
-        info = stream.info(timeout=timeout)
-    except NoRespondersError:
-        info = None
-    except TimeoutError:
-        info = None
-    if info is not None and not info.config.allow_direct:
-        return DirectGetNotAllowedError(f"stream {stream.name!r} no longer allows direct gets")
     return NoRespondersError(
-        f"no server answered the direct get on stream {stream.name!r} (are its replicas and mirrors down?)"
+        f"no server answered the direct get on stream {stream!r} (are its replicas and mirrors down?)"
     )
 
 
-def _timeout(stream: Stream, timeout: float | None) -> float:
+def _timeout(js: JetStream, timeout: float | None) -> float:
     if timeout is None:
-        return stream._js.timeout
+        return js.timeout
     if timeout <= 0:
         raise ValueError(f"timeout must be > 0, got {timeout!r}")
     return timeout
@@ -228,7 +226,7 @@ def _timeout(stream: Stream, timeout: float | None) -> float:
 # -- single reads -----------------------------------------------------------------------------
 
 
-def direct_get(stream: Stream, *, seq: int | None = None, last_by_subject: str | None = None,
+def direct_get(js: JetStream, stream: str, *, seq: int | None = None, last_by_subject: str | None = None,
                next_by_subject: str | None = None, start_time: _dt.datetime | None = None,
                timeout: float | None = None) -> StoredMsg:
     """Read one message with Direct Get.
@@ -239,11 +237,13 @@ def direct_get(stream: Stream, *, seq: int | None = None, last_by_subject: str |
     given, or at or after ``start_time``); ``start_time`` alone (the first message stored
     at or after it; a naive datetime is taken as UTC).
 
-    Blocks until the reply arrives, at most ``timeout`` seconds (default: the JetStream
-    context's timeout).
+    Sends the Direct Get request and nothing else (no stream info first): any replica
+    or mirror may answer, with no leader needed. Blocks until the reply arrives, at most
+    ``timeout`` seconds (default: the JetStream context's timeout).
 
     Raises:
         ValueError, TypeError: no selector, or selectors that cannot be combined (nothing is sent).
+        jssync.StreamNotFoundError: no such stream (asked only after nobody answered).
         jssync.MessageNotFoundError: no such message.
         jssync.DirectGetNotAllowedError: the stream does not allow direct gets.
         jssync.NoRespondersError: no replica or mirror answered.
@@ -251,9 +251,9 @@ def direct_get(stream: Stream, *, seq: int | None = None, last_by_subject: str |
     """
     from ._connection import validate_subject
 
-    t = _timeout(stream, timeout)
+    t = _timeout(js, timeout)
     req: dict[str, Any] = {}
-    subject = _api_subject(stream)
+    subject = _api_subject(js, stream)
     if last_by_subject is not None:
         if seq is not None or next_by_subject is not None or start_time is not None:
             raise ValueError("last_by_subject cannot be combined with seq, next_by_subject or start_time")
@@ -274,19 +274,18 @@ def direct_get(stream: Stream, *, seq: int | None = None, last_by_subject: str |
             req["next_by_subj"] = next_by_subject
         if not req:
             raise ValueError("direct_get needs seq, last_by_subject, next_by_subject or start_time")
-    _ensure_allowed(stream, t)
-    what = f"direct get on stream {stream.name!r}"
+    what = f"direct get on stream {stream!r}"
     data = json.dumps(req).encode() if req else b""
     try:
-        msg = stream._js.conn.request(subject, data, timeout=t)
+        msg = js.conn.request(subject, data, timeout=t)
     except NoRespondersError:
-        raise _no_responders(stream, t) from None
+        raise _no_responders(js, stream, t) from None
     except TimeoutError:
         raise TimeoutError(f"no reply to the {what} within {t}s") from None
     err = status_error(msg, what)
     if err is not None:
         if isinstance(err, NoRespondersError):
-            raise _no_responders(stream, t)
+            raise _no_responders(js, stream, t)
         raise err
     hdrs = msg.headers
     if hdrs and hdrs.get("Status") == "204":  # pragma: no cover - only sent for batches
@@ -325,12 +324,14 @@ class DirectBatch:
     when garbage-collected. Thread-safe: several threads may take messages from one batch.
     """
 
-    def __init__(self, stream: Stream, request: dict[str, Any], timeout: float, *, multi: bool) -> None:
+    def __init__(self, js: JetStream, stream: str, request: dict[str, Any], timeout: float, *,
+                 multi: bool) -> None:
+        self._js = js
         self._stream = stream
         self._request = request
         self._timeout = timeout
         self._multi = multi
-        self._what = f"direct get {'multi_last' if multi else 'batch'} on stream {stream.name!r}"
+        self._what = f"direct get {'multi_last' if multi else 'batch'} on stream {stream!r}"
         #: Matching messages left after this batch (from the end-of-batch marker), or None.
         self.num_pending: int | None = None
         #: The stream sequence of the last message of this batch, or None.
@@ -341,7 +342,7 @@ class DirectBatch:
         self._done = False
         self._ended_by_marker = False
         self._lock = threading.Lock()
-        conn = stream._js.conn
+        conn = js.conn
         batch = int(request.get("batch") or 0)
         limit = max(batch, MAX_MULTI_SUBJECTS if multi else 1) + 16
         if not batch and not multi:
@@ -349,7 +350,7 @@ class DirectBatch:
         self._sub = conn.subscribe(conn.new_inbox(), pending_msgs_limit=limit)
         self._finalizer = weakref.finalize(self, _close_sub, self._sub)
         try:
-            conn.publish(_api_subject(stream), json.dumps(request).encode(), reply=self._sub.subject)
+            conn.publish(_api_subject(js, stream), json.dumps(request).encode(), reply=self._sub.subject)
         except BaseException:
             self._finalizer()
             raise
@@ -402,7 +403,7 @@ class DirectBatch:
         with self._lock:
             if self._done:
                 raise StopIteration
-            conn = self._stream._js.conn
+            conn = self._js.conn
             try:
                 msg = self._sub.next_msg(timeout=self._timeout)
             except TimeoutError:
@@ -434,7 +435,7 @@ class DirectBatch:
                         self.num_pending = 0
                     raise StopIteration
                 if isinstance(err, NoRespondersError):
-                    raise _no_responders(self._stream, self._timeout)
+                    raise _no_responders(self._js, self._stream, self._timeout)
                 assert err is not None
                 raise err
             if self.received == 0 and not (hdrs and HDR_NUM_PENDING in hdrs):
@@ -470,8 +471,8 @@ class DirectBatch:
             req.pop("up_to_time", None)
             if self.up_to_sequence:
                 req["up_to_seq"] = self.up_to_sequence
-        t = self._timeout if timeout is None else _timeout(self._stream, timeout)
-        return DirectBatch(self._stream, req, t, multi=self._multi)
+        t = self._timeout if timeout is None else _timeout(self._js, timeout)
+        return DirectBatch(self._js, self._stream, req, t, multi=self._multi)
 
     def all(self, *, timeout: float | None = None) -> Iterator[StoredMsg]:
         """Iterate over the rest of this batch, then over every following batch until none is left.
@@ -498,7 +499,7 @@ def _int(value: str | None, default: int | None) -> int | None:
         return default
 
 
-def direct_get_batch(stream: Stream, subject: str, batch: int, *, seq: int | None = None,
+def direct_get_batch(js: JetStream, stream: str, subject: str, batch: int, *, seq: int | None = None,
                      start_time: _dt.datetime | None = None, max_bytes: int | None = None,
                      timeout: float | None = None) -> DirectBatch:
     """Read up to ``batch`` messages on ``subject`` (wildcards allowed) with one Direct Get request.
@@ -513,7 +514,8 @@ def direct_get_batch(stream: Stream, subject: str, batch: int, *, seq: int | Non
 
     Raises:
         ValueError, TypeError, jssync.BadSubjectError: bad arguments (nothing is sent).
-        jssync.DirectGetNotAllowedError: the stream does not allow direct gets.
+        jssync.DirectGetNotAllowedError, jssync.StreamNotFoundError: (while iterating) nobody
+            answered because the stream does not allow direct gets or does not exist.
     """
     from ._connection import validate_subject
 
@@ -528,12 +530,11 @@ def direct_get_batch(stream: Stream, subject: str, batch: int, *, seq: int | Non
     req["next_by_subj"] = subject
     if max_bytes is not None:
         req["max_bytes"] = _check_positive(max_bytes, "max_bytes")
-    t = _timeout(stream, timeout)
-    _ensure_allowed(stream, t)
-    return DirectBatch(stream, req, t, multi=False)
+    t = _timeout(js, timeout)
+    return DirectBatch(js, stream, req, t, multi=False)
 
 
-def direct_get_last_for(stream: Stream, subjects: list[str], *, up_to_seq: int | None = None,
+def direct_get_last_for(js: JetStream, stream: str, subjects: list[str], *, up_to_seq: int | None = None,
                         up_to_time: _dt.datetime | None = None, batch: int | None = None,
                         timeout: float | None = None) -> DirectBatch:
     """Read the last message of each subject in ``subjects`` (wildcards allowed) in one request.
@@ -551,7 +552,8 @@ def direct_get_last_for(stream: Stream, subjects: list[str], *, up_to_seq: int |
 
     Raises:
         ValueError, TypeError, jssync.BadSubjectError: bad arguments (nothing is sent).
-        jssync.DirectGetNotAllowedError: the stream does not allow direct gets.
+        jssync.DirectGetNotAllowedError, jssync.StreamNotFoundError: (while iterating) nobody
+            answered because the stream does not allow direct gets or does not exist.
         TooManySubjectsError: (while iterating) more than 1024 subjects matched.
     """
     from ._connection import validate_subject
@@ -571,6 +573,5 @@ def direct_get_last_for(stream: Stream, subjects: list[str], *, up_to_seq: int |
         req["up_to_time"] = format_time(up_to_time, "up_to_time")
     if batch is not None:
         req["batch"] = _check_positive(batch, "batch")
-    t = _timeout(stream, timeout)
-    _ensure_allowed(stream, t)
-    return DirectBatch(stream, req, t, multi=True)
+    t = _timeout(js, timeout)
+    return DirectBatch(js, stream, req, t, multi=True)

@@ -202,6 +202,24 @@ class DirectGetNotAllowedError(JetStreamError):
     """Direct Get was used on a stream without allow_direct."""
 
 
+class NoAckStreamError(JetStreamError):
+    """A publish waited for a PubAck from a stream configured with ``no_ack``.
+
+    Such a stream stores messages without ever answering, so this is not a failed
+    publish: the message was sent, and the stream stores it unless a limit refuses it
+    (nothing confirms either way). Publish to it with ``ack=False``.
+
+    Attributes:
+        stream: the stream's name.
+        subject: the subject published on.
+    """
+
+    def __init__(self, stream: str, subject: str, description: str) -> None:
+        self.stream = stream
+        self.subject = subject
+        super().__init__(description)
+
+
 _BY_ERR_CODE: dict[int, type[APIError]] = {
     10059: StreamNotFoundError,
     10014: ConsumerNotFoundError,

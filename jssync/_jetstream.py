@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64  # noqa: F401  (re-used by sibling modules through this one)
 import concurrent.futures
+import datetime as _dt
 import json
 import logging
 import math
@@ -11,7 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from nats.js import api
 
@@ -22,6 +23,7 @@ from ._errors import (
     ConnectionClosedError,
     Error,
     JetStreamError,
+    NoAckStreamError,
     NoRespondersError,
     ReconnectBufferExceededError,
     ServiceUnavailableError,
@@ -32,11 +34,12 @@ from ._errors import (
 if TYPE_CHECKING:
     from ._connection import Connection
     from ._consumers import Consumer
+    from ._direct import DirectBatch
     from ._kv import KeyValue
     from ._msg import Msg
     from ._objectstore import ObjectStore
     from ._push import JetStreamSubscription
-    from ._streams import Stream
+    from ._streams import StoredMsg, Stream
 
 log = logging.getLogger("jssync")
 
@@ -299,6 +302,51 @@ class JetStream:
         for item in self._paged("STREAM.NAMES", "streams", {"subject": subject} if subject else {}, timeout):
             yield str(item)
 
+    # -- Direct Get (ADR-31; implemented in _direct.py) -------------------------------------
+
+    def direct_get(self, stream: str, seq: int | None = None, *, last_by_subject: str | None = None,
+                   next_by_subject: str | None = None, start_time: _dt.datetime | None = None,
+                   timeout: float | None = None) -> StoredMsg:
+        """Read one message of ``stream`` with Direct Get, without a stream handle.
+
+        Sends the Direct Get request and nothing else (no STREAM.INFO), so it works while
+        the stream has no leader or, for a mirror with ``mirror_direct``, while the
+        upstream is down. Selectors as in :meth:`jssync.Stream.direct_get`.
+
+        Raises:
+            ValueError, TypeError: bad name or selectors (nothing is sent).
+            jssync.MessageNotFoundError: no such message.
+            jssync.DirectGetNotAllowedError, jssync.StreamNotFoundError: nobody answered
+                because the stream does not allow direct gets or does not exist.
+            jssync.NoRespondersError: no replica or mirror answered.
+            jssync.TimeoutError.
+        """
+        from ._direct import direct_get
+
+        validate_name(stream)
+        return direct_get(self, stream, seq=seq, last_by_subject=last_by_subject, next_by_subject=next_by_subject,
+                          start_time=start_time, timeout=timeout)
+
+    def direct_get_batch(self, stream: str, subject: str, batch: int, *, seq: int | None = None,
+                         start_time: _dt.datetime | None = None, max_bytes: int | None = None,
+                         timeout: float | None = None) -> DirectBatch:
+        """:meth:`jssync.Stream.direct_get_batch` without a stream handle (no STREAM.INFO is sent)."""
+        from ._direct import direct_get_batch
+
+        validate_name(stream)
+        return direct_get_batch(self, stream, subject, batch, seq=seq, start_time=start_time,
+                                max_bytes=max_bytes, timeout=timeout)
+
+    def direct_get_last_for(self, stream: str, subjects: list[str], *, up_to_seq: int | None = None,
+                            up_to_time: _dt.datetime | None = None, batch: int | None = None,
+                            timeout: float | None = None) -> DirectBatch:
+        """:meth:`jssync.Stream.direct_get_last_for` without a stream handle (no STREAM.INFO is sent)."""
+        from ._direct import direct_get_last_for
+
+        validate_name(stream)
+        return direct_get_last_for(self, stream, subjects, up_to_seq=up_to_seq, up_to_time=up_to_time,
+                                   batch=batch, timeout=timeout)
+
     def find_stream_name_by_subject(self, subject: str, *, timeout: float | None = None) -> str:
         """Return the name of the one stream that captures ``subject``.
 
@@ -485,6 +533,33 @@ class JetStream:
             )
         return data, h
 
+    @overload
+    def publish(
+        self, subject: str, data: bytes = b"", *, headers: dict[str, str] | None = None,
+        msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
+        timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
+        ack: Literal[True] = True,
+    ) -> api.PubAck: ...
+
+    @overload
+    def publish(
+        self, subject: str, data: bytes = b"", *, headers: dict[str, str] | None = None,
+        msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
+        timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
+        ack: Literal[False],
+    ) -> None: ...
+
+    @overload
+    def publish(
+        self, subject: str, data: bytes = b"", *, headers: dict[str, str] | None = None,
+        msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
+        timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
+        ack: bool,
+    ) -> api.PubAck | None: ...
+
     def publish(
         self,
         subject: str,
@@ -499,7 +574,8 @@ class JetStream:
         timeout: float | None = None,
         retry_attempts: int = 2,
         retry_wait: float = 0.25,
-    ) -> api.PubAck:
+        ack: bool = True,
+    ) -> api.PubAck | None:
         """Publish to a stream and wait for its acknowledgement.
 
         ``msg_id`` sets ``Nats-Msg-Id`` for de-duplication (a duplicate within the stream's
@@ -510,14 +586,29 @@ class JetStream:
 
         Blocks until the PubAck arrives (default timeout: the context's).
 
+        ``ack=False`` is for streams configured with ``no_ack``, which store messages
+        without ever answering: the message is published like :meth:`Connection.publish`
+        (buffered, returns None at once, nothing confirms it was stored; ``conn.flush()``
+        waits until the server has it). The ``expected_*`` checks need a PubAck to report
+        a failure, so they are refused with ``ack=False``.
+
         Raises:
             jssync.NoRespondersError: no stream captures ``subject``.
             jssync.WrongLastSequenceError, jssync.WrongLastMsgIdError,
             jssync.StreamNotMatchError: an expectation failed.
+            jssync.NoAckStreamError: no PubAck came in time and the stream capturing
+                ``subject`` has ``no_ack`` (it never sends one; the message was sent). Found
+                out after the timeout with up to two more requests (stream names, info).
             jssync.TimeoutError, jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
         """
         data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
                                         expected_last_subject_seq, expected_last_msg_id)
+        if not ack:
+            if expected_stream is not None or expected_last_seq is not None or \
+                    expected_last_subject_seq is not None or expected_last_msg_id is not None:
+                raise ValueError("the expected_* checks are reported in the PubAck: they need ack=True")
+            self.conn.publish(subject, data, headers=h)
+            return None
         _check_retry(retry_attempts, retry_wait)
         deadline = Deadline(self.timeout if timeout is None else timeout)
         attempt = 0
@@ -535,8 +626,27 @@ class JetStream:
                 time.sleep(retry_wait * attempt)
                 continue
             except TimeoutError:
-                raise TimeoutError(f"no PubAck for the publish on {subject!r} within {deadline.timeout}s") from None
+                raise self._no_pub_ack(subject, deadline.timeout) from None
             return _parse_pub_ack(msg)
+
+    def _no_pub_ack(self, subject: str, waited: float | None) -> BaseException:
+        """The error for a publish whose PubAck did not come: NoAckStreamError when the
+        stream capturing ``subject`` is configured with ``no_ack`` (it never answers), else
+        TimeoutError. Costs up to two requests, only after the timeout ran out."""
+        timeout_error = TimeoutError(f"no PubAck for the publish on {subject!r} within {waited}s")
+        try:
+            t = min(self.timeout, 2.0)
+            name = self.find_stream_name_by_subject(subject, timeout=t)
+            no_ack = bool(self._stream_info(name, timeout=t).config.no_ack)
+        except Error:
+            return timeout_error
+        if not no_ack:
+            return timeout_error
+        return NoAckStreamError(
+            name, subject,
+            f"stream {name!r} is configured with no_ack: it never sends a PubAck, so none came for the publish "
+            f"on {subject!r} within {waited}s; the message was sent and is stored unless a limit refused it; "
+            "publish to this stream with ack=False")
 
     def publish_async(
         self,
@@ -979,7 +1089,9 @@ class _AsyncPublisher:
             conn._replies.pop(t, None)
             self._retries.pop(t, None)
             if item is not None:
-                _resolve(item[0], None, TimeoutError("no PubAck within the publish timeout"))
+                _resolve(item[0], None, TimeoutError(
+                    "no PubAck within the publish timeout (a stream with no_ack never sends one: "
+                    "publish to it with publish(..., ack=False))"))
         if expired:
             with self._cond:
                 self._cond.notify_all()

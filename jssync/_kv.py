@@ -568,10 +568,10 @@ class KeyValue:
     def _no_responders(self, timeout: float) -> BaseException:
         from ._direct import _no_responders
 
-        try:
-            return _no_responders(self._stream, timeout)
-        except StreamNotFoundError as exc:
-            return BucketNotFoundError(exc.code, exc.err_code, f"bucket {self.bucket!r} not found")
+        err = _no_responders(self._js, self._stream.name, timeout)
+        if isinstance(err, StreamNotFoundError):
+            return BucketNotFoundError(err.code, err.err_code, f"bucket {self.bucket!r} not found")
+        return err
 
     # -- writes ---------------------------------------------------------------------------
 

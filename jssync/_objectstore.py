@@ -50,6 +50,7 @@ __all__ = [
     "BadObjectMetaError",
     "DigestMismatchError",
     "ObjectAlreadyExistsError",
+    "ObjectChangedError",
     "ObjectNotFoundError",
     "ObjectResult",
     "ObjectStore",
@@ -66,6 +67,8 @@ DIGEST_PREFIX = "SHA-256="
 HDR_ROLLUP = "Nats-Rollup"
 #: Bytes asked for per Direct Get batch while reading chunks.
 _READ_BATCH_BYTES = 8 * 1024 * 1024
+#: How many times one get starts over on a newer version (the object was replaced meanwhile).
+_MAX_REREADS = 5
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -92,6 +95,16 @@ class ObjectAlreadyExistsError(ObjectStoreError):
 
 class DigestMismatchError(ObjectStoreError):
     """The bytes read do not match the object's size, chunk count or SHA-256 digest."""
+
+
+class ObjectChangedError(ObjectStoreError):
+    """The object was replaced while it was being read and could not be read again.
+
+    :meth:`ObjectStore.get` starts over on the new version by itself; this is raised when
+    it cannot: bytes of the old version were already written into a ``writeinto`` file
+    object that cannot seek back, or the object changed too many times in a row.
+    Reading it again gives the current version.
+    """
 
 
 # -- values -------------------------------------------------------------------------------------
@@ -197,6 +210,35 @@ def _headers_json(headers: dict[str, Any] | None) -> dict[str, list[str]] | None
             raise BadObjectMetaError(f"header names must be str, got {k!r}")
         out[k] = [str(x) for x in v] if isinstance(v, list | tuple) else [str(v)]
     return out
+
+
+class _Changed(Exception):
+    """Inside :meth:`ObjectStore.get`: the version being read is no longer the current one."""
+
+    def __init__(self, found: tuple[dict[str, Any], StoredMsg] | None, written: int) -> None:
+        super().__init__("changed")
+        self.found = found
+        self.written = written
+
+
+def _position(out: IO[bytes]) -> int | None:
+    """Where ``out`` is now, if it can seek back there later; else None."""
+    try:
+        return out.tell() if out.seekable() else None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _rewind(out: IO[bytes], start: int | None) -> bool:
+    """Seek ``out`` back to ``start`` and drop what follows; False when it cannot."""
+    if start is None:
+        return False
+    try:
+        out.seek(start)
+        out.truncate()
+    except (AttributeError, OSError, ValueError):
+        return False
+    return True
 
 
 # -- store management ---------------------------------------------------------------------------
@@ -323,10 +365,13 @@ class ObjectStore:
 
     # -- info ----------------------------------------------------------------------------------
 
-    def _raw_info(self, name: str, timeout: float) -> tuple[dict[str, Any], StoredMsg] | None:
+    def _raw_info(self, name: str, timeout: float, *,
+                  leader: bool = False) -> tuple[dict[str, Any], StoredMsg] | None:
+        """The info of ``name`` as stored (None: no such object), by Direct Get when the store
+        allows it; ``leader=True`` reads it through the stream leader (read-after-write)."""
         subject = self._meta_subject(name)
         try:
-            if self._direct:
+            if self._direct and not leader:
                 sm = self._stream.direct_get(last_by_subject=subject, timeout=timeout)
             else:
                 sm = self._stream.get_msg(last_by_subject=subject, timeout=timeout)
@@ -483,62 +528,126 @@ class ObjectStore:
         ``timeout`` for the whole read (default: the context's timeout plus one second per
         MiB of the object).
 
+        The info and the chunks are read with Direct Get, which may be answered by a
+        replica or mirror that has not applied the latest writes yet (ADR-31). When fewer
+        chunks come than the info says, the stream leader is asked which version is
+        current: the same one, and the missing chunks are read through the leader (an
+        ordered consumer); a newer one (the object was replaced during the read), and the
+        read starts over on it (``writeinto`` is sought back to where it started).
+
         Raises:
-            ObjectNotFoundError: no such object (or deleted).
+            ObjectNotFoundError: no such object (or deleted, also during the read).
             BadObjectMetaError: ``name`` is a link to a whole store.
-            DigestMismatchError: the bytes read are not the bytes stored.
+            ObjectChangedError: it was replaced during the read and ``writeinto`` cannot
+                seek back, or it changed more than 5 times in a row.
+            DigestMismatchError: the bytes stored are not those the info describes.
         """
         info = self.get_info(name, timeout=timeout)
         if info.is_link():
-            assert info.options is not None and info.options.link is not None
-            link = info.options.link
-            if not link.name:
-                raise BadObjectMetaError(f"object {name!r} is a link to the store {link.bucket!r}, not an object")
-            target = self if link.bucket == self.bucket else object_store(self._js, link.bucket, timeout=timeout)
-            return target.get(link.name, writeinto=writeinto, timeout=timeout)
+            return self._get_link(name, info, writeinto, timeout)
         if timeout is None:
             timeout = self._js.timeout + (info.size or 0) / (1 << 20)
         deadline = Deadline(self._t(timeout))
         out = writeinto if writeinto is not None else io.BytesIO()
+        start = _position(out)
+        rereads = 0
+        while True:
+            try:
+                self._read_into(name, info, out, deadline)
+                break
+            except _Changed as changed:
+                found, written = changed.found, changed.written
+            # the object was replaced or deleted after its info was read: read what is there now
+            if found is None or found[0].get("deleted"):
+                raise ObjectNotFoundError(f"object {name!r} was deleted from store {self.bucket!r} during the read")
+            rereads += 1
+            if rereads > _MAX_REREADS:
+                raise ObjectChangedError(
+                    f"object {name!r} in store {self.bucket!r} changed {rereads} times during the read; read it again")
+            if written and not _rewind(out, start):
+                raise ObjectChangedError(
+                    f"object {name!r} in store {self.bucket!r} was replaced during the read after {written} bytes "
+                    "were written into writeinto, which cannot seek back; read it again")
+            log.debug("jssync: object store %s: %r changed during the read; reading the new version",
+                      self.bucket, name)
+            info = _info_from(found[0], found[1].time)
+            if info.is_link():
+                return self._get_link(name, info, writeinto, deadline.remaining())
+        data = b"" if writeinto is not None else out.getvalue()  # type: ignore[attr-defined]
+        return ObjectResult(info=info, data=data)
+
+    def _get_link(self, name: str, info: api.ObjectInfo, writeinto: IO[bytes] | None,
+                  timeout: float | None) -> ObjectResult:
+        assert info.options is not None and info.options.link is not None
+        link = info.options.link
+        if not link.name:
+            raise BadObjectMetaError(f"object {name!r} is a link to the store {link.bucket!r}, not an object")
+        target = self if link.bucket == self.bucket else object_store(self._js, link.bucket, timeout=timeout)
+        return target.get(link.name, writeinto=writeinto, timeout=timeout)
+
+    def _same_version(self, name: str, info: api.ObjectInfo, deadline: Deadline,
+                      written: int) -> None:
+        """Raise _Changed unless the leader's info of ``name`` is still the version ``info``."""
+        found = self._raw_info(name, deadline.remaining() or 0.001, leader=True)
+        if found is None or found[0].get("deleted") or found[0].get("nuid") != info.nuid:
+            raise _Changed(found, written)
+
+    def _read_into(self, name: str, info: api.ObjectInfo, out: IO[bytes], deadline: Deadline) -> None:
+        """Write the chunks of the version ``info`` into ``out`` and check them against it.
+
+        Raises:
+            _Changed: a newer version (or none) replaced it during the read.
+            DigestMismatchError: the chunks stored do not match ``info``.
+        """
+        want = int(info.chunks or 0)
+        subject = self._chunk_subject(info.nuid)
         h = hashlib.sha256()
         total = 0
         count = 0
-        want = int(info.chunks or 0)
-        if want:
-            for block in self._chunks(info.nuid, want, deadline):
+        last_seq = 0
+        if want and self._direct:
+            for seq, block in self._direct_chunks(subject, want, deadline):
                 h.update(block)
                 out.write(block)
                 total += len(block)
                 count += 1
+                last_seq = seq
+            if count < want:
+                # ADR-31: the responder may lag behind the write of this info (no
+                # read-after-write), or the object was replaced since. The leader knows.
+                self._same_version(name, info, deadline, total)
+        if count < want:
+            # the rest through the leader: an ordered consumer from the chunk after the last one read
+            with _ChunkReader(self, subject, resume_from=last_seq + 1 if last_seq else None) as reader:
+                while count < want:
+                    piece = reader.next(timeout=deadline.remaining())
+                    if piece is None:  # the end-of-stored-chunks marker: nothing more is coming
+                        break
+                    h.update(piece)
+                    out.write(piece)
+                    total += len(piece)
+                    count += 1
+            if count < want:
+                self._same_version(name, info, deadline, total)
         if count != want or total != int(info.size or 0):
             raise DigestMismatchError(
                 f"object {name!r}: read {count} chunk(s) / {total} bytes, its info says "
                 f"{want} / {info.size}")
         if info.digest and digest_value(h) != info.digest:
             raise DigestMismatchError(f"object {name!r}: digest {digest_value(h)} does not match {info.digest}")
-        data = b"" if writeinto is not None else out.getvalue()  # type: ignore[attr-defined]
-        return ObjectResult(info=info, data=data)
 
-    def _chunks(self, nuid: str, want: int, deadline: Deadline) -> Iterator[bytes]:
-        subject = self._chunk_subject(nuid)
-        if self._direct:
-            per_wait = max(0.001, min(deadline.remaining() or self._js.timeout, self._js.timeout))
-            batch = self._stream.direct_get_batch(subject, want, max_bytes=_READ_BATCH_BYTES, timeout=per_wait)
+    def _direct_chunks(self, subject: str, want: int, deadline: Deadline) -> Iterator[tuple[int, bytes]]:
+        """(sequence, bytes) of the chunks on ``subject`` one Direct Get responder has, in order."""
+        per_wait = max(0.001, min(deadline.remaining() or self._js.timeout, self._js.timeout))
+        batch = self._stream.direct_get_batch(subject, want, max_bytes=_READ_BATCH_BYTES, timeout=per_wait)
+        try:
             for got, sm in enumerate(batch.all(), 1):
-                yield sm.data
+                yield sm.seq, sm.data
                 if got >= want:
                     break
                 deadline.check(f"reading object chunks from store {self.bucket!r}")
+        finally:
             batch.close()
-            return
-        with _ChunkReader(self, subject) as reader:
-            got = 0
-            while got < want:
-                block = reader.next(timeout=deadline.remaining())
-                if block is None:  # the end-of-stored-chunks marker: nothing more is coming
-                    return
-                got += 1
-                yield block
 
     def get_bytes(self, name: str, *, timeout: float | None = None) -> bytes:
         """The bytes of object ``name`` (see :meth:`get`)."""
@@ -707,13 +816,14 @@ class ObjectWatcher(_PushWatcher[api.ObjectInfo]):
 
 
 class _ChunkReader(_PushWatcher[bytes]):
-    """Reads the chunks of one object in order (for stores without Direct Get)."""
+    """Reads the chunks of one object in order through the stream leader (an ordered consumer),
+    from the stream sequence ``resume_from`` on (default: the first)."""
 
     _what = "object reader"
 
-    def __init__(self, store: ObjectStore, subject: str) -> None:
+    def __init__(self, store: ObjectStore, subject: str, resume_from: int | None = None) -> None:
         super().__init__(store._js, store.stream_name, [subject], include_history=True, updates_only=False,
-                         meta_only=False, resume_from=None)
+                         meta_only=False, resume_from=resume_from)
 
     def _item(self, msg: Msg, meta: MsgMetadata) -> bytes | None:
         return msg.data

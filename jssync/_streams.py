@@ -230,14 +230,16 @@ class Stream:
                    timeout: float | None = None) -> StoredMsg:
         """Read one message with Direct Get (served by any replica or mirror with allow_direct).
 
+        Sends only the Direct Get request (see :meth:`JetStream.direct_get`).
+
         Raises:
             jssync.MessageNotFoundError: no such message.
             jssync.DirectGetNotAllowedError: the stream does not allow direct gets.
         """
         from ._direct import direct_get
 
-        return direct_get(self, seq=seq, last_by_subject=last_by_subject, next_by_subject=next_by_subject,
-                          start_time=start_time, timeout=timeout)
+        return direct_get(self._js, self.name, seq=seq, last_by_subject=last_by_subject,
+                          next_by_subject=next_by_subject, start_time=start_time, timeout=timeout)
 
     def direct_get_batch(self, subject: str, batch: int, *, seq: int | None = None,
                          start_time: _dt.datetime | None = None, max_bytes: int | None = None,
@@ -248,8 +250,8 @@ class Stream:
         """
         from ._direct import direct_get_batch
 
-        return direct_get_batch(self, subject, batch, seq=seq, start_time=start_time, max_bytes=max_bytes,
-                                timeout=timeout)
+        return direct_get_batch(self._js, self.name, subject, batch, seq=seq, start_time=start_time,
+                                max_bytes=max_bytes, timeout=timeout)
 
     def direct_get_last_for(self, subjects: list[str], *, up_to_seq: int | None = None,
                             up_to_time: _dt.datetime | None = None, batch: int | None = None,
@@ -257,5 +259,5 @@ class Stream:
         """Read the last message of each of ``subjects`` (multi_last), as of ``up_to_seq``/``up_to_time``."""
         from ._direct import direct_get_last_for
 
-        return direct_get_last_for(self, subjects, up_to_seq=up_to_seq, up_to_time=up_to_time, batch=batch,
-                                   timeout=timeout)
+        return direct_get_last_for(self._js, self.name, subjects, up_to_seq=up_to_seq, up_to_time=up_to_time,
+                                   batch=batch, timeout=timeout)

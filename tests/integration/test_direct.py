@@ -164,10 +164,11 @@ def test_direct_get_not_allowed_fails_at_once(js, unique):
         t0 = time.monotonic()
         with pytest.raises(jssync.DirectGetNotAllowedError, match=f"N{unique}"):
             s.direct_get(1, timeout=5)
+        # a batch sends its request and learns it while iterating (no stream info first)
         with pytest.raises(jssync.DirectGetNotAllowedError):
-            s.direct_get_batch(f"n{unique}", 5, timeout=5)
+            list(s.direct_get_batch(f"n{unique}", 5, timeout=5))
         with pytest.raises(jssync.DirectGetNotAllowedError):
-            s.direct_get_last_for([f"n{unique}"], timeout=5)
+            list(s.direct_get_last_for([f"n{unique}"], timeout=5))
         assert time.monotonic() - t0 < 2
         # turning allow_direct on later is picked up (the cached info is refreshed)
         js.update_stream(name=f"N{unique}", subjects=[f"n{unique}"], storage="memory", allow_direct=True)
