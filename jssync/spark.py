@@ -15,7 +15,11 @@ with the usual DataFrame API::
 Reads split a sequence range into ``numPartitions`` ranges; each Spark task opens its
 own jssync connection and reads its range with an ordered consumer and no-wait pull
 requests (``readMethod=consumer``, the default and the faster) or with batched Direct
-Gets (``readMethod=direct``, for streams with ``allow_direct``).
+Gets (``readMethod=direct``, for streams with ``allow_direct``). A task whose planned
+range lost messages to the stream's limits, a purge or expiry before it read them fails
+with :class:`DataLossError` (``failOnDataLoss=false``: skips them). Streaming reads take
+``maxMessagesPerTrigger``, ``minMessagesPerTrigger`` and ``maxTriggerDelay`` like Spark's
+Kafka source.
 Writes publish every row with ``publish_async`` and wait for all PubAcks before the
 task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
 (from a column, or derived from the query, batch, partition and row) so retried tasks

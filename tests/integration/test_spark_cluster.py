@@ -5,8 +5,9 @@ worker launches its own executor JVM (``bin/spark-class`` of the pyspark package
 pip installs with ``jars/`` and ``bin/``), and each executor its own Python workers. So
 every reader, partition and writer is pickled on the driver side and unpickled in another
 process, and every task connects to NATS on its own. The executors import ``jssync`` from
-``spark.executorEnv.PYTHONPATH`` (the directory of the jssync this process imports: the
-worktree, or the editable install in CI); the tests check it is the same package.
+``spark.executorEnv.PYTHONPATH`` when this process has it from ``PYTHONPATH`` (a worktree),
+else from the installed package (the editable install in CI); the fixture checks they
+import the same jssync as the driver.
 
 Three tests only (two executor JVMs of 1 GB each), sharing one session.
 """
@@ -32,12 +33,12 @@ EXECUTORS = 2
 
 @pytest.fixture(scope="module")
 def cluster():
-    session = start_session(
-        f"local-cluster[{EXECUTORS},1,1024]", "jssync-cluster-tests",
-        **{"spark.executorEnv.PYTHONPATH": jssync_root(),
-           "spark.executor.memory": "1g",
-           "spark.task.maxFailures": "2"},
-    )
+    conf = {"spark.executor.memory": "1g", "spark.task.maxFailures": "2"}
+    if jssync_root() in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        # a worktree on PYTHONPATH: hand it to the executors explicitly; without it (CI's
+        # editable install) the executors must find jssync the way an installed job does
+        conf["spark.executorEnv.PYTHONPATH"] = jssync_root()
+    session = start_session(f"local-cluster[{EXECUTORS},1,1024]", "jssync-cluster-tests", **conf)
     try:
         sc = session.sparkContext
         # the driver counts itself among the block managers
