@@ -15,7 +15,11 @@ with the usual DataFrame API::
 Reads split a sequence range into ``numPartitions`` ranges; each Spark task opens its
 own jssync connection and reads its range with an ordered consumer and no-wait pull
 requests (``readMethod=consumer``, the default and the faster) or with batched Direct
-Gets (``readMethod=direct``, for streams with ``allow_direct``).
+Gets (``readMethod=direct``, for streams with ``allow_direct``). A task whose planned
+range lost messages to the stream's limits, a purge or expiry before it read them fails
+with :class:`DataLossError` (``failOnDataLoss=false``: skips them). Streaming reads take
+``maxMessagesPerTrigger``, ``minMessagesPerTrigger`` and ``maxTriggerDelay`` like Spark's
+Kafka source.
 Writes publish every row with ``publish_async`` and wait for all PubAcks before the
 task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
 (from a column, or derived from the query, batch, partition and row) so retried tasks
@@ -62,6 +66,7 @@ try:
         ReadAllAvailable,
         ReadLimit,
         ReadMaxRows,
+        ReadMinRows,
         SupportsTriggerAvailableNow,
     )
     from pyspark.sql.types import StructType
@@ -82,6 +87,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "SCHEMA",
+    "DataLossError",
     "JetStreamDataSource",
     "SparkWriteError",
     "register",
@@ -118,6 +124,15 @@ class SparkWriteError(JetStreamError):
 
     The message names the partition, the row, the subject and the cause (the PubAck
     error, a timeout waiting for PubAcks, a bad subject...).
+    """
+
+
+class DataLossError(JetStreamError):
+    """Messages of a planned read range were removed before a task read them (``failOnDataLoss``).
+
+    The message names the stream and the sequences: they were at or after the stream's
+    first sequence when the range was planned (or when the micro-batch started), and below
+    it when the task began to read (removed by the stream's limits, a purge or their age).
     """
 
 
@@ -162,6 +177,29 @@ def _opt_float(opts: Mapping[str, str], key: str, default: float) -> float:
         raise ValueError(f"option {key!r} must be a number of seconds, got {raw!r}") from None
     if not v > 0 or math.isinf(v):
         raise ValueError(f"option {key!r} must be > 0, got {raw!r}")
+    return v
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _opt_duration(opts: Mapping[str, str], key: str, default: float) -> float:
+    """Seconds from ``"30"``, ``"30s"``, ``"500ms"``, ``"15m"`` or ``"1h"``."""
+    raw = opts.get(key.lower())
+    if raw is None or str(raw).strip() == "":
+        return default
+    text = str(raw).strip().lower()
+    num, unit = text, "s"
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            num, unit = text[: -len(suffix)].strip(), suffix
+            break
+    try:
+        v = float(num) * _UNITS[unit]
+    except ValueError:
+        raise ValueError(f"option {key!r} must be a duration such as 30s, 500ms, 15m or 1h, got {raw!r}") from None
+    if v < 0 or math.isinf(v) or math.isnan(v):
+        raise ValueError(f"option {key!r} must be >= 0, got {raw!r}")
     return v
 
 
@@ -270,6 +308,9 @@ class ReadOptions:
     batch_size: int = 1000
     arrow_batch_size: int = 10_000
     max_messages_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay: float = 900.0
+    fail_on_data_loss: bool = True
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> ReadOptions:
@@ -311,6 +352,11 @@ class ReadOptions:
         if method == "direct" and len(subjects) > 1:
             raise ValueError("readMethod 'direct' reads one subject filter; use readMethod 'consumer' "
                              f"for several subjects ({', '.join(subjects)})")
+        max_per = _opt_int(opts, "maxMessagesPerTrigger", None)
+        min_per = _opt_int(opts, "minMessagesPerTrigger", None)
+        if max_per is not None and min_per is not None and min_per > max_per:
+            raise ValueError(f"option 'minMessagesPerTrigger' ({min_per}) must not be greater than "
+                             f"'maxMessagesPerTrigger' ({max_per})")
         return cls(
             conn=ConnectOptions.parse(opts),
             stream=stream,
@@ -324,7 +370,10 @@ class ReadOptions:
             read_method=method,
             batch_size=_opt_int(opts, "batchSize", 1000) or 1000,
             arrow_batch_size=_opt_int(opts, "arrowBatchSize", 10_000) or 10_000,
-            max_messages_per_trigger=_opt_int(opts, "maxMessagesPerTrigger", None),
+            max_messages_per_trigger=max_per,
+            min_messages_per_trigger=min_per,
+            max_trigger_delay=_opt_duration(opts, "maxTriggerDelay", 900.0),
+            fail_on_data_loss=_opt_bool(opts, "failOnDataLoss", True),
         )
 
 
@@ -403,14 +452,23 @@ def derive_msg_id(prefix: str, batch: int, partition: int, row: int, subject: st
 
 @dataclass
 class SequenceRange(InputPartition):  # type: ignore[misc]
-    """One Spark input partition: the stream sequences ``first..last`` (inclusive)."""
+    """One Spark input partition: the stream sequences ``first..last`` (inclusive).
+
+    ``expected_from``: every message of the range at or after this sequence was stored (or
+    not yet read) when the range was planned: the stream's first sequence at planning for
+    a batch read, the micro-batch's start offset for a streaming read. Sequences from it
+    that are below the stream's first sequence when the task starts were lost
+    (``failOnDataLoss``). 0: no check.
+    """
 
     first: int
     last: int
+    expected_from: int = 0
 
-    def __init__(self, first: int, last: int) -> None:
+    def __init__(self, first: int, last: int, expected_from: int = 0) -> None:
         self.first = first
         self.last = last
+        self.expected_from = expected_from
 
 
 def _parse_reply(reply: str) -> tuple[int, int, int, int]:
@@ -487,10 +545,31 @@ class _RangeReader:
     #: Pull requests in a row that may return nothing while messages are stored in the range.
     MAX_EMPTY_PULLS = 10
 
-    def __init__(self, opts: ReadOptions, first: int, last: int) -> None:
+    def __init__(self, opts: ReadOptions, first: int, last: int, expected_from: int = 0) -> None:
         self.opts = opts
         self.first = first
         self.last = last
+        self.expected_from = expected_from
+        #: Sequences skipped because they were lost (``failOnDataLoss=false``).
+        self.lost = 0
+
+    def _check_lost(self, stream: Stream) -> None:
+        """Fail (or skip and count) the sequences of the range removed since it was planned."""
+        if not self.expected_from:
+            return
+        head = int(stream.cached_info.state.first_seq or 0)
+        lo = max(self.first, self.expected_from)
+        hi = min(self.last, head - 1)
+        if hi < lo:
+            return
+        what = (f"stream {self.opts.stream!r}: sequences {lo}..{hi} of the planned range {self.first}..{self.last} "
+                f"were removed (the stream's limits, a purge or their age) before they were read; "
+                f"the stream now starts at {head}")
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{what}. Set option failOnDataLoss=false to skip them")
+        self.lost += hi - lo + 1
+        log.warning("jssync.spark: %s: skipped %d sequence(s) (failOnDataLoss=false)", what, hi - lo + 1)
+        self.first = hi + 1
 
     def batches(self) -> Iterator[Any]:
         """Yield Arrow record batches with every stored message of the range, in sequence order."""
@@ -501,6 +580,9 @@ class _RangeReader:
         try:
             js = conn.jetstream(timeout=self.opts.conn.timeout)
             stream = js.stream(self.opts.stream)
+            self._check_lost(stream)
+            if self.last < self.first:
+                return
             limit = self.opts.arrow_batch_size
             self._cols = _Columns()
             source = self._direct(stream) if self.opts.read_method == "direct" else self._consumer(stream)
@@ -619,14 +701,18 @@ class _RangeReader:
                     return
 
 
-def read_range(opts: ReadOptions, first: int, last: int) -> Iterator[Any]:
+def read_range(opts: ReadOptions, first: int, last: int, expected_from: int = 0) -> Iterator[Any]:
     """Yield Arrow record batches with the messages stored at sequences ``first..last``.
 
     Opens its own connection (closed when the iteration ends or is closed). Deleted and
     purged sequences are skipped; the read ends at ``last`` (or earlier when the stream
     has nothing more), never waiting for messages that do not exist.
+
+    With ``expected_from`` (see :class:`SequenceRange`), sequences from it that are below
+    the stream's first sequence when the read starts raise :class:`DataLossError`
+    (``failOnDataLoss``, the default) or are skipped with a warning in the log.
     """
-    return _RangeReader(opts, first, last).batches()
+    return _RangeReader(opts, first, last, expected_from).batches()
 
 
 # -- planning (driver) ---------------------------------------------------------------------------
@@ -739,11 +825,12 @@ class JetStreamBatchReader(DataSourceReader):  # type: ignore[misc]
         ranges = split_range(start, end, opts.num_partitions)
         if not ranges:
             return [SequenceRange(1, 0)]
-        return [SequenceRange(lo, hi) for lo, hi in ranges]
+        # messages below the first sequence at planning were gone before the read: not lost
+        return [SequenceRange(lo, hi, first_seq) for lo, hi in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SequenceRange)
-        return read_range(self.opts, partition.first, partition.last)
+        return read_range(self.opts, partition.first, partition.last, partition.expected_from)
 
 
 class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
@@ -751,13 +838,23 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     A micro-batch from ``{"seq": a}`` to ``{"seq": b}`` reads the sequences ``a..b-1``.
     With ``maxMessagesPerTrigger`` a micro-batch spans at most that many sequences (so
-    at most that many messages).
+    at most that many messages). With ``minMessagesPerTrigger`` no micro-batch starts
+    until that many sequences are there, or ``maxTriggerDelay`` has passed since the last
+    micro-batch (or the start of the query); ``trigger(availableNow=True)`` ignores it.
+
+    :meth:`reportLatestOffset` shows up as the source's ``latestOffset`` in every
+    ``StreamingQueryProgress``: ``{"seq": <the stream's last sequence + 1>,
+    "messagesBehind": <sequences after the micro-batch's end>, "lostSequences": <total
+    skipped with failOnDataLoss=false>}``.
     """
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self._target: int | None = None
         self._latest: int | None = None
+        self._end: int | None = None
+        self._lost = 0
+        self._last_trigger = time.monotonic()
         self._conn: Connection | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -770,46 +867,70 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._conn = self.opts.conn.connect("stream-planner")
         return self._conn.jetstream(timeout=self.opts.conn.timeout)
 
-    def _next_seq(self) -> int:
-        _, last = _stream_state(self._js(), self.opts.stream, self.opts.conn.timeout)
+    def _state(self) -> tuple[int, int]:
+        first, last = _stream_state(self._js(), self.opts.stream, self.opts.conn.timeout)
         self._latest = last + 1
-        return last + 1
+        return first, last
 
     def initialOffset(self) -> dict[str, int]:
         js = self._js()
         first_seq, last_seq = _stream_state(js, self.opts.stream, self.opts.conn.timeout)
-        return {"seq": max(1, _start_seq(js, self.opts, first_seq, last_seq))}
+        # a start before the first stored message starts at it (nothing was lost yet)
+        return {"seq": max(1, first_seq, _start_seq(js, self.opts, first_seq, last_seq))}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._next_seq()
+        self._target = self._state()[1] + 1
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        n = self.opts.max_messages_per_trigger
-        return ReadMaxRows(n) if n else ReadAllAvailable()
+        if self.opts.max_messages_per_trigger:
+            return ReadMaxRows(self.opts.max_messages_per_trigger)
+        if self.opts.min_messages_per_trigger:
+            return ReadMinRows(self.opts.min_messages_per_trigger)
+        return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, int]:
-        end = self._next_seq()
+        first, last = self._state()
+        end = last + 1
         if self._target is not None:
             end = min(end, self._target)
         if self.opts.ending_sequence is not None:
             end = min(end, self.opts.ending_sequence + 1)
-        if start is not None:
-            begin = int(start["seq"])
-            if isinstance(limit, ReadMaxRows):
-                end = min(end, begin + max(1, int(limit.max_rows)))
-            end = max(end, begin)
+        if start is None:
+            self._end = end
+            return {"seq": end}
+        begin = int(start["seq"])
+        end = max(end, begin)
+        if self._target is None and limit is not None and not isinstance(limit, ReadAllAvailable):
+            # Spark passes one limit; the minimum comes from the options when the limit is the maximum
+            least = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_messages_per_trigger
+            waited = time.monotonic() - self._last_trigger
+            if least and end - begin < least and waited < self.opts.max_trigger_delay:
+                self._end = begin
+                return {"seq": begin}
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, begin + max(1, int(limit.max_rows)))
+        if end > begin:
+            self._last_trigger = time.monotonic()
+            if not self.opts.fail_on_data_loss and first > begin:
+                self._lost += min(first, end) - begin  # the executors skip these
+        self._end = end
         return {"seq": end}
 
     def reportLatestOffset(self) -> dict[str, int] | None:
-        return None if self._latest is None else {"seq": self._latest}
+        if self._latest is None:
+            return None
+        behind = self._latest - (self._end if self._end is not None else self._latest)
+        return {"seq": self._latest, "messagesBehind": max(0, behind), "lostSequences": self._lost}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        ranges = split_range(int(start["seq"]), int(end["seq"]) - 1, self.opts.num_partitions)
-        return [SequenceRange(lo, hi) for lo, hi in ranges]
+        begin = int(start["seq"])
+        ranges = split_range(begin, int(end["seq"]) - 1, self.opts.num_partitions)
+        # every sequence from the micro-batch's start is still to be read: gone ones were lost
+        return [SequenceRange(lo, hi, begin) for lo, hi in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SequenceRange)
-        return read_range(self.opts, partition.first, partition.last)
+        return read_range(self.opts, partition.first, partition.last, partition.expected_from)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the position lives in Spark's checkpoint, not on the server."""

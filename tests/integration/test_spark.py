@@ -1,13 +1,12 @@
 """The ``jetstream`` PySpark data source and sink, on local Spark against a real nats-server.
 
 One local SparkSession (``local[2,3]``: two threads, and up to three attempts per task so
-a task retry can be forced) serves the whole module.
+a task retry can be forced) serves the whole module (tests/integration/spark_session.py).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import subprocess
 import sys
 import time
@@ -17,29 +16,16 @@ import pytest
 import jssync
 
 from ..conftest import FACTOR, wait_for
+from .spark_session import start_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 from jssync import spark as jspark  # noqa: E402  (pyspark is a test dependency: never skipped)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2,3]")
-        .appName("jssync-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    jspark.register(session)
+    session = start_session("local[2,3]", "jssync-tests")
     try:
         yield session
     finally:
