@@ -272,3 +272,90 @@ def test_push_callback_drain_deletes_the_consumer_after_the_acks(js, wq):
     assert len(seen) == 300
     wait_for(lambda: left(js, wq) == 0, timeout=5,
              what=f"acked messages removed (left: {left(js, wq)})")
+
+
+# -- ordered consume: stop() while the callback lane holds a message -------------------------
+
+
+class _StopWhenTaken:
+    """Stands in for a consume's message queue: when the lane takes message ``k`` it calls
+    ``stop()`` (from another thread, as an application would) before the lane looks at the
+    state: the interleaving that was a race."""
+
+    def __init__(self, cc, inner, k):
+        self._cc, self._inner, self._k = cc, inner, k
+        self._taken = 0
+        self.fired = False
+
+    def put(self, item):
+        self._inner.put(item)
+
+    def get(self, *a, **kw):
+        return self._inner.get(*a, **kw)
+
+    def empty(self):
+        return self._inner.empty()
+
+    def qsize(self):
+        return self._inner.qsize()
+
+    def get_nowait(self):
+        item = self._inner.get_nowait()
+        if isinstance(item, jssync.Msg) and not self.fired and threading.current_thread().name.startswith("jssync"):
+            self._taken += 1
+            if self._taken == self._k:
+                self.fired = True
+                t = threading.Thread(target=self._cc.stop)
+                t.start()
+                t.join(5)
+        return item
+
+
+def test_ordered_callback_stop_does_not_skip_the_message_the_lane_holds(js, stream):
+    oc = stream.ordered_consumer()
+    seen = []
+    cc = oc.consume(lambda m: seen.append(m.metadata.sequence.stream), max_messages=50, expires=5)
+    wrapper = cc._q = _StopWhenTaken(cc, cc._q, k=6)  # empty so far: the lane has not run yet
+    publish(js, f"{stream.name}.m", 20)
+    cc.wait(10 * FACTOR)
+    assert wrapper.fired and seen == list(range(1, 6))
+    rest = [m.metadata.sequence.stream for m in oc.fetch(50, expires=1)]
+    assert seen + rest == list(range(1, 21)), rest[:3]
+
+
+# -- the callback can use the context consume() returned ---------------------------------------
+
+
+def test_no_callback_before_consume_returned(js, stream, monkeypatch):
+    """The callback used to run as soon as the first message arrived, possibly before
+    consume() had returned the context it closes over (KeyError in a user's closure)."""
+    from jssync._pull import ConsumeContext
+
+    publish(js, f"{stream.name}.m", 5)
+    c = durable(stream)
+    start_returned = threading.Event()
+    orig = ConsumeContext._start
+
+    def slow_start(self):
+        res = orig(self)
+        wait_for(lambda: self._q.qsize() >= 1 or self._rx >= 1, what="a message arrived during consume()")
+        start_returned.set()  # from here on consume() only returns
+        return res
+
+    monkeypatch.setattr(ConsumeContext, "_start", slow_start)
+    early = []
+    done = threading.Event()
+
+    def handle(m):
+        early.append(not start_returned.is_set())
+        m.ack()
+        if len(early) == 5:
+            done.set()
+
+    cc = c.consume(handle, max_messages=10, expires=5)
+    try:
+        assert done.wait(10)
+        assert early == [False] * 5
+    finally:
+        cc.stop()
+        cc.wait(5)
