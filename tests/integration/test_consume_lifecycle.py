@@ -359,3 +359,37 @@ def test_no_callback_before_consume_returned(js, stream, monkeypatch):
     finally:
         cc.stop()
         cc.wait(5)
+
+
+# -- never hangs -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["drain", "stop"])
+def test_drain_and_stop_end_on_a_stalled_connection(nats_server, js, stream, how):
+    """The server never answers the PING after the UNSUB: drain/stop still end (the inbox is
+    removed when the flush gives up), they do not hang."""
+    import time
+
+    from tests.proxy import TcpProxy
+
+    durable(stream)
+    publish(js, f"{stream.name}.m", 5)
+    with TcpProxy(("127.0.0.1", nats_server.port)) as p:
+        nc2 = jssync.connect(p.url, ping_interval=30, reconnect_time_wait=0.1, timeout=2.0)
+        try:
+            c = nc2.jetstream().consumer(stream.name, "D")
+            it = c.consume(max_messages=10, expires=5)
+            for _ in range(5):
+                it.next(timeout=5).ack()
+            p.stall()
+            t0 = time.monotonic()
+            if how == "drain":
+                it.drain()
+                with pytest.raises(StopIteration):
+                    it.next(timeout=15 * FACTOR)
+            else:
+                it.stop()
+            it.wait(15 * FACTOR)
+            assert time.monotonic() - t0 < 10 * FACTOR
+        finally:
+            nc2.close(timeout=2)
