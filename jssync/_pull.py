@@ -505,10 +505,11 @@ class ConsumeContext:
     """A running ``consume``: the iterator (without a callback) and the handle.
 
     Iterator form: ``for msg in messages`` yields messages as they come; ``stop()`` ends
-    it at once (buffered messages are not delivered: they are nak'ed so the server
-    redelivers them at once), ``drain()`` stops pulling and ends after the buffered ones.
-    Callback form: the callback runs on the connection's worker pool, one message at a
-    time, in order; ``stop``/``drain`` as above, ``wait()`` blocks until it is over.
+    it at once (every message received and not handed over is nak'ed, so the server
+    redelivers it at once), ``drain()`` stops pulling and ends once every message the
+    server sent was handed over. Callback form: the callback runs on the connection's
+    worker pool, one message at a time, in order, never before ``consume()`` returned;
+    ``stop``/``drain`` as above, ``wait()`` blocks until it is over.
 
     Terminal conditions (consumer deleted, push consumer) end the iteration by raising
     :class:`jssync.ConsumerDeletedError` / :class:`jssync.ConsumerIsPushBasedError`
