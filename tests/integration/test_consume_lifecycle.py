@@ -218,6 +218,18 @@ def test_consume_of_a_consumer_deleted_while_no_pull_was_waiting(js, stream):
     assert it.closed
 
 
+def test_consume_started_after_delete_consumer_ends(js, stream):
+    c = durable(stream)
+    js.delete_consumer(stream.name, "D")
+    errors = []
+    with c.consume(error_cb=errors.append, max_messages=10, expires=2) as it:
+        with pytest.raises(jssync.ConsumerDeletedError):  # before: NoRespondersError warnings forever
+            it.next(timeout=8 * FACTOR)
+    cc = c.consume(lambda m: None, error_cb=errors.append, max_messages=10, expires=2)
+    cc.wait(8 * FACTOR)
+    assert isinstance(cc.error, jssync.ConsumerDeletedError)
+
+
 # -- 7. push drain deletes the consumer only after the buffered messages were acked ---------
 
 
