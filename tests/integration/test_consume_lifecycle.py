@@ -405,3 +405,21 @@ def test_drain_and_stop_end_on_a_stalled_connection(nats_server, js, stream, how
             assert time.monotonic() - t0 < 10 * FACTOR
         finally:
             nc2.close(timeout=2)
+
+
+def test_push_iterator_drain_with_nothing_buffered_deletes_at_once(js, wq):
+    sub = js.subscribe(f"{wq}.m", manual_ack=True, ack_wait=ACK_WAIT)
+    assert sub.created_consumer
+    sub.drain(timeout=5)
+    assert not list(js.consumer_names(wq))
+
+
+def test_push_unsubscribe_after_drain_deletes_without_reading_to_the_end(js, wq):
+    publish(js, f"{wq}.m", 10)
+    sub = js.subscribe(f"{wq}.m", manual_ack=True, ack_wait=ACK_WAIT)
+    wait_for(lambda: sub.pending_msgs == 10, what="10 buffered")
+    sub.drain(timeout=5)
+    assert list(js.consumer_names(wq)), "deleted before the buffer was read"
+    sub.next_msg(timeout=1).ack()
+    sub.unsubscribe()
+    assert not list(js.consumer_names(wq))
