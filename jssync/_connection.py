@@ -51,6 +51,8 @@ _live: weakref.WeakSet[Connection] = weakref.WeakSet()
 
 #: Most publishes handed to the I/O thread in one loop turn.
 _PUMP_BATCH = 4096
+#: How long a drain waits for the server to confirm its UNSUB (callers bound it further).
+_DRAIN_FLUSH_TIMEOUT = 10.0
 #: Payload bytes encoded into one chunk at most (large messages: smaller bursts, fewer copies).
 _BURST_BYTES = 1 << 20
 #: Largest burst written straight to the socket from the wake-up callback.
@@ -1533,6 +1535,24 @@ class Connection:
                 pass
         return nsub
 
+    async def _drain_nsub(self, nsub: Any, timeout: float) -> None:
+        """On the loop: the one drain of a nats-py subscription (core, push, consume).
+
+        Sends UNSUB, waits until the server answered a PING sent after it (so it processed
+        the UNSUB and everything it sent for the subscription before has been read), and
+        only then removes the subscription from nats-py: no message already on the wire is
+        dropped. The subscription is removed even when the flush fails (disconnected, timed
+        out), so a drain always ends.
+        """
+        if nsub is None or nsub._closed or self._nc.is_closed:
+            return
+        try:
+            await self._nc._send_unsubscribe(nsub._id)
+            await self._ordered_flush(timeout)
+        finally:
+            nsub._closed = True
+            self._nc._remove_sub(nsub._id)
+
     def _unsubscribe(self, sub: Subscription, drain: bool, timeout: float | Deadline) -> None:
         with self._subs_lock:
             self._subs.discard(sub)
@@ -1545,10 +1565,7 @@ class Connection:
                 return
             with translating():
                 if drain:
-                    await self._nc._send_unsubscribe(nsub._id)
-                    await self._nc.flush()
-                    nsub._closed = True
-                    self._nc._remove_sub(nsub._id)
+                    await self._drain_nsub(nsub, _DRAIN_FLUSH_TIMEOUT)
                 else:
                     await nsub.unsubscribe()
 

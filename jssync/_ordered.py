@@ -369,7 +369,8 @@ class OrderedConsumer:
             cc = OrderedConsumeContext(self, opts, callback, error_cb)
             self._consume = cc
             cc._start()
-            return cc
+        cc._started()
+        return cc
 
 
 class _FetchControl:
@@ -538,22 +539,14 @@ class OrderedConsumeContext(ConsumeContext):
             self._resetting = False
         super()._terminal(exc)
 
-    def _nak_buffered(self) -> None:
-        # ack none: nothing to nak; the first message not taken is where the next read starts
-        oc = self._oc
-        first = None
-        q = self._q
-        while True:
-            try:
-                item = q.get_nowait()
-            except Empty:
-                break
-            if first is None and item.__class__ is not _Control:
-                first = item
-        if first is not None:
-            t = _ack_tokens(first.reply)
-            if t is not None:
-                oc._next_seq = t[1]
+    def _not_handed_over(self, msg: Msg) -> None:
+        # ack none: nothing to nak; the next read starts at the first message not handed over
+        # (the lane may hold one it took just before stop(): it counts, whichever runs first)
+        t = _ack_tokens(msg.reply)
+        if t is not None:
+            oc = self._oc
+            with self._lock:  # the lock put_nowait moves _next_seq under (never held for long)
+                oc._next_seq = min(oc._next_seq, t[1])
 
     def stop(self) -> None:
         super().stop()

@@ -15,6 +15,7 @@ next pull request when the pending count falls to the threshold.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import threading
@@ -28,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 from ._deadline import Deadline
 from ._errors import (
     ConnectionClosedError,
+    ConsumerDeletedError,
     Error,
     NoHeartbeatError,
+    NotFoundError,
     TimeoutError,
     translating,
 )
@@ -55,6 +58,8 @@ FETCH_HEARTBEAT_AFTER = 30.0
 FETCH_DEFAULT_HEARTBEAT = 5.0
 #: How long a fetch waits past its expiry for the server's end-of-request status.
 FETCH_GRACE = 1.0
+#: drain/stop: the pulls in flight count as done sending once nothing arrived for this long.
+_QUIET = 0.5
 #: Idle fetch inboxes kept per connection for reuse.
 _POOL_MAX = 8
 #: consume's heartbeat monitor checks this many times per idle_heartbeat (warns 2x to 2.1x late).
@@ -531,10 +536,11 @@ class ConsumeContext:
     """A running ``consume``: the iterator (without a callback) and the handle.
 
     Iterator form: ``for msg in messages`` yields messages as they come; ``stop()`` ends
-    it at once (buffered messages are not delivered: they are nak'ed so the server
-    redelivers them at once), ``drain()`` stops pulling and ends after the buffered ones.
-    Callback form: the callback runs on the connection's worker pool, one message at a
-    time, in order; ``stop``/``drain`` as above, ``wait()`` blocks until it is over.
+    it at once (every message received and not handed over is nak'ed, so the server
+    redelivers it at once), ``drain()`` stops pulling and ends once every message the
+    server sent was handed over. Callback form: the callback runs on the connection's
+    worker pool, one message at a time, in order, never before ``consume()`` returned;
+    ``stop``/``drain`` as above, ``wait()`` blocks until it is over.
 
     Terminal conditions (consumer deleted, push consumer) end the iteration by raising
     :class:`jssync.ConsumerDeletedError` / :class:`jssync.ConsumerIsPushBasedError`
@@ -605,7 +611,11 @@ class ConsumeContext:
         self._nr_outage = False
         self._lane_lock = threading.Lock()
         self._closed = threading.Event()
-        self._server_done = threading.Event()
+        self._server_done = threading.Event()  # the inbox is unsubscribed: nothing more arrives
+        self._winding_down = False
+        self._unsubscribed = False  # under _lock: the inbox is gone, naks go out at once
+        self._nak_later: list[Msg] = []  # under _lock: after stop(), nak'ed once unsubscribed
+        self._looking_up = False
         self.error: BaseException | None = None
         self._nsub: Any = None
         self._on_disc = self._disconnected
@@ -622,6 +632,9 @@ class ConsumeContext:
             nsub._pending_queue = self
             return nsub
 
+        # callback form: nothing is handed to the callback before consume() returned (the lane
+        # counts as running until then), so the callback can use the context it returned
+        self._running = self._cb is not None
         self._nsub = conn.run(_sub(), Deadline(conn._timeout + 5), "subscribe")
         conn._disconnect_listeners.append(self._on_disc)
         conn._reconnect_listeners.append(self._on_reconn)
@@ -631,6 +644,15 @@ class ConsumeContext:
         self._pull()
         conn._loop.call_soon(self._arm_timer)
         return self
+
+    def _started(self) -> None:
+        """consume() is returning: let the callback lane run (it waited since _start)."""
+        if self._cb is None:
+            return
+        with self._lane_lock:
+            self._running = False
+        if not self._q.empty():
+            self._kick_lane()
 
     def put_nowait(self, msg: Msg) -> None:
         """Called by nats-py on the I/O thread for every message on the inbox."""
@@ -649,8 +671,8 @@ class ConsumeContext:
     def _user_msg(self, msg: Msg) -> None:
         state = self._state
         if state is not _State.RUNNING and state is not _State.DRAINING:
-            if state is _State.STOPPED and not self._ack_none:
-                msg.nak()
+            if state is _State.STOPPED:
+                self._not_handed_over(msg)
             return
         if self._ack_none:
             msg._ack_none = True
@@ -711,16 +733,47 @@ class ConsumeContext:
 
         On the I/O thread. The pull is over on the server, so it no longer counts as pending;
         a new one goes out after a short wait (ADR-37: re-pull after a status that ends a pull),
-        which ends the stall once a leader is elected. Reported once per outage.
+        which ends the stall once a leader is elected. Reported once per outage. The
+        consumer's info is looked up (on the worker pool): when it says the consumer (or its
+        stream) no longer exists, the consume ends with :class:`jssync.ConsumerDeletedError`.
         """
         if not self._nr_outage:
             self._nr_outage = True
             self._report(exc)
         self._reset_pending()
+        self._look_up_consumer()
         try:
             self._conn._loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
         except RuntimeError:  # pragma: no cover - the loop is closing
             pass
+
+    def _look_up_consumer(self) -> None:
+        """Ask (off the I/O thread, one lookup at a time) whether the consumer still exists."""
+        if self._looking_up or self._state is not _State.RUNNING:
+            return
+        self._looking_up = True
+        try:
+            self._conn._pool.submit(self._consumer_gone)
+        except Exception:  # the pool is closed: the connection is closing
+            self._looking_up = False
+
+    def _consumer_gone(self) -> None:
+        """On the worker pool: end the consume when the consumer's info says it is gone."""
+        try:
+            self._js._consumer_info(self.stream, self.consumer, timeout=self._js.timeout)
+        except NotFoundError as exc:
+            gone = ConsumerDeletedError(
+                f"consumer {self.consumer!r} on stream {self.stream!r} no longer exists "
+                f"(pulls get no responders; {exc})")
+            gone.__cause__ = exc
+            try:
+                self._conn._loop.call_soon(self._terminal, gone)
+            except Exception:  # the connection closed meanwhile
+                log.debug("jssync: consume: could not end after the consumer was deleted", exc_info=True)
+        except Exception:  # no leader, timeout, closed: pulls go on and the next 503 asks again
+            log.debug("jssync: consume: consumer info lookup failed", exc_info=True)
+        finally:
+            self._looking_up = False
 
     def _reset_pending(self) -> None:
         """Forget the pull requests in flight (they are gone on the server)."""
@@ -830,15 +883,17 @@ class ConsumeContext:
             self._conn._pool.submit(self._conn._call_user_cb, self._error_cb, exc)
 
     def _detach(self) -> None:
-        """Stop listening to the connection (any thread)."""
+        """Stop pulling for good: no connection listeners, no heartbeat timer (any thread).
+
+        The context stays in the connection's subscriptions until its inbox is unsubscribed
+        (:meth:`_server_finished`), so closing the connection meanwhile still ends it.
+        """
         conn = self._conn
         for lst, fn in ((conn._disconnect_listeners, self._on_disc), (conn._reconnect_listeners, self._on_reconn)):
             try:
                 lst.remove(fn)
             except ValueError:
                 pass
-        with conn._subs_lock:
-            conn._subs.discard(self)  # type: ignore[arg-type]
         if conn._loop.in_loop_thread():
             self._cancel_timer()
         else:
@@ -847,42 +902,133 @@ class ConsumeContext:
             except Exception:
                 pass
 
-    def _terminal(self, exc: BaseException) -> None:
-        """The consumer is gone (I/O thread): end after the buffered messages by raising ``exc``."""
+    # The end of a consume has two sides: the server side is over once the inbox is
+    # unsubscribed (_server_done: nothing more arrives, and after stop() the rest was
+    # nak'ed), the user side once the iterator reached its end or the callback lane ended
+    # (_closed). After drain() or a terminal error the end marker is queued only once the
+    # server side is over, so the user side ends last; after stop() it ends at once.
+
+    def _wind_down(self, wait: bool) -> None:
+        """Unsubscribe the inbox without losing what is on the wire (drain, stop, terminal; any thread).
+
+        On the I/O thread. With ``wait``, the pulls in flight first finish sending: until
+        none is left (each got all its messages or its ending status), nothing arrived for
+        ``_QUIET`` seconds, the connection is lost, or their expiry passed. Then the shared
+        drain routine (``Connection._drain_nsub``: UNSUB, PING/PONG, remove). Messages
+        arriving meanwhile are buffered (drain) or nak'ed (stop, see :meth:`_user_msg`).
+        """
         with self._lock:
-            if self._state is _State.STOPPED or self._state is _State.CLOSED:
+            if self._winding_down:
+                return
+            self._winding_down = True
+        conn = self._conn
+        nsub = self._nsub
+
+        async def _run() -> None:
+            try:
+                if wait:
+                    await self._pulls_done_sending()
+                if not conn._nc.is_closed:
+                    await conn._drain_nsub(nsub, 5.0)
+            except Exception:  # not confirmed (disconnected, timed out): the inbox is removed anyway
+                log.debug("jssync: consume %s/%s: unsubscribe failed", self.stream, self.consumer, exc_info=True)
+            finally:
+                self._server_finished()
+
+        try:
+            conn._loop.check()
+            _on_loop(conn, _run)
+        except Error:
+            self._server_finished()
+
+    async def _pulls_done_sending(self) -> None:
+        """On the loop: wait until the pulls in flight sent what they will send now."""
+        loop = asyncio.get_running_loop()
+        conn = self._conn
+        end = loop.time() + self._opts.expires + FETCH_GRACE
+        act = self._activity
+        quiet_since = loop.time()
+        while conn._nc.is_connected and self.error is None and self._state is not _State.CLOSED:
+            if self._bytes_mode:
+                if self._req_b - self._rx_b - self._disc_b <= 0:
+                    return
+            elif self._req - self._rx - self._disc <= 0:
+                return
+            now = loop.time()
+            if now >= end:
+                return
+            if self._activity != act:
+                act = self._activity
+                quiet_since = now
+            elif now - quiet_since >= _QUIET:
+                return
+            await asyncio.sleep(0.02)
+
+    def _server_finished(self) -> None:
+        """The inbox is unsubscribed (or the connection is gone): end the user side after the buffer."""
+        conn = self._conn
+        with conn._subs_lock:
+            conn._subs.discard(self)  # type: ignore[arg-type]
+        with self._lock:
+            self._unsubscribed = True
+            later = self._nak_later
+            self._nak_later = []
+            stopped = self._state is _State.STOPPED
+        if stopped:
+            # nak what stop() did not hand over, now that no pull can take it back
+            for msg in later:
+                msg.nak()
+            self._nak_buffered()
+            self._q.put(_END)
+        elif self._cb is None and self.error is not None:
+            self._q.put(_Control(self.error))
+        else:
+            self._q.put(_END)
+        self._server_done.set()
+        if self._cb is not None and not self._running:
+            self._kick_lane()
+
+    def _user_finished(self) -> None:
+        """The iterator reached its end or the callback lane ended (any thread)."""
+        self._closed.set()
+
+    def _terminal(self, exc: BaseException) -> None:
+        """The consumer is gone (I/O thread): end after the buffered messages by raising ``exc``.
+
+        Callback form: ``exc`` goes to the error callback at once, and the lane ends after
+        the buffered messages.
+        """
+        with self._lock:
+            if self._state is _State.STOPPED or self._state is _State.CLOSED or self.error is not None:
                 return
             self._state = _State.DRAINING
-        self.error = exc
+            self.error = exc
         self._detach()
-        _unsubscribe_soon(self._conn, self._nsub)
-        self._server_done.set()
         if self._cb is not None:
             self._report(exc)
-            self._q.put(_END)
-            if not self._running:
-                self._kick_lane()
-        else:
-            self._q.put(_Control(exc))
+        self._wind_down(wait=False)
 
     def stop(self) -> None:
-        """Stop at once: no more messages or callbacks; buffered messages are nak'ed. Idempotent.
+        """Stop at once: no more messages or callbacks. Idempotent.
 
-        Returns without waiting (a callback that is running finishes; see :meth:`wait`).
+        Every message received and not handed to the application is nak'ed, so the server
+        redelivers it at once: the buffered ones now, and those still arriving until the
+        server processed the unsubscribe (the pulls in flight finish sending first, as for
+        :meth:`drain`). Returns without waiting (a callback that is running finishes;
+        :meth:`wait` returns once the rest was nak'ed and the lane ended).
         """
         with self._lock:
             if self._state is _State.STOPPED or self._state is _State.CLOSED:
                 return
             self._state = _State.STOPPED
         self._detach()
-        _unsubscribe_soon(self._conn, self._nsub)
-        self._server_done.set()
         self._nak_buffered()
         self._q.put(_END)
         if self._cb is None:
-            self._closed.set()
+            self._user_finished()
         elif not self._running:
             self._kick_lane()
+        self._wind_down(wait=True)
 
     def _nak_buffered(self) -> None:
         q = self._q
@@ -891,18 +1037,40 @@ class ConsumeContext:
                 item = q.get_nowait()
             except Empty:
                 return
-            if item.__class__ is not _Control and not self._ack_none:
-                item.nak()
+            if item.__class__ is not _Control:
+                self._not_handed_over(item)
+
+    def _not_handed_over(self, msg: Msg) -> None:
+        """A message received and, after stop(), never handed over: nak it (any thread).
+
+        The nak waits until the inbox is unsubscribed: sent earlier, the server would
+        redeliver the message to a pull of this consume still open, which would only nak
+        it again (counting a delivery each time, towards max_deliver).
+        """
+        if self._ack_none:
+            return
+        with self._lock:
+            if not self._unsubscribed:
+                self._nak_later.append(msg)
+                return
+        msg.nak()
 
     def drain(self, timeout: float | None = None) -> None:
-        """Stop pulling and end once the messages already received were delivered. Idempotent.
+        """Stop pulling and end once every message the server sent was delivered. Idempotent.
+
+        No new pull request is sent; the pulls in flight finish sending (until each got all
+        its messages or its ending status, or nothing arrived for 0.2 s), then the inbox is
+        unsubscribed (UNSUB, PING/PONG, removal): every message the server sent before it
+        processed the UNSUB is handed to the application (iterator: before the iteration
+        ends; callback form: through the callback). Acking them is the application's job.
 
         Without ``timeout`` it returns at once (use :meth:`wait`). With ``timeout`` it blocks
-        until the server confirmed the unsubscribe and, in callback form, every buffered
-        message went through the callback.
+        until the inbox is unsubscribed and, in callback form, every message went through the
+        callback. Called from this consume's own callback it does not wait (the rest follows
+        once the callback returns).
 
         Raises:
-            jssync.TimeoutError: ``timeout`` passed first.
+            jssync.TimeoutError: ``timeout`` passed first (the drain goes on).
         """
         with self._lock:
             if self._state is _State.RUNNING:
@@ -912,30 +1080,7 @@ class ConsumeContext:
                 start = False
         if start:
             self._detach()
-            conn = self._conn
-            nsub = self._nsub
-
-            async def _drain() -> None:
-                try:
-                    if not nsub._closed and not conn._nc.is_closed:
-                        await conn._nc._send_unsubscribe(nsub._id)
-                        nsub._closed = True
-                        conn._nc._remove_sub(nsub._id)
-                        await conn._nc.flush(timeout=5)
-                except Exception:
-                    log.debug("jssync: consume drain: unsubscribe/flush failed", exc_info=True)
-                finally:
-                    self._server_done.set()
-                    self._q.put(_END)
-                    if self._cb is not None and not self._running:
-                        self._kick_lane()
-
-            try:
-                conn._loop.check()
-                _on_loop(conn, _drain)
-            except Error:
-                self._server_done.set()
-                self._q.put(_END)
+            self._wind_down(wait=True)
         if timeout is not None:
             if self._cb is not None and self._cb_thread == threading.get_ident():
                 return  # called from our own callback: the lane ends once the callback returns
@@ -951,6 +1096,8 @@ class ConsumeContext:
                 return
             self._state = _State.CLOSED
         self._detach()
+        with self._conn._subs_lock:
+            self._conn._subs.discard(self)  # type: ignore[arg-type]
         self._server_done.set()
         self._q.put(_END)
         self._closed.set()
@@ -959,21 +1106,28 @@ class ConsumeContext:
 
     @property
     def closed(self) -> bool:
-        """True once consuming is over: stopped, drained and delivered, or ended by an error."""
+        """True once no more messages are handed to the application: stopped (iterator: at
+        once; callback form: once the running callback returned), drained and every message
+        delivered, or ended by an error."""
         return self._closed.is_set()
 
     def wait(self, timeout: float | None = None) -> None:
-        """Block until consuming is over (see :attr:`closed`), at most ``timeout`` seconds (None: no limit).
+        """Block until consuming is over, at most ``timeout`` seconds (None: no limit).
+
+        Over means :attr:`closed` and the inbox unsubscribed: after :meth:`stop`, every
+        message received and not handed over was nak'ed by then.
 
         Raises:
             jssync.TimeoutError: still running after ``timeout``.
+            RuntimeError: called from this consume's own callback.
         """
         if self._cb is not None and self._cb_thread == threading.get_ident() and not self._closed.is_set():
             raise RuntimeError("wait() was called from this consume's own callback: it would never return")
         deadline = Deadline(timeout)
-        while not self._closed.wait(deadline.slice()):
-            if deadline.expired():
-                raise TimeoutError(f"consume of {self.consumer!r} still running after {timeout}s")
+        for ev in (self._closed, self._server_done):
+            while not ev.wait(deadline.slice()):
+                if deadline.expired():
+                    raise TimeoutError(f"consume of {self.consumer!r} still running after {timeout}s")
 
     @property
     def pending_messages(self) -> int:
@@ -1013,7 +1167,7 @@ class ConsumeContext:
             msg = self._wait_msg()
         if msg.__class__ is _Control:
             self._q.put(_END)  # other iterating threads end too
-            self._closed.set()
+            self._user_finished()
             exc = msg.exc
             if exc is not None:
                 msg.exc = None
@@ -1110,11 +1264,10 @@ class ConsumeContext:
                     self._running = True
                 continue
             if msg.__class__ is _Control:
-                self._closed.set()
+                self._user_finished()
                 return  # _running stays True: nothing runs the lane again
             if self._state is _State.STOPPED:
-                if not self._ack_none:
-                    msg.nak()
+                self._not_handed_over(msg)
                 continue
             if self._bytes_mode:
                 self._take_bytes(msg)
@@ -1136,4 +1289,6 @@ def consume(js: JetStream, stream: str, consumer: str, callback: Callable[[Msg],
             error_cb: Callable[[BaseException], Any] | None, opts: ConsumeOptions,
             ack_none: bool) -> ConsumeContext:
     """Start consuming (see :class:`ConsumeContext`)."""
-    return ConsumeContext(js, stream, consumer, opts, callback, error_cb, ack_none)._start()
+    cc = ConsumeContext(js, stream, consumer, opts, callback, error_cb, ack_none)._start()
+    cc._started()
+    return cc

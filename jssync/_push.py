@@ -524,6 +524,8 @@ class JetStreamSubscription(Subscription):
         self._reset_lock = threading.Lock()
         self._reset_wanted = False
         self._draining = False
+        self._delete_at_end = False  # iterator-form drain: delete the consumer when the reader is done
+        self._ack_fence = ""  # the ack subject of the last JetStream message received
         # until subscribe() returns, resets wait (it acts as the running reset job)
         self._reset_running = True
         self._reset_idle = threading.Event()
@@ -574,6 +576,7 @@ class JetStreamSubscription(Subscription):
     def _deliver(self, msg: Msg) -> None:
         self._last_seen = _monotonic()
         if msg.reply.startswith(_ACK_PREFIX):
+            self._ack_fence = msg.reply
             if self._ack_none:
                 msg._ack_none = True
             if not self._gaps:
@@ -883,10 +886,7 @@ class JetStreamSubscription(Subscription):
             self._respond_fc(item.reply)
             return
         if item is _DELETE:
-            try:
-                self._delete_consumer(Deadline(self._js.timeout))
-            except Error as exc:
-                self._report(exc)
+            self._delete_after_drain()
             return
         assert self._callback is not None
         try:
@@ -930,6 +930,8 @@ class JetStreamSubscription(Subscription):
                             ) from None
             if item is _END:
                 q.put(_END)
+                if self._delete_at_end:
+                    self._delete_after_drain()
                 raise SubscriptionClosedError(f"subscription on {self.subject!r} is closed")
             t = type(item)
             if t is _FlowControl:
@@ -950,6 +952,34 @@ class JetStreamSubscription(Subscription):
             except ValueError:
                 pass
 
+    def _delete_after_drain(self) -> None:
+        """The drained subscription was read to the end: write the acks, then delete the consumer.
+
+        Runs on the thread that reached the end (the reader, or the callback lane after the
+        last callback), so every ack the application sent before is queued already; they
+        are flushed and fenced (see below) before the delete request. A failure goes to
+        the error callback.
+        """
+        self._delete_at_end = False
+        if not self.created_consumer:
+            return
+        deadline = Deadline(self._js.timeout)
+        try:
+            conn = self._conn
+            if not conn._closed and not conn._closing:
+                conn.flush(timeout=deadline.remaining() or self._js.timeout)
+                if self._ack_fence and not self._ack_none:
+                    # The server applies acks in order, after the PONG: a +WPI (harmless: it
+                    # only restarts one ack timer) answered by the consumer means every ack
+                    # before it was applied, so deleting the consumer loses none of them.
+                    try:
+                        conn.request(self._ack_fence, b"+WPI", timeout=min(2.0, deadline.remaining() or 2.0))
+                    except Error:
+                        log.debug("jssync: no reply to the ack fence before deleting %s", self.consumer_name)
+            self._delete_consumer(deadline)
+        except Error as exc:
+            self._report(exc)
+
     def _delete_consumer(self, deadline: Deadline) -> None:
         name = self.consumer_name
         if not self.created_consumer or name is None:
@@ -968,6 +998,9 @@ class JetStreamSubscription(Subscription):
     def unsubscribe(self, timeout: float = 5.0) -> None:
         """Remove interest, then delete the consumer if this subscription created it. Idempotent.
 
+        After :meth:`drain` (iterator form) with messages still buffered, it deletes the
+        consumer at once instead of when the reader reaches the end.
+
         Messages already received stay readable, then iteration ends. Blocks until the
         UNSUB was handed over and the consumer deleted, at most ``timeout`` seconds.
 
@@ -976,6 +1009,9 @@ class JetStreamSubscription(Subscription):
             jssync.TimeoutError.
         """
         if self._closed:
+            if self._delete_at_end:  # drained, not read to the end: give up the rest now
+                self._delete_at_end = False
+                self._delete_consumer(Deadline(timeout))
             return
         deadline = Deadline(timeout)
         self._end()
@@ -984,13 +1020,21 @@ class JetStreamSubscription(Subscription):
         self._delete_consumer(deadline)
 
     def drain(self, timeout: float = 30.0) -> None:
-        """Stop receiving, process what arrived already, then delete the consumer if this
+        """Stop receiving, hand over what arrived already, then delete the consumer if this
         subscription created it.
+
+        The UNSUB goes out and the server confirms it (PING/PONG) before the subscription is
+        removed, so every message sent before it is handed over. The consumer is deleted
+        only once the buffered messages were taken and their acks written: callback form,
+        after the last callback returned (and its auto-ack); iterator form, when the reader
+        reaches the end of the buffer (``next_msg`` raising SubscriptionClosedError, the
+        ``for`` loop ending), or at once when nothing is buffered. Before deleting, the acks
+        sent so far are flushed to the server. A failure to delete goes to the error
+        callback (it is not raised).
 
         Blocks until every buffered message went through the callback (callback form) or
         until the server confirmed the unsubscribe (iterator form, where the rest stays
-        readable), at most ``timeout``. The consumer is deleted after that; a failure to
-        delete it goes to the error callback (it is not raised).
+        readable), at most ``timeout``.
 
         Raises:
             jssync.TimeoutError: the drain did not finish in time (the consumer is deleted
@@ -1013,16 +1057,16 @@ class JetStreamSubscription(Subscription):
         lane = self._lane
         if lane is not None and self.created_consumer:
             lane.put(_DELETE)
+        elif self.created_consumer:
+            self._delete_at_end = True
         self._end()
         if lane is not None:
             # from this subscription's own callback: the rest (and the delete) follow its return
             while not lane.in_handler() and not lane.idle.wait(deadline.slice()):
                 deadline.check("JetStream subscription drain")
             return
-        try:
-            self._delete_consumer(deadline)
-        except Error as exc:
-            self._report(exc)
+        if self._delete_at_end and self.pending_msgs == 0:
+            self._delete_after_drain()  # nothing buffered: nobody has to read to the end
 
 
 # -- subscribe ------------------------------------------------------------------------------

@@ -494,12 +494,14 @@ def test_consume_drain_and_wait_from_own_callback_do_not_hang(js, unique):
         seen = []
         errors = []
         done = _th.Event()
+        ready = _th.Event()  # set once holder["cc"] is assigned (after consume() returned)
         holder = {}
 
         def cb(msg):
             msg.ack()
             seen.append(msg.data)
             if len(seen) == 1:
+                assert ready.wait(5)
                 t0 = _time.monotonic()
                 holder["cc"].drain(timeout=5)
                 seen.append(_time.monotonic() - t0)
@@ -510,6 +512,7 @@ def test_consume_drain_and_wait_from_own_callback_do_not_hang(js, unique):
                 done.set()
 
         holder["cc"] = cc = c.consume(cb)
+        ready.set()
         assert done.wait(10)
         assert seen[1] < 1.0, "drain from the callback waited for itself"
         assert errors and "own callback" in str(errors[0])
