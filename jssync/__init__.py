@@ -45,6 +45,7 @@ from ._errors import (
     NoRespondersError,
     NoServersError,
     NotFoundError,
+    NotSupportedError,
     PermissionDeniedError,
     ServiceUnavailableError,
     SlowConsumerError,
@@ -76,7 +77,7 @@ from ._kv import (
     KeyWatcher,
     KeyWrongLastSequenceError,
 )
-from ._liftbridge_codec import InvalidAckError, NoSuchPartitionError, NotSupportedError, StreamExistsError
+from ._liftbridge_codec import InvalidAckError, NoSuchPartitionError, StreamExistsError
 from ._msg import Msg
 from ._objectstore import (
     BadObjectMetaError,
