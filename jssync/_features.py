@@ -35,10 +35,10 @@ FEATURES: dict[str, tuple[int, str]] = {
     "consumer reset": (4, "2.14"),
 }
 
-#: StreamConfig field -> the feature a truthy value of it uses.
+#: StreamConfig field -> the feature a truthy value of it uses (checked in this order).
 STREAM_FIELD_FEATURES: dict[str, str] = {
-    "allow_msg_ttl": "per-message TTL",
     "subject_delete_marker_ttl": "subject delete markers",
+    "allow_msg_ttl": "per-message TTL",
     "allow_msg_counter": "counters",
     "allow_atomic": "atomic batch publish",
     "allow_msg_schedules": "message schedules",

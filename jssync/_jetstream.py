@@ -304,11 +304,17 @@ class JetStream:
 
     def create_or_update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
                                 **params: Any) -> Stream:
-        """Update the stream, or create it if it does not exist."""
+        """Update the stream, or create it if it does not exist.
+
+        As with :meth:`update_stream`, keyword fields alone update only those fields of an
+        existing stream; a ``config`` object is the whole configuration.
+        """
         from ._errors import StreamNotFoundError
 
         cfg = _stream_config(config, params)
         try:
+            if config is None and params:
+                return self.update_stream(timeout=timeout, **params)
             return self.update_stream(cfg, timeout=timeout)
         except StreamNotFoundError:
             return self.create_stream(cfg, timeout=timeout)

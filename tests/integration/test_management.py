@@ -40,6 +40,18 @@ def test_update_stream_keywords_keep_the_rest_of_the_config(js, stream):
     assert (cfg.max_msgs, cfg.max_bytes, cfg.storage) == (10, 4096, api.StorageType.MEMORY)
 
 
+def test_create_or_update_stream_keywords_edit_an_existing_stream(js, stream, unique):
+    cfg = js.create_or_update_stream(name=stream.name, max_msgs=7).cached_info.config
+    assert (cfg.max_msgs, cfg.storage) == (7, api.StorageType.MEMORY)
+    name = f"N{unique}"
+    try:
+        cfg = js.create_or_update_stream(name=name, subjects=[f"{name}.>"], storage="memory",
+                                         max_msgs=3).cached_info.config
+        assert (cfg.max_msgs, cfg.storage) == (3, api.StorageType.MEMORY)
+    finally:
+        _drop_streams(js, name)
+
+
 def test_update_stream_full_config_replaces_everything(js, stream):
     js.update_stream(name=stream.name, max_msgs=10, description="edited")
     full = api.StreamConfig(name=stream.name, subjects=[f"{stream.name}.>"], storage=api.StorageType.MEMORY)
@@ -166,6 +178,8 @@ def test_feature_needing_newer_server_is_refused_before_sending(nc, unique):
             js.update_stream(api.StreamConfig(name="S", subjects=["s.>"], allow_atomic=True))
         with pytest.raises(jssync.NotSupportedError, match="schedul"):
             js.create_stream(name="S", subjects=["s.>"], allow_msg_schedules=True)
+        with pytest.raises(jssync.NotSupportedError, match=r"fast batch publish needs nats-server 2\.14"):
+            js.create_stream(name="S", subjects=["s.>"], allow_batched=True)
         nc.flush()
         assert old.requests == []
         # what a 2.11 server has goes through to it
@@ -173,6 +187,21 @@ def test_feature_needing_newer_server_is_refused_before_sending(nc, unique):
             js.create_stream(name="S", subjects=["s.>"], allow_msg_ttl=True, timeout=0.3)
         nc.flush()
         assert old.requests == [f"OLD{unique}.API.STREAM.CREATE.S"]
+    finally:
+        old.sub.unsubscribe()
+
+
+def test_server_before_api_levels_is_level_0(nc, unique):
+    old = _OldServer(nc, f"OLD{unique}.API", level=0)
+    js = nc.jetstream(api_prefix=f"OLD{unique}.API", timeout=1.0)
+    try:
+        assert js.api_level() == 0
+        with pytest.raises(jssync.NotSupportedError, match=r"subject delete markers needs nats-server 2\.11"):
+            js.create_key_value(bucket="b", limit_marker_ttl=5)
+        with pytest.raises(jssync.NotSupportedError, match="per-message TTL"):
+            js.create_key_value(bucket="b", allow_msg_ttl=True)
+        nc.flush()
+        assert old.requests == []
     finally:
         old.sub.unsubscribe()
 
@@ -308,3 +337,30 @@ def test_purge_with_expected_last_revision(js, unique):
                 kv.purge("k", last=bad)
     finally:
         js.delete_key_value(f"p{unique}")
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def test_cli_kv_ls_lists_buckets(nats_server, js, unique, capsys):
+    from jssync._cli import main
+
+    a, b = f"ca{unique}", f"cb{unique}"
+    js.create_key_value(bucket=a, storage="memory", history=2)
+    js.create_key_value(bucket=b, storage="memory")
+    try:
+        js.key_value(a).put("k", b"v")
+        assert main(["-s", nats_server.url, "kv", "ls"]) == 0
+        out = capsys.readouterr().out
+        assert out.splitlines()[0].split() == ["BUCKET", "VALUES", "BYTES", "HISTORY", "TTL", "STORAGE", "MIRROR"]
+        assert any(line.split()[:2] == [a, "1"] for line in out.splitlines())
+        assert main(["kv", "ls", "--json", "-s", nats_server.url]) == 0
+        rows = {r["bucket"]: r for r in json.loads(capsys.readouterr().out)}
+        assert rows[a]["values"] == 1 and rows[a]["history"] == 2 and rows[a]["storage"] == "memory"
+        assert rows[b]["values"] == 0 and rows[b]["mirror"] is None
+        # with a bucket: its keys, as before
+        assert main(["-s", nats_server.url, "--json", "kv", "ls", a]) == 0
+        assert json.loads(capsys.readouterr().out) == ["k"]
+    finally:
+        js.delete_key_value(a)
+        js.delete_key_value(b)
