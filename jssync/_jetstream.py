@@ -527,7 +527,8 @@ class JetStream:
         only consumers with deliver policy ``all``, ``by_start_sequence`` or
         ``by_start_time`` can be reset to a ``seq`` (not before their start).
 
-        Blocks for one request (and one API level request the first time), at most ``timeout``.
+        Blocks for one request (and one API level request the first time; one consumer info
+        request when the reset gets no answer), at most ``timeout`` in all.
 
         Raises:
             ValueError: bad stream or consumer name, or ``seq`` not an int >= 1 (nothing is sent).
@@ -553,12 +554,15 @@ class JetStream:
         data = b"" if seq is None else json.dumps({"seq": seq}).encode()
         # ADR-44: the server also refuses it when it is below the level (412, err_code 10185)
         headers = {"Nats-Required-Api-Level": str(level)}
+        # the consumer answers the reset itself: no consumer, no answer; a share of the time is
+        # kept for the lookup that tells a missing consumer from a slow one
+        remaining = deadline.remaining() or 0.001
+        reserve = min(0.5, remaining / 4)
         try:
-            msg = self.conn._request(subject, data, headers, deadline.remaining() or 0.001)
+            msg = self.conn._request(subject, data, headers, max(0.001, remaining - reserve))
         except (TimeoutError, NoRespondersError):
-            # the consumer answers the reset itself: no consumer, no answer
             try:
-                self._consumer_info(stream, name, timeout=max(0.5, deadline.remaining() or 0.0))
+                self._consumer_info(stream, name, timeout=max(0.001, deadline.remaining() or 0.0))
             except ConsumerNotFoundError as exc:
                 raise ConsumerNotFoundError(exc.code, exc.err_code,
                                             f"consumer {name!r} not found on stream {stream!r}") from None
