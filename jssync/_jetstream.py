@@ -499,6 +499,9 @@ class JetStream:
         """Pause delivery of a consumer until ``until`` (an aware datetime). Needs nats-server 2.11+.
 
         Returns the server's pause state (``paused``, ``pause_until``).
+
+        Raises:
+            jssync.NotSupportedError: the server is older than 2.11 (nothing is sent).
         """
         import datetime as _dt
 
@@ -506,6 +509,9 @@ class JetStream:
         validate_name(name, "consumer name")
         if not isinstance(until, _dt.datetime):
             raise TypeError("until must be a datetime")
+        from ._features import require
+
+        require(self, "consumer pause", timeout=timeout)
         body = {"pause_until": api.Base._to_utc_iso(until)}
         return self._api(f"CONSUMER.PAUSE.{stream}.{name}", body, timeout)
 

@@ -4,6 +4,7 @@ KV mirrors and sources (ADR-8 / ADR-57) and conditional key purges."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 
@@ -200,6 +201,8 @@ def test_server_before_api_levels_is_level_0(nc, unique):
             js.create_key_value(bucket="b", limit_marker_ttl=5)
         with pytest.raises(jssync.NotSupportedError, match="per-message TTL"):
             js.create_key_value(bucket="b", allow_msg_ttl=True)
+        with pytest.raises(jssync.NotSupportedError, match=r"consumer pause needs nats-server 2\.11"):
+            js.pause_consumer("S", "C", datetime.datetime.now(datetime.UTC))
         nc.flush()
         assert old.requests == []
     finally:
