@@ -46,6 +46,7 @@ from ._errors import (
     NoRespondersError,
     NoServersError,
     NotFoundError,
+    NotSupportedError,
     PermissionDeniedError,
     ReconnectBufferExceededError,
     ServiceUnavailableError,
@@ -78,7 +79,7 @@ from ._kv import (
     KeyWatcher,
     KeyWrongLastSequenceError,
 )
-from ._liftbridge_codec import InvalidAckError, NoSuchPartitionError, NotSupportedError, StreamExistsError
+from ._liftbridge_codec import InvalidAckError, NoSuchPartitionError, StreamExistsError
 from ._msg import Msg
 from ._objectstore import (
     BadObjectMetaError,

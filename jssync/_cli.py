@@ -769,6 +769,8 @@ def _kv(args: argparse.Namespace) -> int:
             else:
                 out.write(f"created bucket {args.bucket}\n")
             return 0
+        if args.kv_cmd == "ls" and args.bucket is None:
+            return _kv_buckets(js, args, out)
         kv = js.key_value(args.bucket)
         if args.kv_cmd == "get":
             e = kv.get(args.key)
@@ -822,6 +824,24 @@ def _kv(args: argparse.Namespace) -> int:
                 stop = getattr(w, "stop", None)
                 if stop is not None:
                     stop()
+    return 0
+
+
+def _kv_buckets(js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """``kv ls`` without a bucket: every bucket, as ``nats kv ls`` lists them."""
+    rows = []
+    for st in sorted(js.key_value_stores(), key=lambda x: x.bucket):
+        mirror = st.stream_info.config.mirror
+        rows.append({"bucket": st.bucket, "values": st.values, "bytes": st.bytes, "history": st.history,
+                     "ttl": st.ttl, "storage": getattr(st.storage, "value", st.storage),
+                     "replicas": st.replicas, "mirror": mirror.name[3:] if mirror and mirror.name else None,
+                     "description": st.stream_info.config.description})
+    if args.json:
+        _print_json(rows, out)
+        return 0
+    _table([[r["bucket"], r["values"], r["bytes"], r["history"], r["ttl"] or "-", r["storage"],
+             r["mirror"] or "-"] for r in rows],
+           ["BUCKET", "VALUES", "BYTES", "HISTORY", "TTL", "STORAGE", "MIRROR"], out)
     return 0
 
 
@@ -1071,9 +1091,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("key")
     x.add_argument("value")
     x.set_defaults(func=_kv)
-    x = _add(kv, "ls", help="list keys")
-    x.add_argument("bucket")
-    x.set_defaults(func=_kv)
+    x = _add(kv, "ls", help="list the keys of a bucket, or every bucket")
+    x.add_argument("bucket", nargs="?", help="the bucket whose keys to list (default: list the buckets)")
+    x.set_defaults(func=_kv, _spill=(("bucket", str),))
     x = _add(kv, "watch", help="print changes")
     x.add_argument("bucket")
     x.add_argument("key", nargs="?")

@@ -60,6 +60,21 @@ class Consumer:
         """Delete this consumer on the server."""
         return self._js.delete_consumer(self.stream, self.name, timeout=timeout)
 
+    def reset(self, seq: int | None = None, *, timeout: float | None = None) -> int:
+        """Reset this consumer's delivery state (ADR-60; nats-server 2.14+).
+
+        Returns the stream sequence delivery restarts at and refreshes :attr:`cached_info`
+        with the state the server reports. See :meth:`JetStream.reset_consumer`.
+
+        Raises:
+            ValueError: ``seq`` not an int >= 1 (nothing is sent).
+            jssync.NotSupportedError: the server is older than 2.14 (nothing is sent).
+            jssync.ConsumerNotFoundError, jssync.APIError.
+        """
+        reset_seq, info = self._js._reset_consumer(self.stream, self.name, seq, timeout)
+        self._info = info
+        return reset_seq
+
     @property
     def _ack_none(self) -> bool:
         cfg = self._info.config

@@ -15,6 +15,7 @@ Everything a user can catch derives from :class:`Error`::
     ├── MaxPayloadError (also ValueError)
     ├── SlowConsumerError
     ├── SubscriptionClosedError
+    ├── NotSupportedError (also ValueError)
     └── JetStreamError
         ├── APIError (.code, .err_code, .description)
         │   ├── NotFoundError
@@ -122,6 +123,30 @@ class SubscriptionClosedError(Error):
 
 class JetStreamError(Error):
     """Base class of JetStream errors."""
+
+
+class NotSupportedError(Error, ValueError):
+    """The call needs something the server (or the mapping onto JetStream) does not have.
+
+    Raised before anything is sent when a call needs a newer server than the one behind
+    the JetStream context (ADR-44 API level), and by :mod:`jssync.liftbridge` for options
+    without a JetStream mapping.
+
+    Attributes:
+        feature: the feature, e.g. ``"consumer reset"`` (None for the Liftbridge cases).
+        required_level, required_version: the JetStream API level and nats-server
+            version it needs (e.g. 4, ``"2.14"``), or None.
+        server_level: the server's API level, or None.
+    """
+
+    def __init__(self, message: str = "not supported", *, feature: str | None = None,
+                 required_level: int | None = None, required_version: str | None = None,
+                 server_level: int | None = None) -> None:
+        super().__init__(message)
+        self.feature = feature
+        self.required_level = required_level
+        self.required_version = required_version
+        self.server_level = server_level
 
 
 class APIError(JetStreamError):

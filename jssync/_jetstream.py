@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64  # noqa: F401  (re-used by sibling modules through this one)
 import concurrent.futures
+import dataclasses
 import datetime as _dt
 import json
 import logging
@@ -35,9 +36,9 @@ if TYPE_CHECKING:
     from ._connection import Connection
     from ._consumers import Consumer
     from ._direct import DirectBatch
-    from ._kv import KeyValue
+    from ._kv import KeyValue, KeyValueStatus
     from ._msg import Msg
-    from ._objectstore import ObjectStore
+    from ._objectstore import ObjectStore, ObjectStoreStatus
     from ._push import JetStreamSubscription
     from ._streams import StoredMsg, Stream
 
@@ -113,6 +114,9 @@ def _consumer_config(config: api.ConsumerConfig | None, params: dict[str, Any]) 
     return config
 
 
+_STREAM_FIELDS = frozenset(f.name for f in dataclasses.fields(api.StreamConfig))
+
+
 class JetStream:
     """A JetStream context: streams, consumers and publishing on one connection.
 
@@ -184,6 +188,28 @@ class JetStream:
         """Return the account's JetStream usage and limits."""
         return _model(api.AccountInfo, self._api("INFO", None, timeout), "account info")
 
+    # -- server feature level (ADR-44; implemented in _features.py) ---------------------------
+
+    def api_level(self, *, refresh: bool = False, timeout: float | None = None) -> int:
+        """The JetStream API level of the server(s) behind this context (ADR-44).
+
+        0 before nats-server 2.11, 1 for 2.11, 2 for 2.12, 4 for 2.14, 5 for 2.15. Read
+        from the ``$JS.API.INFO`` reply once per connection and API prefix (again after
+        the connection moved to another server, or with ``refresh=True``); later calls do
+        no I/O. Calls that need a newer server check it and raise
+        :class:`jssync.NotSupportedError` before sending anything.
+        """
+        from ._features import api_level
+
+        return api_level(self, refresh=refresh, timeout=timeout)
+
+    def _require_stream_features(self, cfg: api.StreamConfig, timeout: float | None) -> None:
+        """NotSupportedError if ``cfg`` uses a feature the server's API level lacks (no I/O without one)."""
+        from ._features import require, stream_features
+
+        for feature in stream_features(cfg):
+            require(self, feature, timeout=timeout)
+
     # -- streams ---------------------------------------------------------------------------
 
     def create_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
@@ -203,6 +229,7 @@ class JetStream:
         from ._streams import Stream
 
         cfg = _stream_config(config, params)
+        self._require_stream_features(cfg, timeout)
         body = cfg.as_dict()
         deadline = Deadline(self.timeout if timeout is None else timeout)
         while True:
@@ -222,22 +249,76 @@ class JetStream:
                       **params: Any) -> Stream:
         """Update an existing stream.
 
+        With keyword fields only (``update_stream(name="S", max_msgs=10)``) the fields given
+        are set on top of the stream's current configuration, read first with one stream
+        info request (what ``nats stream edit`` does); a concurrent update between that read
+        and the write is overwritten. With a ``config`` object that object is the whole new
+        configuration (keyword fields set on it first): every field it leaves at its default
+        goes back to the default.
+
         Raises:
+            ValueError, TypeError: no or invalid name, unknown option (nothing is sent).
+            jssync.NotSupportedError: the config uses a feature the server's API level lacks.
             jssync.StreamNotFoundError: there is no such stream.
         """
         from ._streams import Stream
 
-        cfg = _stream_config(config, params)
-        resp = self._api(f"STREAM.UPDATE.{cfg.name}", cfg.as_dict(), timeout)
+        if config is not None or not params:
+            cfg = _stream_config(config, params)
+            body = cfg.as_dict()
+        else:
+            cfg, body = self._edited_stream_config(params, timeout)
+        self._require_stream_features(cfg, timeout)
+        resp = self._api(f"STREAM.UPDATE.{cfg.name}", body, timeout)
         return Stream(self, _stream_model(resp))
+
+    def _edited_stream_config(self, params: dict[str, Any], timeout: float | None,
+                              ) -> tuple[api.StreamConfig, dict[str, Any]]:
+        """The stream's current config with the fields in ``params`` set (``name`` names the stream).
+
+        The fields given replace those of the config as the server sent it; everything
+        else is sent back as it came (fields nats-py does not model included).
+        """
+        params = dict(params)
+        name = params.pop("name", None)
+        if name is None:
+            raise ValueError("update_stream needs the stream's name (name=) or a StreamConfig")
+        validate_name(name)
+        for key in params:
+            if key not in _STREAM_FIELDS:
+                raise TypeError(f"unknown stream option: {key!r}")
+        resp = self._api(f"STREAM.INFO.{name}", None, timeout)
+        raw = resp.get("config")
+        if not isinstance(raw, dict):
+            raise APIError(None, None, "malformed stream info reply: no config object")
+        raw = dict(raw)
+        current = _stream_model(resp).config
+        cfg = _stream_config(current, params)
+        fields = cfg.as_dict()
+        for key in params:
+            if key in fields:
+                raw[key] = fields[key]
+            else:  # set to None: back to the server's default
+                raw.pop(key, None)
+        # server-computed metadata (_nats.*) is set again by the server on every update
+        md = raw.get("metadata")
+        if isinstance(md, dict):
+            raw["metadata"] = {k: v for k, v in md.items() if not str(k).startswith("_nats.")}
+        return cfg, raw
 
     def create_or_update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
                                 **params: Any) -> Stream:
-        """Update the stream, or create it if it does not exist."""
+        """Update the stream, or create it if it does not exist.
+
+        As with :meth:`update_stream`, keyword fields alone update only those fields of an
+        existing stream; a ``config`` object is the whole configuration.
+        """
         from ._errors import StreamNotFoundError
 
         cfg = _stream_config(config, params)
         try:
+            if config is None and params:
+                return self.update_stream(timeout=timeout, **params)
             return self.update_stream(cfg, timeout=timeout)
         except StreamNotFoundError:
             return self.create_stream(cfg, timeout=timeout)
@@ -467,6 +548,9 @@ class JetStream:
         """Pause delivery of a consumer until ``until`` (an aware datetime). Needs nats-server 2.11+.
 
         Returns the server's pause state (``paused``, ``pause_until``).
+
+        Raises:
+            jssync.NotSupportedError: the server is older than 2.11 (nothing is sent).
         """
         import datetime as _dt
 
@@ -474,6 +558,9 @@ class JetStream:
         validate_name(name, "consumer name")
         if not isinstance(until, _dt.datetime):
             raise TypeError("until must be a datetime")
+        from ._features import require
+
+        require(self, "consumer pause", timeout=timeout)
         body = {"pause_until": api.Base._to_utc_iso(until)}
         return self._api(f"CONSUMER.PAUSE.{stream}.{name}", body, timeout)
 
@@ -482,6 +569,70 @@ class JetStream:
         validate_name(stream)
         validate_name(name, "consumer name")
         return self._api(f"CONSUMER.PAUSE.{stream}.{name}", {}, timeout)
+
+    def reset_consumer(self, stream: str, name: str, seq: int | None = None, *,
+                       timeout: float | None = None) -> int:
+        """Reset a consumer's delivery state (ADR-60); returns the stream sequence delivery restarts at.
+
+        Pending and redelivered messages are forgotten and the delivered and ack floor
+        sequences are reset, as if the consumer had been created anew: with ``seq``, the
+        next message delivered is the first at or after stream sequence ``seq`` (forwards
+        or backwards); without it, delivery restarts just above the ack floor, so messages
+        delivered but not acknowledged come again. Needs nats-server 2.14+ (API level 4);
+        only consumers with deliver policy ``all``, ``by_start_sequence`` or
+        ``by_start_time`` can be reset to a ``seq`` (not before their start).
+
+        Blocks for one request (and one API level request the first time; one consumer info
+        request when the reset gets no answer), at most ``timeout`` in all.
+
+        Raises:
+            ValueError: bad stream or consumer name, or ``seq`` not an int >= 1 (nothing is sent).
+            jssync.NotSupportedError: the server is older than 2.14 (nothing is sent).
+            jssync.ConsumerNotFoundError, jssync.StreamNotFoundError: no such consumer.
+            jssync.APIError: the server refused the reset (e.g. err_code 10204, a ``seq``
+                before the consumer's start).
+        """
+        return self._reset_consumer(stream, name, seq, timeout)[0]
+
+    def _reset_consumer(self, stream: str, name: str, seq: int | None,
+                        timeout: float | None) -> tuple[int, api.ConsumerInfo]:
+        from ._errors import ConsumerNotFoundError
+        from ._features import require
+
+        validate_name(stream)
+        validate_name(name, "consumer name")
+        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
+            raise ValueError(f"seq must be an int >= 1 (or None for the ack floor), got {seq!r}")
+        deadline = Deadline(self.timeout if timeout is None else timeout)
+        level = require(self, "consumer reset", timeout=deadline.remaining() or 0.001)
+        subject = f"{self.prefix}.CONSUMER.RESET.{stream}.{name}"
+        data = b"" if seq is None else json.dumps({"seq": seq}).encode()
+        # ADR-44: the server also refuses it when it is below the level (412, err_code 10185)
+        headers = {"Nats-Required-Api-Level": str(level)}
+        # the consumer answers the reset itself: no consumer, no answer; a share of the time is
+        # kept for the lookup that tells a missing consumer from a slow one
+        remaining = deadline.remaining() or 0.001
+        reserve = min(0.5, remaining / 4)
+        try:
+            msg = self.conn._request(subject, data, headers, max(0.001, remaining - reserve))
+        except (TimeoutError, NoRespondersError):
+            try:
+                self._consumer_info(stream, name, timeout=max(0.001, deadline.remaining() or 0.0))
+            except ConsumerNotFoundError as exc:
+                raise ConsumerNotFoundError(exc.code, exc.err_code,
+                                            f"consumer {name!r} not found on stream {stream!r}") from None
+            raise TimeoutError(f"no reply to the reset of consumer {name!r} on stream {stream!r} "
+                               f"within {deadline.timeout}s") from None
+        try:
+            resp = check_api_response(msg.data)
+        except APIError as exc:
+            if exc.err_code == 10185:
+                from ._errors import NotSupportedError
+
+                raise NotSupportedError(f"consumer reset: {exc.description}", feature="consumer reset",
+                                        required_level=level, required_version="2.14") from exc
+            raise
+        return _int_field(resp, "reset_seq"), _model(api.ConsumerInfo, resp, "consumer reset")
 
     # -- publishing ------------------------------------------------------------------------
 
@@ -748,6 +899,33 @@ class JetStream:
 
         return delete_key_value(self, bucket, timeout=timeout)
 
+    def update_key_value(self, config: Any = None, **params: Any) -> KeyValue:
+        """Update a bucket's whole configuration (``bucket=``, ``history=``, ...), built as on create.
+
+        Options left out go back to their defaults. Raises jssync.BucketNotFoundError.
+        """
+        from ._kv import update_key_value
+
+        return update_key_value(self, config, **params)
+
+    def create_or_update_key_value(self, config: Any = None, **params: Any) -> KeyValue:
+        """Update the bucket, or create it if it does not exist."""
+        from ._kv import create_or_update_key_value
+
+        return create_or_update_key_value(self, config, **params)
+
+    def key_value_store_names(self, *, timeout: float | None = None) -> Iterator[str]:
+        """Iterate over the name of every key-value bucket (mirrors included; all pages)."""
+        from ._kv import key_value_store_names
+
+        return key_value_store_names(self, timeout=timeout)
+
+    def key_value_stores(self, *, timeout: float | None = None) -> Iterator[KeyValueStatus]:
+        """Iterate over the :class:`jssync.KeyValueStatus` of every key-value bucket (all pages)."""
+        from ._kv import key_value_stores
+
+        return key_value_stores(self, timeout=timeout)
+
     # -- object store (ADR-20; implemented in _objectstore.py) -------------------------------
 
     def create_object_store(self, config: Any = None, **params: Any) -> ObjectStore:
@@ -767,6 +945,18 @@ class JetStream:
         from ._objectstore import delete_object_store
 
         return delete_object_store(self, bucket, timeout=timeout)
+
+    def object_store_names(self, *, timeout: float | None = None) -> Iterator[str]:
+        """Iterate over the name of every object store (all pages)."""
+        from ._objectstore import object_store_names
+
+        return object_store_names(self, timeout=timeout)
+
+    def object_stores(self, *, timeout: float | None = None) -> Iterator[ObjectStoreStatus]:
+        """Iterate over the status of every object store (all pages)."""
+        from ._objectstore import object_stores
+
+        return object_stores(self, timeout=timeout)
 
 
 def _nonneg(v: Any, what: str) -> int:

@@ -15,6 +15,7 @@ read, again with the latest per key, skipping the revisions already passed.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime as _dt
 import enum
 import logging
@@ -327,7 +328,7 @@ def _is_wrong_last_seq(exc: APIError) -> bool:
 
 # -- bucket management ---------------------------------------------------------------------------
 
-_EXTRA_OPTIONS = ("compression", "metadata", "allow_msg_ttl")
+_EXTRA_OPTIONS = ("compression", "metadata", "allow_msg_ttl", "mirror", "sources")
 
 
 def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) -> api.StreamConfig:
@@ -389,6 +390,7 @@ def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) ->
         if not isinstance(md, dict):
             raise TypeError("metadata must be a dict of str to str")
         scfg.metadata = dict(md)
+    _mirror_and_sources(scfg, bucket, extras.get("mirror"), extras.get("sources"))
     marker_ttl = config.limit_marker_ttl
     if marker_ttl:
         if marker_ttl < 1:
@@ -398,6 +400,68 @@ def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) ->
     elif extras.get("allow_msg_ttl"):
         scfg.allow_msg_ttl = True
     return scfg
+
+
+def _kv_stream_name(name: Any, what: str) -> str:
+    """``KV_<bucket>`` for a bucket name given with or without the ``KV_`` prefix."""
+    if not isinstance(name, str) or not name:
+        raise InvalidBucketNameError(f"{what} must name a bucket, got {name!r}")
+    bucket = name[3:] if name.startswith("KV_") else name
+    validate_bucket(bucket)
+    return f"KV_{bucket}"
+
+
+def _mirror_and_sources(scfg: api.StreamConfig, bucket: str, mirror: Any, sources: Any) -> None:
+    """Set a bucket's mirror or sources on its stream config (ADR-8, ADR-57).
+
+    A mirror (a read-only copy of another bucket) names the origin bucket (``KV_`` is
+    added); the stream gets no subjects of its own and answers direct gets for the
+    origin (``mirror_direct``). A source without ``subject_transforms`` is another
+    bucket: its keys (those matching its ``filter_subject``, a key filter, when set) are
+    mapped into this bucket. A source with ``subject_transforms`` is kept exactly as given.
+    """
+    if mirror is not None and sources:
+        raise ValueError("a bucket takes a mirror or sources, not both")
+    if mirror is not None:
+        if not isinstance(mirror, api.StreamSource):
+            raise TypeError(f"mirror must be a nats.js.api.StreamSource, got {type(mirror).__name__}")
+        if mirror.subject_transforms:
+            raise ValueError("a bucket's mirror cannot have subject_transforms")
+        m = dataclasses.replace(mirror, name=_kv_stream_name(mirror.name, "mirror name"))
+        if m.filter_subject:
+            validate_key_filter(m.filter_subject)
+            m.filter_subject = f"$KV.{m.name[3:]}.{m.filter_subject}"
+        scfg.mirror = m
+        scfg.mirror_direct = True
+        scfg.subjects = None
+        return
+    if sources is None:
+        return
+    if not isinstance(sources, list | tuple) or not all(isinstance(x, api.StreamSource) for x in sources):
+        raise TypeError("sources must be a list of nats.js.api.StreamSource")
+    out: list[api.StreamSource] = []
+    for src in sources:
+        if src.subject_transforms:
+            if not isinstance(src.name, str) or not src.name:
+                raise ValueError(f"source name must be a non-empty string, got {src.name!r}")
+            out.append(src)
+            continue
+        ss = dataclasses.replace(src, name=_kv_stream_name(src.name, "source name"))
+        key = ">"
+        if ss.filter_subject:
+            key = validate_key_filter(ss.filter_subject)
+            ss.filter_subject = None
+        # the same key in this bucket: each '*' of the key filter maps to its own token
+        dest, n = [], 0
+        for tok in key.split("."):
+            if tok == "*":
+                n += 1
+                tok = f"{{{{wildcard({n})}}}}"
+            dest.append(tok)
+        ss.subject_transforms = [api.SubjectTransform(src=f"$KV.{ss.name[3:]}.{key}",
+                                                      dest=f"$KV.{bucket}.{'.'.join(dest)}")]
+        out.append(ss)
+    scfg.sources = out
 
 
 def create_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **params: Any) -> KeyValue:
@@ -425,6 +489,55 @@ def create_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
                                 f"{exc.description}") from exc
     assert isinstance(stream, Stream)
     return KeyValue(js, stream)
+
+
+def update_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **params: Any) -> KeyValue:
+    """Update a bucket's configuration: the whole of it, built as :func:`create_key_value` builds it.
+
+    Every option left out goes back to its default (as with a full stream config), so give
+    the bucket's full configuration (``history``, ``storage``, ``ttl``, ...). A change the
+    server does not allow on an existing stream (e.g. ``storage``) raises its APIError.
+
+    Raises:
+        InvalidBucketNameError, KeyHistoryTooLargeError, ValueError, TypeError: bad options (nothing sent).
+        BucketNotFoundError: there is no such bucket.
+    """
+    timeout = params.pop("timeout", None)
+    scfg = _stream_config(config, dict(params))
+    try:
+        stream = js.update_stream(scfg, timeout=timeout)
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {(scfg.name or '')[3:]!r} not found") from exc
+    return KeyValue(js, stream)
+
+
+def create_or_update_key_value(js: JetStream, config: api.KeyValueConfig | None = None,
+                               **params: Any) -> KeyValue:
+    """Update the bucket (see :func:`update_key_value`), or create it if it does not exist."""
+    try:
+        return update_key_value(js, config, **params)
+    except BucketNotFoundError:
+        return create_key_value(js, config, **params)
+
+
+def _bucket_names(js: JetStream, prefix: str, timeout: float | None) -> Iterator[str]:
+    # every stream (a mirror bucket has no subjects to filter on), those named <prefix><bucket>
+    for name in js.stream_names(timeout=timeout):
+        if name.startswith(prefix) and _BUCKET_RE.match(name[len(prefix):]):
+            yield name[len(prefix):]
+
+
+def key_value_store_names(js: JetStream, *, timeout: float | None = None) -> Iterator[str]:
+    """Iterate over the name of every key-value bucket (streams ``KV_<bucket>``, mirrors included)."""
+    return _bucket_names(js, "KV_", timeout)
+
+
+def key_value_stores(js: JetStream, *, timeout: float | None = None) -> Iterator[KeyValueStatus]:
+    """Iterate over the status of every key-value bucket (one stream list, all pages)."""
+    for info in js.streams(timeout=timeout):
+        name = info.config.name or ""
+        if name.startswith("KV_") and _BUCKET_RE.match(name[3:]):
+            yield KeyValueStatus(name[3:], info)
 
 
 def key_value(js: JetStream, bucket: str, *, timeout: float | None = None) -> KeyValue:
@@ -482,6 +595,16 @@ class KeyValue:
         if js.prefix != "$JS.API":
             # across a domain / imported API prefix the write subjects sit under the prefix
             self._put_pre = f"{js.prefix}.{self._pre}"
+        mirror = cfg.mirror
+        if mirror is not None and isinstance(mirror.name, str) and mirror.name.startswith("KV_"):
+            # a mirror bucket stores the origin's subjects; writes go to the origin bucket
+            origin = mirror.name[3:]
+            self._pre = f"$KV.{origin}."
+            ext = mirror.external
+            if ext is not None and ext.api:
+                self._put_pre = f"{ext.api}.{self._pre}"
+            else:
+                self._put_pre = self._pre
         self._direct = bool(cfg.allow_direct)
         self._direct_pre = f"{js.prefix}.DIRECT.GET.{stream.name}.{self._pre}"
 
@@ -616,6 +739,8 @@ class KeyValue:
         validate_key(key)
         data = _value_bytes(value)
         headers = {HDR_TTL: _ttl_header(ttl)} if ttl is not None else None
+        if headers is not None:
+            self._require_ttl(timeout)
         try:
             return self._publish(key, data, headers, 0, timeout)
         except KeyWrongLastSequenceError as exc:
@@ -662,20 +787,34 @@ class KeyValue:
             raise ValueError(f"last must be an int >= 0, got {last!r}")
         self._publish(key, b"", {KV_OP: "DEL"}, last, timeout)
 
-    def purge(self, key: str, *, ttl: float | None = None, timeout: float | None = None) -> None:
+    def purge(self, key: str, *, last: int | None = None, ttl: float | None = None,
+              timeout: float | None = None) -> None:
         """Remove every revision of ``key``, leaving one ``PURGE`` marker (``Nats-Rollup: sub``).
 
-        ``ttl`` (seconds, >= 1) removes the marker itself after that long (needs per-message
-        TTLs on the bucket). Blocks until acknowledged.
+        With ``last``, only if the latest revision of ``key`` is ``last``
+        (``Nats-Expected-Last-Subject-Sequence``; ``0``: the key has no revision); else
+        nothing is removed. ``ttl`` (seconds, >= 1) removes the marker itself after that
+        long (needs per-message TTLs on the bucket, nats-server 2.11+). Blocks until
+        acknowledged.
 
         Raises:
-            InvalidKeyError: bad key (nothing sent).
+            InvalidKeyError, ValueError: bad key, ``last`` or ``ttl`` (nothing sent).
+            KeyWrongLastSequenceError: ``last`` did not match.
+            jssync.NotSupportedError: ``ttl`` on a server older than 2.11 (nothing sent).
         """
         validate_key(key)
+        if last is not None and (not isinstance(last, int) or isinstance(last, bool) or last < 0):
+            raise ValueError(f"last must be an int >= 0, got {last!r}")
         headers = {KV_OP: "PURGE", HDR_ROLLUP: "sub"}
         if ttl is not None:
             headers[HDR_TTL] = _ttl_header(ttl)
-        self._publish(key, b"", headers, None, timeout)
+            self._require_ttl(timeout)
+        self._publish(key, b"", headers, last, timeout)
+
+    def _require_ttl(self, timeout: float | None) -> None:
+        from ._features import require
+
+        require(self._js, "per-message TTL", timeout=self._t(timeout))
 
     def purge_deletes(self, *, older_than: float = 30 * 60, timeout: float | None = None) -> int:
         """Remove the delete and purge markers (with any history left) of every deleted key.

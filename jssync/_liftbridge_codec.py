@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._errors import Error, StreamNameInUseError, StreamNotFoundError
+from ._errors import NotSupportedError as _NotSupportedError
 
 if TYPE_CHECKING:
     from ._liftbridge_meta import Metadata
@@ -55,8 +56,11 @@ class NoSuchPartitionError(StreamNotFoundError):
     """
 
 
-class NotSupportedError(Error, ValueError):
-    """A Liftbridge option that has no faithful JetStream mapping (e.g. ``group``)."""
+class NotSupportedError(_NotSupportedError):
+    """A Liftbridge option that has no faithful JetStream mapping (e.g. ``group``).
+
+    A :class:`jssync.NotSupportedError`.
+    """
 
 
 class InvalidAckError(Error, ValueError):

@@ -312,6 +312,23 @@ def object_store(js: JetStream, bucket: str, *, timeout: float | None = None) ->
     return ObjectStore(js, stream)
 
 
+def object_store_names(js: JetStream, *, timeout: float | None = None) -> Iterator[str]:
+    """Iterate over the name of every object store (streams ``OBJ_<bucket>``)."""
+    from ._kv import _bucket_names
+
+    return _bucket_names(js, "OBJ_", timeout)
+
+
+def object_stores(js: JetStream, *, timeout: float | None = None) -> Iterator[ObjectStoreStatus]:
+    """Iterate over the status of every object store (one stream list, all pages)."""
+    from ._kv import _BUCKET_RE
+
+    for info in js.streams(timeout=timeout):
+        name = info.config.name or ""
+        if name.startswith("OBJ_") and _BUCKET_RE.match(name[4:]):
+            yield ObjectStoreStatus(name[4:], info)
+
+
 def delete_object_store(js: JetStream, bucket: str, *, timeout: float | None = None) -> bool:
     """Delete an object store and every object in it.
 
