@@ -106,6 +106,7 @@ from ._push import (
     StatusError,
     SubjectMismatchError,
 )
+from ._request_many import RequestMany
 from ._status import PullRequestError
 from ._streams import StoredMsg, Stream
 from ._subscription import Subscription
@@ -199,6 +200,7 @@ __all__ = [
     "PushSubscribeError",
     "QueueGroupOptionError",
     "ReplayPolicy",
+    "RequestMany",
     "RetentionPolicy",
     "SequencePair",
     "ServiceUnavailableError",
