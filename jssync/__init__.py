@@ -21,6 +21,7 @@ from nats.js.api import (
     StreamInfo,
 )
 
+from . import micro  # the submodule jssync.micro
 from ._connection import Connection, connect
 from ._consumers import Consumer
 from ._direct import BadRequestError, DirectBatch, TooManySubjectsError
@@ -224,4 +225,5 @@ __all__ = [
     "WrongLastSequenceError",
     "__version__",
     "connect",
+    "micro",
 ]
