@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from ._connection import Connection
     from ._subscription import Subscription
 
-#: Replies buffered at most when ``max_messages`` is not given.
-_DEFAULT_PENDING = 65536
+#: Replies buffered at most (also with ``max_messages``: replies past it must not be
+#: reported as a slow consumer while the unsubscribe is on its way).
+_PENDING = 65536
 
 
 def empty_payload(msg: Msg) -> bool:
@@ -89,6 +90,7 @@ class RequestMany:
         #: ``"sentinel"``, ``"closed"`` (by :meth:`close` or the connection), or None while it runs.
         self.reason: str | None = None
         self._finalizer = weakref.finalize(self, _cleanup, conn, sub, watch_keys)
+        self._finalizer.atexit = False
 
     def __repr__(self) -> str:
         return f"<jssync.RequestMany subject={self.subject!r} received={self._count} reason={self.reason!r}>"
@@ -190,7 +192,7 @@ def start(conn: Connection, subject: str, data: bytes, headers: dict[str, str] |
     keys = (conn._watch_permission("publish", subject, on_denied),
             conn._watch_permission("subscribe", inbox, on_denied))
     try:
-        sub = conn._make_subscription(inbox, None, None, max_messages or _DEFAULT_PENDING,
+        sub = conn._make_subscription(inbox, None, None, _PENDING,
                                       check_permissions=False)
     except BaseException:
         for k in keys:

@@ -245,3 +245,19 @@ def test_stall_not_below_max_wait_is_ignored(nc, unique):
     _responders(nc, subj, 1)
     rm = nc.request_many(subj, max_wait=0.3, stall=5.0)
     assert len(list(rm)) == 1 and rm.reason == "max_wait"
+
+
+def test_replies_past_max_messages_are_no_slow_consumer(nats_server, unique):
+    errors: list[BaseException] = []
+    nc = jssync.connect(nats_server.url, error_cb=errors.append)
+    try:
+        subj = f"rm.{unique}"
+        _responders(nc, subj, 5)
+        for _ in range(5):
+            rm = nc.request_many(subj, max_wait=2.0, max_messages=1)
+            time.sleep(0.05)  # every reply has arrived before the first next()
+            assert len(list(rm)) == 1
+        nc.flush()
+        assert not [e for e in errors if isinstance(e, jssync.SlowConsumerError)], errors
+    finally:
+        nc.close()
