@@ -144,11 +144,11 @@ class RequestMany:
             self._finish("closed")
             if self._denied:
                 err = self._denied[0]
-                what = f"publish to {self.subject!r}" if err.operation == "publish" \
-                    else f"subscription to {self._sub.subject!r}"
+                subj = self.subject if err.operation == "publish" else self._sub.subject
+                what = "publish to" if err.operation == "publish" else "subscription to the reply inbox"
                 raise PermissionDeniedError(
-                    f"permission denied: the server refused the request's {what}",
-                    operation=err.operation, subject=err.subject,
+                    f"permission denied: the server refused the request's {what} {subj!r}",
+                    operation=err.operation, subject=subj,
                 ) from err
             raise StopIteration from None
         except BaseException:

@@ -261,3 +261,34 @@ def test_replies_past_max_messages_are_no_slow_consumer(nats_server, unique):
         assert not [e for e in errors if isinstance(e, jssync.SlowConsumerError)], errors
     finally:
         nc.close()
+
+
+_PERMS = """
+authorization {
+  users: [
+    {user: alice, password: alicepw, permissions: {publish: {deny: ["Secret.>"]}}}
+    {user: bob, password: bobpw, permissions: {subscribe: {deny: ["_INBOX.>"]}}}
+  ]
+}
+"""
+
+
+def test_permission_denied_publish_and_inbox():
+    from jssync.server import NatsServer
+
+    with NatsServer(jetstream=False, config=_PERMS) as srv:
+        with jssync.connect(srv.url, user="alice", password="alicepw", error_cb=lambda e: None) as alice:
+            rm = alice.request_many("Secret.Plans", max_wait=5.0)
+            t0 = time.monotonic()
+            with pytest.raises(jssync.PermissionDeniedError) as ei:
+                next(rm)
+            assert time.monotonic() - t0 < 2 * FACTOR
+            assert (ei.value.operation, ei.value.subject) == ("publish", "Secret.Plans")
+            assert "'Secret.Plans'" in str(ei.value)
+            assert rm._sub.is_closed and not alice._perm_watch
+        with jssync.connect(srv.url, user="bob", password="bobpw", error_cb=lambda e: None) as bob:
+            rm = bob.request_many("open.thing", max_wait=5.0)
+            with pytest.raises(jssync.PermissionDeniedError) as ei:
+                next(rm)
+            assert ei.value.operation == "subscribe" and ei.value.subject.startswith("_INBOX.")
+            assert not bob._perm_watch
