@@ -420,3 +420,14 @@ def test_control_subject_bad_input():
     with pytest.raises(ValueError, match="'abc'"):
         micro.control_subject("PING", None, "abc")
     assert micro.control_subject("STATS", "svc", "id1") == "$SRV.STATS.svc.id1"
+
+
+@pytest.mark.parametrize("version", ["0.0.0", "1.2.3-alpha.1", "10.20.30+build.1.2", "1.0.0-rc.1+sha-5114f85",
+                                     "1.0.0-0A.is.legal"])
+def test_valid_versions_and_names_are_accepted(nc, version):
+    svc = micro.add_service(nc, name="Svc_name-1", version=version)
+    try:
+        assert svc.info()["version"] == version
+        svc.add_endpoint("End_point-2", echo_upper, subject="ep.*.x")
+    finally:
+        svc.stop()
