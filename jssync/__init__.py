@@ -21,6 +21,7 @@ from nats.js.api import (
     StreamInfo,
 )
 
+from . import micro  # the submodule jssync.micro
 from ._connection import Connection, connect
 from ._consumers import Consumer
 from ._direct import BadRequestError, DirectBatch, TooManySubjectsError
@@ -109,6 +110,7 @@ from ._push import (
     StatusError,
     SubjectMismatchError,
 )
+from ._request_many import RequestMany
 from ._status import PullRequestError
 from ._streams import StoredMsg, Stream
 from ._subscription import Subscription
@@ -204,6 +206,7 @@ __all__ = [
     "QueueGroupOptionError",
     "ReconnectBufferExceededError",
     "ReplayPolicy",
+    "RequestMany",
     "RetentionPolicy",
     "SequencePair",
     "ServiceUnavailableError",
@@ -227,4 +230,5 @@ __all__ = [
     "WrongLastSequenceError",
     "__version__",
     "connect",
+    "micro",
 ]

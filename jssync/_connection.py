@@ -41,6 +41,7 @@ from ._workers import WorkerPool
 
 if TYPE_CHECKING:
     from ._jetstream import JetStream
+    from ._request_many import RequestMany
 
 T = TypeVar("T")
 log = logging.getLogger("jssync")
@@ -1460,6 +1461,57 @@ class Connection:
     def new_inbox(self) -> str:
         """Return a new unique inbox subject."""
         return str(self._nc.new_inbox())
+
+    # -- request many (ADR-47) ------------------------------------------------------------
+
+    def request_many(
+        self,
+        subject: str,
+        data: bytes = b"",
+        *,
+        headers: dict[str, str] | None = None,
+        max_wait: float = 2.0,
+        max_messages: int | None = None,
+        stall: float | None = None,
+        sentinel: Callable[[Msg], bool] | bool | None = None,
+    ) -> RequestMany:
+        """Send one request and iterate over every reply that comes within the limits.
+
+        ``for msg in nc.request_many("svc.who", max_wait=1.0, stall=0.3): ...`` (or use it
+        as a context manager to remove the reply subscription when leaving early). Returns
+        once the request is handed to the I/O thread (after the reply inbox is subscribed);
+        ``next()`` blocks for the next reply.
+
+        Args:
+            max_wait: seconds of waiting for replies in all (time spent by the application
+                between replies is not counted); then the iteration ends.
+            max_messages: end after this many replies.
+            stall: after the first reply, end when no further reply comes for this long
+                (a stall of at least ``max_wait`` is ignored, as ADR-47 says).
+            sentinel: ``sentinel(msg)`` true ends the iteration (that reply is not
+                yielded); ``True`` means the standard sentinel, an empty payload.
+
+        Raises:
+            ValueError, TypeError: a bad ``max_wait``, ``max_messages``, ``stall`` or ``sentinel``.
+            jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError: before sending.
+            jssync.NoRespondersError, jssync.PermissionDeniedError: from ``next()``.
+        """
+        from . import _request_many
+
+        validate_subject(subject, wildcards=False)
+        validate_headers(headers)
+        data = _check_data(data)
+        opts = _request_many.check_options(max_wait, max_messages, stall, sentinel)
+        size = len(data) if headers is None else len(data) + _headers_size(headers)
+        if size > self._max_payload:
+            raise MaxPayloadError(
+                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
+                f"of {self._max_payload} bytes"
+            )
+        self._check_open()
+        if self._loop.in_loop_thread():
+            raise RuntimeError("a blocking jssync call was made on the connection's I/O thread")
+        return _request_many.start(self, subject, data, headers, *opts)
 
     # -- subscriptions -------------------------------------------------------------------
 

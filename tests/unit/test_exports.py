@@ -43,5 +43,15 @@ def test_api_errors_keep_codes():
 
 def test_public_modules_import():
     import jssync.liftbridge  # noqa: F401
+    import jssync.micro  # noqa: F401
     import jssync.server  # noqa: F401
     import jssync.spark  # noqa: F401
+
+
+def test_micro_is_a_submodule_and_its_errors_are_jssync_errors():
+    assert jssync.micro.__name__ == "jssync.micro"
+    assert list(jssync.micro.__all__) == sorted(jssync.micro.__all__)
+    for name in jssync.micro.__all__:
+        obj = getattr(jssync.micro, name)
+        if inspect.isclass(obj) and issubclass(obj, BaseException):
+            assert issubclass(obj, jssync.Error), name
