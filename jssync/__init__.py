@@ -57,6 +57,7 @@ from ._errors import (
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
+from ._features import BatchPublisher, Counter, CounterEntry
 from ._jetstream import JetStream
 from ._jsack import MsgMetadata, SequencePair
 from ._kv import (
@@ -123,6 +124,7 @@ __all__ = [
     "BadObjectMetaError",
     "BadRequestError",
     "BadSubjectError",
+    "BatchPublisher",
     "BucketExistsError",
     "BucketNotFoundError",
     "Connection",
@@ -138,6 +140,8 @@ __all__ = [
     "ConsumerIsPushBasedError",
     "ConsumerNotFoundError",
     "ConsumerSequenceMismatchError",
+    "Counter",
+    "CounterEntry",
     "DeliverGroupError",
     "DeliverPolicy",
     "DigestMismatchError",
