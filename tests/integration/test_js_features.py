@@ -82,7 +82,9 @@ def test_subject_delete_marker_after_ttl(js, unique):
     name = f"TTL{unique}"
     with _stream(js, name, allow_msg_ttl=True, subject_delete_marker_ttl=2.0) as st:
         assert st.cached_info.config.subject_delete_marker_ttl == 2.0
-        js.publish(f"{name}.k", b"v", ttl=1)
+        ack = js.publish(f"{name}.k", b"v", ttl=1)
+        # below the marker TTL: the server raises it to that floor (ADR-43)
+        assert st.get_msg(ack.seq).headers == {"Nats-TTL": "2"}
 
         def marker() -> bool:
             try:
