@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._jetstream import JetStream
+    from ._streams import Stream
 
 HDR_TTL = "Nats-TTL"
 HDR_INCR = "Nats-Incr"
@@ -128,6 +129,7 @@ class Counter:
         self._js = js
         self.subject = subject
         self._stream = stream
+        self._handle: Stream | None = None
 
     def __repr__(self) -> str:
         return f"<jssync.Counter {self.subject!r}>"
@@ -161,12 +163,10 @@ class Counter:
             jssync.MessageNotFoundError: nothing was ever added on this subject.
         """
         deadline = Deadline(self._js.timeout if timeout is None else timeout)
-        if self._stream is None:
-            self._stream = self._js.find_stream_name_by_subject(self.subject, timeout=deadline.remaining())
-        from ._streams import Stream
-
-        stream = Stream.__new__(Stream)  # a handle by name only: no STREAM.INFO round trip
-        stream._js, stream.name = self._js, self._stream
+        stream = self._handle
+        if stream is None:  # looked up once
+            name = self._stream or self._js.find_stream_name_by_subject(self.subject, timeout=deadline.remaining())
+            stream = self._handle = self._js.stream(name, timeout=deadline.remaining() or 0.001)
         try:
             msg = stream.get_msg(last_by_subject=self.subject, timeout=deadline.remaining() or 0.001)
         except MessageNotFoundError:

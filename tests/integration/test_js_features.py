@@ -333,6 +333,24 @@ def test_schedule_every_and_cron(js, unique):
         assert _count(st, f"{name}.sched.tick") == 1  # the schedule stays (until purged)
 
 
+def test_schedule_source_samples_the_last_message(js, unique):
+    name = f"SCH{unique}"
+    with _sched_stream(js, unique) as st:
+        js.publish(f"{name}.sensor", b"21.5")
+        js.publish_scheduled(f"{name}.sched.sample", b"fallback", target=f"{name}.sampled", every=1,
+                             source=f"{name}.sensor")
+        wait_for(lambda: _count(st, f"{name}.sampled") >= 1, 10, 0.1, "a sample")
+        assert st.get_msg(last_by_subject=f"{name}.sampled").data == b"21.5"
+
+
+def test_schedule_ttl_needs_allow_msg_ttl(js, unique):
+    name = f"SCH{unique}"
+    with _stream(js, name, allow_msg_schedules=True):
+        with pytest.raises(jssync.APIError) as info:
+            js.publish_scheduled(f"{name}.s", b"", target=f"{name}.t", every=60, ttl=5)
+        assert info.value.err_code == 10166
+
+
 def test_schedule_refused_by_plain_stream(js, stream):
     with pytest.raises(jssync.APIError) as info:
         js.publish_scheduled(f"{stream.name}.s", b"", target=f"{stream.name}.t", every=60)
