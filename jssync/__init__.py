@@ -82,6 +82,7 @@ from ._kv import (
 )
 from ._liftbridge_codec import InvalidAckError, NoSuchPartitionError, StreamExistsError
 from ._msg import Msg
+from ._msgfeatures import BatchPublisher, Counter, CounterEntry
 from ._objectstore import (
     BadObjectMetaError,
     DigestMismatchError,
@@ -127,6 +128,7 @@ __all__ = [
     "BadObjectMetaError",
     "BadRequestError",
     "BadSubjectError",
+    "BatchPublisher",
     "BucketExistsError",
     "BucketNotFoundError",
     "Connection",
@@ -142,6 +144,8 @@ __all__ = [
     "ConsumerIsPushBasedError",
     "ConsumerNotFoundError",
     "ConsumerSequenceMismatchError",
+    "Counter",
+    "CounterEntry",
     "DeliverGroupError",
     "DeliverPolicy",
     "DigestMismatchError",

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ._direct import DirectBatch
     from ._kv import KeyValue, KeyValueStatus
     from ._msg import Msg
+    from ._msgfeatures import BatchPublisher, Counter
     from ._objectstore import ObjectStore, ObjectStoreStatus
     from ._push import JetStreamSubscription
     from ._streams import StoredMsg, Stream
@@ -75,6 +76,12 @@ def _stream_config(config: api.StreamConfig | None, params: dict[str, Any]) -> a
         except TypeError as exc:
             raise TypeError(f"unknown stream option: {exc}") from None
     validate_name(config.name, "stream name")
+    marker_ttl = config.subject_delete_marker_ttl
+    if marker_ttl is not None and marker_ttl != 0:
+        # ADR-43: at least 1 s (the server refuses less); nats-py would silently drop a negative one
+        from ._msgfeatures import go_duration
+
+        go_duration(marker_ttl, "subject_delete_marker_ttl")
     if config.subjects is not None:
         if isinstance(config.subjects, str):
             raise TypeError("subjects must be a list of subjects, not a str")
@@ -638,11 +645,15 @@ class JetStream:
 
     def _pub_headers(self, headers: dict[str, str] | None, msg_id: str | None, expected_stream: str | None,
                      expected_last_seq: int | None, expected_last_subject_seq: int | None,
-                     expected_last_msg_id: str | None) -> dict[str, str] | None:
+                     expected_last_msg_id: str | None, ttl: float | str | None = None) -> dict[str, str] | None:
         if msg_id is None and expected_stream is None and expected_last_seq is None and \
-                expected_last_subject_seq is None and expected_last_msg_id is None:
+                expected_last_subject_seq is None and expected_last_msg_id is None and ttl is None:
             return headers
         h = dict(headers) if headers else {}
+        if ttl is not None:
+            from ._msgfeatures import HDR_TTL, ttl_header
+
+            h[HDR_TTL] = ttl_header(ttl)
         if msg_id is not None:
             if not isinstance(msg_id, str) or not msg_id:
                 raise ValueError(f"msg_id must be a non-empty str, got {msg_id!r}")
@@ -660,7 +671,8 @@ class JetStream:
     def _prepare_publish(self, subject: str, data: bytes, headers: dict[str, str] | None, msg_id: str | None,
                          expected_stream: str | None, expected_last_seq: int | None,
                          expected_last_subject_seq: int | None,
-                         expected_last_msg_id: str | None) -> tuple[bytes, dict[str, str] | None]:
+                         expected_last_msg_id: str | None,
+                         ttl: float | str | None = None) -> tuple[bytes, dict[str, str] | None]:
         """Validate a JetStream publish before anything is sent; return the payload and headers.
 
         Raises:
@@ -670,7 +682,7 @@ class JetStream:
         """
         validate_subject(subject, wildcards=False)
         h = self._pub_headers(headers, msg_id, expected_stream, expected_last_seq,
-                              expected_last_subject_seq, expected_last_msg_id)
+                              expected_last_subject_seq, expected_last_msg_id, ttl)
         if h is not None:
             validate_headers(h)
         data = _check_data(data)
@@ -689,6 +701,7 @@ class JetStream:
         self, subject: str, data: bytes = b"", *, headers: dict[str, str] | None = None,
         msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
         expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
+        ttl: float | str | None = None,
         timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
         ack: Literal[True] = True,
     ) -> api.PubAck: ...
@@ -698,6 +711,7 @@ class JetStream:
         self, subject: str, data: bytes = b"", *, headers: dict[str, str] | None = None,
         msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
         expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
+        ttl: float | str | None = None,
         timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
         ack: Literal[False],
     ) -> None: ...
@@ -707,6 +721,7 @@ class JetStream:
         self, subject: str, data: bytes = b"", *, headers: dict[str, str] | None = None,
         msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
         expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
+        ttl: float | str | None = None,
         timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
         ack: bool,
     ) -> api.PubAck | None: ...
@@ -722,6 +737,7 @@ class JetStream:
         expected_last_seq: int | None = None,
         expected_last_subject_seq: int | None = None,
         expected_last_msg_id: str | None = None,
+        ttl: float | str | None = None,
         timeout: float | None = None,
         retry_attempts: int = 2,
         retry_wait: float = 0.25,
@@ -731,7 +747,10 @@ class JetStream:
 
         ``msg_id`` sets ``Nats-Msg-Id`` for de-duplication (a duplicate within the stream's
         duplicate window returns a PubAck with ``duplicate=True``); the ``expected_*``
-        options make the publish conditional. While no stream answers (503 / no
+        options make the publish conditional. ``ttl`` (seconds, >= 1, or ``"never"``) sets
+        ``Nats-TTL``: the stream removes the message that long after storing it (ADR-43; the
+        stream needs ``allow_msg_ttl=True``, else the publish fails with an APIError,
+        err_code 10166). While no stream answers (503 / no
         responders, e.g. during a leader election) the publish is retried up to
         ``retry_attempts`` times with growing waits, within ``timeout``.
 
@@ -751,9 +770,10 @@ class JetStream:
                 ``subject`` has ``no_ack`` (it never sends one; the message was sent). Found
                 out after the timeout with up to two more requests (stream names, info).
             jssync.TimeoutError, jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
+            ValueError: e.g. ``ttl`` not a number >= 1 or ``"never"`` (nothing is sent).
         """
         data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
-                                        expected_last_subject_seq, expected_last_msg_id)
+                                        expected_last_subject_seq, expected_last_msg_id, ttl)
         if not ack:
             if expected_stream is not None or expected_last_seq is not None or \
                     expected_last_subject_seq is not None or expected_last_msg_id is not None:
@@ -810,12 +830,14 @@ class JetStream:
         expected_last_seq: int | None = None,
         expected_last_subject_seq: int | None = None,
         expected_last_msg_id: str | None = None,
+        ttl: float | str | None = None,
         timeout: float | None = None,
         retry_attempts: int = 2,
         retry_wait: float = 0.25,
     ) -> concurrent.futures.Future[api.PubAck]:
         """Publish without waiting; the returned Future resolves to the PubAck.
 
+        The options are :meth:`publish`'s (``ttl=`` included).
         Blocks (never drops) while ``max_pending`` PubAcks are outstanding. While no
         stream answers (503 / no responders, e.g. during a leader election) the message is
         sent again up to ``retry_attempts`` times after growing waits (``retry_wait``,
@@ -838,7 +860,7 @@ class JetStream:
             jssync.ConnectionClosedError: the connection is closed.
         """
         data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
-                                        expected_last_subject_seq, expected_last_msg_id)
+                                        expected_last_subject_seq, expected_last_msg_id, ttl)
         _check_retry(retry_attempts, retry_wait)
         return self._async.publish(subject, data, h, self.timeout if timeout is None else timeout,
                                    retry_attempts, float(retry_wait))
@@ -854,6 +876,67 @@ class JetStream:
             jssync.TimeoutError: some are still outstanding after ``timeout``.
         """
         self._async.wait_all(Deadline(timeout))
+
+    # -- counters, atomic batches, schedules (ADR-49/50/51; implemented in _msgfeatures.py) -------
+
+    def counter(self, subject: str, *, stream: str | None = None) -> Counter:
+        """A distributed counter on ``subject`` (ADR-49; the stream needs ``allow_msg_counter=True``).
+
+        ``counter.add(n)`` returns the new total, ``counter.get()`` reads it; ``stream`` saves
+        looking up the stream that captures ``subject`` on the first read.
+        """
+        from ._msgfeatures import Counter
+
+        return Counter(self, subject, stream)
+
+    def batch_publish(self, *, batch_id: str | None = None, timeout: float | None = None) -> BatchPublisher:
+        """An atomic batch (ADR-50; the stream needs ``allow_atomic=True``): all stored or none.
+
+        ``with js.batch_publish() as batch: batch.add(subject, data, ...)`` commits when the
+        block ends normally and sends nothing when it ends with an exception; see
+        :class:`jssync.BatchPublisher`.
+        """
+        from ._msgfeatures import BatchPublisher
+
+        return BatchPublisher(self, batch_id=batch_id, timeout=timeout)
+
+    def publish_scheduled(
+        self,
+        subject: str,
+        data: bytes = b"",
+        *,
+        target: str,
+        at: Any = None,
+        every: Any = None,
+        cron: str | None = None,
+        ttl: float | str | None = None,
+        time_zone: str | None = None,
+        source: str | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> api.PubAck:
+        """Store a schedule on ``subject`` that publishes ``data`` to ``target`` (ADR-51).
+
+        Exactly one of: ``at`` (an aware datetime: once, then the schedule is removed),
+        ``every`` (seconds or a timedelta, >= 1) or ``cron`` (6 fields, seconds first, or
+        ``@hourly``/``@daily``/...; UTC unless ``time_zone``, e.g. ``"Europe/Amsterdam"``).
+        ``ttl`` sets the TTL of each message produced (needs ``allow_msg_ttl`` too);
+        ``source`` publishes the last message on that subject instead of ``data``. The
+        stream needs ``allow_msg_schedules=True`` and must capture ``target``; one schedule
+        per subject (publishing another on the subject replaces it; purging the subject
+        stops it). Other ``headers`` are copied to the produced messages.
+
+        Raises:
+            ValueError: no or several of at/every/cron, a naive ``at``, ``every`` < 1 s, a
+                cron expression without 6 fields, ``target`` equal to ``subject`` (nothing is sent).
+            jssync.APIError: the server refused the schedule (err_code 10188: schedules not
+                allowed on the stream; 10189: invalid pattern; 10190: invalid target).
+        """
+        from ._msgfeatures import schedule_headers
+
+        validate_subject(subject, wildcards=False)
+        h = schedule_headers(subject, target, at, every, cron, ttl, time_zone, source, headers)
+        return self.publish(subject, data, headers=h, timeout=timeout)
 
     # -- push subscribe (ADR-15; implemented in _push.py) -----------------------------------
 

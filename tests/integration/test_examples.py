@@ -30,3 +30,18 @@ def test_demo_command_runs():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "demo finished" in proc.stdout
+
+
+def test_js_features_example_shows_each_feature():
+    """examples/js_features.py: TTL marker, big counter, committed and refused batch, a fired schedule."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "js_features.py")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "marker left: {'Nats-Marker-Reason': 'MaxAge'" in out
+    assert "hits now: 1000000000000000000000000000003" in out
+    assert "batch committed: 2 messages" in out
+    assert "batch refused, nothing stored: wrong last sequence" in out
+    assert "ACCOUNTS holds 2 messages" in out
+    assert "scheduled message: b'build the report'" in out
