@@ -161,6 +161,9 @@ class JetStream:
         self.timeout = timeout
         self.max_pending = max_pending
         self._async = _AsyncPublisher(self)
+        #: subject -> stream name, for subjects found to be captured by a ``no_ack`` stream
+        self._no_ack: dict[str, str] = {}
+        self._no_ack_looking: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<jssync.JetStream prefix={self.prefix!r}>"
@@ -767,8 +770,8 @@ class JetStream:
             jssync.WrongLastSequenceError, jssync.WrongLastMsgIdError,
             jssync.StreamNotMatchError: an expectation failed.
             jssync.NoAckStreamError: no PubAck came in time and the stream capturing
-                ``subject`` has ``no_ack`` (it never sends one; the message was sent). Found
-                out after the timeout with up to two more requests (stream names, info).
+                ``subject`` has ``no_ack`` (it never sends one; the message was sent). Known
+                from a background lookup started by an earlier timeout on ``subject``.
             jssync.TimeoutError, jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
             ValueError: e.g. ``ttl`` not a number >= 1 or ``"never"`` (nothing is sent).
         """
@@ -801,23 +804,45 @@ class JetStream:
             return _parse_pub_ack(msg)
 
     def _no_pub_ack(self, subject: str, waited: float | None) -> BaseException:
-        """The error for a publish whose PubAck did not come: NoAckStreamError when the
-        stream capturing ``subject`` is configured with ``no_ack`` (it never answers), else
-        TimeoutError. Costs up to two requests, only after the timeout ran out."""
-        timeout_error = TimeoutError(f"no PubAck for the publish on {subject!r} within {waited}s")
+        """The error for a publish whose PubAck did not come in time (never blocks).
+
+        :class:`NoAckStreamError` when ``subject`` is known to be captured by a ``no_ack``
+        stream (it never answers), else :class:`TimeoutError`. A subject not looked at yet is
+        looked up in the background on the worker pool (stream for the subject, its info),
+        so the caller's timeout is kept: the first timed-out publish to a ``no_ack`` stream
+        raises TimeoutError (with a hint) and logs a warning naming the stream once the
+        lookup has answered; later ones raise NoAckStreamError.
+        """
+        name = self._no_ack.get(subject)
+        if name is not None:
+            return NoAckStreamError(
+                name, subject,
+                f"stream {name!r} is configured with no_ack: it never sends a PubAck, so none came for the "
+                f"publish on {subject!r} within {waited}s; the message was sent and is stored unless a limit "
+                "refused it; publish to this stream with ack=False")
+        if subject not in self._no_ack_looking and len(self._no_ack_looking) < 64:
+            self._no_ack_looking.add(subject)
+            try:
+                self.conn._pool.submit(self._look_for_no_ack, subject)
+            except Exception:  # the pool is gone: the connection is closing
+                self._no_ack_looking.discard(subject)
+        return TimeoutError(
+            f"no PubAck for the publish on {subject!r} within {waited}s (if its stream has no_ack, "
+            "publish with ack=False)")
+
+    def _look_for_no_ack(self, subject: str) -> None:
+        """Worker pool: remember ``subject`` when the stream capturing it has ``no_ack``."""
         try:
             t = min(self.timeout, 2.0)
             name = self.find_stream_name_by_subject(subject, timeout=t)
-            no_ack = bool(self._stream_info(name, timeout=t).config.no_ack)
+            if self._stream_info(name, timeout=t).config.no_ack:
+                self._no_ack[subject] = name
+                log.warning("jssync: stream %r has no_ack: publishes on %r never get a PubAck (the messages are "
+                            "stored); publish to it with ack=False", name, subject)
         except Error:
-            return timeout_error
-        if not no_ack:
-            return timeout_error
-        return NoAckStreamError(
-            name, subject,
-            f"stream {name!r} is configured with no_ack: it never sends a PubAck, so none came for the publish "
-            f"on {subject!r} within {waited}s; the message was sent and is stored unless a limit refused it; "
-            "publish to this stream with ack=False")
+            pass
+        finally:
+            self._no_ack_looking.discard(subject)
 
     def publish_async(
         self,
