@@ -18,7 +18,8 @@ cut (the test proxy), a server restart and the deletion of the pull consumer. In
 - **Nothing left running**: a stopped or drained consume ends (``wait`` returns, the
   iterator thread ends, no callback runs afterwards); after its consumer is deleted a
   consume ends by itself (409 Consumer Deleted) unless a fault hid the deletion; after a
-  push subscription's ``drain()`` returns no callback runs.
+  push subscription's ``drain()`` returns no callback runs. (A push drain may legitimately
+  cost an ack wait: the server may deliver just after it processed the UNSUB.)
 - **No call blocks past its timeout** (plus ``SLACK``).
 - **Ordered**: the ordered consumer hands out stream sequences 1, 2, 3, ... exactly once.
 
@@ -374,8 +375,12 @@ class ConsumeChecker(RuleBasedStateMachine):
                     sub.unsubscribe(timeout=5.0)
             except jssync.TimeoutError:
                 self.push_taint = time.monotonic()
+        # Even a drain may cost an ack wait: the server decides to deliver to a push
+        # consumer's subject while it still sees interest, and what it sends after it
+        # processed the UNSUB goes nowhere. Only the final check (everything acked within
+        # ack_wait) holds for push consumers.
+        self.push_taint = time.monotonic()
         if not drain:
-            self.push_taint = time.monotonic()  # messages in flight are dropped: ack wait
             return
         if app.running:
             raise CheckFailed("a push callback is still running after drain() returned")
@@ -383,11 +388,6 @@ class ConsumeChecker(RuleBasedStateMachine):
         time.sleep(0.2)
         if app.calls != calls:
             raise CheckFailed("a push callback ran after drain() returned")
-        if (not self.push_created and not self._tainted(max(self.last_fault, self.push_taint))
-                and not _wait(lambda: self._info("P").num_ack_pending == 0, 1.0 * FACTOR)):
-            raise CheckFailed(
-                f"after push drain(): {self._info('P').num_ack_pending} message(s) of P still wait for an ack"
-            )
 
     @rule()
     def cut(self) -> None:
