@@ -35,7 +35,7 @@ from ._errors import (
     translating,
 )
 from ._loop import IOLoop
-from ._msg import Msg
+from ._msg import ACK_SENT, Msg
 from ._subscription import Subscription, _Inbound
 from ._workers import WorkerPool
 
@@ -70,6 +70,8 @@ _STEAL_PEEK_FIRST = 4096
 _STEAL_PEEK = 65536
 #: nats-py's parser state between messages (nats.protocol.parser.AWAITING_CONTROL_LINE).
 _PARSER_IDLE = 1
+#: nats-py's closed status (nats.aio.client.Client.CLOSED; checked in connect()).
+_NC_CLOSED = 2
 #: Publishes queued before ``publish`` waits for the I/O thread to catch up.
 _PUB_HIGH_WATER = 65536
 #: ... or this many payload bytes (estimated as queue length x the new message's size).
@@ -409,6 +411,7 @@ class Connection:
         import nats.aio.client
 
         nc = nats.aio.client.Client()
+        assert nats.aio.client.Client.CLOSED == _NC_CLOSED
         nc.msg_class = type("Msg", (Msg,), {"__slots__": (), "_conn": self})
         self._pump_idle = asyncio.Event()
         self._pump_idle.set()
@@ -697,6 +700,46 @@ class Connection:
         if self._closed:
             return
         self._enqueue((subject, data, "", None))
+
+    def _send_ack(self, msg: Msg, payload: bytes, terminal: bool, reply: str = "") -> bool:
+        """Queue an ack of ``msg`` (on its reply subject) and update its ack state, atomically.
+
+        "Written" for an ack means: accepted into this connection's outgoing queue while
+        the connection is open. :meth:`close` takes the same lock to start closing and then
+        writes that queue before closing the socket, so an ack either raises here or is in
+        the queue that close writes. Under the lock: nothing is sent when a terminal ack
+        was already written (or a double ack is waiting for its confirmation); a terminal
+        ack marks the message acked. Of concurrent acks of one message exactly one
+        terminal ack is sent. ``reply``: the ack's own reply subject (+NXT). Returns
+        whether the ack was queued.
+
+        Raises:
+            jssync.ConnectionClosedError: the connection is closed or closing (nothing sent).
+        """
+        q = self._pubq
+        n = len(q)
+        if n and (n >= _PUB_HIGH_WATER or n * len(payload) >= _PUB_HIGH_BYTES) \
+                and not self._loop.in_loop_thread():
+            self._wait_pub_room(len(payload))  # (not under the lock: it may block)
+        lock = self._close_lock
+        lock.acquire()
+        try:
+            if msg._acked:
+                return False
+            if self._closing or self._closed or self._nc._status == _NC_CLOSED:
+                raise ConnectionClosedError("the connection is closed: the ack was not sent")
+            q.append((msg.reply, payload, reply, None))
+            if terminal:
+                msg._acked = ACK_SENT
+        finally:
+            lock.release()
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            try:
+                self._loop.loop.call_soon_threadsafe(self._kick_pump)
+            except RuntimeError:
+                self._pump_scheduled = False
+        return True
 
     def _enqueue(self, item: tuple[str, bytes, str, dict[str, str] | None]) -> None:
         q = self._pubq
@@ -1670,7 +1713,7 @@ class Connection:
         Futures still waiting fail with :class:`jssync.ConnectionClosedError` at once;
         call :meth:`flush` first to wait for the reconnect.
         """
-        with self._close_lock:
+        with self._close_lock:  # (also the ack lock: see _send_ack)
             if self._closed or self._closing:
                 return
             self._closing = True

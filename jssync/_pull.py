@@ -453,6 +453,36 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
     return res
 
 
+def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: float) -> list[Msg]:
+    """``Msg.ack_next``: ack ``msg`` with +NXT and collect what the server delivers to the inbox.
+
+    The +NXT body is a pull request (deep dive "Acknowledgement Models"), so the answer is
+    read like a fetch's: messages, then the end-of-request status (404/408), or an error
+    status (409 Consumer is push based, ...).
+    """
+    conn._check_open()
+    meta = msg.metadata
+    if no_wait:
+        exp_ns = 0
+        deadline = Deadline(timeout)
+    else:
+        exp_ns = int(timeout * _NS)
+        deadline = Deadline(timeout + min(FETCH_GRACE, 0.1 + timeout * 0.1))
+    state = _FetchState(batch, 0, False, meta.stream, meta.consumer)
+    box = _acquire_inbox(conn, state, Deadline(conn._timeout + 5))
+    res = FetchResult(conn, state, box, deadline, None)
+    body = b"+NXT " + pull_request(batch, expires_ns=exp_ns, no_wait=no_wait)
+    try:
+        sent = conn._send_ack(msg, body, True, box.subject)
+    except BaseException:
+        res.stop()
+        raise
+    if not sent:  # a terminal ack won the race: nothing was sent
+        res.stop()
+        return []
+    return list(res)
+
+
 def validate_fetch(max_messages: int | None, max_bytes: int | None, expires: float,
                    idle_heartbeat: float | None) -> tuple[int, int]:
     """Check fetch arguments; return (batch, max_bytes) as sent. Raises ValueError naming the bad value."""
@@ -977,7 +1007,7 @@ class ConsumeContext:
         if stopped:
             # nak what stop() did not hand over, now that no pull can take it back
             for msg in later:
-                msg.nak()
+                msg._nak_quiet()
             self._nak_buffered()
             self._q.put(_END)
         elif self._cb is None and self.error is not None:
@@ -1053,7 +1083,7 @@ class ConsumeContext:
             if not self._unsubscribed:
                 self._nak_later.append(msg)
                 return
-        msg.nak()
+        msg._nak_quiet()
 
     def drain(self, timeout: float | None = None) -> None:
         """Stop pulling and end once every message the server sent was delivered. Idempotent.

@@ -28,6 +28,7 @@ from nats.js import api
 
 from ._deadline import Deadline
 from ._errors import (
+    ConnectionClosedError,
     ConsumerExistsError,
     ConsumerIsPushBasedError,
     ConsumerNotFoundError,
@@ -896,7 +897,10 @@ class JetStreamSubscription(Subscription):
             self._report(exc)
             return  # not acked: the server redelivers it after ack_wait
         if self._auto_ack:
-            item.ack()
+            try:
+                item.ack()
+            except ConnectionClosedError:
+                pass  # closed while the callback ran: the server redelivers it after ack_wait
 
     def next_msg(self, timeout: float | None = 1.0) -> Msg:
         """Return the next message, blocking up to ``timeout`` seconds (None: no limit).
