@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import inspect
 import itertools
 import logging
 import os
@@ -1062,6 +1063,40 @@ class Connection:
                 ps.parse = parse
                 ps._jssync_counted = True
             self._rd_reader = reader
+
+    def _fast_paths(self) -> dict[str, bool]:
+        """Which shortcuts into nats-py's internals are active on this connection.
+
+        Each is checked against the nats-py it runs on and, where that check fails, the
+        connection quietly takes nats-py's public path instead (correct, slower). This is
+        the one place that lists them, so a test can require every one on a supported
+        nats-py (tests/integration/test_fast_paths.py). On a plain TCP connection on Linux
+        all are True; ``direct_write`` and ``direct_read`` are off under TLS (the SSL layer
+        owns the socket) and while disconnected (re-armed on the first write after the
+        reconnect).
+
+        - ``pump_buffer``: queued publishes are encoded in bursts into nats-py's outgoing
+          buffer (``_pending``/``_flush_pending``), not one ``nc.publish`` each.
+        - ``direct_write``: a caller's thread writes a small request straight to the socket
+          (``_install_direct``).
+        - ``direct_read``: that caller may also read its reply off the socket
+          (``_install_reader``; needs ``os.eventfd``).
+        - ``reply_headers``: a reply read that way has its headers parsed by nats-py's own
+          ``_process_headers``.
+        - ``wire_header_len``: a pulled message's header size is read from nats-py's parser
+          (``_ps.needed``), not rebuilt from the header dict (see ``_pull._wire_header_len``).
+        - ``msg_class``: nats-py builds every message as this connection's ``Msg`` subclass.
+        """
+        nc = self._nc
+        ps = getattr(nc, "_ps", None)
+        return {
+            "pump_buffer": bool(self._fast),
+            "direct_write": self._direct_sock is not None,
+            "direct_read": self._rd_reader is not None and bool(getattr(ps, "_jssync_counted", False)),
+            "reply_headers": inspect.iscoroutinefunction(getattr(nc, "_process_headers", None)),
+            "wire_header_len": isinstance(getattr(ps, "needed", None), int),
+            "msg_class": getattr(getattr(nc, "msg_class", None), "_conn", None) is self,
+        }
 
     def _flush_direct_rest(self) -> None:
         # on the loop: write what a caller's partial send left over
