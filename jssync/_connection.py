@@ -31,6 +31,7 @@ from ._errors import (
     ReconnectBufferExceededError,
     SubscriptionClosedError,
     TimeoutError,
+    ValidationError,
     translate,
     translating,
 )
@@ -112,11 +113,11 @@ def _check_secret_file(path: str, what: str, need_jwt: bool) -> None:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read(1 << 20)
     except OSError as exc:
-        raise ValueError(f"cannot read the {what} {path!r}: {exc.strerror or type(exc).__name__}") from None
+        raise ValidationError(f"cannot read the {what} {path!r}: {exc.strerror or type(exc).__name__}") from None
     if need_jwt and not _JWT_IN_TEXT.search(text):
-        raise ValueError(f"the {what} {path!r} holds no user JWT")
+        raise ValidationError(f"the {what} {path!r} holds no user JWT")
     if not _SEED_IN_TEXT.search(text):
-        raise ValueError(f"the {what} {path!r} holds no nkey seed")
+        raise ValidationError(f"the {what} {path!r} holds no nkey seed")
 
 
 def _scrub(text: str, secrets: Sequence[str]) -> str:
@@ -147,7 +148,7 @@ def _split_servers(servers: str | Sequence[str] | None) -> list[str]:
     else:
         urls = [str(s).strip() for s in servers if str(s).strip()]
     if not urls:
-        raise ValueError("no server URL given")
+        raise ValidationError("no server URL given")
     return urls
 
 
@@ -266,9 +267,9 @@ class Connection:
         if reconnect_buffer_size is not None and (
                 not isinstance(reconnect_buffer_size, int) or isinstance(reconnect_buffer_size, bool)
                 or reconnect_buffer_size < 0):
-            raise ValueError(f"reconnect_buffer_size must be None or an int >= 0, got {reconnect_buffer_size!r}")
+            raise ValidationError(f"reconnect_buffer_size must be None or an int >= 0, got {reconnect_buffer_size!r}")
         if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
         if tls is not None and not isinstance(tls, ssl.SSLContext):
             raise TypeError("tls must be an ssl.SSLContext")
         secrets = [password or "", token or ""]
@@ -284,7 +285,7 @@ class Connection:
                 seed_opt = ("nkeys_seed", seed)
             else:
                 # never echo the value: it may be a mistyped seed
-                raise ValueError("nkeys_seed is neither an nkey seed (S...) nor the path of a readable seed file")
+                raise ValidationError("nkeys_seed is neither an nkey seed (S...) nor the path of a readable seed file")
         if creds is not None:
             _check_secret_file(os.fspath(creds), "creds file", need_jwt=True)
         #: Credentials to scrub from error texts and log lines.
@@ -517,8 +518,10 @@ class Connection:
         if isinstance(exc, ne.SlowConsumerError):
             return  # already reported by the subscription
         err = translate(exc)
-        if isinstance(err, PermissionDeniedError):
-            self._notify_permission(err)
+        if isinstance(err, PermissionDeniedError) and self._notify_permission(err):
+            # a waiting subscribe/request raises it on its caller's thread: report it once
+            log.debug("jssync: %s (raised by the waiting call)", _scrub(str(err), self._secrets))
+            return
         self._report_error(err)
 
     # -- permission violations -----------------------------------------------------------
@@ -536,17 +539,23 @@ class Connection:
     def _unwatch_permission(self, key: int) -> None:
         self._perm_watch.pop(key, None)
 
-    def _notify_permission(self, err: PermissionDeniedError) -> None:
-        """On the I/O thread: hand a permissions -ERR to the calls waiting on its subject."""
+    def _notify_permission(self, err: PermissionDeniedError) -> bool:
+        """On the I/O thread: hand a permissions -ERR to the calls waiting on its subject.
+
+        Returns True if a waiting call took it (that call raises it on its own thread).
+        """
         if err.subject is None or not self._perm_watch:
-            return
+            return False
         subject = err.subject.lower()
+        taken = False
         for op, subj, fn in list(self._perm_watch.values()):
             if subj == subject and op == err.operation:
+                taken = True
                 try:
                     fn(err)
                 except Exception:  # pragma: no cover - watchers are tiny
                     log.debug("permission watcher failed", exc_info=True)
+        return taken
 
     async def _check_sub_permission(self, nsub: Any, subject: str, denied: list[PermissionDeniedError],
                                     key: int) -> None:

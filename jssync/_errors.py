@@ -4,6 +4,7 @@ Everything a user can catch derives from :class:`Error`::
 
     Error
     ├── TimeoutError (also builtins.TimeoutError)
+    ├── ValidationError (also ValueError)
     ├── ForkError
     ├── ConnectionClosedError
     ├── NoServersError
@@ -52,6 +53,10 @@ class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001
     """A blocking call ran out of time. Also a builtin :class:`TimeoutError`."""
 
 
+class ValidationError(Error, ValueError):
+    """An argument is not valid (raised before anything is sent). Also a :class:`ValueError`."""
+
+
 class ForkError(Error):
     """A connection made in a parent process was used in a forked child."""
 
@@ -87,15 +92,15 @@ class NoRespondersError(Error):
     """A request was sent to a subject nobody listens on."""
 
 
-class BadSubjectError(Error, ValueError):
+class BadSubjectError(ValidationError):
     """A subject (or queue name) is not valid."""
 
 
-class BadHeaderError(Error, ValueError):
+class BadHeaderError(ValidationError):
     """A header name or value is not valid."""
 
 
-class MaxPayloadError(Error, ValueError):
+class MaxPayloadError(ValidationError):
     """A payload is larger than the server's max_payload."""
 
 

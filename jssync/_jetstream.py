@@ -28,6 +28,7 @@ from ._errors import (
     ReconnectBufferExceededError,
     ServiceUnavailableError,
     TimeoutError,
+    ValidationError,
     check_api_response,
 )
 
@@ -55,11 +56,11 @@ HDR_EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 def validate_name(name: Any, what: str = "stream name") -> str:
     """Raise ``ValueError`` naming ``name`` if it is not a valid stream or consumer name."""
     if not isinstance(name, str) or not name:
-        raise ValueError(f"{what} must be a non-empty string, got {name!r}")
+        raise ValidationError(f"{what} must be a non-empty string, got {name!r}")
     if _NAME_BAD.search(name):
-        raise ValueError(f"invalid {what} {name!r}: it may not contain '.', '*', '>', whitespace, '/' or '\\'")
+        raise ValidationError(f"invalid {what} {name!r}: it may not contain '.', '*', '>', whitespace, '/' or '\\'")
     if len(name) > 255:
-        raise ValueError(f"invalid {what} {name[:20]!r}...: longer than 255 characters")
+        raise ValidationError(f"invalid {what} {name[:20]!r}...: longer than 255 characters")
     return name
 
 
@@ -99,7 +100,7 @@ def _consumer_config(config: api.ConsumerConfig | None, params: dict[str, Any]) 
     if config.durable_name is not None:
         validate_name(config.durable_name, "durable name")
     if config.name and config.durable_name and config.name != config.durable_name:
-        raise ValueError(
+        raise ValidationError(
             f"consumer name {config.name!r} and durable_name {config.durable_name!r} differ: set one, or both equal"
         )
     from ._connection import validate_subject
@@ -109,7 +110,7 @@ def _consumer_config(config: api.ConsumerConfig | None, params: dict[str, Any]) 
     for fs in config.filter_subjects or []:
         validate_subject(fs, "filter subject")
     if config.filter_subject and config.filter_subjects:
-        raise ValueError("set filter_subject or filter_subjects, not both")
+        raise ValidationError("set filter_subject or filter_subjects, not both")
     return config
 
 
@@ -131,20 +132,20 @@ class JetStream:
         max_pending: int = 4000,
     ) -> None:
         if domain is not None and api_prefix is not None:
-            raise ValueError("set domain or api_prefix, not both")
+            raise ValidationError("set domain or api_prefix, not both")
         if domain is not None:
             validate_name(domain, "domain")
             self.prefix = f"$JS.{domain}.API"
         elif api_prefix is not None:
             if not api_prefix or " " in api_prefix:
-                raise ValueError(f"invalid api_prefix {api_prefix!r}")
+                raise ValidationError(f"invalid api_prefix {api_prefix!r}")
             self.prefix = api_prefix.rstrip(".")
         else:
             self.prefix = "$JS.API"
         if timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
         if max_pending < 1:
-            raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
+            raise ValidationError(f"max_pending must be >= 1, got {max_pending!r}")
         self.domain = domain
         self.conn = conn
         self.timeout = timeout
@@ -418,7 +419,7 @@ class JetStream:
         """
         cfg = _consumer_config(config, params)
         if not (cfg.name or cfg.durable_name):
-            raise ValueError("update_consumer needs the consumer's name (name= or durable_name=)")
+            raise ValidationError("update_consumer needs the consumer's name (name= or durable_name=)")
         return self._upsert_consumer(stream, cfg, "update", timeout)
 
     def create_or_update_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
@@ -494,7 +495,7 @@ class JetStream:
         h = dict(headers) if headers else {}
         if msg_id is not None:
             if not isinstance(msg_id, str) or not msg_id:
-                raise ValueError(f"msg_id must be a non-empty str, got {msg_id!r}")
+                raise ValidationError(f"msg_id must be a non-empty str, got {msg_id!r}")
             h[HDR_MSG_ID] = msg_id
         if expected_stream is not None:
             h[HDR_EXPECTED_STREAM] = validate_name(expected_stream, "expected_stream")
@@ -606,7 +607,7 @@ class JetStream:
         if not ack:
             if expected_stream is not None or expected_last_seq is not None or \
                     expected_last_subject_seq is not None or expected_last_msg_id is not None:
-                raise ValueError("the expected_* checks are reported in the PubAck: they need ack=True")
+                raise ValidationError("the expected_* checks are reported in the PubAck: they need ack=True")
             self.conn.publish(subject, data, headers=h)
             return None
         _check_retry(retry_attempts, retry_wait)
@@ -771,7 +772,7 @@ class JetStream:
 
 def _nonneg(v: Any, what: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ValueError(f"{what} must be an int >= 0, got {v!r}")
+        raise ValidationError(f"{what} must be an int >= 0, got {v!r}")
     return v
 
 
@@ -808,9 +809,9 @@ def _int_field(resp: dict[str, Any], key: str) -> int:
 def _check_retry(attempts: Any, wait: Any) -> None:
     """Raise ValueError for a retry count or wait a publish cannot use."""
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
-        raise ValueError(f"retry_attempts must be an int >= 0, got {attempts!r}")
+        raise ValidationError(f"retry_attempts must be an int >= 0, got {attempts!r}")
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
-        raise ValueError(f"retry_wait must be a finite number >= 0, got {wait!r}")
+        raise ValidationError(f"retry_wait must be a finite number >= 0, got {wait!r}")
 
 
 #: A resend needs at least this long before the publish's deadline for its reply to arrive.

@@ -40,6 +40,7 @@ from ._errors import (
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
+    ValidationError,
     WrongLastSequenceError,
 )
 
@@ -297,7 +298,7 @@ def _value_bytes(value: Any) -> bytes:
 
 def _ttl_header(ttl: Any, what: str = "ttl") -> str:
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl < 1:
-        raise ValueError(f"{what} must be a number of seconds >= 1, got {ttl!r}")
+        raise ValidationError(f"{what} must be a number of seconds >= 1, got {ttl!r}")
     if float(ttl).is_integer():
         return f"{int(ttl)}s"
     return f"{int(round(ttl * 1000))}ms"
@@ -334,7 +335,7 @@ def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) ->
     extras = {k: params.pop(k) for k in _EXTRA_OPTIONS if k in params}
     if config is None:
         if "bucket" not in params:
-            raise ValueError("create_key_value needs bucket=")
+            raise ValidationError("create_key_value needs bucket=")
         try:
             config = api.KeyValueConfig(**params)
         except TypeError as exc:
@@ -349,15 +350,15 @@ def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) ->
     bucket = validate_bucket(config.bucket)
     history = 1 if config.history is None or config.history == 0 else config.history
     if not isinstance(history, int) or history < 1:
-        raise ValueError(f"history must be an int between 1 and {MAX_HISTORY}, got {history!r}")
+        raise ValidationError(f"history must be an int between 1 and {MAX_HISTORY}, got {history!r}")
     if history > MAX_HISTORY:
         raise KeyHistoryTooLargeError(f"history {history} is over the limit of {MAX_HISTORY} values per key")
     ttl = config.ttl
     if ttl is not None and ttl < 0:
-        raise ValueError(f"ttl must be >= 0 seconds, got {ttl!r}")
+        raise ValidationError(f"ttl must be >= 0 seconds, got {ttl!r}")
     replicas = config.replicas or 1
     if not isinstance(replicas, int) or replicas < 1:
-        raise ValueError(f"replicas must be an int >= 1, got {replicas!r}")
+        raise ValidationError(f"replicas must be an int >= 1, got {replicas!r}")
     dup = 120.0
     if ttl and ttl < dup:
         dup = ttl
@@ -392,7 +393,7 @@ def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) ->
     marker_ttl = config.limit_marker_ttl
     if marker_ttl:
         if marker_ttl < 1:
-            raise ValueError(f"limit_marker_ttl must be >= 1 second, got {marker_ttl!r}")
+            raise ValidationError(f"limit_marker_ttl must be >= 1 second, got {marker_ttl!r}")
         scfg.allow_msg_ttl = True
         scfg.subject_delete_marker_ttl = marker_ttl
     elif extras.get("allow_msg_ttl"):
@@ -497,7 +498,7 @@ class KeyValue:
         if timeout is None:
             return self._js.timeout
         if timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
         return timeout
 
     # -- reads ----------------------------------------------------------------------------
@@ -518,7 +519,7 @@ class KeyValue:
         validate_key(key)
         if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool)
                                      or revision < 1):
-            raise ValueError(f"revision must be an int >= 1, got {revision!r}")
+            raise ValidationError(f"revision must be an int >= 1, got {revision!r}")
         entry = self._get(key, revision, self._t(timeout))
         if entry.operation is not KeyValueOp.PUT:
             raise KeyDeletedError(entry, f"key {key!r} was deleted (revision {entry.revision})")
@@ -645,7 +646,7 @@ class KeyValue:
         """
         validate_key(key)
         if not isinstance(last, int) or isinstance(last, bool) or last < 0:
-            raise ValueError(f"last must be an int >= 0, got {last!r}")
+            raise ValidationError(f"last must be an int >= 0, got {last!r}")
         return self._publish(key, _value_bytes(value), None, last, timeout)
 
     def delete(self, key: str, *, last: int | None = None, timeout: float | None = None) -> None:
@@ -659,7 +660,7 @@ class KeyValue:
         """
         validate_key(key)
         if last is not None and (not isinstance(last, int) or isinstance(last, bool) or last < 0):
-            raise ValueError(f"last must be an int >= 0, got {last!r}")
+            raise ValidationError(f"last must be an int >= 0, got {last!r}")
         self._publish(key, b"", {KV_OP: "DEL"}, last, timeout)
 
     def purge(self, key: str, *, ttl: float | None = None, timeout: float | None = None) -> None:
@@ -720,7 +721,7 @@ class KeyValue:
             validate_key_filter(f)
         if resume_from_revision is not None and (not isinstance(resume_from_revision, int)
                                                  or resume_from_revision < 1):
-            raise ValueError(f"resume_from_revision must be an int >= 1, got {resume_from_revision!r}")
+            raise ValidationError(f"resume_from_revision must be an int >= 1, got {resume_from_revision!r}")
         return KeyWatcher(self, [self._pre + f for f in filters], include_history=include_history,
                           ignore_deletes=ignore_deletes, updates_only=updates_only, meta_only=meta_only,
                           resume_from=resume_from_revision)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ._errors import ValidationError
 from ._jsack import MsgMetadata, NotJSMessageError, parse_ack_subject
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ class Msg:
             self._send_ack(_NAK, True)
         else:
             if delay < 0:
-                raise ValueError(f"nak delay must be >= 0, got {delay!r}")
+                raise ValidationError(f"nak delay must be >= 0, got {delay!r}")
             self._send_ack(b'-NAK {"delay": %d}' % int(delay * 1e9), True)
 
     def in_progress(self) -> None:

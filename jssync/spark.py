@@ -45,6 +45,7 @@ from ._errors import (
     JetStreamError,
     MessageNotFoundError,
     TimeoutError,
+    ValidationError,
 )
 
 try:
@@ -136,7 +137,7 @@ def _opt_bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
         return True
     if v in _FALSE:
         return False
-    raise ValueError(f"option {key!r} must be true or false, got {raw!r}")
+    raise ValidationError(f"option {key!r} must be true or false, got {raw!r}")
 
 
 def _opt_int(opts: Mapping[str, str], key: str, default: int | None, minimum: int = 1) -> int | None:
@@ -146,9 +147,9 @@ def _opt_int(opts: Mapping[str, str], key: str, default: int | None, minimum: in
     try:
         v = int(str(raw).strip())
     except ValueError:
-        raise ValueError(f"option {key!r} must be an integer, got {raw!r}") from None
+        raise ValidationError(f"option {key!r} must be an integer, got {raw!r}") from None
     if v < minimum:
-        raise ValueError(f"option {key!r} must be >= {minimum}, got {raw!r}")
+        raise ValidationError(f"option {key!r} must be >= {minimum}, got {raw!r}")
     return v
 
 
@@ -159,9 +160,9 @@ def _opt_float(opts: Mapping[str, str], key: str, default: float) -> float:
     try:
         v = float(str(raw).strip())
     except ValueError:
-        raise ValueError(f"option {key!r} must be a number of seconds, got {raw!r}") from None
+        raise ValidationError(f"option {key!r} must be a number of seconds, got {raw!r}") from None
     if not v > 0 or math.isinf(v):
-        raise ValueError(f"option {key!r} must be > 0, got {raw!r}")
+        raise ValidationError(f"option {key!r} must be > 0, got {raw!r}")
     return v
 
 
@@ -178,7 +179,8 @@ def _parse_time(raw: str, key: str) -> _dt.datetime:
     try:
         t = _dt.datetime.fromisoformat(raw.strip())
     except ValueError:
-        raise ValueError(f"option {key!r} must be an ISO 8601 time such as 2024-05-01T12:00:00Z, got {raw!r}") from None
+        raise ValidationError(
+            f"option {key!r} must be an ISO 8601 time such as 2024-05-01T12:00:00Z, got {raw!r}") from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=_dt.UTC)
     return t.astimezone(_dt.UTC)
@@ -211,7 +213,7 @@ class ConnectOptions:
         cert = _opt_str(opts, "tlsCertFile")
         key = _opt_str(opts, "tlsKeyFile")
         if (cert is None) != (key is None):
-            raise ValueError("options 'tlsCertFile' and 'tlsKeyFile' go together: set both or neither")
+            raise ValidationError("options 'tlsCertFile' and 'tlsKeyFile' go together: set both or neither")
         return cls(
             servers=_opt_str(opts, "servers"),
             user=_opt_str(opts, "user"),
@@ -278,7 +280,7 @@ class ReadOptions:
 
         stream = _opt_str(opts, "stream")
         if stream is None:
-            raise ValueError("option 'stream' is required: the name of the stream to read")
+            raise ValidationError("option 'stream' is required: the name of the stream to read")
         validate_name(stream, "option 'stream'")
         subjects_raw = _opt_str(opts, "subjects") or _opt_str(opts, "subject")
         subjects: tuple[str, ...] = ()
@@ -291,7 +293,7 @@ class ReadOptions:
         starting_sequence: int | None = None
         latest = False
         if start_raw is not None and time_raw is not None:
-            raise ValueError("set option 'startingSequence' or 'startingTime', not both")
+            raise ValidationError("set option 'startingSequence' or 'startingTime', not both")
         if start_raw is not None:
             low = start_raw.lower()
             if low == "earliest":
@@ -307,9 +309,9 @@ class ReadOptions:
             ending = _opt_int(opts, "endingSequence", None, 0)
         method = (_opt_str(opts, "readMethod") or "consumer").lower()
         if method not in ("consumer", "direct"):
-            raise ValueError(f"option 'readMethod' must be 'consumer' or 'direct', got {method!r}")
+            raise ValidationError(f"option 'readMethod' must be 'consumer' or 'direct', got {method!r}")
         if method == "direct" and len(subjects) > 1:
-            raise ValueError("readMethod 'direct' reads one subject filter; use readMethod 'consumer' "
+            raise ValidationError("readMethod 'direct' reads one subject filter; use readMethod 'consumer' "
                              f"for several subjects ({', '.join(subjects)})")
         return cls(
             conn=ConnectOptions.parse(opts),
@@ -368,7 +370,7 @@ def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
     An empty range (``last < first``) gives no ranges.
     """
     if parts < 1:
-        raise ValueError(f"parts must be >= 1, got {parts!r}")
+        raise ValidationError(f"parts must be >= 1, got {parts!r}")
     total = last - first + 1
     if total <= 0:
         return []
@@ -711,7 +713,7 @@ def _start_seq(js: JetStream, opts: ReadOptions, first_seq: int, last_seq: int) 
 def _check_schema(schema: Any) -> None:
     expected = schema_type()
     if schema is not None and isinstance(schema, StructType) and schema != expected:
-        raise ValueError(
+        raise ValidationError(
             f"the jetstream source has a fixed schema ({SCHEMA}); got a user schema {schema.simpleString()}"
         )
 
@@ -855,10 +857,10 @@ def _write_columns(names: list[str], opts: WriteOptions) -> _Columns4Write:
 
     data = idx("data")
     if data is None:
-        raise ValueError(f"the jetstream sink needs a 'data' column (binary or string); the columns are {names}")
+        raise ValidationError(f"the jetstream sink needs a 'data' column (binary or string); the columns are {names}")
     msg_id = idx(opts.msg_id_column)
     if opts.msg_id_column is not None and msg_id is None:
-        raise ValueError(f"option 'msgIdColumn' names {opts.msg_id_column!r}, which is not a column of {names}")
+        raise ValidationError(f"option 'msgIdColumn' names {opts.msg_id_column!r}, which is not a column of {names}")
     return _Columns4Write(data=data, subject=idx("subject"), headers=idx("headers"), msg_id=msg_id)
 
 
@@ -870,16 +872,16 @@ def check_write_schema(schema: StructType, opts: WriteOptions) -> None:
     cols = _write_columns(names, opts)
     f = schema.fields
     if not isinstance(f[cols.data].dataType, BinaryType | StringType):
-        raise ValueError(f"column 'data' must be binary or string, not {f[cols.data].dataType.simpleString()}")
+        raise ValidationError(f"column 'data' must be binary or string, not {f[cols.data].dataType.simpleString()}")
     if cols.subject is None and opts.subject is None:
-        raise ValueError("set option 'subject' or give the DataFrame a 'subject' column")
+        raise ValidationError("set option 'subject' or give the DataFrame a 'subject' column")
     if cols.subject is not None and not isinstance(f[cols.subject].dataType, StringType):
-        raise ValueError(f"column 'subject' must be a string, not {f[cols.subject].dataType.simpleString()}")
+        raise ValidationError(f"column 'subject' must be a string, not {f[cols.subject].dataType.simpleString()}")
     if cols.headers is not None:
         t = f[cols.headers].dataType
         if not (isinstance(t, MapType) and isinstance(t.keyType, StringType)
                 and isinstance(t.valueType, StringType)):
-            raise ValueError(f"column 'headers' must be map<string,string>, not {t.simpleString()}")
+            raise ValidationError(f"column 'headers' must be map<string,string>, not {t.simpleString()}")
 
 
 def _task_info() -> tuple[int, int, dict[str, str | None]]:
@@ -1063,7 +1065,8 @@ class JetStreamDataSource(DataSource):  # type: ignore[misc]
 
     def writer(self, schema: StructType, overwrite: bool) -> JetStreamBatchWriter:
         if overwrite:
-            raise ValueError("the jetstream sink only appends: use mode('append') (a stream cannot be overwritten)")
+            raise ValidationError(
+                "the jetstream sink only appends: use mode('append') (a stream cannot be overwritten)")
         opts = WriteOptions.parse(_plain(self.options))
         check_write_schema(schema, opts)
         return JetStreamBatchWriter(opts)

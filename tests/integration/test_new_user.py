@@ -1,0 +1,134 @@
+"""Issue 24, "feels right to a new user": tracebacks, error texts, Ctrl-C inside asyncio.run,
+types that catch mistakes. Against a real server wherever a server is involved."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import jssync
+from tests.conftest import FACTOR
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _run(code: str, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          env=_env(), timeout=timeout * FACTOR, cwd=str(ROOT))
+
+
+def _assert_clean_traceback(stderr: str, final: str) -> None:
+    """One exception, no internal one printed before it."""
+    assert "During handling of the above exception" not in stderr, stderr
+    assert "_queue.Empty" not in stderr and "queue.Empty" not in stderr, stderr
+    assert "concurrent.futures" not in stderr, stderr
+    assert stderr.count("Traceback (most recent call last)") == 1, stderr
+    assert stderr.rstrip().splitlines()[-1].startswith(final), stderr
+
+
+def _no_internal_context(exc: BaseException) -> None:
+    assert exc.__context__ is None, repr(exc.__context__)
+    assert exc.__cause__ is None, repr(exc.__cause__)
+
+
+# -- 1. tracebacks ----------------------------------------------------------------------------
+
+
+def test_timeout_of_next_msg_has_no_context(nc):
+    sub = nc.subscribe("nu.quiet")
+    with pytest.raises(jssync.TimeoutError) as ei:
+        sub.next_msg(timeout=0.2)
+    _no_internal_context(ei.value)
+
+
+def test_timeout_of_push_next_msg_has_no_context(js, stream):
+    sub = js.subscribe(f"{stream.name}.quiet")
+    try:
+        with pytest.raises(jssync.TimeoutError) as ei:
+            sub.next_msg(timeout=0.2)
+        _no_internal_context(ei.value)
+    finally:
+        sub.unsubscribe()
+
+
+def test_timeout_of_request_has_no_context(nc):
+    nc.subscribe("nu.hang")
+    with pytest.raises(jssync.TimeoutError) as ei:
+        nc.request("nu.hang", b"", timeout=0.2)
+    _no_internal_context(ei.value)
+
+
+@pytest.mark.parametrize("call", ["sub.next_msg(timeout=0.3)", "nc.request('nu.hang', b'', timeout=0.3)",
+                                  "js.subscribe('NUTB.x').next_msg(timeout=0.3)"])
+def test_timeout_traceback_prints_one_jssync_error(nats_server, call):
+    r = _run(f"""
+        import sys, jssync
+        nc = jssync.connect(sys.argv[1])
+        js = nc.jetstream()
+        try:
+            js.delete_stream("NUTB")
+        except jssync.StreamNotFoundError:
+            pass
+        js.create_stream(name="NUTB", subjects=["NUTB.>"], storage="memory")
+        sub = nc.subscribe("nu.hang")
+        try:
+            {call}
+        finally:
+            js.delete_stream("NUTB")
+        """, nats_server.url)
+    assert r.returncode == 1
+    _assert_clean_traceback(r.stderr, "jssync.TimeoutError: ")
+
+
+def test_ctrl_c_traceback_has_no_queue_empty(nats_server):
+    r = _run("""
+        import os, signal, sys, threading, jssync
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        nc = jssync.connect(sys.argv[1])
+        sub = nc.subscribe("nu.ctrlc")
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        sub.next_msg(timeout=30)
+        """, nats_server.url)
+    assert r.returncode != 0
+    _assert_clean_traceback(r.stderr, "KeyboardInterrupt")
+
+
+def test_exceptions_print_as_jssync_names():
+    assert repr(jssync.TimeoutError) == "<class 'jssync.TimeoutError'>"
+    for name in jssync.__all__:
+        obj = getattr(jssync, name)
+        if isinstance(obj, type) and obj.__module__.startswith("jssync"):
+            assert obj.__module__ == "jssync", name
+    import pickle
+
+    e = pickle.loads(pickle.dumps(jssync.StreamNotFoundError(404, 10059, "stream not found")))
+    assert type(e) is jssync.StreamNotFoundError
+
+
+def test_validation_errors_are_jssync_errors(js):
+    with pytest.raises(jssync.ValidationError) as ei:
+        js.create_stream(name="bad name", subjects=["x"])
+    assert isinstance(ei.value, jssync.Error) and isinstance(ei.value, ValueError)
+    assert "bad name" in str(ei.value)
+
+
+def test_no_plain_value_error_is_raised_in_jssync():
+    left = []
+    for path in sorted((ROOT / "jssync").glob("*.py")):
+        if path.name in ("_pull.py", "_ordered.py"):  # being rewritten elsewhere (issue 24 merge note)
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if "raise ValueError(" in line:
+                left.append(f"{path.name}:{i}: {line.strip()}")
+    assert not left, left
