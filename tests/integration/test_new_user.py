@@ -4,9 +4,11 @@ types that catch mistakes. Against a real server wherever a server is involved."
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,89 @@ def test_no_plain_value_error_is_raised_in_jssync():
             if "raise ValueError(" in line:
                 left.append(f"{path.name}:{i}: {line.strip()}")
     assert not left, left
+
+
+# -- 3. Ctrl-C inside asyncio.run -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("call", ["sub.next_msg(timeout=8)", "nc.request('nu.async', b'', timeout=8)",
+                                  "js.subscribe('NUAS.x').next_msg(timeout=8)"])
+def test_ctrl_c_in_asyncio_run_interrupts_a_blocking_call(nats_server, call):
+    code = textwrap.dedent(f"""
+        import asyncio, signal, sys, jssync
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
+
+        async def main():
+            nc = jssync.connect(sys.argv[1])
+            js = nc.jetstream()
+            try:
+                js.delete_stream("NUAS")
+            except jssync.StreamNotFoundError:
+                pass
+            js.create_stream(name="NUAS", subjects=["NUAS.>"], storage="memory")
+            sub = nc.subscribe("nu.async")
+            print("ready", flush=True)
+            try:
+                {call}  # legacy code: a blocking call inside a coroutine
+            finally:
+                js.delete_stream("NUAS")
+                nc.close()
+
+        asyncio.run(main())
+        """)
+    proc = subprocess.Popen([sys.executable, "-c", code, nats_server.url], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=str(ROOT))
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(0.2)  # let the call start waiting
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20 * FACTOR)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "KeyboardInterrupt" in err, err
+    assert elapsed < 0.2 + 1.0 * FACTOR, f"Ctrl-C took {elapsed:.2f}s: {err}"
+
+
+def test_deadline_slice_notices_task_cancellation():
+    import asyncio
+
+    from jssync._deadline import Deadline
+
+    took: list[float] = []
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        d = Deadline(5)
+        d.slice()  # the first slice records the task
+        task.cancel()  # what asyncio's SIGINT handler does while the loop is blocked
+        t0 = time.monotonic()
+        try:
+            while True:
+                time.sleep(d.slice())
+        finally:
+            took.append(time.monotonic() - t0)
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(main())
+    assert took[0] < 0.2
+
+    # a task that was already cancelling before the wait began is not interrupted again
+    async def cleanup() -> bool:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        try:
+            await asyncio.sleep(1)
+        except asyncio.CancelledError:
+            d = Deadline(0.3)
+            while not d.expired():
+                time.sleep(d.slice())
+            return True
+        return False
+
+    assert asyncio.run(cleanup())
