@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ._deadline import Deadline
 from ._errors import (
+    AuthorizationError,
     BadHeaderError,
     BadSubjectError,
     ConnectionClosedError,
@@ -93,6 +94,15 @@ def redact_url(url: str) -> str:
     user = parts.username or ""
     cred = f"{user}:***" if parts.password is not None else "***"
     return urlunsplit((parts.scheme, f"{cred}@{host}", parts.path, parts.query, parts.fragment))
+
+
+def _is_local(url: str) -> bool:
+    """True if ``url`` names this machine (loopback or localhost)."""
+    try:
+        host = urlsplit(url if "://" in url else "nats://" + url).hostname or ""
+    except ValueError:
+        return False
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 _SEED = re.compile(r"^S[UAONCPX][A-Z2-7]{56}\Z")
@@ -380,23 +390,68 @@ class Connection:
         if tls_hostname is not None:
             opts["tls_hostname"] = tls_hostname
         self._connect_opts = opts
+        self._refused: set[str] = set()
+        self._failed_url: str | None = None
+        failure: BaseException | None = None
         try:
             self._nc = self._loop.run(self._make_client(), None)
             self._fast = hasattr(self._nc, "_pending") and hasattr(self._nc, "_flush_pending")
             self._loop.run(self._connect(), Deadline(timeout), "connect")
         except BaseException as exc:
             self._teardown(0.5)
-            if isinstance(exc, Error) and not isinstance(exc, ConnectionClosedError):
-                if isinstance(exc, TimeoutError):
-                    last = self._last_connect_error
-                    why = f" (last error: {self._describe(last)})" if last is not None else ""
-                    raise NoServersError(
-                        f"could not connect to {', '.join(redact_url(u) for u in self._urls)} "
-                        f"within {timeout}s{why}"
-                    ) from None
+            if not isinstance(exc, Error) or isinstance(exc, ConnectionClosedError):
                 raise
-            raise
+            failure = exc
+        if failure is not None:
+            # raised outside the ``except`` so the internal timeout is not the context
+            raise self._connect_failure(failure, timeout)
         _live.add(self)
+
+    def _connect_failure(self, exc: BaseException, timeout: float | None) -> BaseException:
+        """The error a failed first connect raises: what failed, where, and what to try."""
+        urls = ", ".join(redact_url(u) for u in self._urls)
+        if isinstance(exc, TimeoutError):
+            last = self._last_connect_error
+            why = f" (last error: {self._describe(last)})" if last is not None else ""
+            return NoServersError(f"could not connect to {urls} within {timeout}s{why}")
+        if isinstance(exc, AuthorizationError):
+            where = redact_url(self._failed_url) if self._failed_url else urls
+            said = _scrub(str(exc.__cause__ or exc), self._secrets).removeprefix("nats: ")
+            new = AuthorizationError(f"authorization failed at {where} using {self._auth_method()}: "
+                                     f"the server said {said}")
+            new.__cause__ = exc.__cause__
+            return new
+        if isinstance(exc, NoServersError):
+            exc.__context__ = exc.__cause__ = None  # "connection refused" says it all
+        return exc
+
+    def _auth_method(self) -> str:
+        """How this connection authenticates, without any secret (for error texts)."""
+        o = self._connect_opts
+        if "user_credentials" in o:
+            return f"the creds file {o['user_credentials']!r}"
+        if "nkeys_seed" in o:
+            return f"the nkey seed file {o['nkeys_seed']!r}"
+        if "nkeys_seed_str" in o:
+            return "an nkey seed"
+        if "token" in o:
+            return "a token"
+        if "user" in o:
+            return f"user {o['user']!r} with a password" if "password" in o else f"user {o['user']!r}"
+        for u in self._urls:
+            parts = urlsplit(u if "://" in u else "nats://" + u)
+            if parts.password is not None:
+                return f"user {parts.username!r} with a password (from the URL)"
+            if parts.username:
+                return "a token (from the URL)"
+        return "no credentials (the server requires some)"
+
+    def _refused_error(self) -> NoServersError:
+        urls = ", ".join(redact_url(u) for u in self._urls)
+        hint = ""
+        if all(_is_local(u) for u in self._urls):
+            hint = "; is a server running there? `jssync server` starts one (JetStream on 127.0.0.1:4222)"
+        return NoServersError(f"could not connect to {urls}: connection refused{hint}")
 
     def _describe(self, exc: BaseException) -> str:
         """``Type: message`` of ``exc`` with every credential of this connection scrubbed."""
@@ -419,7 +474,10 @@ class Connection:
         try:
             await self._nc.connect(**self._connect_opts)
         except Exception as exc:
-            raise translate(exc) from exc
+            new = translate(exc)
+            if new is exc:
+                raise
+            raise new from exc
         finally:
             self._connecting = False
         self._max_payload = self._nc.max_payload
@@ -509,10 +567,20 @@ class Connection:
         if getattr(self, "_connecting", False):
             self._last_connect_error = exc
             log.debug("jssync: connect attempt failed: %s", self._describe(exc))
+            server = getattr(self._nc, "_current_server", None)
+            url = server.uri.geturl() if server is not None and getattr(server, "uri", None) else None
             if isinstance(exc, ne.AuthorizationError) or "authorization" in str(exc).lower():
                 # Raising here ends nats-py's first-connect loop: wrong credentials will not
                 # get better by retrying.
+                self._failed_url = url
                 raise exc
+            if isinstance(exc, ConnectionRefusedError):
+                self._refused.add(url or str(len(self._refused)))
+                pool = getattr(self._nc, "_server_pool", None) or self._urls
+                if len(self._refused) >= len(pool):
+                    # every server refused: nothing listens there, so waiting out the
+                    # connect timeout would not help
+                    raise self._refused_error()
             return
 
         if isinstance(exc, ne.SlowConsumerError):

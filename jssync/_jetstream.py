@@ -25,11 +25,13 @@ from ._errors import (
     JetStreamError,
     NoAckStreamError,
     NoRespondersError,
+    NotFoundError,
     ReconnectBufferExceededError,
     ServiceUnavailableError,
     TimeoutError,
     ValidationError,
     check_api_response,
+    name_missing,
 )
 
 if TYPE_CHECKING:
@@ -179,7 +181,37 @@ class JetStream:
             raise ServiceUnavailableError(
                 503, None, f"JetStream is not available on this account/server (no responders on {subject})"
             ) from exc
-        return check_api_response(msg.data)
+        try:
+            return check_api_response(msg.data)
+        except NotFoundError as exc:
+            name_missing(exc, suffix)
+            err: APIError = exc
+        except APIError as exc:
+            if exc.err_code != 10065 or not isinstance(payload, dict):
+                raise
+            err = exc
+            self._name_overlap(err, payload)
+        raise err
+
+    def _name_overlap(self, err: APIError, config: dict[str, Any]) -> None:
+        """Say which stream holds the subjects a stream create/update overlaps (err_code 10065).
+
+        The server only says "subjects overlap with an existing stream"; one STREAM.NAMES
+        request per subject (at most 1 s in all) finds the holder. Best effort: on any
+        failure the server's text stays as it is.
+        """
+        held: list[str] = []
+        deadline = Deadline(1.0)
+        try:
+            for subj in config.get("subjects") or []:
+                resp = self._api("STREAM.NAMES", {"subject": subj}, max(deadline.remaining() or 0.0, 0.05))
+                for other in resp.get("streams") or []:
+                    if other != config.get("name"):
+                        held.append(f"stream {other!r} holds subjects that overlap {subj!r}")
+        except Error as exc:
+            log.debug("jssync: could not find the overlapping stream: %s", exc)
+        if held:
+            err.args = (f"{err.args[0]}: {'; '.join(held)}",)
 
     def account_info(self, timeout: float | None = None) -> api.AccountInfo:
         """Return the account's JetStream usage and limits."""

@@ -220,3 +220,84 @@ def test_deadline_slice_notices_task_cancellation():
         return False
 
     assert asyncio.run(cleanup())
+
+
+# -- 2. errors that say what ------------------------------------------------------------------
+
+
+def test_stream_not_found_names_the_stream(js, unique):
+    name = f"NOPE{unique}"
+    for call in (lambda: js.stream(name), lambda: js.delete_stream(name), lambda: js.consumer(name, "c")):
+        with pytest.raises(jssync.StreamNotFoundError) as ei:
+            call()
+        assert ei.value.stream == name and repr(name) in str(ei.value), str(ei.value)
+        assert ei.value.err_code == 10059 and ei.value.description  # the server's text is kept
+
+
+def test_consumer_not_found_names_stream_and_consumer(js, stream):
+    for call in (lambda: js.consumer(stream.name, "ghost"), lambda: js.delete_consumer(stream.name, "ghost")):
+        with pytest.raises(jssync.ConsumerNotFoundError) as ei:
+            call()
+        assert (ei.value.stream, ei.value.consumer) == (stream.name, "ghost")
+        assert "'ghost'" in str(ei.value) and repr(stream.name) in str(ei.value), str(ei.value)
+
+
+def test_subjects_overlap_names_the_stream_that_holds_them(js, stream, unique):
+    with pytest.raises(jssync.APIError) as ei:
+        js.create_stream(name=f"O{unique}", subjects=[f"{stream.name}.x", f"free.{unique}"], storage="memory")
+    assert ei.value.err_code == 10065
+    assert f"stream {stream.name!r}" in str(ei.value) and f"'{stream.name}.x'" in str(ei.value), str(ei.value)
+
+
+def test_refused_connection_fails_at_once_and_suggests_jssync_server():
+    from jssync.server import free_port
+
+    url = f"nats://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    with pytest.raises(jssync.NoServersError) as ei:
+        jssync.connect(url, timeout=5)
+    assert time.monotonic() - t0 < 1.0 * FACTOR, "waited for the connect timeout"
+    assert "connection refused" in str(ei.value) and "jssync server" in str(ei.value), str(ei.value)
+    assert url in str(ei.value)
+    _no_internal_context(ei.value)
+    # two servers, both down: the same; one down, one up: connects (tested elsewhere)
+    t0 = time.monotonic()
+    with pytest.raises(jssync.NoServersError):
+        jssync.connect([url, f"nats://127.0.0.1:{free_port()}"], timeout=5)
+    assert time.monotonic() - t0 < 1.0 * FACTOR
+
+
+def test_refused_connection_to_one_of_two_servers_connects(nats_server):
+    from jssync.server import free_port
+
+    with jssync.connect([f"nats://127.0.0.1:{free_port()}", nats_server.url], timeout=5) as nc:
+        nc.flush()
+
+
+@pytest.fixture(scope="module")
+def auth_server():
+    from jssync.server import NatsServer
+
+    with NatsServer(jetstream=False, config="authorization { user: ann, password: s3cret }") as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("kwargs, method", [
+    ({"user": "ann", "password": "wrong-pw"}, "user 'ann' with a password"),
+    ({"token": "wrong-token"}, "a token"),
+    ({}, "no credentials"),
+])
+def test_authorization_failure_names_url_and_method(auth_server, kwargs, method):
+    with pytest.raises(jssync.AuthorizationError) as ei:
+        jssync.connect(auth_server.url, timeout=3, **kwargs)
+    text = str(ei.value)
+    assert auth_server.url in text and method in text, text
+    assert "wrong-pw" not in text and "wrong-token" not in text
+
+
+def test_authorization_failure_redacts_the_url(auth_server):
+    url = auth_server.url.replace("nats://", "nats://ann:wrong-pw@")
+    with pytest.raises(jssync.AuthorizationError) as ei:
+        jssync.connect(url, timeout=3)
+    text = str(ei.value)
+    assert "wrong-pw" not in text and "ann:***@" in text and "from the URL" in text, text
