@@ -13,7 +13,6 @@ from nats.js.api import (
     ObjectMeta,
     ObjectMetaOptions,
     ObjectStoreConfig,
-    PubAck,
     ReplayPolicy,
     RetentionPolicy,
     StorageType,
@@ -59,7 +58,7 @@ from ._errors import (
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
-from ._jetstream import JetStream
+from ._jetstream import JetStream, PubAck
 from ._jsack import MsgMetadata, SequencePair
 from ._kv import (
     BadBucketError,

@@ -1112,12 +1112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
         rc: int = args.func(args)
+    except (ValueError, TypeError) as exc:  # bad input, jssync.ValidationError too: a usage error
+        sys.stderr.write(f"jssync: {exc}\n")
+        return 2
     except jssync.Error as exc:
         sys.stderr.write(f"jssync: {type(exc).__name__}: {exc}\n")
         return 1
-    except (ValueError, TypeError) as exc:
-        sys.stderr.write(f"jssync: {exc}\n")
-        return 2
     except OSError as exc:
         sys.stderr.write(f"jssync: {exc}\n")
         return 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64  # noqa: F401  (re-used by sibling modules through this one)
 import concurrent.futures
+import dataclasses
 import datetime as _dt
 import json
 import logging
@@ -11,8 +12,8 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack, overload
 
 from nats.js import api
 
@@ -33,6 +34,7 @@ from ._errors import (
     check_api_response,
     name_missing,
 )
+from ._params import CONSUMER_CHOICES, STREAM_CHOICES, ConsumerParams, StreamParams, check_choices
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -66,7 +68,7 @@ def validate_name(name: Any, what: str = "stream name") -> str:
     return name
 
 
-def _stream_config(config: api.StreamConfig | None, params: dict[str, Any]) -> api.StreamConfig:
+def _stream_config(config: api.StreamConfig | None, params: Mapping[str, Any]) -> api.StreamConfig:
     if config is None:
         config = api.StreamConfig()
     elif not isinstance(config, api.StreamConfig):
@@ -77,6 +79,7 @@ def _stream_config(config: api.StreamConfig | None, params: dict[str, Any]) -> a
         except TypeError as exc:
             raise TypeError(f"unknown stream option: {exc}") from None
     validate_name(config.name, "stream name")
+    check_choices(config, STREAM_CHOICES)
     if config.subjects is not None:
         if isinstance(config.subjects, str):
             raise TypeError("subjects must be a list of subjects, not a str")
@@ -87,7 +90,7 @@ def _stream_config(config: api.StreamConfig | None, params: dict[str, Any]) -> a
     return config
 
 
-def _consumer_config(config: api.ConsumerConfig | None, params: dict[str, Any]) -> api.ConsumerConfig:
+def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any]) -> api.ConsumerConfig:
     if config is None:
         config = api.ConsumerConfig()
     elif not isinstance(config, api.ConsumerConfig):
@@ -97,6 +100,7 @@ def _consumer_config(config: api.ConsumerConfig | None, params: dict[str, Any]) 
             config = config.evolve(**params)
         except TypeError as exc:
             raise TypeError(f"unknown consumer option: {exc}") from None
+    check_choices(config, CONSUMER_CHOICES)
     if config.name is not None:
         validate_name(config.name, "consumer name")
     if config.durable_name is not None:
@@ -220,7 +224,7 @@ class JetStream:
     # -- streams ---------------------------------------------------------------------------
 
     def create_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
-                      **params: Any) -> Stream:
+                      **params: Unpack[StreamParams]) -> Stream:
         """Create a stream from ``config`` or keyword fields (``name=``, ``subjects=``, ...).
 
         Creating a stream that exists with the same config returns it. While the cluster
@@ -252,7 +256,7 @@ class JetStream:
         return Stream(self, _stream_model(resp))
 
     def update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
-                      **params: Any) -> Stream:
+                      **params: Unpack[StreamParams]) -> Stream:
         """Update an existing stream.
 
         Raises:
@@ -265,7 +269,7 @@ class JetStream:
         return Stream(self, _stream_model(resp))
 
     def create_or_update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
-                                **params: Any) -> Stream:
+                                **params: Unpack[StreamParams]) -> Stream:
         """Update the stream, or create it if it does not exist."""
         from ._errors import StreamNotFoundError
 
@@ -432,7 +436,7 @@ class JetStream:
         return Consumer(self, stream, _model(api.ConsumerInfo, resp, "consumer info"))
 
     def create_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                        timeout: float | None = None, **params: Any) -> Consumer:
+                        timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
         """Create a consumer on ``stream`` (durable with ``durable_name``/``name``, else ephemeral).
 
         Raises:
@@ -443,7 +447,7 @@ class JetStream:
         return self._upsert_consumer(stream, _consumer_config(config, params), "create", timeout)
 
     def update_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                        timeout: float | None = None, **params: Any) -> Consumer:
+                        timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
         """Update an existing consumer.
 
         Raises:
@@ -455,7 +459,7 @@ class JetStream:
         return self._upsert_consumer(stream, cfg, "update", timeout)
 
     def create_or_update_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                                  timeout: float | None = None, **params: Any) -> Consumer:
+                                  timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
         """Create the consumer, or update it if it exists."""
         return self._upsert_consumer(stream, _consumer_config(config, params), "", timeout)
 
@@ -573,7 +577,7 @@ class JetStream:
         expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
         timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
         ack: Literal[True] = True,
-    ) -> api.PubAck: ...
+    ) -> PubAck: ...
 
     @overload
     def publish(
@@ -591,7 +595,7 @@ class JetStream:
         expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
         timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
         ack: bool,
-    ) -> api.PubAck | None: ...
+    ) -> PubAck | None: ...
 
     def publish(
         self,
@@ -608,7 +612,7 @@ class JetStream:
         retry_attempts: int = 2,
         retry_wait: float = 0.25,
         ack: bool = True,
-    ) -> api.PubAck | None:
+    ) -> PubAck | None:
         """Publish to a stream and wait for its acknowledgement.
 
         ``msg_id`` sets ``Nats-Msg-Id`` for de-duplication (a duplicate within the stream's
@@ -695,7 +699,7 @@ class JetStream:
         timeout: float | None = None,
         retry_attempts: int = 2,
         retry_wait: float = 0.25,
-    ) -> concurrent.futures.Future[api.PubAck]:
+    ) -> concurrent.futures.Future[PubAck]:
         """Publish without waiting; the returned Future resolves to the PubAck.
 
         Blocks (never drops) while ``max_pending`` PubAcks are outstanding. While no
@@ -855,17 +859,29 @@ _DONE_STATES = frozenset((_FINISHED, concurrent.futures._base.CANCELLED,
 _PLAIN_ACK_KEYS = frozenset(("stream", "seq", "domain", "duplicate"))
 
 
+@dataclasses.dataclass
+class PubAck(api.PubAck):
+    """The server's acknowledgement of a JetStream publish: ``stream``, ``seq``, ``domain``,
+    ``duplicate`` (always a bool: True when the message ID was seen within the stream's
+    duplicate window, so nothing new was stored)."""
+
+    duplicate: bool = False
+
+    def __post_init__(self) -> None:
+        self.duplicate = bool(self.duplicate)
+
+
 #: The server's usual PubAck, byte for byte (a name with an escaped character takes the JSON path).
 _PLAIN_ACK = re.compile(rb'\{"stream":"([^"\\]+)","seq":(\d+)(,"duplicate":true)?\}\Z')
 
 
-def _parse_pub_ack(msg: Msg) -> api.PubAck:
+def _parse_pub_ack(msg: Msg) -> PubAck:
     """The PubAck in a publish reply; raises the matching error for an error reply or status."""
     hdrs = msg.headers
     if not hdrs:
         m = _PLAIN_ACK.match(msg.data)
         if m is not None:
-            return api.PubAck(m[1].decode(), int(m[2]), None, True if m[3] else None)
+            return PubAck(m[1].decode(), int(m[2]), None, m[3] is not None)
         # other plain replies (a domain, an escaped name, another key order): decoded, then
         # built directly, without nats-py's field-by-field dataclass introspection
         try:
@@ -876,7 +892,7 @@ def _parse_pub_ack(msg: Msg) -> api.PubAck:
             stream = resp.get("stream")
             seq = resp.get("seq")
             if type(stream) is str and type(seq) is int:
-                return api.PubAck(stream, seq, resp.get("domain"), resp.get("duplicate"))
+                return PubAck(stream, seq, resp.get("domain"), resp.get("duplicate") is True)
     if hdrs and not msg.data:
         status = hdrs.get("Status")
         if status == "503":
@@ -892,10 +908,10 @@ def _parse_pub_ack(msg: Msg) -> api.PubAck:
     resp = check_api_response(msg.data)
     if "stream" not in resp or "seq" not in resp:
         raise APIError(None, None, f"malformed PubAck: {msg.data[:100]!r}")
-    return _model(api.PubAck, resp, "PubAck")
+    return _model(PubAck, resp, "PubAck")
 
 
-class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
+class _PubAckFuture(concurrent.futures.Future["PubAck"]):
     """The Future of a publish_async: its done-callbacks never run on the I/O thread.
 
     The PubAck is handled on the connection's I/O thread, where a plain Future would run
@@ -931,7 +947,7 @@ class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
                     return
                 self._condition.wait(deadline.slice())
 
-    def result(self, timeout: float | None = None) -> api.PubAck:
+    def result(self, timeout: float | None = None) -> PubAck:
         """The PubAck; blocks up to ``timeout`` seconds (None: until it arrives).
 
         Raises:
@@ -946,10 +962,10 @@ class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
         self._wait_done(timeout)
         return super().exception(0)
 
-    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[api.PubAck]], object]) -> None:
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[PubAck]], object]) -> None:
         conn = self._conn
 
-        def call(fut: concurrent.futures.Future[api.PubAck]) -> None:
+        def call(fut: concurrent.futures.Future[PubAck]) -> None:
             pool = conn._pool
             if conn._loop.in_loop_thread() and not pool._closed:
                 pool.submit(fn, fut)
@@ -959,7 +975,7 @@ class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
         super().add_done_callback(call)
 
 
-def _resolve(fut: concurrent.futures.Future[api.PubAck], result: api.PubAck | None,
+def _resolve(fut: concurrent.futures.Future[PubAck], result: PubAck | None,
              exc: BaseException | None) -> None:
     """Complete ``fut`` unless it is done already (never raises InvalidStateError)."""
     try:
@@ -989,7 +1005,7 @@ class _AsyncPublisher:
         self._js = js
         self._cond = threading.Condition()
         self._lock = threading.Lock()
-        self._pending: dict[str, tuple[concurrent.futures.Future[api.PubAck], float]] = {}
+        self._pending: dict[str, tuple[concurrent.futures.Future[PubAck], float]] = {}
         self._sweeping = False
         self._registered = False
         self._ended = False
@@ -1008,7 +1024,7 @@ class _AsyncPublisher:
 
     def publish(self, subject: str, data: bytes, headers: dict[str, str] | None,
                 timeout: float, retry_attempts: int = 2,
-                retry_wait: float = 0.25) -> concurrent.futures.Future[api.PubAck]:
+                retry_wait: float = 0.25) -> concurrent.futures.Future[PubAck]:
         conn = self._js.conn
         conn._check_open()
         limit = self._js.max_pending
@@ -1022,7 +1038,7 @@ class _AsyncPublisher:
                         self._cond.wait(deadline.slice())
                 finally:
                     self._waiters -= 1
-        fut: concurrent.futures.Future[api.PubAck] = _PubAckFuture(conn, self._fcond)
+        fut: concurrent.futures.Future[PubAck] = _PubAckFuture(conn, self._fcond)
         if conn._offline_limit is not None and not conn._nc.is_connected:
             try:
                 conn._offline_check(len(data) if headers is None else len(data) + _headers_size(headers), subject)
@@ -1032,7 +1048,7 @@ class _AsyncPublisher:
         pending = self._pending
         low_water = limit - max(1, limit // 4)
 
-        def on_reply(msg: Msg, _fut: concurrent.futures.Future[api.PubAck] = fut) -> None:
+        def on_reply(msg: Msg, _fut: concurrent.futures.Future[PubAck] = fut) -> None:
             tok = msg.subject.rsplit(".", 1)[-1]
             hdrs = msg.headers
             if (hdrs and retry_attempts and not msg.data and hdrs.get("Status") == "503"
@@ -1136,7 +1152,7 @@ class _AsyncPublisher:
             if not self._pending and self._registered:
                 self._registered = False
                 with conn._subs_lock:
-                    conn._subs.discard(self)  # type: ignore[arg-type]
+                    conn._subs.discard(self)
 
     def _end(self) -> None:
         """The connection closed (any thread): fail every Future still waiting. Idempotent."""

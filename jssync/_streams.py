@@ -6,7 +6,7 @@ import base64
 import datetime as _dt
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from nats.js import api
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._direct import DirectBatch
     from ._jetstream import JetStream
     from ._ordered import OrderedConsumer
+    from ._params import ConsumerParams
 
 
 @dataclass
@@ -69,7 +70,7 @@ def parse_time(value: str | None) -> _dt.datetime | None:
     if not value:
         return None
     try:
-        return api.Base._parse_utc_iso(value)  # type: ignore[no-any-return]
+        return api.Base._parse_utc_iso(value)
     except (ValueError, TypeError):
         return None
 
@@ -187,17 +188,17 @@ class Stream:
         return self._js.consumer(self.name, name, timeout=timeout)
 
     def create_consumer(self, config: api.ConsumerConfig | None = None, *, timeout: float | None = None,
-                        **params: Any) -> Consumer:
+                        **params: Unpack[ConsumerParams]) -> Consumer:
         """See :meth:`JetStream.create_consumer`."""
         return self._js.create_consumer(self.name, config, timeout=timeout, **params)
 
     def update_consumer(self, config: api.ConsumerConfig | None = None, *, timeout: float | None = None,
-                        **params: Any) -> Consumer:
+                        **params: Unpack[ConsumerParams]) -> Consumer:
         """See :meth:`JetStream.update_consumer`."""
         return self._js.update_consumer(self.name, config, timeout=timeout, **params)
 
     def create_or_update_consumer(self, config: api.ConsumerConfig | None = None, *,
-                                  timeout: float | None = None, **params: Any) -> Consumer:
+                                  timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
         """See :meth:`JetStream.create_or_update_consumer`."""
         return self._js.create_or_update_consumer(self.name, config, timeout=timeout, **params)
 

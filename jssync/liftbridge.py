@@ -50,7 +50,7 @@ from ._errors import (
     TimeoutError,
     ValidationError,
 )
-from ._jetstream import JetStream, _parse_pub_ack, validate_name
+from ._jetstream import JetStream, PubAck, _parse_pub_ack, validate_name
 from ._liftbridge_codec import (
     HDR_ACK_INBOX,
     HDR_ACK_POLICY,
@@ -620,7 +620,7 @@ class Client:
             else:
                 fut = self._js.publish_async(psubject, data, headers=h, timeout=self.timeout)
 
-                def _forward(f: concurrent.futures.Future[api.PubAck]) -> None:
+                def _forward(f: concurrent.futures.Future[PubAck]) -> None:
                     self._forward_later(f, inbox, partition, psubject, subject, k, cid, pol)
 
                 fut.add_done_callback(_forward)
@@ -634,7 +634,7 @@ class Client:
         return ack
 
     @staticmethod
-    def _make_ack(pub: api.PubAck, partition: int, psubject: str, subject: str, key: bytes | None,
+    def _make_ack(pub: PubAck, partition: int, psubject: str, subject: str, key: bytes | None,
                   inbox: str | None, cid: str | None, pol: AckPolicy) -> Ack:
         parsed = parse_partition_stream_name(pub.stream)
         return Ack(
@@ -644,7 +644,7 @@ class Client:
             duplicate=bool(pub.duplicate),
         )
 
-    def _forward_later(self, fut: concurrent.futures.Future[api.PubAck], inbox: str, partition: int,
+    def _forward_later(self, fut: concurrent.futures.Future[PubAck], inbox: str, partition: int,
                        psubject: str, subject: str, key: bytes | None, cid: str | None, pol: AckPolicy) -> None:
         """Send the ack of a ``timeout=None`` publish to its ack inbox (on the worker pool)."""
         try:
@@ -665,7 +665,7 @@ class Client:
         return self._retry("fetching metadata", self._meta.update, deadline)
 
     def _publish_request(self, psubject: str, data: bytes, headers: dict[str, str],
-                         deadline: Deadline) -> api.PubAck:
+                         deadline: Deadline) -> PubAck:
         checked = False
         last: BaseException | None = None
         attempt = 0

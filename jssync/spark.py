@@ -38,7 +38,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._errors import (
     ConnectionClosedError,
@@ -404,7 +404,7 @@ def derive_msg_id(prefix: str, batch: int, partition: int, row: int, subject: st
 
 
 @dataclass
-class SequenceRange(InputPartition):  # type: ignore[misc]
+class SequenceRange(InputPartition):
     """One Spark input partition: the stream sequences ``first..last`` (inclusive)."""
 
     first: int
@@ -469,7 +469,7 @@ def _arrow_schema() -> Any:
 
 
 def _to_batch(stream: str, cols: _Columns, schema: Any) -> Any:
-    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow as pa
 
     n = len(cols)
     arrays = [
@@ -718,7 +718,7 @@ def _check_schema(schema: Any) -> None:
         )
 
 
-class JetStreamBatchReader(DataSourceReader):  # type: ignore[misc]
+class JetStreamBatchReader(DataSourceReader):
     """Batch reads: plans sequence ranges on the driver, reads them on the executors."""
 
     def __init__(self, opts: ReadOptions) -> None:
@@ -748,7 +748,7 @@ class JetStreamBatchReader(DataSourceReader):  # type: ignore[misc]
         return read_range(self.opts, partition.first, partition.last)
 
 
-class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming reads. An offset is ``{"seq": N}``: the next stream sequence to read.
 
     A micro-batch from ``{"seq": a}`` to ``{"seq": b}`` reads the sequences ``a..b-1``.
@@ -826,7 +826,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
 
 @dataclass
-class JetStreamCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+class JetStreamCommitMessage(WriterCommitMessage):
     """What one write task reports to the driver."""
 
     partition: int
@@ -990,7 +990,7 @@ def _log_commit(messages: Sequence[Any], what: str) -> None:
     log.info("jssync.spark: %s: %d row(s) published, %d duplicate(s) dropped by the stream", what, rows, dups)
 
 
-class JetStreamBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class JetStreamBatchWriter(DataSourceArrowWriter):
     """Batch writes (``df.write.format("jetstream")...save()``)."""
 
     def __init__(self, opts: WriteOptions) -> None:
@@ -1010,7 +1010,7 @@ class JetStreamBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         log.warning("jssync.spark: write aborted; messages published by finished tasks stay in the stream")
 
 
-class JetStreamStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class JetStreamStreamWriter(DataSourceStreamArrowWriter):
     """Streaming writes; derived message ids use the query id, the micro-batch and the partition."""
 
     def __init__(self, opts: WriteOptions) -> None:
@@ -1042,7 +1042,7 @@ def _plain(options: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
 
-class JetStreamDataSource(DataSource):  # type: ignore[misc]
+class JetStreamDataSource(DataSource):
     """The ``jetstream`` format: batch and streaming reads of a stream, batch and streaming writes.
 
     Register it with :func:`register` (or ``spark.dataSource.register(JetStreamDataSource)``).
@@ -1099,8 +1099,8 @@ def _default_append() -> None:
             w = w.mode("append")
         return w
 
-    format._jssync_append = True  # type: ignore[attr-defined]
-    DataFrameWriter.format = format  # type: ignore[method-assign]
+    cast(Any, format)._jssync_append = True  # marks the patched method as ours
+    cast(Any, DataFrameWriter).format = format
 
 
 def register(spark: SparkSession) -> None:
