@@ -97,15 +97,15 @@ class KeyValueError(JetStreamError):
     """Base class of key-value store errors."""
 
 
-class InvalidBucketNameError(KeyValueError, ValueError):
+class InvalidBucketNameError(KeyValueError, ValidationError):
     """A bucket name is not valid (letters, digits, ``-`` and ``_`` only)."""
 
 
-class InvalidKeyError(KeyValueError, ValueError):
+class InvalidKeyError(KeyValueError, ValidationError):
     """A key (or key filter) is not valid."""
 
 
-class KeyHistoryTooLargeError(KeyValueError, ValueError):
+class KeyHistoryTooLargeError(KeyValueError, ValidationError):
     """``history`` is over the limit of 64 values per key."""
 
 

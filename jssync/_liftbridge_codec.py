@@ -55,11 +55,11 @@ class NoSuchPartitionError(StreamNotFoundError):
     """
 
 
-class NotSupportedError(Error, ValueError):
+class NotSupportedError(ValidationError):
     """A Liftbridge option that has no faithful JetStream mapping (e.g. ``group``)."""
 
 
-class InvalidAckError(Error, ValueError):
+class InvalidAckError(ValidationError):
     """The data given to :func:`unmarshal_ack` is not a JetStream PubAck."""
 
 

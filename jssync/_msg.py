@@ -87,10 +87,13 @@ class Msg:
         if meta is None:
             from ._errors import Error
 
+            why = ""
             try:
                 meta = self._meta = parse_ack_subject(self.reply)
             except NotJSMessageError as exc:
-                raise Error(f"not a JetStream message: {exc}") from None
+                why = str(exc)
+            if meta is None:  # raised here, not in the except: no internal error as its context
+                raise Error(f"not a JetStream message: {why}")
         return meta
 
     def _send_ack(self, payload: bytes, terminal: bool) -> None:

@@ -86,7 +86,7 @@ class ObjectNotFoundError(ObjectStoreError, NotFoundError):
         NotFoundError.__init__(self, 404, None, description)
 
 
-class BadObjectMetaError(ObjectStoreError, ValueError):
+class BadObjectMetaError(ObjectStoreError, ValidationError):
     """Invalid object name or metadata, or a link used where it is not allowed."""
 
 

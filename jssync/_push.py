@@ -157,7 +157,7 @@ class ConsumerConfigMismatchError(PushSubscribeError):
         self.actual = actual
 
 
-class QueueGroupOptionError(PushSubscribeError, ValueError):
+class QueueGroupOptionError(PushSubscribeError, ValidationError):
     """Flow control or idle heartbeats were combined with a queue group (ADR-15 forbids it)."""
 
 

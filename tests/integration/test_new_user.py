@@ -421,3 +421,81 @@ def test_no_unused_type_ignore_without_the_optional_extras(tmp_path):
     ours = [line for line in r.stdout.splitlines() if line.startswith("jssync")]
     assert not ours, "\n".join(ours)
     assert "pyspark" not in str(shown)
+
+
+# -- 7. docs ----------------------------------------------------------------------------------
+
+
+def _doc_block(page: str, heading: str) -> str:
+    """The first ```python block after ``heading`` in docs/``page``."""
+    text = (ROOT / "docs" / page).read_text()
+    rest = text[text.index(heading):]
+    start = rest.index("```python\n") + len("```python\n")
+    return rest[start:rest.index("```", start)]
+
+
+@pytest.mark.timeout(120)
+def test_consuming_flask_example_works_under_gunicorn_preload(tmp_path):
+    """docs/consuming.md's Flask route, run as written under ``gunicorn --preload`` with two
+    workers: every request is served (a connection made at import would raise ForkError)."""
+    import json
+    import urllib.request
+
+    from jssync.server import NatsServer, free_port
+
+    (tmp_path / "app.py").write_text(_doc_block("consuming.md", "### A Flask route that fetches"))
+    with NatsServer(jetstream=True) as srv, jssync.connect(srv.url) as nc:  # its own: the example names ORDERS
+        js = nc.jetstream()
+        js.create_stream(name="ORDERS", subjects=["orders.>"], storage="memory")
+        js.create_consumer("ORDERS", durable_name="DISPATCH", ack_policy="explicit")
+        for i in range(6):
+            js.publish("orders.new", f"order-{i}".encode())
+        port = free_port()
+        env = dict(_env(), NATS_URL=srv.url)
+        proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--preload", "-w", "2", "-b", f"127.0.0.1:{port}",
+                                 "app:app"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            got: list[str] = []
+            end = time.monotonic() + 30 * FACTOR
+            while len(got) < 6 and time.monotonic() < end:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/orders/next", method="POST")
+                try:
+                    with urllib.request.urlopen(req, timeout=10) as resp:
+                        got += [o["order"] for o in json.loads(resp.read())]
+                except urllib.error.HTTPError as exc:
+                    raise AssertionError(f"the route failed: HTTP {exc.code}") from None
+                except (ConnectionError, urllib.error.URLError):
+                    time.sleep(0.1)  # gunicorn is still starting
+            assert sorted(got) == [f"order-{i}" for i in range(6)]
+        finally:
+            proc.terminate()
+            try:
+                out = proc.communicate(timeout=20)[0].decode(errors="replace")
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out = proc.communicate()[0].decode(errors="replace")
+            js.delete_stream("ORDERS")
+        assert "ForkError" not in out, out[-3000:]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/jetstream.md"])
+def test_error_tree_lists_every_public_error(page):
+    import inspect
+    import re
+
+    text = (ROOT / page).read_text()
+    start = text.index("Everything a user can catch derives from `jssync.Error`")
+    a = text.index("```\n", start) + 4
+    tree = text[a:text.index("```\n", a)]
+    listed = set(re.findall(r"\b(?:[A-Z]\w*)?Error\b", tree))
+    public = {name for name in jssync.__all__
+              if inspect.isclass(getattr(jssync, name)) and issubclass(getattr(jssync, name), BaseException)}
+    assert public - listed == set(), f"missing from the tree in {page}"
+    assert listed - public - {"JetStreamAPIError", "ValueError"} == set(), f"not public, but in the tree in {page}"
+    # each "A > B" says B derives from A
+    for line in tree.splitlines():
+        parts = [p for p in re.split(r"\s>\s", line) if p.strip()]
+        for parent_text, child_text in zip(parts, parts[1:], strict=False):
+            parent = re.findall(r"\b(?:[A-Z]\w*)?Error\b", parent_text)[-1]
+            for child in re.findall(r"\b(?:[A-Z]\w*)?Error\b", child_text)[:1]:
+                assert issubclass(getattr(jssync, child), getattr(jssync, parent)), (child, parent)
