@@ -499,3 +499,14 @@ def test_error_tree_lists_every_public_error(page):
             parent = re.findall(r"\b(?:[A-Z]\w*)?Error\b", parent_text)[-1]
             for child in re.findall(r"\b(?:[A-Z]\w*)?Error\b", child_text)[:1]:
                 assert issubclass(getattr(jssync, child), getattr(jssync, parent)), (child, parent)
+
+
+def test_plain_api_reference_is_current():
+    """docs/api.md (the docstrings as Markdown, readable without building the site) matches
+    the code: regenerate it with ``python3 tools/gen_api_md.py``."""
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_api_md.py"), "--check"], capture_output=True,
+                       text=True, env=_env(), cwd=str(ROOT), timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = (ROOT / "docs" / "api.md").read_text()
+    for name in ("JetStream.create_stream", "Consumer.fetch", "KeyValue.put", "Connection.request"):
+        assert f"`{name}`" in text, name
