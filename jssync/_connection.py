@@ -1444,10 +1444,11 @@ class Connection:
                 if denied:
                     sub._end()
                 self._enqueue((subject, data, inbox, headers))
+                timed_out = False
                 try:
                     msg = sub.next_msg(timeout)
                 except TimeoutError:
-                    raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s") from None
+                    timed_out = True  # raised below, outside this handler: no context
                 except SubscriptionClosedError:
                     if not denied:
                         raise
@@ -1457,6 +1458,8 @@ class Connection:
                         f"permission denied: the server refused the request's {what}",
                         operation=err.operation, subject=subject if err.operation == "publish" else inbox,
                     ) from err
+                if timed_out:
+                    raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s")
             finally:
                 sub.unsubscribe()
         finally:

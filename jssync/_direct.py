@@ -277,12 +277,15 @@ def direct_get(js: JetStream, stream: str, *, seq: int | None = None, last_by_su
             raise ValidationError("direct_get needs seq, last_by_subject, next_by_subject or start_time")
     what = f"direct get on stream {stream!r}"
     data = json.dumps(req).encode() if req else b""
+    failed: BaseException | None = None
     try:
         msg = js.conn.request(subject, data, timeout=t)
     except NoRespondersError:
-        raise _no_responders(js, stream, t) from None
+        failed = _no_responders(js, stream, t)
     except TimeoutError:
-        raise TimeoutError(f"no reply to the {what} within {t}s") from None
+        failed = TimeoutError(f"no reply to the {what} within {t}s")
+    if failed is not None:  # raised outside the handler: no internal context
+        raise failed
     err = status_error(msg, what)
     if err is not None:
         if isinstance(err, NoRespondersError):
@@ -405,19 +408,22 @@ class DirectBatch:
             if self._done:
                 raise StopIteration
             conn = self._js.conn
+            failed: BaseException | None = None
             try:
                 msg = self._sub.next_msg(timeout=self._timeout)
             except TimeoutError:
                 self._finish()
-                raise TimeoutError(
+                failed = TimeoutError(
                     f"no reply within {self._timeout}s in the {self._what} "
                     f"(after {self.received} message(s))"
-                ) from None
+                )
             except SubscriptionClosedError:
                 self._done = True
+                failed = StopIteration()
                 if conn.is_closed:
-                    raise ConnectionClosedError(f"the connection closed during the {self._what}") from None
-                raise StopIteration from None
+                    failed = ConnectionClosedError(f"the connection closed during the {self._what}")
+            if failed is not None:  # raised outside the handler: no internal context
+                raise failed
             hdrs = msg.headers
             if hdrs and not msg.data and hdrs.get("Status"):
                 status = hdrs["Status"]

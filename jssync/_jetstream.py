@@ -650,21 +650,25 @@ class JetStream:
         deadline = Deadline(self.timeout if timeout is None else timeout)
         attempt = 0
         while True:
+            failed: BaseException | None = None
             try:
                 # _prepare_publish validated everything request() would
                 msg = self.conn._request(subject, data, h, deadline.remaining() or 0.001)
             except NoRespondersError:
                 if attempt >= retry_attempts or (deadline.remaining() or 0) <= retry_wait * (attempt + 1):
-                    raise NoRespondersError(
+                    failed = NoRespondersError(
                         f"no stream responded to the publish on {subject!r} (no stream captures it, "
                         "or its leader is not elected)"
-                    ) from None
-                attempt += 1
-                time.sleep(retry_wait * attempt)
-                continue
+                    )
+                else:
+                    attempt += 1
             except TimeoutError:
-                raise self._no_pub_ack(subject, deadline.timeout) from None
-            return _parse_pub_ack(msg)
+                failed = self._no_pub_ack(subject, deadline.timeout)
+            else:
+                return _parse_pub_ack(msg)
+            if failed is not None:  # raised outside the handler: no internal context
+                raise failed
+            time.sleep(retry_wait * attempt)
 
     def _no_pub_ack(self, subject: str, waited: float | None) -> BaseException:
         """The error for a publish whose PubAck did not come: NoAckStreamError when the

@@ -53,6 +53,9 @@ if TYPE_CHECKING:
     from ._subscription import Subscription
 
 log = logging.getLogger("jssync")
+
+#: A watcher's subscription ended (a sentinel, distinct from None: no message yet).
+_CLOSED: Any = object()
 T = TypeVar("T")
 
 __all__ = [
@@ -533,17 +536,20 @@ class KeyValue:
             from ._direct import parse_timestamp, status_error
 
             conn = self._js.conn
+            failed: BaseException | None = None
             try:
                 msg = conn.request(self._direct_pre + key, b"", timeout=timeout)
             except TimeoutError:
-                raise TimeoutError(f"no reply to the get of key {key!r} within {timeout}s") from None
+                failed = TimeoutError(f"no reply to the get of key {key!r} within {timeout}s")
             except NoRespondersError:
-                raise self._no_responders(timeout) from None
+                failed = self._no_responders(timeout)
+            if failed is not None:  # raised outside the handler: no internal context
+                raise failed
             hdrs = msg.headers
             err = status_error(msg, f"get of key {key!r} in bucket {self.bucket!r}")
             if err is not None:
                 if isinstance(err, MessageNotFoundError):
-                    raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}") from None
+                    raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}")
                 raise err
             assert hdrs is not None
             try:
@@ -552,6 +558,7 @@ class KeyValue:
                 seq = 0
             return Entry(self.bucket, key, msg.data, seq, 0, parse_timestamp(hdrs.get("Nats-Time-Stamp")),
                          _operation(hdrs))
+        missing = False
         try:
             if self._direct:
                 sm = self._stream.direct_get(revision, timeout=timeout)
@@ -560,8 +567,10 @@ class KeyValue:
             else:
                 sm = self._stream.get_msg(revision, timeout=timeout)
         except MessageNotFoundError:
+            missing = True
+        if missing:  # raised outside the handler: no internal context
             what = f"key {key!r}" if revision is None else f"revision {revision} of key {key!r}"
-            raise KeyNotFoundError(f"{what} not found in bucket {self.bucket!r}") from None
+            raise KeyNotFoundError(f"{what} not found in bucket {self.bucket!r}")
         if sm.subject != subject:
             raise KeyNotFoundError(f"revision {revision} of bucket {self.bucket!r} is not of key {key!r}")
         return Entry(self.bucket, key, sm.data, sm.seq, 0, sm.time, _operation(sm.headers))
@@ -1112,20 +1121,24 @@ class _PushWatcher(Generic[T]):
                         raise TimeoutError(f"no update within {timeout}s ({self._what} on {self._stream_name})")
                     time.sleep(deadline.slice(0.1))
                     continue
+                got: Any = None
                 try:
-                    msg = sub.next_msg(timeout=deadline.slice())
+                    got = sub.next_msg(timeout=deadline.slice())
                 except TimeoutError:
                     if time.monotonic() - self._last_activity > 2 * self._hb:
                         self._reset("missed heartbeats")
-                    if deadline.expired():
-                        raise TimeoutError(
-                            f"no update within {timeout}s ({self._what} on {self._stream_name})") from None
-                    continue
                 except SubscriptionClosedError:
-                    if self._stopped or self._conn.is_closed:
-                        raise StopIteration from None
+                    got = _CLOSED
+                # raised outside the handlers: no internal context
+                if got is None:
+                    if deadline.expired():
+                        raise TimeoutError(f"no update within {timeout}s ({self._what} on {self._stream_name})")
                     continue
-                self._handle(msg)
+                if got is _CLOSED:
+                    if self._stopped or self._conn.is_closed:
+                        raise StopIteration
+                    continue
+                self._handle(got)
         finally:
             lock.release()
 

@@ -114,7 +114,7 @@ class IOLoop:
             return asyncio.run_coroutine_threadsafe(coro, self.loop)
         except RuntimeError:  # the loop closed after check(): close() on another thread
             coro.close()
-            raise ConnectionClosedError("the connection is closed") from None
+        raise ConnectionClosedError("the connection is closed")
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None | Deadline, what: str = "operation") -> T:
         """Run ``coro`` on the loop and block until it is done or the deadline passes.
@@ -140,8 +140,10 @@ class IOLoop:
         self.check()
         try:
             self.loop.call_soon_threadsafe(fn, *args)
+            return
         except RuntimeError:
-            raise ConnectionClosedError("the connection is closed") from None
+            pass
+        raise ConnectionClosedError("the connection is closed")
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop and join the thread (idempotent; a no-op in a forked child)."""

@@ -1032,9 +1032,10 @@ def _find_stream(js: JetStream, subject: str, timeout: float | None) -> str:
     except StreamNotFoundError:
         raise
     except JetStreamError as exc:
-        if type(exc) is JetStreamError:  # more than one stream
-            raise MultipleStreamsMatchError(subject, f"{exc}: pass stream= to choose one") from None
-        raise
+        if type(exc) is not JetStreamError:
+            raise
+        many = str(exc)  # more than one stream
+    raise MultipleStreamsMatchError(subject, f"{many}: pass stream= to choose one")
 
 
 def _consumer_info_raw(js: JetStream, stream: str, name: str, timeout: float | None) -> dict[str, Any] | None:

@@ -106,6 +106,27 @@ def test_ctrl_c_traceback_has_no_queue_empty(nats_server):
     _assert_clean_traceback(r.stderr, "KeyboardInterrupt")
 
 
+def test_other_user_facing_errors_have_no_internal_context(js, unique):
+    kv = js.create_key_value(bucket=f"KV{unique}", storage="memory")
+    try:
+        with pytest.raises(jssync.KeyNotFoundError) as ei:
+            kv.get("missing")
+        _no_internal_context(ei.value)
+        w = kv.watch(">")
+        try:
+            assert w.next(timeout=2) is None  # the end of the (empty) initial values
+            with pytest.raises(jssync.TimeoutError) as ei2:
+                w.next(timeout=0.3)
+            _no_internal_context(ei2.value)
+        finally:
+            w.stop()
+    finally:
+        js.delete_key_value(f"KV{unique}")
+    with pytest.raises(jssync.NoRespondersError) as ei3:
+        js.publish(f"nobody.{unique}", b"x")
+    _no_internal_context(ei3.value)
+
+
 def test_exceptions_print_as_jssync_names():
     assert repr(jssync.TimeoutError) == "<class 'jssync.TimeoutError'>"
     for name in jssync.__all__:
