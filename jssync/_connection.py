@@ -119,11 +119,14 @@ _JWT_IN_TEXT = re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"
 
 def _check_secret_file(path: str, what: str, need_jwt: bool) -> None:
     """Raise ``ValueError`` naming ``path`` (never its content) unless it holds a seed (and a JWT)."""
+    why = ""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read(1 << 20)
     except OSError as exc:
-        raise ValidationError(f"cannot read the {what} {path!r}: {exc.strerror or type(exc).__name__}") from None
+        why = exc.strerror or type(exc).__name__
+    if why:
+        raise ValidationError(f"cannot read the {what} {path!r}: {why}")
     if need_jwt and not _JWT_IN_TEXT.search(text):
         raise ValidationError(f"the {what} {path!r} holds no user JWT")
     if not _SEED_IN_TEXT.search(text):

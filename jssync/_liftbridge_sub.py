@@ -372,22 +372,28 @@ class Subscription:
                 self._resubscribe(deadline)
                 continue
             sub = self._sub
+            msg = None
+            ended = False
             try:
                 msg = sub.next_msg(timeout=deadline.slice())
             except TimeoutError:
                 self._check_heartbeat(sub)
+            except SubscriptionClosedError:
+                ended = True
+            # raised outside the handlers: no internal exception as context
+            if ended:
+                if self._closed:
+                    return None
+                if self._conn.is_closed:
+                    raise _Terminal(ConnectionClosedError("the connection closed"))
+                self._reset_reason = "the inbox subscription ended"
+                continue
+            if msg is None:
                 if deadline.expired():
                     raise TimeoutError(
                         f"no message on stream {self.stream!r} partition {self.partition} within "
                         f"{deadline.timeout}s"
-                    ) from None
-                continue
-            except SubscriptionClosedError:
-                if self._closed:
-                    return None
-                if self._conn.is_closed:
-                    raise _Terminal(ConnectionClosedError("the connection closed")) from None
-                self._reset_reason = "the inbox subscription ended"
+                    )
                 continue
             m = self._handle(msg, sub)
             if m is not None:

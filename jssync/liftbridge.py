@@ -677,14 +677,13 @@ class Client:
                 return _parse_pub_ack(msg)
             except NoRespondersError as exc:
                 last = exc
-                if not checked:
-                    checked = True
-                    if not self._captured(psubject, deadline):
-                        raise NoSuchPartitionError(
-                            404, 10059, f"no stream captures subject {psubject!r} (no such stream or partition)"
-                        ) from None
             except (TimeoutError, ServiceUnavailableError) as exc:
                 last = exc
+            if isinstance(last, NoRespondersError) and not checked:
+                checked = True
+                if not self._captured(psubject, deadline):  # raised outside the handler: no context
+                    raise NoSuchPartitionError(
+                        404, 10059, f"no stream captures subject {psubject!r} (no such stream or partition)")
             attempt += 1
             if deadline.expired() or (deadline.timeout is None and attempt >= MAX_ATTEMPTS):
                 raise TimeoutError(
