@@ -34,7 +34,15 @@ from ._errors import (
     check_api_response,
     name_missing,
 )
-from ._params import CONSUMER_CHOICES, STREAM_CHOICES, ConsumerParams, StreamParams, check_choices
+from ._params import (
+    CONSUMER_CHOICES,
+    STREAM_CHOICES,
+    ConsumerParams,
+    KeyValueParams,
+    ObjectStoreParams,
+    StreamParams,
+    check_choices,
+)
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -771,7 +779,7 @@ class JetStream:
 
     # -- key-value store (ADR-8; implemented in _kv.py) -------------------------------------
 
-    def create_key_value(self, config: Any = None, **params: Any) -> KeyValue:
+    def create_key_value(self, config: Any = None, **params: Unpack[KeyValueParams]) -> KeyValue:
         """Create a key-value bucket (``bucket=``, ``history=``, ``ttl=``, ...)."""
         from ._kv import create_key_value
 
@@ -791,7 +799,7 @@ class JetStream:
 
     # -- object store (ADR-20; implemented in _objectstore.py) -------------------------------
 
-    def create_object_store(self, config: Any = None, **params: Any) -> ObjectStore:
+    def create_object_store(self, config: Any = None, **params: Unpack[ObjectStoreParams]) -> ObjectStore:
         """Create an object store (``bucket=``, ``ttl=``, ``storage=``, ...)."""
         from ._objectstore import create_object_store
 

@@ -105,6 +105,42 @@ class ConsumerParams(TypedDict, total=False):
     pause_until: str | None
 
 
+class KeyValueParams(TypedDict, total=False):
+    """The fields of :class:`jssync.KeyValueConfig` and the extra options of ``create_key_value``."""
+
+    bucket: str
+    description: str | None
+    max_value_size: int | None
+    history: int
+    ttl: float | None
+    max_bytes: int | None
+    storage: Storage | None
+    replicas: int
+    placement: api.Placement | None
+    republish: api.RePublish | None
+    direct: bool | None
+    limit_marker_ttl: float | None
+    compression: bool
+    metadata: dict[str, str] | None
+    allow_msg_ttl: bool
+    timeout: float | None
+
+
+class ObjectStoreParams(TypedDict, total=False):
+    """The fields of :class:`jssync.ObjectStoreConfig` and the extra options of ``create_object_store``."""
+
+    bucket: str | None
+    description: str | None
+    ttl: float | None
+    max_bytes: int | None
+    storage: Storage | None
+    replicas: int
+    placement: api.Placement | None
+    compression: bool
+    metadata: dict[str, str] | None
+    timeout: float | None
+
+
 #: field -> the enum whose values it takes (a member or its string value)
 STREAM_CHOICES: dict[str, type[enum.Enum]] = {
     field: kind for field, kind in (

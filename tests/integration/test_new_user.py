@@ -343,6 +343,8 @@ js.create_consumer("S", durable_name="d", ack_polcy="explicit")
 js.stream("S").create_consumer(durable_name="d", deliver_policy="neww")
 ack = js.publish("s.x", b"1")
 reveal_type(ack.duplicate)
+js.create_key_value(bucket="b", histroy=5)
+js.create_object_store(bucket="o", storage="memory", compression=True)
 """
 
 
@@ -359,7 +361,9 @@ def _assert_typos_flagged(out: str) -> None:
     assert 'Unexpected keyword argument "ack_polcy"' in out, out
     assert "Literal['neww']" in out, out
     assert 'Revealed type is "builtins.bool"' in out or 'Revealed type is "bool"' in out, out
+    assert 'Unexpected keyword argument "histroy"' in out, out
     assert "snippet.py:8:" not in out, out  # a valid call (subject_delete_marker_ttl included) passes
+    assert "snippet.py:14:" not in out, out
     assert "Cannot find implementation" not in out, out
 
 
