@@ -535,3 +535,30 @@ def test_plain_api_reference_is_current():
     text = (ROOT / "docs" / "api.md").read_text()
     for name in ("JetStream.create_stream", "Consumer.fetch", "KeyValue.put", "Connection.request"):
         assert f"`{name}`" in text, name
+
+
+def test_permission_refusal_is_reported_once(tmp_path):
+    """Raised on the calling thread and not also printed (error_cb default, logging's
+    last-resort handler) or handed to error_cb; a refusal nothing waits for is printed once."""
+    from jssync.server import NatsServer
+
+    conf = 'authorization { users: [ {user: eve, password: evepw, permissions: ' \
+           '{publish: {deny: ["secret.>"]}, subscribe: {deny: ["secret.>"]}}} ] }'
+    with NatsServer(jetstream=False, config=conf) as srv:
+        r = _run("""
+            import sys, jssync
+            nc = jssync.connect(sys.argv[1], user="eve", password="evepw")
+            for call in (lambda: nc.subscribe("secret.sub"), lambda: nc.request("secret.req", b"", timeout=2)):
+                try:
+                    call()
+                except jssync.PermissionDeniedError as exc:
+                    print("raised:", exc.subject)
+            nc.flush()
+            nc.publish("secret.pub", b"x")  # nothing waits for this one: it goes to the log
+            nc.flush()
+            nc.close()
+            """, srv.url)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["raised: secret.sub", "raised: secret.req"], r.stdout
+    assert "secret.sub" not in r.stderr and "secret.req" not in r.stderr, r.stderr
+    assert r.stderr.count("secret.pub") == 1, r.stderr
