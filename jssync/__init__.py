@@ -13,7 +13,6 @@ from nats.js.api import (
     ObjectMeta,
     ObjectMetaOptions,
     ObjectStoreConfig,
-    PubAck,
     ReplayPolicy,
     RetentionPolicy,
     StorageType,
@@ -57,10 +56,11 @@ from ._errors import (
     StreamNotMatchError,
     SubscriptionClosedError,
     TimeoutError,
+    ValidationError,
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
-from ._jetstream import JetStream
+from ._jetstream import JetStream, PubAck
 from ._jsack import MsgMetadata, SequencePair
 from ._kv import (
     BadBucketError,
@@ -230,9 +230,24 @@ __all__ = [
     "SubscriptionClosedError",
     "TimeoutError",
     "TooManySubjectsError",
+    "ValidationError",
     "WrongLastMsgIdError",
     "WrongLastSequenceError",
     "__version__",
     "connect",
     "micro",
 ]
+
+
+def _own_module() -> None:
+    """Make jssync's own classes and functions print as ``jssync.X`` (``jssync.TimeoutError``
+    in a traceback, not ``jssync._errors.TimeoutError``), as httpx does. The nats-py types
+    re-exported here (``StreamConfig``, ...) keep their module."""
+    here = globals()
+    for name in __all__:
+        obj = here[name]
+        if getattr(obj, "__module__", "").startswith("jssync.") and getattr(obj, "__name__", None) == name:
+            obj.__module__ = "jssync"
+
+
+_own_module()

@@ -22,6 +22,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, BinaryIO, TextIO
 
+from ._errors import ValidationError
+
 # -- output helpers ----------------------------------------------------------------------------
 
 
@@ -73,16 +75,16 @@ def _get_payload(rec: dict[str, Any], field: str) -> bytes:
     if value is None:
         return b""
     if not isinstance(value, str):
-        raise ValueError(f"{field!r} must be a string, got {type(value).__name__}")
+        raise ValidationError(f"{field!r} must be a string, got {type(value).__name__}")
     enc = rec.get(f"{field}_encoding")
     if enc is None:
         return value.encode("utf-8")
     if enc != "base64":
-        raise ValueError(f"unknown {field}_encoding {enc!r} (only 'base64')")
+        raise ValidationError(f"unknown {field}_encoding {enc!r} (only 'base64')")
     try:
         return base64.b64decode(value, validate=True)
     except ValueError as exc:
-        raise ValueError(f"{field!r} is marked base64 but is not: {exc}") from None
+        raise ValidationError(f"{field!r} is marked base64 but is not: {exc}") from None
 
 
 def _msg_record(subject: str, data: bytes, headers: dict[str, str] | None, **extra: Any) -> dict[str, Any]:
@@ -506,11 +508,11 @@ def _stream_import(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
         try:
             rec = json.loads(line)
             if not isinstance(rec, dict) or not isinstance(rec.get("subject"), str):
-                raise ValueError("not a message record (an object with a \"subject\")")
+                raise ValidationError("not a message record (an object with a \"subject\")")
             subject = f"{args.subject_prefix}.{rec['subject']}" if args.subject_prefix else rec["subject"]
             records.append((i, subject, _get_payload(rec, "data"), rec.get("headers") or None, rec.get("stream")))
         except ValueError as exc:
-            raise ValueError(f"line {i} of {where}: {exc}") from None
+            raise ValidationError(f"line {i} of {where}: {exc}") from None
     prog = Progress(len(records), f"import {args.name or ''}".strip(), True if args.progress else None)
     futs: list[tuple[Any, tuple[int, str, str | None]]] = []  # (Future, where it came from)
     no_stream = threading.Event()  # an asynchronous publish found no stream (e.g. deleted meanwhile)
@@ -661,9 +663,9 @@ def _read_payloads(src: BinaryIO, send_on: str) -> list[bytes]:
 
 def _pub(args: argparse.Namespace) -> int:
     if args.file and args.force_stdin:
-        raise ValueError("give --file or --force-stdin, not both")
+        raise ValidationError("give --file or --force-stdin, not both")
     if (args.file or args.force_stdin) and args.data is not None:
-        raise ValueError("give the message as DATA or with --file/--force-stdin, not both")
+        raise ValidationError("give the message as DATA or with --file/--force-stdin, not both")
     headers = _parse_headers(args.header)
     if args.file or args.force_stdin:
         path = "-" if args.force_stdin else args.file
@@ -1130,12 +1132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
         rc: int = args.func(args)
+    except (ValueError, TypeError) as exc:  # bad input, jssync.ValidationError too: a usage error
+        sys.stderr.write(f"jssync: {exc}\n")
+        return 2
     except jssync.Error as exc:
         sys.stderr.write(f"jssync: {type(exc).__name__}: {exc}\n")
         return 1
-    except (ValueError, TypeError) as exc:
-        sys.stderr.write(f"jssync: {exc}\n")
-        return 2
     except OSError as exc:
         sys.stderr.write(f"jssync: {exc}\n")
         return 1

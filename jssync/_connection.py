@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ._deadline import Deadline
 from ._errors import (
+    AuthorizationError,
     BadHeaderError,
     BadSubjectError,
     ConnectionClosedError,
@@ -32,6 +33,7 @@ from ._errors import (
     ReconnectBufferExceededError,
     SubscriptionClosedError,
     TimeoutError,
+    ValidationError,
     translate,
     translating,
 )
@@ -100,6 +102,15 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"{cred}@{host}", parts.path, parts.query, parts.fragment))
 
 
+def _is_local(url: str) -> bool:
+    """True if ``url`` names this machine (loopback or localhost)."""
+    try:
+        host = urlsplit(url if "://" in url else "nats://" + url).hostname or ""
+    except ValueError:
+        return False
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 _SEED = re.compile(r"^S[UAONCPX][A-Z2-7]{56}\Z")
 
 
@@ -114,15 +125,18 @@ _JWT_IN_TEXT = re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"
 
 def _check_secret_file(path: str, what: str, need_jwt: bool) -> None:
     """Raise ``ValueError`` naming ``path`` (never its content) unless it holds a seed (and a JWT)."""
+    why = ""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read(1 << 20)
     except OSError as exc:
-        raise ValueError(f"cannot read the {what} {path!r}: {exc.strerror or type(exc).__name__}") from None
+        why = exc.strerror or type(exc).__name__
+    if why:
+        raise ValidationError(f"cannot read the {what} {path!r}: {why}")
     if need_jwt and not _JWT_IN_TEXT.search(text):
-        raise ValueError(f"the {what} {path!r} holds no user JWT")
+        raise ValidationError(f"the {what} {path!r} holds no user JWT")
     if not _SEED_IN_TEXT.search(text):
-        raise ValueError(f"the {what} {path!r} holds no nkey seed")
+        raise ValidationError(f"the {what} {path!r} holds no nkey seed")
 
 
 def _scrub(text: str, secrets: Sequence[str]) -> str:
@@ -153,7 +167,7 @@ def _split_servers(servers: str | Sequence[str] | None) -> list[str]:
     else:
         urls = [str(s).strip() for s in servers if str(s).strip()]
     if not urls:
-        raise ValueError("no server URL given")
+        raise ValidationError("no server URL given")
     return urls
 
 
@@ -272,9 +286,9 @@ class Connection:
         if reconnect_buffer_size is not None and (
                 not isinstance(reconnect_buffer_size, int) or isinstance(reconnect_buffer_size, bool)
                 or reconnect_buffer_size < 0):
-            raise ValueError(f"reconnect_buffer_size must be None or an int >= 0, got {reconnect_buffer_size!r}")
+            raise ValidationError(f"reconnect_buffer_size must be None or an int >= 0, got {reconnect_buffer_size!r}")
         if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
         if tls is not None and not isinstance(tls, ssl.SSLContext):
             raise TypeError("tls must be an ssl.SSLContext")
         secrets = [password or "", token or ""]
@@ -290,7 +304,7 @@ class Connection:
                 seed_opt = ("nkeys_seed", seed)
             else:
                 # never echo the value: it may be a mistyped seed
-                raise ValueError("nkeys_seed is neither an nkey seed (S...) nor the path of a readable seed file")
+                raise ValidationError("nkeys_seed is neither an nkey seed (S...) nor the path of a readable seed file")
         if creds is not None:
             _check_secret_file(os.fspath(creds), "creds file", need_jwt=True)
         #: Credentials to scrub from error texts and log lines.
@@ -385,23 +399,68 @@ class Connection:
         if tls_hostname is not None:
             opts["tls_hostname"] = tls_hostname
         self._connect_opts = opts
+        self._refused: set[str] = set()
+        self._failed_url: str | None = None
+        failure: BaseException | None = None
         try:
             self._nc = self._loop.run(self._make_client(), None)
             self._fast = hasattr(self._nc, "_pending") and hasattr(self._nc, "_flush_pending")
             self._loop.run(self._connect(), Deadline(timeout), "connect")
         except BaseException as exc:
             self._teardown(0.5)
-            if isinstance(exc, Error) and not isinstance(exc, ConnectionClosedError):
-                if isinstance(exc, TimeoutError):
-                    last = self._last_connect_error
-                    why = f" (last error: {self._describe(last)})" if last is not None else ""
-                    raise NoServersError(
-                        f"could not connect to {', '.join(redact_url(u) for u in self._urls)} "
-                        f"within {timeout}s{why}"
-                    ) from None
+            if not isinstance(exc, Error) or isinstance(exc, ConnectionClosedError):
                 raise
-            raise
+            failure = exc
+        if failure is not None:
+            # raised outside the ``except`` so the internal timeout is not the context
+            raise self._connect_failure(failure, timeout)
         _live.add(self)
+
+    def _connect_failure(self, exc: BaseException, timeout: float | None) -> BaseException:
+        """The error a failed first connect raises: what failed, where, and what to try."""
+        urls = ", ".join(redact_url(u) for u in self._urls)
+        if isinstance(exc, TimeoutError):
+            last = self._last_connect_error
+            why = f" (last error: {self._describe(last)})" if last is not None else ""
+            return NoServersError(f"could not connect to {urls} within {timeout}s{why}")
+        if isinstance(exc, AuthorizationError):
+            where = redact_url(self._failed_url) if self._failed_url else urls
+            said = _scrub(str(exc.__cause__ or exc), self._secrets).removeprefix("nats: ")
+            new = AuthorizationError(f"authorization failed at {where} using {self._auth_method()}: "
+                                     f"the server said {said}")
+            new.__cause__ = exc.__cause__
+            return new
+        if isinstance(exc, NoServersError):
+            exc.__context__ = exc.__cause__ = None  # "connection refused" says it all
+        return exc
+
+    def _auth_method(self) -> str:
+        """How this connection authenticates, without any secret (for error texts)."""
+        o = self._connect_opts
+        if "user_credentials" in o:
+            return f"the creds file {o['user_credentials']!r}"
+        if "nkeys_seed" in o:
+            return f"the nkey seed file {o['nkeys_seed']!r}"
+        if "nkeys_seed_str" in o:
+            return "an nkey seed"
+        if "token" in o:
+            return "a token"
+        if "user" in o:
+            return f"user {o['user']!r} with a password" if "password" in o else f"user {o['user']!r}"
+        for u in self._urls:
+            parts = urlsplit(u if "://" in u else "nats://" + u)
+            if parts.password is not None:
+                return f"user {parts.username!r} with a password (from the URL)"
+            if parts.username:
+                return "a token (from the URL)"
+        return "no credentials (the server requires some)"
+
+    def _refused_error(self) -> NoServersError:
+        urls = ", ".join(redact_url(u) for u in self._urls)
+        hint = ""
+        if all(_is_local(u) for u in self._urls):
+            hint = "; is a server running there? `jssync server` starts one (JetStream on 127.0.0.1:4222)"
+        return NoServersError(f"could not connect to {urls}: connection refused{hint}")
 
     def _describe(self, exc: BaseException) -> str:
         """``Type: message`` of ``exc`` with every credential of this connection scrubbed."""
@@ -425,7 +484,10 @@ class Connection:
         try:
             await self._nc.connect(**self._connect_opts)
         except Exception as exc:
-            raise translate(exc) from exc
+            new = translate(exc)
+            if new is exc:
+                raise
+            raise new from exc
         finally:
             self._connecting = False
         self._max_payload = self._nc.max_payload
@@ -515,17 +577,29 @@ class Connection:
         if getattr(self, "_connecting", False):
             self._last_connect_error = exc
             log.debug("jssync: connect attempt failed: %s", self._describe(exc))
+            server = getattr(self._nc, "_current_server", None)
+            url = server.uri.geturl() if server is not None and getattr(server, "uri", None) else None
             if isinstance(exc, ne.AuthorizationError) or "authorization" in str(exc).lower():
                 # Raising here ends nats-py's first-connect loop: wrong credentials will not
                 # get better by retrying.
+                self._failed_url = url
                 raise exc
+            if isinstance(exc, ConnectionRefusedError):
+                self._refused.add(url or str(len(self._refused)))
+                pool = getattr(self._nc, "_server_pool", None) or self._urls
+                if len(self._refused) >= len(pool):
+                    # every server refused: nothing listens there, so waiting out the
+                    # connect timeout would not help
+                    raise self._refused_error()
             return
 
         if isinstance(exc, ne.SlowConsumerError):
             return  # already reported by the subscription
         err = translate(exc)
-        if isinstance(err, PermissionDeniedError):
-            self._notify_permission(err)
+        if isinstance(err, PermissionDeniedError) and self._notify_permission(err):
+            # a waiting subscribe/request raises it on its caller's thread: report it once
+            log.debug("jssync: %s (raised by the waiting call)", _scrub(str(err), self._secrets))
+            return
         self._report_error(err)
 
     # -- permission violations -----------------------------------------------------------
@@ -543,17 +617,23 @@ class Connection:
     def _unwatch_permission(self, key: int) -> None:
         self._perm_watch.pop(key, None)
 
-    def _notify_permission(self, err: PermissionDeniedError) -> None:
-        """On the I/O thread: hand a permissions -ERR to the calls waiting on its subject."""
+    def _notify_permission(self, err: PermissionDeniedError) -> bool:
+        """On the I/O thread: hand a permissions -ERR to the calls waiting on its subject.
+
+        Returns True if a waiting call took it (that call raises it on its own thread).
+        """
         if err.subject is None or not self._perm_watch:
-            return
+            return False
         subject = err.subject.lower()
+        taken = False
         for op, subj, fn in list(self._perm_watch.values()):
             if subj == subject and op == err.operation:
+                taken = True
                 try:
                     fn(err)
                 except Exception:  # pragma: no cover - watchers are tiny
                     log.debug("permission watcher failed", exc_info=True)
+        return taken
 
     async def _check_sub_permission(self, nsub: Any, subject: str, denied: list[PermissionDeniedError],
                                     key: int) -> None:
@@ -1448,10 +1528,11 @@ class Connection:
                 if denied:
                     sub._end()
                 self._enqueue((subject, data, inbox, headers))
+                timed_out = False
                 try:
                     msg = sub.next_msg(timeout)
                 except TimeoutError:
-                    raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s") from None
+                    timed_out = True  # raised below, outside this handler: no context
                 except SubscriptionClosedError:
                     if not denied:
                         raise
@@ -1461,6 +1542,8 @@ class Connection:
                         f"permission denied: the server refused the request's {what}",
                         operation=err.operation, subject=subject if err.operation == "publish" else inbox,
                     ) from err
+                if timed_out:
+                    raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s")
             finally:
                 sub.unsubscribe()
         finally:

@@ -38,6 +38,7 @@ from ._errors import (
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
+    ValidationError,
 )
 from ._streams import StoredMsg
 
@@ -126,13 +127,13 @@ def format_time(t: _dt.datetime, what: str = "time") -> str:
 
 def _check_seq(seq: Any, what: str = "seq") -> int:
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-        raise ValueError(f"{what} must be an int >= 1, got {seq!r}")
+        raise ValidationError(f"{what} must be an int >= 1, got {seq!r}")
     return seq
 
 
 def _check_positive(v: Any, what: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"{what} must be an int >= 1, got {v!r}")
+        raise ValidationError(f"{what} must be an int >= 1, got {v!r}")
     return v
 
 
@@ -219,7 +220,7 @@ def _timeout(js: JetStream, timeout: float | None) -> float:
     if timeout is None:
         return js.timeout
     if timeout <= 0:
-        raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        raise ValidationError(f"timeout must be > 0, got {timeout!r}")
     return timeout
 
 
@@ -256,7 +257,7 @@ def direct_get(js: JetStream, stream: str, *, seq: int | None = None, last_by_su
     subject = _api_subject(js, stream)
     if last_by_subject is not None:
         if seq is not None or next_by_subject is not None or start_time is not None:
-            raise ValueError("last_by_subject cannot be combined with seq, next_by_subject or start_time")
+            raise ValidationError("last_by_subject cannot be combined with seq, next_by_subject or start_time")
         validate_subject(last_by_subject, "last_by_subject")
         if _has_wildcard(last_by_subject):
             req["last_by_subj"] = last_by_subject
@@ -264,7 +265,7 @@ def direct_get(js: JetStream, stream: str, *, seq: int | None = None, last_by_su
             subject = f"{subject}.{last_by_subject}"
     else:
         if seq is not None and start_time is not None:
-            raise ValueError("seq and start_time cannot be combined")
+            raise ValidationError("seq and start_time cannot be combined")
         if seq is not None:
             req["seq"] = _check_seq(seq)
         if start_time is not None:
@@ -273,15 +274,18 @@ def direct_get(js: JetStream, stream: str, *, seq: int | None = None, last_by_su
             validate_subject(next_by_subject, "next_by_subject")
             req["next_by_subj"] = next_by_subject
         if not req:
-            raise ValueError("direct_get needs seq, last_by_subject, next_by_subject or start_time")
+            raise ValidationError("direct_get needs seq, last_by_subject, next_by_subject or start_time")
     what = f"direct get on stream {stream!r}"
     data = json.dumps(req).encode() if req else b""
+    failed: BaseException | None = None
     try:
         msg = js.conn.request(subject, data, timeout=t)
     except NoRespondersError:
-        raise _no_responders(js, stream, t) from None
+        failed = _no_responders(js, stream, t)
     except TimeoutError:
-        raise TimeoutError(f"no reply to the {what} within {t}s") from None
+        failed = TimeoutError(f"no reply to the {what} within {t}s")
+    if failed is not None:  # raised outside the handler: no internal context
+        raise failed
     err = status_error(msg, what)
     if err is not None:
         if isinstance(err, NoRespondersError):
@@ -404,19 +408,22 @@ class DirectBatch:
             if self._done:
                 raise StopIteration
             conn = self._js.conn
+            failed: BaseException | None = None
             try:
                 msg = self._sub.next_msg(timeout=self._timeout)
             except TimeoutError:
                 self._finish()
-                raise TimeoutError(
+                failed = TimeoutError(
                     f"no reply within {self._timeout}s in the {self._what} "
                     f"(after {self.received} message(s))"
-                ) from None
+                )
             except SubscriptionClosedError:
                 self._done = True
+                failed = StopIteration()
                 if conn.is_closed:
-                    raise ConnectionClosedError(f"the connection closed during the {self._what}") from None
-                raise StopIteration from None
+                    failed = ConnectionClosedError(f"the connection closed during the {self._what}")
+            if failed is not None:  # raised outside the handler: no internal context
+                raise failed
             hdrs = msg.headers
             if hdrs and not msg.data and hdrs.get("Status"):
                 status = hdrs["Status"]
@@ -522,7 +529,7 @@ def direct_get_batch(js: JetStream, stream: str, subject: str, batch: int, *, se
     validate_subject(subject, "subject")
     req: dict[str, Any] = {"batch": _check_positive(batch, "batch")}
     if seq is not None and start_time is not None:
-        raise ValueError("seq and start_time cannot be combined")
+        raise ValidationError("seq and start_time cannot be combined")
     if start_time is not None:
         req["start_time"] = format_time(start_time, "start_time")
     else:
@@ -561,12 +568,12 @@ def direct_get_last_for(js: JetStream, stream: str, subjects: list[str], *, up_t
     if isinstance(subjects, str) or not isinstance(subjects, list | tuple):
         raise TypeError(f"subjects must be a list of subjects, got {subjects!r}")
     if not subjects:
-        raise ValueError("subjects must not be empty")
+        raise ValidationError("subjects must not be empty")
     for s in subjects:
         validate_subject(s, "subject")
     req: dict[str, Any] = {"multi_last": list(subjects)}
     if up_to_seq is not None and up_to_time is not None:
-        raise ValueError("up_to_seq and up_to_time cannot be combined")
+        raise ValidationError("up_to_seq and up_to_time cannot be combined")
     if up_to_seq is not None:
         req["up_to_seq"] = _check_seq(up_to_seq, "up_to_seq")
     if up_to_time is not None:

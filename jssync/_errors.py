@@ -4,6 +4,7 @@ Everything a user can catch derives from :class:`Error`::
 
     Error
     ├── TimeoutError (also builtins.TimeoutError)
+    ├── ValidationError (also ValueError)
     ├── ForkError
     ├── ConnectionClosedError
     ├── NoServersError
@@ -53,6 +54,10 @@ class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001
     """A blocking call ran out of time. Also a builtin :class:`TimeoutError`."""
 
 
+class ValidationError(Error, ValueError):
+    """An argument is not valid (raised before anything is sent). Also a :class:`ValueError`."""
+
+
 class ForkError(Error):
     """A connection made in a parent process was used in a forked child."""
 
@@ -88,15 +93,15 @@ class NoRespondersError(Error):
     """A request was sent to a subject nobody listens on."""
 
 
-class BadSubjectError(Error, ValueError):
+class BadSubjectError(ValidationError):
     """A subject (or queue name) is not valid."""
 
 
-class BadHeaderError(Error, ValueError):
+class BadHeaderError(ValidationError):
     """A header name or value is not valid."""
 
 
-class MaxPayloadError(Error, ValueError):
+class MaxPayloadError(ValidationError):
     """A payload is larger than the server's max_payload."""
 
 
@@ -125,7 +130,7 @@ class JetStreamError(Error):
     """Base class of JetStream errors."""
 
 
-class NotSupportedError(Error, ValueError):
+class NotSupportedError(ValidationError):
     """The call needs something the server (or the mapping onto JetStream) does not have.
 
     Raised before anything is sent when a call needs a newer server than the one behind
@@ -175,11 +180,24 @@ class NotFoundError(APIError):
 
 
 class StreamNotFoundError(NotFoundError):
-    """The stream does not exist (err_code 10059)."""
+    """The stream does not exist (err_code 10059).
+
+    Attributes:
+        stream: the stream's name when known, else None (the message names it too).
+    """
+
+    stream: str | None = None
 
 
 class ConsumerNotFoundError(NotFoundError):
-    """The consumer does not exist (err_code 10014)."""
+    """The consumer does not exist (err_code 10014).
+
+    Attributes:
+        stream, consumer: their names when known, else None (the message names them too).
+    """
+
+    stream: str | None = None
+    consumer: str | None = None
 
 
 class MessageNotFoundError(NotFoundError):
@@ -269,6 +287,36 @@ def api_error(code: int | None, err_code: int | None, description: str) -> APIEr
     elif code == 503:
         cls = ServiceUnavailableError
     return cls(code, err_code, description)
+
+
+#: API subject operations (after STREAM./CONSUMER.) that take two tokens.
+_TWO_TOKEN_OPS = {"MSG", "LEADER", "DURABLE", "PEER"}
+
+
+def name_missing(exc: APIError, suffix: str) -> None:
+    """Put the stream (and consumer) that an API request named into a not-found error.
+
+    ``suffix`` is the API subject after the prefix, e.g. ``CONSUMER.INFO.ORDERS.worker``.
+    The server's reply says only "stream not found"; the message then reads
+    ``stream 'ORDERS' not found`` (``.description`` keeps the server's text).
+    """
+    tokens = suffix.split(".")
+    if len(tokens) < 3 or tokens[0] not in ("STREAM", "CONSUMER"):
+        return
+    at = 3 if tokens[1] in _TWO_TOKEN_OPS else 2
+    if len(tokens) <= at or tokens[1] in ("LIST", "NAMES"):
+        return
+    stream = tokens[at]
+    consumer = tokens[at + 1] if tokens[0] == "CONSUMER" and len(tokens) > at + 1 else None
+    known = ", ".join(f"{k}={v}" for k, v in (("code", exc.code), ("err_code", exc.err_code)) if v is not None)
+    tail = f" ({known})" if known else ""
+    if isinstance(exc, StreamNotFoundError):
+        exc.stream = stream
+        exc.args = (f"stream {stream!r} not found{tail}",)
+    elif isinstance(exc, ConsumerNotFoundError):
+        exc.stream, exc.consumer = stream, consumer
+        what = f"consumer {consumer!r} of stream {stream!r}" if consumer else f"a consumer of stream {stream!r}"
+        exc.args = (f"{what} not found{tail}",)
 
 
 def check_api_response(data: bytes) -> dict[str, Any]:

@@ -12,8 +12,8 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack, overload
 
 from nats.js import api
 
@@ -26,10 +26,22 @@ from ._errors import (
     JetStreamError,
     NoAckStreamError,
     NoRespondersError,
+    NotFoundError,
     ReconnectBufferExceededError,
     ServiceUnavailableError,
     TimeoutError,
+    ValidationError,
     check_api_response,
+    name_missing,
+)
+from ._params import (
+    CONSUMER_CHOICES,
+    STREAM_CHOICES,
+    ConsumerParams,
+    KeyValueParams,
+    ObjectStoreParams,
+    StreamParams,
+    check_choices,
 )
 
 if TYPE_CHECKING:
@@ -57,15 +69,15 @@ HDR_EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 def validate_name(name: Any, what: str = "stream name") -> str:
     """Raise ``ValueError`` naming ``name`` if it is not a valid stream or consumer name."""
     if not isinstance(name, str) or not name:
-        raise ValueError(f"{what} must be a non-empty string, got {name!r}")
+        raise ValidationError(f"{what} must be a non-empty string, got {name!r}")
     if _NAME_BAD.search(name):
-        raise ValueError(f"invalid {what} {name!r}: it may not contain '.', '*', '>', whitespace, '/' or '\\'")
+        raise ValidationError(f"invalid {what} {name!r}: it may not contain '.', '*', '>', whitespace, '/' or '\\'")
     if len(name) > 255:
-        raise ValueError(f"invalid {what} {name[:20]!r}...: longer than 255 characters")
+        raise ValidationError(f"invalid {what} {name[:20]!r}...: longer than 255 characters")
     return name
 
 
-def _stream_config(config: api.StreamConfig | None, params: dict[str, Any]) -> api.StreamConfig:
+def _stream_config(config: api.StreamConfig | None, params: Mapping[str, Any]) -> api.StreamConfig:
     if config is None:
         config = api.StreamConfig()
     elif not isinstance(config, api.StreamConfig):
@@ -76,6 +88,7 @@ def _stream_config(config: api.StreamConfig | None, params: dict[str, Any]) -> a
         except TypeError as exc:
             raise TypeError(f"unknown stream option: {exc}") from None
     validate_name(config.name, "stream name")
+    check_choices(config, STREAM_CHOICES)
     marker_ttl = config.subject_delete_marker_ttl
     if marker_ttl is not None and marker_ttl != 0:
         # ADR-43: at least 1 s (the server refuses less); nats-py would silently drop a negative one
@@ -92,7 +105,7 @@ def _stream_config(config: api.StreamConfig | None, params: dict[str, Any]) -> a
     return config
 
 
-def _consumer_config(config: api.ConsumerConfig | None, params: dict[str, Any]) -> api.ConsumerConfig:
+def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any]) -> api.ConsumerConfig:
     if config is None:
         config = api.ConsumerConfig()
     elif not isinstance(config, api.ConsumerConfig):
@@ -102,12 +115,13 @@ def _consumer_config(config: api.ConsumerConfig | None, params: dict[str, Any]) 
             config = config.evolve(**params)
         except TypeError as exc:
             raise TypeError(f"unknown consumer option: {exc}") from None
+    check_choices(config, CONSUMER_CHOICES)
     if config.name is not None:
         validate_name(config.name, "consumer name")
     if config.durable_name is not None:
         validate_name(config.durable_name, "durable name")
     if config.name and config.durable_name and config.name != config.durable_name:
-        raise ValueError(
+        raise ValidationError(
             f"consumer name {config.name!r} and durable_name {config.durable_name!r} differ: set one, or both equal"
         )
     from ._connection import validate_subject
@@ -117,7 +131,7 @@ def _consumer_config(config: api.ConsumerConfig | None, params: dict[str, Any]) 
     for fs in config.filter_subjects or []:
         validate_subject(fs, "filter subject")
     if config.filter_subject and config.filter_subjects:
-        raise ValueError("set filter_subject or filter_subjects, not both")
+        raise ValidationError("set filter_subject or filter_subjects, not both")
     return config
 
 
@@ -142,20 +156,20 @@ class JetStream:
         max_pending: int = 4000,
     ) -> None:
         if domain is not None and api_prefix is not None:
-            raise ValueError("set domain or api_prefix, not both")
+            raise ValidationError("set domain or api_prefix, not both")
         if domain is not None:
             validate_name(domain, "domain")
             self.prefix = f"$JS.{domain}.API"
         elif api_prefix is not None:
             if not api_prefix or " " in api_prefix:
-                raise ValueError(f"invalid api_prefix {api_prefix!r}")
+                raise ValidationError(f"invalid api_prefix {api_prefix!r}")
             self.prefix = api_prefix.rstrip(".")
         else:
             self.prefix = "$JS.API"
         if timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
         if max_pending < 1:
-            raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
+            raise ValidationError(f"max_pending must be >= 1, got {max_pending!r}")
         self.domain = domain
         self.conn = conn
         self.timeout = timeout
@@ -192,7 +206,37 @@ class JetStream:
             raise ServiceUnavailableError(
                 503, None, f"JetStream is not available on this account/server (no responders on {subject})"
             ) from exc
-        return check_api_response(msg.data)
+        try:
+            return check_api_response(msg.data)
+        except NotFoundError as exc:
+            name_missing(exc, suffix)
+            err: APIError = exc
+        except APIError as exc:
+            if exc.err_code != 10065 or not isinstance(payload, dict):
+                raise
+            err = exc
+            self._name_overlap(err, payload)
+        raise err
+
+    def _name_overlap(self, err: APIError, config: dict[str, Any]) -> None:
+        """Say which stream holds the subjects a stream create/update overlaps (err_code 10065).
+
+        The server only says "subjects overlap with an existing stream"; one STREAM.NAMES
+        request per subject (at most 1 s in all) finds the holder. Best effort: on any
+        failure the server's text stays as it is.
+        """
+        held: list[str] = []
+        deadline = Deadline(1.0)
+        try:
+            for subj in config.get("subjects") or []:
+                resp = self._api("STREAM.NAMES", {"subject": subj}, max(deadline.remaining() or 0.0, 0.05))
+                for other in resp.get("streams") or []:
+                    if other != config.get("name"):
+                        held.append(f"stream {other!r} holds subjects that overlap {subj!r}")
+        except Error as exc:
+            log.debug("jssync: could not find the overlapping stream: %s", exc)
+        if held:
+            err.args = (f"{err.args[0]}: {'; '.join(held)}",)
 
     def account_info(self, timeout: float | None = None) -> api.AccountInfo:
         """Return the account's JetStream usage and limits."""
@@ -223,7 +267,7 @@ class JetStream:
     # -- streams ---------------------------------------------------------------------------
 
     def create_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
-                      **params: Any) -> Stream:
+                      **params: Unpack[StreamParams]) -> Stream:
         """Create a stream from ``config`` or keyword fields (``name=``, ``subjects=``, ...).
 
         Creating a stream that exists with the same config returns it. While the cluster
@@ -256,7 +300,7 @@ class JetStream:
         return Stream(self, _stream_model(resp))
 
     def update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
-                      **params: Any) -> Stream:
+                      **params: Unpack[StreamParams]) -> Stream:
         """Update an existing stream.
 
         With keyword fields only (``update_stream(name="S", max_msgs=10)``) the fields given
@@ -277,7 +321,7 @@ class JetStream:
             cfg = _stream_config(config, params)
             body = cfg.as_dict()
         else:
-            cfg, body = self._edited_stream_config(params, timeout)
+            cfg, body = self._edited_stream_config(dict(params), timeout)
         self._require_stream_features(cfg, timeout)
         resp = self._api(f"STREAM.UPDATE.{cfg.name}", body, timeout)
         return Stream(self, _stream_model(resp))
@@ -292,7 +336,7 @@ class JetStream:
         params = dict(params)
         name = params.pop("name", None)
         if name is None:
-            raise ValueError("update_stream needs the stream's name (name=) or a StreamConfig")
+            raise ValidationError("update_stream needs the stream's name (name=) or a StreamConfig")
         validate_name(name)
         for key in params:
             if key not in _STREAM_FIELDS:
@@ -317,7 +361,7 @@ class JetStream:
         return cfg, raw
 
     def create_or_update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
-                                **params: Any) -> Stream:
+                                **params: Unpack[StreamParams]) -> Stream:
         """Update the stream, or create it if it does not exist.
 
         As with :meth:`update_stream`, keyword fields alone update only those fields of an
@@ -490,7 +534,7 @@ class JetStream:
         return Consumer(self, stream, _model(api.ConsumerInfo, resp, "consumer info"))
 
     def create_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                        timeout: float | None = None, **params: Any) -> Consumer:
+                        timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
         """Create a consumer on ``stream`` (durable with ``durable_name``/``name``, else ephemeral).
 
         Raises:
@@ -501,7 +545,7 @@ class JetStream:
         return self._upsert_consumer(stream, _consumer_config(config, params), "create", timeout)
 
     def update_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                        timeout: float | None = None, **params: Any) -> Consumer:
+                        timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
         """Update an existing consumer.
 
         Raises:
@@ -509,11 +553,11 @@ class JetStream:
         """
         cfg = _consumer_config(config, params)
         if not (cfg.name or cfg.durable_name):
-            raise ValueError("update_consumer needs the consumer's name (name= or durable_name=)")
+            raise ValidationError("update_consumer needs the consumer's name (name= or durable_name=)")
         return self._upsert_consumer(stream, cfg, "update", timeout)
 
     def create_or_update_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                                  timeout: float | None = None, **params: Any) -> Consumer:
+                                  timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
         """Create the consumer, or update it if it exists."""
         return self._upsert_consumer(stream, _consumer_config(config, params), "", timeout)
 
@@ -612,7 +656,7 @@ class JetStream:
         validate_name(stream)
         validate_name(name, "consumer name")
         if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
-            raise ValueError(f"seq must be an int >= 1 (or None for the ack floor), got {seq!r}")
+            raise ValidationError(f"seq must be an int >= 1 (or None for the ack floor), got {seq!r}")
         deadline = Deadline(self.timeout if timeout is None else timeout)
         level = require(self, "consumer reset", timeout=deadline.remaining() or 0.001)
         subject = f"{self.prefix}.CONSUMER.RESET.{stream}.{name}"
@@ -659,7 +703,7 @@ class JetStream:
             h[HDR_TTL] = ttl_header(ttl)
         if msg_id is not None:
             if not isinstance(msg_id, str) or not msg_id:
-                raise ValueError(f"msg_id must be a non-empty str, got {msg_id!r}")
+                raise ValidationError(f"msg_id must be a non-empty str, got {msg_id!r}")
             h[HDR_MSG_ID] = msg_id
         if expected_stream is not None:
             h[HDR_EXPECTED_STREAM] = validate_name(expected_stream, "expected_stream")
@@ -707,7 +751,7 @@ class JetStream:
         ttl: float | str | None = None,
         timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
         ack: Literal[True] = True,
-    ) -> api.PubAck: ...
+    ) -> PubAck: ...
 
     @overload
     def publish(
@@ -727,7 +771,7 @@ class JetStream:
         ttl: float | str | None = None,
         timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
         ack: bool,
-    ) -> api.PubAck | None: ...
+    ) -> PubAck | None: ...
 
     def publish(
         self,
@@ -745,7 +789,7 @@ class JetStream:
         retry_attempts: int = 2,
         retry_wait: float = 0.25,
         ack: bool = True,
-    ) -> api.PubAck | None:
+    ) -> PubAck | None:
         """Publish to a stream and wait for its acknowledgement.
 
         ``msg_id`` sets ``Nats-Msg-Id`` for de-duplication (a duplicate within the stream's
@@ -780,28 +824,32 @@ class JetStream:
         if not ack:
             if expected_stream is not None or expected_last_seq is not None or \
                     expected_last_subject_seq is not None or expected_last_msg_id is not None:
-                raise ValueError("the expected_* checks are reported in the PubAck: they need ack=True")
+                raise ValidationError("the expected_* checks are reported in the PubAck: they need ack=True")
             self.conn.publish(subject, data, headers=h)
             return None
         _check_retry(retry_attempts, retry_wait)
         deadline = Deadline(self.timeout if timeout is None else timeout)
         attempt = 0
         while True:
+            failed: BaseException | None = None
             try:
                 # _prepare_publish validated everything request() would
                 msg = self.conn._request(subject, data, h, deadline.remaining() or 0.001)
             except NoRespondersError:
                 if attempt >= retry_attempts or (deadline.remaining() or 0) <= retry_wait * (attempt + 1):
-                    raise NoRespondersError(
+                    failed = NoRespondersError(
                         f"no stream responded to the publish on {subject!r} (no stream captures it, "
                         "or its leader is not elected)"
-                    ) from None
-                attempt += 1
-                time.sleep(retry_wait * attempt)
-                continue
+                    )
+                else:
+                    attempt += 1
             except TimeoutError:
-                raise self._no_pub_ack(subject, deadline.timeout) from None
-            return _parse_pub_ack(msg)
+                failed = self._no_pub_ack(subject, deadline.timeout)
+            else:
+                return _parse_pub_ack(msg)
+            if failed is not None:  # raised outside the handler: no internal context
+                raise failed
+            time.sleep(retry_wait * attempt)
 
     def _no_pub_ack(self, subject: str, waited: float | None) -> BaseException:
         """The error for a publish whose PubAck did not come in time (never blocks).
@@ -859,7 +907,7 @@ class JetStream:
         timeout: float | None = None,
         retry_attempts: int = 2,
         retry_wait: float = 0.25,
-    ) -> concurrent.futures.Future[api.PubAck]:
+    ) -> concurrent.futures.Future[PubAck]:
         """Publish without waiting; the returned Future resolves to the PubAck.
 
         The options are :meth:`publish`'s (``ttl=`` included).
@@ -989,7 +1037,7 @@ class JetStream:
 
     # -- key-value store (ADR-8; implemented in _kv.py) -------------------------------------
 
-    def create_key_value(self, config: Any = None, **params: Any) -> KeyValue:
+    def create_key_value(self, config: Any = None, **params: Unpack[KeyValueParams]) -> KeyValue:
         """Create a key-value bucket (``bucket=``, ``history=``, ``ttl=``, ...)."""
         from ._kv import create_key_value
 
@@ -1036,7 +1084,7 @@ class JetStream:
 
     # -- object store (ADR-20; implemented in _objectstore.py) -------------------------------
 
-    def create_object_store(self, config: Any = None, **params: Any) -> ObjectStore:
+    def create_object_store(self, config: Any = None, **params: Unpack[ObjectStoreParams]) -> ObjectStore:
         """Create an object store (``bucket=``, ``ttl=``, ``storage=``, ...)."""
         from ._objectstore import create_object_store
 
@@ -1069,7 +1117,7 @@ class JetStream:
 
 def _nonneg(v: Any, what: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ValueError(f"{what} must be an int >= 0, got {v!r}")
+        raise ValidationError(f"{what} must be an int >= 0, got {v!r}")
     return v
 
 
@@ -1106,9 +1154,9 @@ def _int_field(resp: dict[str, Any], key: str) -> int:
 def _check_retry(attempts: Any, wait: Any) -> None:
     """Raise ValueError for a retry count or wait a publish cannot use."""
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
-        raise ValueError(f"retry_attempts must be an int >= 0, got {attempts!r}")
+        raise ValidationError(f"retry_attempts must be an int >= 0, got {attempts!r}")
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
-        raise ValueError(f"retry_wait must be a finite number >= 0, got {wait!r}")
+        raise ValidationError(f"retry_wait must be a finite number >= 0, got {wait!r}")
 
 
 #: A resend needs at least this long before the publish's deadline for its reply to arrive.
@@ -1120,17 +1168,29 @@ _DONE_STATES = frozenset((_FINISHED, concurrent.futures._base.CANCELLED,
 _PLAIN_ACK_KEYS = frozenset(("stream", "seq", "domain", "duplicate"))
 
 
+@dataclasses.dataclass
+class PubAck(api.PubAck):
+    """The server's acknowledgement of a JetStream publish: ``stream``, ``seq``, ``domain``,
+    ``duplicate`` (always a bool: True when the message ID was seen within the stream's
+    duplicate window, so nothing new was stored)."""
+
+    duplicate: bool = False
+
+    def __post_init__(self) -> None:
+        self.duplicate = bool(self.duplicate)
+
+
 #: The server's usual PubAck, byte for byte (a name with an escaped character takes the JSON path).
 _PLAIN_ACK = re.compile(rb'\{"stream":"([^"\\]+)","seq":(\d+)(,"duplicate":true)?\}\Z')
 
 
-def _parse_pub_ack(msg: Msg) -> api.PubAck:
+def _parse_pub_ack(msg: Msg) -> PubAck:
     """The PubAck in a publish reply; raises the matching error for an error reply or status."""
     hdrs = msg.headers
     if not hdrs:
         m = _PLAIN_ACK.match(msg.data)
         if m is not None:
-            return api.PubAck(m[1].decode(), int(m[2]), None, True if m[3] else None)
+            return PubAck(m[1].decode(), int(m[2]), None, m[3] is not None)
         # other plain replies (a domain, an escaped name, another key order): decoded, then
         # built directly, without nats-py's field-by-field dataclass introspection
         try:
@@ -1141,7 +1201,7 @@ def _parse_pub_ack(msg: Msg) -> api.PubAck:
             stream = resp.get("stream")
             seq = resp.get("seq")
             if type(stream) is str and type(seq) is int:
-                return api.PubAck(stream, seq, resp.get("domain"), resp.get("duplicate"))
+                return PubAck(stream, seq, resp.get("domain"), resp.get("duplicate") is True)
     if hdrs and not msg.data:
         status = hdrs.get("Status")
         if status == "503":
@@ -1157,10 +1217,10 @@ def _parse_pub_ack(msg: Msg) -> api.PubAck:
     resp = check_api_response(msg.data)
     if "stream" not in resp or "seq" not in resp:
         raise APIError(None, None, f"malformed PubAck: {msg.data[:100]!r}")
-    return _model(api.PubAck, resp, "PubAck")
+    return _model(PubAck, resp, "PubAck")
 
 
-class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
+class _PubAckFuture(concurrent.futures.Future["PubAck"]):
     """The Future of a publish_async: its done-callbacks never run on the I/O thread.
 
     The PubAck is handled on the connection's I/O thread, where a plain Future would run
@@ -1196,7 +1256,7 @@ class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
                     return
                 self._condition.wait(deadline.slice())
 
-    def result(self, timeout: float | None = None) -> api.PubAck:
+    def result(self, timeout: float | None = None) -> PubAck:
         """The PubAck; blocks up to ``timeout`` seconds (None: until it arrives).
 
         Raises:
@@ -1211,10 +1271,10 @@ class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
         self._wait_done(timeout)
         return super().exception(0)
 
-    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[api.PubAck]], object]) -> None:
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[PubAck]], object]) -> None:
         conn = self._conn
 
-        def call(fut: concurrent.futures.Future[api.PubAck]) -> None:
+        def call(fut: concurrent.futures.Future[PubAck]) -> None:
             pool = conn._pool
             if conn._loop.in_loop_thread() and not pool._closed:
                 pool.submit(fn, fut)
@@ -1224,7 +1284,7 @@ class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
         super().add_done_callback(call)
 
 
-def _resolve(fut: concurrent.futures.Future[api.PubAck], result: api.PubAck | None,
+def _resolve(fut: concurrent.futures.Future[PubAck], result: PubAck | None,
              exc: BaseException | None) -> None:
     """Complete ``fut`` unless it is done already (never raises InvalidStateError)."""
     try:
@@ -1254,7 +1314,7 @@ class _AsyncPublisher:
         self._js = js
         self._cond = threading.Condition()
         self._lock = threading.Lock()
-        self._pending: dict[str, tuple[concurrent.futures.Future[api.PubAck], float]] = {}
+        self._pending: dict[str, tuple[concurrent.futures.Future[PubAck], float]] = {}
         self._sweeping = False
         self._registered = False
         self._ended = False
@@ -1273,7 +1333,7 @@ class _AsyncPublisher:
 
     def publish(self, subject: str, data: bytes, headers: dict[str, str] | None,
                 timeout: float, retry_attempts: int = 2,
-                retry_wait: float = 0.25) -> concurrent.futures.Future[api.PubAck]:
+                retry_wait: float = 0.25) -> concurrent.futures.Future[PubAck]:
         conn = self._js.conn
         conn._check_open()
         limit = self._js.max_pending
@@ -1287,7 +1347,7 @@ class _AsyncPublisher:
                         self._cond.wait(deadline.slice())
                 finally:
                     self._waiters -= 1
-        fut: concurrent.futures.Future[api.PubAck] = _PubAckFuture(conn, self._fcond)
+        fut: concurrent.futures.Future[PubAck] = _PubAckFuture(conn, self._fcond)
         if conn._offline_limit is not None and not conn._nc.is_connected:
             try:
                 conn._offline_check(len(data) if headers is None else len(data) + _headers_size(headers), subject)
@@ -1297,7 +1357,7 @@ class _AsyncPublisher:
         pending = self._pending
         low_water = limit - max(1, limit // 4)
 
-        def on_reply(msg: Msg, _fut: concurrent.futures.Future[api.PubAck] = fut) -> None:
+        def on_reply(msg: Msg, _fut: concurrent.futures.Future[PubAck] = fut) -> None:
             tok = msg.subject.rsplit(".", 1)[-1]
             hdrs = msg.headers
             if (hdrs and retry_attempts and not msg.data and hdrs.get("Status") == "503"
@@ -1401,7 +1461,7 @@ class _AsyncPublisher:
             if not self._pending and self._registered:
                 self._registered = False
                 with conn._subs_lock:
-                    conn._subs.discard(self)  # type: ignore[arg-type]
+                    conn._subs.discard(self)
 
     def _end(self) -> None:
         """The connection closed (any thread): fail every Future still waiting. Idempotent."""

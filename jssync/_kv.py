@@ -41,6 +41,7 @@ from ._errors import (
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
+    ValidationError,
     WrongLastSequenceError,
 )
 
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
     from ._subscription import Subscription
 
 log = logging.getLogger("jssync")
+
+#: A watcher's subscription ended (a sentinel, distinct from None: no message yet).
+_CLOSED: Any = object()
 T = TypeVar("T")
 
 __all__ = [
@@ -97,15 +101,15 @@ class KeyValueError(JetStreamError):
     """Base class of key-value store errors."""
 
 
-class InvalidBucketNameError(KeyValueError, ValueError):
+class InvalidBucketNameError(KeyValueError, ValidationError):
     """A bucket name is not valid (letters, digits, ``-`` and ``_`` only)."""
 
 
-class InvalidKeyError(KeyValueError, ValueError):
+class InvalidKeyError(KeyValueError, ValidationError):
     """A key (or key filter) is not valid."""
 
 
-class KeyHistoryTooLargeError(KeyValueError, ValueError):
+class KeyHistoryTooLargeError(KeyValueError, ValidationError):
     """``history`` is over the limit of 64 values per key."""
 
 
@@ -298,7 +302,7 @@ def _value_bytes(value: Any) -> bytes:
 
 def _ttl_header(ttl: Any, what: str = "ttl") -> str:
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl < 1:
-        raise ValueError(f"{what} must be a number of seconds >= 1, got {ttl!r}")
+        raise ValidationError(f"{what} must be a number of seconds >= 1, got {ttl!r}")
     if float(ttl).is_integer():
         return f"{int(ttl)}s"
     return f"{int(round(ttl * 1000))}ms"
@@ -335,7 +339,7 @@ def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) ->
     extras = {k: params.pop(k) for k in _EXTRA_OPTIONS if k in params}
     if config is None:
         if "bucket" not in params:
-            raise ValueError("create_key_value needs bucket=")
+            raise ValidationError("create_key_value needs bucket=")
         try:
             config = api.KeyValueConfig(**params)
         except TypeError as exc:
@@ -350,15 +354,15 @@ def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) ->
     bucket = validate_bucket(config.bucket)
     history = 1 if config.history is None or config.history == 0 else config.history
     if not isinstance(history, int) or history < 1:
-        raise ValueError(f"history must be an int between 1 and {MAX_HISTORY}, got {history!r}")
+        raise ValidationError(f"history must be an int between 1 and {MAX_HISTORY}, got {history!r}")
     if history > MAX_HISTORY:
         raise KeyHistoryTooLargeError(f"history {history} is over the limit of {MAX_HISTORY} values per key")
     ttl = config.ttl
     if ttl is not None and ttl < 0:
-        raise ValueError(f"ttl must be >= 0 seconds, got {ttl!r}")
+        raise ValidationError(f"ttl must be >= 0 seconds, got {ttl!r}")
     replicas = config.replicas or 1
     if not isinstance(replicas, int) or replicas < 1:
-        raise ValueError(f"replicas must be an int >= 1, got {replicas!r}")
+        raise ValidationError(f"replicas must be an int >= 1, got {replicas!r}")
     dup = 120.0
     if ttl and ttl < dup:
         dup = ttl
@@ -394,7 +398,7 @@ def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) ->
     marker_ttl = config.limit_marker_ttl
     if marker_ttl:
         if marker_ttl < 1:
-            raise ValueError(f"limit_marker_ttl must be >= 1 second, got {marker_ttl!r}")
+            raise ValidationError(f"limit_marker_ttl must be >= 1 second, got {marker_ttl!r}")
         scfg.allow_msg_ttl = True
         scfg.subject_delete_marker_ttl = marker_ttl
     elif extras.get("allow_msg_ttl"):
@@ -421,12 +425,12 @@ def _mirror_and_sources(scfg: api.StreamConfig, bucket: str, mirror: Any, source
     mapped into this bucket. A source with ``subject_transforms`` is kept exactly as given.
     """
     if mirror is not None and sources:
-        raise ValueError("a bucket takes a mirror or sources, not both")
+        raise ValidationError("a bucket takes a mirror or sources, not both")
     if mirror is not None:
         if not isinstance(mirror, api.StreamSource):
             raise TypeError(f"mirror must be a nats.js.api.StreamSource, got {type(mirror).__name__}")
         if mirror.subject_transforms:
-            raise ValueError("a bucket's mirror cannot have subject_transforms")
+            raise ValidationError("a bucket's mirror cannot have subject_transforms")
         m = dataclasses.replace(mirror, name=_kv_stream_name(mirror.name, "mirror name"))
         if m.filter_subject:
             validate_key_filter(m.filter_subject)
@@ -443,7 +447,7 @@ def _mirror_and_sources(scfg: api.StreamConfig, bucket: str, mirror: Any, source
     for src in sources:
         if src.subject_transforms:
             if not isinstance(src.name, str) or not src.name:
-                raise ValueError(f"source name must be a non-empty string, got {src.name!r}")
+                raise ValidationError(f"source name must be a non-empty string, got {src.name!r}")
             out.append(src)
             continue
         ss = dataclasses.replace(src, name=_kv_stream_name(src.name, "source name"))
@@ -620,7 +624,7 @@ class KeyValue:
         if timeout is None:
             return self._js.timeout
         if timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
         return timeout
 
     # -- reads ----------------------------------------------------------------------------
@@ -641,7 +645,7 @@ class KeyValue:
         validate_key(key)
         if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool)
                                      or revision < 1):
-            raise ValueError(f"revision must be an int >= 1, got {revision!r}")
+            raise ValidationError(f"revision must be an int >= 1, got {revision!r}")
         entry = self._get(key, revision, self._t(timeout))
         if entry.operation is not KeyValueOp.PUT:
             raise KeyDeletedError(entry, f"key {key!r} was deleted (revision {entry.revision})")
@@ -655,17 +659,20 @@ class KeyValue:
             from ._direct import parse_timestamp, status_error
 
             conn = self._js.conn
+            failed: BaseException | None = None
             try:
                 msg = conn.request(self._direct_pre + key, b"", timeout=timeout)
             except TimeoutError:
-                raise TimeoutError(f"no reply to the get of key {key!r} within {timeout}s") from None
+                failed = TimeoutError(f"no reply to the get of key {key!r} within {timeout}s")
             except NoRespondersError:
-                raise self._no_responders(timeout) from None
+                failed = self._no_responders(timeout)
+            if failed is not None:  # raised outside the handler: no internal context
+                raise failed
             hdrs = msg.headers
             err = status_error(msg, f"get of key {key!r} in bucket {self.bucket!r}")
             if err is not None:
                 if isinstance(err, MessageNotFoundError):
-                    raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}") from None
+                    raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}")
                 raise err
             assert hdrs is not None
             try:
@@ -674,6 +681,7 @@ class KeyValue:
                 seq = 0
             return Entry(self.bucket, key, msg.data, seq, 0, parse_timestamp(hdrs.get("Nats-Time-Stamp")),
                          _operation(hdrs))
+        missing = False
         try:
             if self._direct:
                 sm = self._stream.direct_get(revision, timeout=timeout)
@@ -682,8 +690,10 @@ class KeyValue:
             else:
                 sm = self._stream.get_msg(revision, timeout=timeout)
         except MessageNotFoundError:
+            missing = True
+        if missing:  # raised outside the handler: no internal context
             what = f"key {key!r}" if revision is None else f"revision {revision} of key {key!r}"
-            raise KeyNotFoundError(f"{what} not found in bucket {self.bucket!r}") from None
+            raise KeyNotFoundError(f"{what} not found in bucket {self.bucket!r}")
         if sm.subject != subject:
             raise KeyNotFoundError(f"revision {revision} of bucket {self.bucket!r} is not of key {key!r}")
         return Entry(self.bucket, key, sm.data, sm.seq, 0, sm.time, _operation(sm.headers))
@@ -770,7 +780,7 @@ class KeyValue:
         """
         validate_key(key)
         if not isinstance(last, int) or isinstance(last, bool) or last < 0:
-            raise ValueError(f"last must be an int >= 0, got {last!r}")
+            raise ValidationError(f"last must be an int >= 0, got {last!r}")
         return self._publish(key, _value_bytes(value), None, last, timeout)
 
     def delete(self, key: str, *, last: int | None = None, timeout: float | None = None) -> None:
@@ -784,7 +794,7 @@ class KeyValue:
         """
         validate_key(key)
         if last is not None and (not isinstance(last, int) or isinstance(last, bool) or last < 0):
-            raise ValueError(f"last must be an int >= 0, got {last!r}")
+            raise ValidationError(f"last must be an int >= 0, got {last!r}")
         self._publish(key, b"", {KV_OP: "DEL"}, last, timeout)
 
     def purge(self, key: str, *, last: int | None = None, ttl: float | None = None,
@@ -804,7 +814,7 @@ class KeyValue:
         """
         validate_key(key)
         if last is not None and (not isinstance(last, int) or isinstance(last, bool) or last < 0):
-            raise ValueError(f"last must be an int >= 0, got {last!r}")
+            raise ValidationError(f"last must be an int >= 0, got {last!r}")
         headers = {KV_OP: "PURGE", HDR_ROLLUP: "sub"}
         if ttl is not None:
             headers[HDR_TTL] = _ttl_header(ttl)
@@ -859,7 +869,7 @@ class KeyValue:
             validate_key_filter(f)
         if resume_from_revision is not None and (not isinstance(resume_from_revision, int)
                                                  or resume_from_revision < 1):
-            raise ValueError(f"resume_from_revision must be an int >= 1, got {resume_from_revision!r}")
+            raise ValidationError(f"resume_from_revision must be an int >= 1, got {resume_from_revision!r}")
         return KeyWatcher(self, [self._pre + f for f in filters], include_history=include_history,
                           ignore_deletes=ignore_deletes, updates_only=updates_only, meta_only=meta_only,
                           resume_from=resume_from_revision)
@@ -1250,20 +1260,24 @@ class _PushWatcher(Generic[T]):
                         raise TimeoutError(f"no update within {timeout}s ({self._what} on {self._stream_name})")
                     time.sleep(deadline.slice(0.1))
                     continue
+                got: Any = None
                 try:
-                    msg = sub.next_msg(timeout=deadline.slice())
+                    got = sub.next_msg(timeout=deadline.slice())
                 except TimeoutError:
                     if time.monotonic() - self._last_activity > 2 * self._hb:
                         self._reset("missed heartbeats")
-                    if deadline.expired():
-                        raise TimeoutError(
-                            f"no update within {timeout}s ({self._what} on {self._stream_name})") from None
-                    continue
                 except SubscriptionClosedError:
-                    if self._stopped or self._conn.is_closed:
-                        raise StopIteration from None
+                    got = _CLOSED
+                # raised outside the handlers: no internal context
+                if got is None:
+                    if deadline.expired():
+                        raise TimeoutError(f"no update within {timeout}s ({self._what} on {self._stream_name})")
                     continue
-                self._handle(msg)
+                if got is _CLOSED:
+                    if self._stopped or self._conn.is_closed:
+                        raise StopIteration
+                    continue
+                self._handle(got)
         finally:
             lock.release()
 

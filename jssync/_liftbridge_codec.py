@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._errors import Error, StreamNameInUseError, StreamNotFoundError
+from ._errors import Error, StreamNameInUseError, StreamNotFoundError, ValidationError
 from ._errors import NotSupportedError as _NotSupportedError
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class NotSupportedError(_NotSupportedError):
     """
 
 
-class InvalidAckError(Error, ValueError):
+class InvalidAckError(ValidationError):
     """The data given to :func:`unmarshal_ack` is not a JetStream PubAck."""
 
 
@@ -300,12 +300,12 @@ def check_ack_policy(ack_policy: Any) -> AckPolicy:
             return AckPolicy(ack_policy)
         except ValueError:
             pass
-    raise ValueError(f"ack_policy must be AckPolicy.LEADER, ALL or NONE, got {ack_policy!r}")
+    raise ValidationError(f"ack_policy must be AckPolicy.LEADER, ALL or NONE, got {ack_policy!r}")
 
 
 def check_partition(partition: Any, what: str = "partition") -> int:
     if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
-        raise ValueError(f"{what} must be an int >= 0, got {partition!r}")
+        raise ValidationError(f"{what} must be an int >= 0, got {partition!r}")
     return partition
 
 
@@ -452,7 +452,7 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     n = shift = 0
     while True:
         if pos >= len(buf) or shift > 63:
-            raise ValueError("truncated varint")
+            raise ValidationError("truncated varint")
         b = buf[pos]
         pos += 1
         n |= (b & 0x7F) << shift
@@ -469,22 +469,22 @@ def _fields(buf: bytes) -> list[tuple[int, int, int | bytes]]:
         tag, pos = _read_varint(buf, pos)
         num, wt = tag >> 3, tag & 7
         if num == 0:
-            raise ValueError("field number 0")
+            raise ValidationError("field number 0")
         val: int | bytes
         if wt == _VARINT:
             val, pos = _read_varint(buf, pos)
         elif wt == _LEN:
             n, pos = _read_varint(buf, pos)
             if pos + n > len(buf):
-                raise ValueError("truncated field")
+                raise ValidationError("truncated field")
             val, pos = buf[pos:pos + n], pos + n
         elif wt in (1, 5):
             size = 8 if wt == 1 else 4
             if pos + size > len(buf):
-                raise ValueError("truncated field")
+                raise ValidationError("truncated field")
             val, pos = buf[pos:pos + size], pos + size
         else:
-            raise ValueError(f"wire type {wt}")
+            raise ValidationError(f"wire type {wt}")
         out.append((num, wt, val))
     return out
 
@@ -929,5 +929,5 @@ def run_partitioner(partitioner: PartitionerLike, message: OutgoingMessage, meta
     else:
         p = partitioner(message, metadata)
     if not isinstance(p, int) or isinstance(p, bool) or p < 0:
-        raise ValueError(f"partitioner {partitioner!r} returned {p!r}, not a partition number >= 0")
+        raise ValidationError(f"partitioner {partitioner!r} returned {p!r}, not a partition number >= 0")
     return p

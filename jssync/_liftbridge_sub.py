@@ -37,6 +37,7 @@ from ._errors import (
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
+    ValidationError,
 )
 from ._liftbridge_codec import Message, NoSuchPartitionError, StartPosition, message_from, public
 from ._workers import SerialLane
@@ -79,7 +80,7 @@ def _check_time(t: Any) -> _dt.datetime:
     if not isinstance(t, _dt.datetime):
         raise TypeError(f"start_at_time must be a datetime, got {type(t).__name__}")
     if t.tzinfo is None:
-        raise ValueError(f"start_at_time must be timezone-aware (e.g. tzinfo=datetime.timezone.utc), got {t!r}")
+        raise ValidationError(f"start_at_time must be timezone-aware (e.g. tzinfo=datetime.timezone.utc), got {t!r}")
     return t.astimezone(_dt.UTC)
 
 
@@ -91,13 +92,13 @@ def _check_delta(d: Any) -> float:
     else:
         raise TypeError(f"start_at_time_delta must be a timedelta or seconds, got {type(d).__name__}")
     if secs < 0:
-        raise ValueError(f"start_at_time_delta must be >= 0, got {d!r}")
+        raise ValidationError(f"start_at_time_delta must be >= 0, got {d!r}")
     return secs
 
 
 def _check_offset(o: Any) -> int:
     if not isinstance(o, int) or isinstance(o, bool) or o < 0:
-        raise ValueError(f"start_at_offset must be an int >= 0, got {o!r}")
+        raise ValidationError(f"start_at_offset must be an int >= 0, got {o!r}")
     return o
 
 
@@ -115,20 +116,20 @@ def resolve_start(start_at: Any = None, start_at_offset: Any = None, start_at_ti
     given = [(n, v) for n, v in (("start_at_offset", start_at_offset), ("start_at_time", start_at_time),
                                  ("start_at_time_delta", start_at_time_delta)) if v is not None]
     if len(given) > 1:
-        raise ValueError(f"give one start position, got {', '.join(n for n, _ in given)}")
+        raise ValidationError(f"give one start position, got {', '.join(n for n, _ in given)}")
     if isinstance(start_at, str) and not isinstance(start_at, StartPosition):
         if start_at.upper() not in StartPosition.__members__:
-            raise ValueError(f"start_at must be a StartPosition, got {start_at!r}")
+            raise ValidationError(f"start_at must be a StartPosition, got {start_at!r}")
         start_at = StartPosition[start_at.upper()]
     if isinstance(start_at, StartPosition):
         if start_at is StartPosition.OFFSET:
             if start_at_offset is None:
-                raise ValueError("start_at=StartPosition.OFFSET needs start_at_offset")
+                raise ValidationError("start_at=StartPosition.OFFSET needs start_at_offset")
         elif start_at is StartPosition.TIMESTAMP:
             if start_at_time is None and start_at_time_delta is None:
-                raise ValueError("start_at=StartPosition.TIMESTAMP needs start_at_time or start_at_time_delta")
+                raise ValidationError("start_at=StartPosition.TIMESTAMP needs start_at_time or start_at_time_delta")
         elif given:
-            raise ValueError(f"start_at={start_at.name} conflicts with {given[0][0]}={given[0][1]!r}")
+            raise ValidationError(f"start_at={start_at.name} conflicts with {given[0][0]}={given[0][1]!r}")
         else:
             return {
                 StartPosition.NEW_ONLY: StartSpec(api.DeliverPolicy.NEW),
@@ -137,7 +138,7 @@ def resolve_start(start_at: Any = None, start_at_offset: Any = None, start_at_ti
             }[start_at]
     elif start_at is not None:
         if given:
-            raise ValueError(f"start_at={start_at!r} conflicts with {given[0][0]}")
+            raise ValidationError(f"start_at={start_at!r} conflicts with {given[0][0]}")
         if isinstance(start_at, _dt.datetime):
             start_at_time = start_at
         elif isinstance(start_at, _dt.timedelta):
@@ -371,22 +372,28 @@ class Subscription:
                 self._resubscribe(deadline)
                 continue
             sub = self._sub
+            msg = None
+            ended = False
             try:
                 msg = sub.next_msg(timeout=deadline.slice())
             except TimeoutError:
                 self._check_heartbeat(sub)
+            except SubscriptionClosedError:
+                ended = True
+            # raised outside the handlers: no internal exception as context
+            if ended:
+                if self._closed:
+                    return None
+                if self._conn.is_closed:
+                    raise _Terminal(ConnectionClosedError("the connection closed"))
+                self._reset_reason = "the inbox subscription ended"
+                continue
+            if msg is None:
                 if deadline.expired():
                     raise TimeoutError(
                         f"no message on stream {self.stream!r} partition {self.partition} within "
                         f"{deadline.timeout}s"
-                    ) from None
-                continue
-            except SubscriptionClosedError:
-                if self._closed:
-                    return None
-                if self._conn.is_closed:
-                    raise _Terminal(ConnectionClosedError("the connection closed")) from None
-                self._reset_reason = "the inbox subscription ended"
+                    )
                 continue
             m = self._handle(msg, sub)
             if m is not None:

@@ -114,7 +114,7 @@ class IOLoop:
             return asyncio.run_coroutine_threadsafe(coro, self.loop)
         except RuntimeError:  # the loop closed after check(): close() on another thread
             coro.close()
-            raise ConnectionClosedError("the connection is closed") from None
+        raise ConnectionClosedError("the connection is closed")
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None | Deadline, what: str = "operation") -> T:
         """Run ``coro`` on the loop and block until it is done or the deadline passes.
@@ -140,8 +140,10 @@ class IOLoop:
         self.check()
         try:
             self.loop.call_soon_threadsafe(fn, *args)
+            return
         except RuntimeError:
-            raise ConnectionClosedError("the connection is closed") from None
+            pass
+        raise ConnectionClosedError("the connection is closed")
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop and join the thread (idempotent; a no-op in a forked child)."""
@@ -168,19 +170,19 @@ def wait_future(fut: concurrent.futures.Future[T], deadline: Deadline, what: str
     """
     try:
         while True:
-            try:
-                return fut.result(deadline.slice())
-            except concurrent.futures.TimeoutError:
-                if fut.done():
-                    raise
-                if deadline.expired():
-                    fut.cancel()
-                    raise TimeoutError(f"{what} timed out after {deadline.timeout}s") from None
-                if thread is not None and not thread.is_alive() and not fut.done():
-                    fut.cancel()
-                    raise ConnectionClosedError(f"{what} was not run: the connection closed") from None
-            except concurrent.futures.CancelledError:
-                raise ConnectionClosedError(f"{what} was cancelled: the connection closed") from None
+            # every raise is outside the ``except`` that saw the slice end, so no
+            # concurrent.futures.TimeoutError shows up as the context of a jssync error
+            result = _result(fut, deadline.slice())
+            if result is _CANCELLED:
+                raise ConnectionClosedError(f"{what} was cancelled: the connection closed")
+            if result is not _PENDING:
+                return result  # type: ignore[no-any-return]
+            if deadline.expired():
+                fut.cancel()
+                raise TimeoutError(f"{what} timed out after {deadline.timeout}s")
+            if thread is not None and not thread.is_alive() and not fut.done():
+                fut.cancel()
+                raise ConnectionClosedError(f"{what} was not run: the connection closed")
     except BaseException as exc:
         if not fut.done():
             fut.cancel()
@@ -188,3 +190,17 @@ def wait_future(fut: concurrent.futures.Future[T], deadline: Deadline, what: str
         if new is exc:
             raise
         raise new from exc
+
+
+_PENDING: Any = object()
+_CANCELLED: Any = object()
+
+
+def _result(fut: concurrent.futures.Future[Any], timeout: float) -> Any:
+    """``fut``'s result, or _PENDING if it is not done within ``timeout``, or _CANCELLED."""
+    try:
+        return fut.result(timeout)
+    except concurrent.futures.TimeoutError:
+        return _PENDING if not fut.done() else fut.result(0)
+    except concurrent.futures.CancelledError:
+        return _CANCELLED

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ._errors import ValidationError
 from ._jsack import MsgMetadata, NotJSMessageError, parse_ack_subject
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def _nak_payload(delay: float | None) -> bytes:
     if delay is None:
         return _NAK
     if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
-        raise ValueError(f"nak delay must be a number of seconds >= 0, got {delay!r}")
+        raise ValidationError(f"nak delay must be a number of seconds >= 0, got {delay!r}")
     return b'-NAK {"delay": %d}' % int(delay * 1e9)
 
 
@@ -108,10 +109,13 @@ class Msg:
         if meta is None:
             from ._errors import Error
 
+            why = ""
             try:
                 meta = self._meta = parse_ack_subject(self.reply)
             except NotJSMessageError as exc:
-                raise Error(f"not a JetStream message: {exc}") from None
+                why = str(exc)
+            if meta is None:  # raised here, not in the except: no internal error as its context
+                raise Error(f"not a JetStream message: {why}")
         return meta
 
     def _ack_target(self) -> Connection | None:
@@ -144,7 +148,7 @@ class Msg:
     def _send_ack_sync(self, payload: bytes, terminal: bool, timeout: float) -> None:
         """Send an ack as a request and wait for the server's confirmation (double ack)."""
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+            raise ValidationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
         if self._acked or self._ack_none:
             return
         conn = self._ack_target()
@@ -259,9 +263,9 @@ class Msg:
             jssync.ConsumerDeletedError, jssync.PullRequestError: as for ``fetch``.
         """
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch must be an int >= 1, got {batch!r}")
+            raise ValidationError(f"batch must be an int >= 1, got {batch!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+            raise ValidationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
         if self._acked or self._ack_none:
             return []
         conn = self._ack_target()

@@ -21,7 +21,7 @@ from nats.js import api
 
 from ._connection import validate_subject
 from ._deadline import Deadline
-from ._errors import APIError, JetStreamError, MessageNotFoundError
+from ._errors import APIError, JetStreamError, MessageNotFoundError, ValidationError
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -62,9 +62,9 @@ def go_duration(seconds: Any, what: str, minimum: float = 1.0) -> str:
     if isinstance(seconds, _dt.timedelta):
         seconds = seconds.total_seconds()
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise ValueError(f"{what} must be a number of seconds, got {seconds!r}")
+        raise ValidationError(f"{what} must be a number of seconds, got {seconds!r}")
     if not math.isfinite(seconds) or seconds < minimum:
-        raise ValueError(f"{what} must be a finite number of seconds >= {minimum:g}, got {seconds!r}")
+        raise ValidationError(f"{what} must be a finite number of seconds >= {minimum:g}, got {seconds!r}")
     if isinstance(seconds, int) or float(seconds).is_integer():
         return f"{int(seconds)}s"
     return f"{round(seconds * 1000)}ms"
@@ -78,7 +78,7 @@ def ttl_header(ttl: Any, what: str = "ttl") -> str:
     if ttl == "never" and isinstance(ttl, str):
         return "never"
     if isinstance(ttl, str):
-        raise ValueError(f"{what} must be a number of seconds >= 1 or 'never', got {ttl!r}")
+        raise ValidationError(f"{what} must be a number of seconds >= 1 or 'never', got {ttl!r}")
     return go_duration(ttl, what)
 
 
@@ -142,7 +142,7 @@ class Counter:
             jssync.APIError: e.g. err_code 10168, the stream does not allow counters.
         """
         if isinstance(n, bool) or not isinstance(n, int):
-            raise ValueError(f"counter increment must be an int, got {n!r}")
+            raise ValidationError(f"counter increment must be an int, got {n!r}")
         ack = self._js.publish(self.subject, b"", headers={HDR_INCR: f"{n:+d}"}, timeout=timeout)
         if ack.val is None:
             raise JetStreamError(f"the PubAck for counter {self.subject!r} has no value (is the stream a counter?)")
@@ -223,11 +223,11 @@ class BatchPublisher:
             batch_id = uuid.uuid4().hex
         elif (not isinstance(batch_id, str) or not batch_id or len(batch_id) > MAX_BATCH_ID_LEN
               or not batch_id.isprintable() or " " in batch_id):
-            raise ValueError(f"batch_id must be 1-{MAX_BATCH_ID_LEN} printable characters without spaces, "
+            raise ValidationError(f"batch_id must be 1-{MAX_BATCH_ID_LEN} printable characters without spaces, "
                              f"got {batch_id!r}")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
                                     or not timeout > 0):
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
         self._js = js
         self.batch_id = batch_id
         self.timeout = js.timeout if timeout is None else float(timeout)
@@ -257,19 +257,19 @@ class BatchPublisher:
             jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
         """
         if self._state != "open":
-            raise ValueError(f"batch {self.batch_id!r} is {self._state}: nothing more can be added")
+            raise ValidationError(f"batch {self.batch_id!r} is {self._state}: nothing more can be added")
         if len(self._msgs) >= MAX_BATCH_MESSAGES:
-            raise ValueError(f"batch {self.batch_id!r} is full: the server takes at most {MAX_BATCH_MESSAGES} "
+            raise ValidationError(f"batch {self.batch_id!r} is full: the server takes at most {MAX_BATCH_MESSAGES} "
                              "messages in one atomic batch")
         if expected_last_seq is not None and self._msgs:
-            raise ValueError("expected_last_seq is allowed on the first message of a batch only (ADR-50), "
+            raise ValidationError("expected_last_seq is allowed on the first message of a batch only (ADR-50), "
                              f"not on message {len(self._msgs) + 1}")
         if headers and any(k.lower() == "nats-expected-last-msg-id" for k in headers):
-            raise ValueError("Nats-Expected-Last-Msg-Id is not supported in an atomic batch (ADR-50)")
+            raise ValidationError("Nats-Expected-Last-Msg-Id is not supported in an atomic batch (ADR-50)")
         if headers and any(k.lower().startswith("nats-batch-") for k in headers):
-            raise ValueError("the Nats-Batch-* headers are set by the batch publisher, not in headers=")
+            raise ValidationError("the Nats-Batch-* headers are set by the batch publisher, not in headers=")
         if msg_id is not None and msg_id in self._msg_ids:
-            raise ValueError(f"msg_id {msg_id!r} is already in this batch: the server refuses duplicates")
+            raise ValidationError(f"msg_id {msg_id!r} is already in this batch: the server refuses duplicates")
         extra = {HDR_BATCH_ID: self.batch_id, HDR_BATCH_SEQ: str(len(self._msgs) + 1)}
         # the commit header adds ~22 bytes to the last message: leave room for it in the size check
         extra[HDR_BATCH_COMMIT] = "1"
@@ -301,9 +301,9 @@ class BatchPublisher:
                 it did not see committed within 10 s).
         """
         if self._state != "open":
-            raise ValueError(f"batch {self.batch_id!r} is {self._state}: it cannot be committed")
+            raise ValidationError(f"batch {self.batch_id!r} is {self._state}: it cannot be committed")
         if not self._msgs:
-            raise ValueError(f"batch {self.batch_id!r} is empty: nothing to commit")
+            raise ValidationError(f"batch {self.batch_id!r} is empty: nothing to commit")
         from ._errors import NoRespondersError, TimeoutError
         from ._jetstream import _parse_pub_ack
 
@@ -352,30 +352,30 @@ def schedule_header(at: Any, every: Any, cron: Any) -> str:
     """The ``Nats-Schedule`` value for exactly one of ``at``, ``every`` or ``cron``."""
     given = [n for n, v in (("at", at), ("every", every), ("cron", cron)) if v is not None]
     if len(given) != 1:
-        raise ValueError(f"give exactly one of at=, every= or cron=, got {given or 'none'}")
+        raise ValidationError(f"give exactly one of at=, every= or cron=, got {given or 'none'}")
     if at is not None:
         if not isinstance(at, _dt.datetime):
-            raise ValueError(f"at must be a timezone-aware datetime, got {at!r}")
+            raise ValidationError(f"at must be a timezone-aware datetime, got {at!r}")
         if at.tzinfo is None or at.tzinfo.utcoffset(at) is None:
-            raise ValueError(f"at must be a timezone-aware datetime, got the naive {at!r} "
+            raise ValidationError(f"at must be a timezone-aware datetime, got the naive {at!r} "
                              "(use e.g. datetime.now(timezone.utc))")
         return "@at " + at.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if every is not None:
         return "@every " + go_duration(every, "every")
     if not isinstance(cron, str) or not cron.strip():
-        raise ValueError(f"cron must be a non-empty string, got {cron!r}")
+        raise ValidationError(f"cron must be a non-empty string, got {cron!r}")
     expr = " ".join(cron.split())
     if expr.startswith("@"):
         if expr.lower() in CRON_SHORTCUTS:
             return expr.lower()
-        raise ValueError(f"cron {cron!r} is not one of {sorted(CRON_SHORTCUTS)} (use at= or every= for "
+        raise ValidationError(f"cron {cron!r} is not one of {sorted(CRON_SHORTCUTS)} (use at= or every= for "
                          "@at and @every)")
     fields = expr.split(" ")
     if len(fields) != 6:
-        raise ValueError(f"cron {cron!r} has {len(fields)} fields; NATS schedules need 6: "
+        raise ValidationError(f"cron {cron!r} has {len(fields)} fields; NATS schedules need 6: "
                          "seconds minutes hours day-of-month month day-of-week")
     if not all(re.fullmatch(r"[0-9A-Za-z*,/?-]+", f) for f in fields):
-        raise ValueError(f"cron {cron!r} has a field with characters a cron field cannot have")
+        raise ValidationError(f"cron {cron!r} has a field with characters a cron field cannot have")
     return expr
 
 
@@ -385,7 +385,7 @@ def schedule_headers(subject: str, target: Any, at: Any, every: Any, cron: Any, 
     sched = schedule_header(at, every, cron)
     validate_subject(target, "schedule target", wildcards=False)
     if target == subject:
-        raise ValueError(f"the schedule target {target!r} must differ from the schedule's own subject")
+        raise ValidationError(f"the schedule target {target!r} must differ from the schedule's own subject")
     h = dict(headers) if headers else {}
     h[HDR_SCHEDULE] = sched
     h[HDR_SCHEDULE_TARGET] = target
@@ -393,9 +393,9 @@ def schedule_headers(subject: str, target: Any, at: Any, every: Any, cron: Any, 
         h[HDR_SCHEDULE_TTL] = ttl_header(ttl)
     if time_zone is not None:
         if cron is None:
-            raise ValueError("time_zone applies to cron schedules only (the server refuses it with at=/every=)")
+            raise ValidationError("time_zone applies to cron schedules only (the server refuses it with at=/every=)")
         if not isinstance(time_zone, str) or not time_zone.strip() or " " in time_zone:
-            raise ValueError(f"time_zone must be a zone name like 'Europe/Amsterdam', got {time_zone!r}")
+            raise ValidationError(f"time_zone must be a zone name like 'Europe/Amsterdam', got {time_zone!r}")
         h[HDR_SCHEDULE_TZ] = time_zone
     if source is not None:
         validate_subject(source, "schedule source", wildcards=False)

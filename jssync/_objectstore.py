@@ -30,6 +30,7 @@ from ._errors import (
     NotFoundError,
     StreamNameInUseError,
     StreamNotFoundError,
+    ValidationError,
 )
 from ._kv import (
     BucketExistsError,
@@ -85,7 +86,7 @@ class ObjectNotFoundError(ObjectStoreError, NotFoundError):
         NotFoundError.__init__(self, 404, None, description)
 
 
-class BadObjectMetaError(ObjectStoreError, ValueError):
+class BadObjectMetaError(ObjectStoreError, ValidationError):
     """Invalid object name or metadata, or a link used where it is not allowed."""
 
 
@@ -268,7 +269,7 @@ def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = No
             raise TypeError(f"unknown object store option: {exc}") from None
     bucket = validate_bucket(config.bucket)
     if config.ttl is not None and config.ttl < 0:
-        raise ValueError(f"ttl must be >= 0 seconds, got {config.ttl!r}")
+        raise ValidationError(f"ttl must be >= 0 seconds, got {config.ttl!r}")
     scfg = api.StreamConfig(
         name=f"OBJ_{bucket}",
         description=config.description,
@@ -371,7 +372,7 @@ class ObjectStore:
         if timeout is None:
             return self._js.timeout
         if timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
         return timeout
 
     def _meta_subject(self, name: str) -> str:

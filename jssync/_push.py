@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
-from ._deadline import Deadline
+from ._deadline import EXPIRED, Deadline
 from ._errors import (
     ConnectionClosedError,
     ConsumerExistsError,
@@ -39,6 +39,7 @@ from ._errors import (
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
+    ValidationError,
     translating,
 )
 from ._msg import Msg
@@ -157,7 +158,7 @@ class ConsumerConfigMismatchError(PushSubscribeError):
         self.actual = actual
 
 
-class QueueGroupOptionError(PushSubscribeError, ValueError):
+class QueueGroupOptionError(PushSubscribeError, ValidationError):
     """Flow control or idle heartbeats were combined with a queue group (ADR-15 forbids it)."""
 
 
@@ -229,7 +230,7 @@ _NOT_COMPARED = frozenset({
 
 def _num(v: Any, what: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-        raise ValueError(f"{what} must be a number of seconds > 0, got {v!r}")
+        raise ValidationError(f"{what} must be a number of seconds > 0, got {v!r}")
     return float(v)
 
 
@@ -255,7 +256,7 @@ def _user_config(config: api.ConsumerConfig | None, options: dict[str, Any], idl
     if idle_heartbeat is not None:
         hb = _num(idle_heartbeat, "idle_heartbeat")
         if cfg.idle_heartbeat is not None and cfg.idle_heartbeat != hb:
-            raise ValueError(f"idle_heartbeat={idle_heartbeat!r} differs from config.idle_heartbeat="
+            raise ValidationError(f"idle_heartbeat={idle_heartbeat!r} differs from config.idle_heartbeat="
                              f"{cfg.idle_heartbeat!r}")
         cfg.idle_heartbeat = hb
         given.add("idle_heartbeat")
@@ -267,9 +268,9 @@ def _user_config(config: api.ConsumerConfig | None, options: dict[str, Any], idl
         cfg.flow_control = True
         given.add("flow_control")
     if cfg.flow_control and not cfg.idle_heartbeat:
-        raise ValueError("flow_control needs idle_heartbeat: the server requires heartbeats with flow control")
+        raise ValidationError("flow_control needs idle_heartbeat: the server requires heartbeats with flow control")
     if cfg.ack_policy is not None and str(_wire(cfg.ack_policy)) not in ("none", "all", "explicit"):
-        raise ValueError(f"invalid ack_policy {cfg.ack_policy!r}")
+        raise ValidationError(f"invalid ack_policy {cfg.ack_policy!r}")
     return cfg, given
 
 
@@ -922,16 +923,13 @@ class JetStreamSubscription(Subscription):
             try:
                 item = q.get_nowait()
             except Empty:
-                self._conn._loop.check_fork()
                 item = None
-                while item is None:
-                    try:
-                        item = q.get(timeout=deadline.slice())
-                    except Empty:
-                        if deadline.expired():
-                            raise TimeoutError(
-                                f"no message on JetStream subscription {self.subject!r} within {timeout}s"
-                            ) from None
+            if item is None:
+                # waits outside ``except Empty``: an error raised here has no queue.Empty as context
+                self._conn._loop.check_fork()
+                item = deadline.get(q)
+                if item is EXPIRED:
+                    raise TimeoutError(f"no message on JetStream subscription {self.subject!r} within {timeout}s")
             if item is _END:
                 q.put(_END)
                 if self._delete_at_end:
@@ -1082,9 +1080,10 @@ def _find_stream(js: JetStream, subject: str, timeout: float | None) -> str:
     except StreamNotFoundError:
         raise
     except JetStreamError as exc:
-        if type(exc) is JetStreamError:  # more than one stream
-            raise MultipleStreamsMatchError(subject, f"{exc}: pass stream= to choose one") from None
-        raise
+        if type(exc) is not JetStreamError:
+            raise
+        many = str(exc)  # more than one stream
+    raise MultipleStreamsMatchError(subject, f"{many}: pass stream= to choose one")
 
 
 def _consumer_info_raw(js: JetStream, stream: str, name: str, timeout: float | None) -> dict[str, Any] | None:
@@ -1180,7 +1179,7 @@ def subscribe(
     if consumer is not None:
         validate_name(consumer, "consumer name")
     if durable is not None and consumer is not None and durable != consumer:
-        raise ValueError(f"durable={durable!r} and consumer={consumer!r} differ: give one")
+        raise ValidationError(f"durable={durable!r} and consumer={consumer!r} differ: give one")
     if queue is not None and (not isinstance(queue, str) or not queue or _SUBJECT_BAD.search(queue)):
         raise BadSubjectError(f"invalid queue group name: {queue!r}")
     if callback is not None and not callable(callback):
@@ -1188,29 +1187,29 @@ def subscribe(
     if error_cb is not None and not callable(error_cb):
         raise TypeError(f"error_cb must be callable, got {error_cb!r}")
     if not isinstance(pending_msgs_limit, int) or pending_msgs_limit < 1:
-        raise ValueError(f"pending_msgs_limit must be an int >= 1, got {pending_msgs_limit!r}")
+        raise ValidationError(f"pending_msgs_limit must be an int >= 1, got {pending_msgs_limit!r}")
     if timeout is not None:
         _num(timeout, "timeout")
     user, given = _user_config(config, options, idle_heartbeat, flow_control)
     if user.deliver_group is not None and user.deliver_group != queue:
-        raise ValueError(f"config.deliver_group={user.deliver_group!r} must be given as queue=")
+        raise ValidationError(f"config.deliver_group={user.deliver_group!r} must be given as queue=")
     if subject and user.filter_subject and user.filter_subject != subject:
         raise SubjectMismatchError(
             f"subject {subject!r} differs from config.filter_subject {user.filter_subject!r}",
             subject, user.filter_subject)
     if subject and user.filter_subjects:
-        raise ValueError("filter_subjects cannot be combined with a subject: subscribe with one subject")
+        raise ValidationError("filter_subjects cannot be combined with a subject: subscribe with one subject")
     name = consumer or durable or user.durable_name or user.name
     if ordered:
         bad = [k for k, v in (("durable", durable), ("consumer", consumer), ("queue", queue),
                               ("durable_name", user.durable_name), ("name", user.name),
                               ("deliver_subject", user.deliver_subject)) if v is not None]
         if bad:
-            raise ValueError(f"an ordered subscription cannot have {', '.join(bad)}")
+            raise ValidationError(f"an ordered subscription cannot have {', '.join(bad)}")
         if "ack_policy" in given and _wire(user.ack_policy) != "none":
-            raise ValueError(f"an ordered subscription has ack policy none, not {user.ack_policy!r}")
+            raise ValidationError(f"an ordered subscription has ack policy none, not {user.ack_policy!r}")
         if "max_deliver" in given and user.max_deliver != 1:
-            raise ValueError(f"an ordered subscription has max_deliver 1, not {user.max_deliver!r}")
+            raise ValidationError(f"an ordered subscription has max_deliver 1, not {user.max_deliver!r}")
     if queue is not None:
         if user.flow_control:
             raise QueueGroupOptionError("flow control is not supported with a queue group")

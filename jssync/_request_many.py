@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._errors import NoRespondersError, PermissionDeniedError, SubscriptionClosedError, TimeoutError
+from ._errors import NoRespondersError, PermissionDeniedError, SubscriptionClosedError, TimeoutError, ValidationError
 from ._msg import Msg
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def _number(value: Any, what: str, *, allow_none: bool) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value <= 0 \
             or math.isinf(value):
-        raise ValueError(f"{what} must be a number of seconds > 0{' or None' if allow_none else ''}, "
+        raise ValidationError(f"{what} must be a number of seconds > 0{' or None' if allow_none else ''}, "
                          f"got {value!r}")
     return float(value)
 
@@ -42,7 +42,7 @@ def check_options(max_wait: Any, max_messages: Any, stall: Any,
     assert wait is not None
     if max_messages is not None and (isinstance(max_messages, bool) or not isinstance(max_messages, int)
                                      or max_messages < 1):
-        raise ValueError(f"max_messages must be an int >= 1 or None, got {max_messages!r}")
+        raise ValidationError(f"max_messages must be an int >= 1 or None, got {max_messages!r}")
     st = _number(stall, "stall", allow_none=True)
     if st is not None and st >= wait:
         st = None  # ADR-47: a stall of at least the total wait is the same as none

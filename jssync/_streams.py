@@ -6,17 +6,18 @@ import base64
 import datetime as _dt
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from nats.js import api
 
-from ._errors import MessageNotFoundError
+from ._errors import MessageNotFoundError, ValidationError
 
 if TYPE_CHECKING:
     from ._consumers import Consumer
     from ._direct import DirectBatch
     from ._jetstream import JetStream
     from ._ordered import OrderedConsumer
+    from ._params import ConsumerParams
 
 
 @dataclass
@@ -69,7 +70,7 @@ def parse_time(value: str | None) -> _dt.datetime | None:
     if not value:
         return None
     try:
-        return api.Base._parse_utc_iso(value)  # type: ignore[no-any-return]
+        return api.Base._parse_utc_iso(value)
     except (ValueError, TypeError):
         return None
 
@@ -115,7 +116,7 @@ class Stream:
             ValueError: ``seq`` and ``keep`` together.
         """
         if seq is not None and keep is not None:
-            raise ValueError("purge takes seq or keep, not both")
+            raise ValidationError("purge takes seq or keep, not both")
         req: dict[str, Any] = {}
         if subject is not None:
             from ._connection import validate_subject
@@ -124,11 +125,11 @@ class Stream:
             req["filter"] = subject
         if seq is not None:
             if seq < 1:
-                raise ValueError(f"purge seq must be >= 1, got {seq!r}")
+                raise ValidationError(f"purge seq must be >= 1, got {seq!r}")
             req["seq"] = seq
         if keep is not None:
             if keep < 0:
-                raise ValueError(f"purge keep must be >= 0, got {keep!r}")
+                raise ValidationError(f"purge keep must be >= 0, got {keep!r}")
             req["keep"] = keep
         resp = self._js._api(f"STREAM.PURGE.{self.name}", req or None, timeout)
         return int(resp.get("purged", 0))
@@ -147,7 +148,7 @@ class Stream:
         req: dict[str, Any] = {}
         if last_by_subject is not None:
             if seq is not None or next_by_subject is not None:
-                raise ValueError("last_by_subject cannot be combined with seq or next_by_subject")
+                raise ValidationError("last_by_subject cannot be combined with seq or next_by_subject")
             req["last_by_subj"] = last_by_subject
         elif next_by_subject is not None:
             req["next_by_subj"] = next_by_subject
@@ -155,9 +156,9 @@ class Stream:
         elif seq is not None:
             req["seq"] = seq
         else:
-            raise ValueError("get_msg needs seq, last_by_subject or next_by_subject")
+            raise ValidationError("get_msg needs seq, last_by_subject or next_by_subject")
         if "seq" in req and (not isinstance(req["seq"], int) or req["seq"] < 0):
-            raise ValueError(f"seq must be an int >= 0, got {req['seq']!r}")
+            raise ValidationError(f"seq must be an int >= 0, got {req['seq']!r}")
         resp = self._js._api(f"STREAM.MSG.GET.{self.name}", req, timeout)
         m = resp.get("message") or {}
         if not m:
@@ -174,7 +175,7 @@ class Stream:
             jssync.MessageNotFoundError (or APIError): no such message.
         """
         if not isinstance(seq, int) or seq < 1:
-            raise ValueError(f"seq must be an int >= 1, got {seq!r}")
+            raise ValidationError(f"seq must be an int >= 1, got {seq!r}")
         req: dict[str, Any] = {"seq": seq}
         if not erase:
             req["no_erase"] = True
@@ -187,17 +188,17 @@ class Stream:
         return self._js.consumer(self.name, name, timeout=timeout)
 
     def create_consumer(self, config: api.ConsumerConfig | None = None, *, timeout: float | None = None,
-                        **params: Any) -> Consumer:
+                        **params: Unpack[ConsumerParams]) -> Consumer:
         """See :meth:`JetStream.create_consumer`."""
         return self._js.create_consumer(self.name, config, timeout=timeout, **params)
 
     def update_consumer(self, config: api.ConsumerConfig | None = None, *, timeout: float | None = None,
-                        **params: Any) -> Consumer:
+                        **params: Unpack[ConsumerParams]) -> Consumer:
         """See :meth:`JetStream.update_consumer`."""
         return self._js.update_consumer(self.name, config, timeout=timeout, **params)
 
     def create_or_update_consumer(self, config: api.ConsumerConfig | None = None, *,
-                                  timeout: float | None = None, **params: Any) -> Consumer:
+                                  timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
         """See :meth:`JetStream.create_or_update_consumer`."""
         return self._js.create_or_update_consumer(self.name, config, timeout=timeout, **params)
 

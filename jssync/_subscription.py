@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
-from ._deadline import Deadline
-from ._errors import SlowConsumerError, SubscriptionClosedError, TimeoutError
+from ._deadline import EXPIRED, Deadline
+from ._errors import SlowConsumerError, SubscriptionClosedError, TimeoutError, ValidationError
 from ._msg import Msg
 from ._workers import SerialLane
 
@@ -69,7 +69,7 @@ class Subscription:
         pending_msgs_limit: int,
     ) -> None:
         if pending_msgs_limit < 1:
-            raise ValueError(f"pending_msgs_limit must be >= 1, got {pending_msgs_limit!r}")
+            raise ValidationError(f"pending_msgs_limit must be >= 1, got {pending_msgs_limit!r}")
         self._conn = conn
         self.subject = subject
         self.queue = queue
@@ -158,17 +158,13 @@ class Subscription:
         try:
             item = q.get_nowait()
         except Empty:
+            item = None
+        if item is None:
+            # waits outside ``except Empty``: an error raised here has no queue.Empty as context
             self._conn._loop.check_fork()
-            deadline = Deadline(timeout)
-            while True:
-                try:
-                    item = q.get(timeout=deadline.slice())
-                    break
-                except Empty:
-                    if deadline.expired():
-                        raise TimeoutError(
-                            f"no message on {self.subject!r} within {timeout}s"
-                        ) from None
+            item = Deadline(timeout).get(q)
+            if item is EXPIRED:
+                raise TimeoutError(f"no message on {self.subject!r} within {timeout}s")
         if item is _END:
             q.put(_END)
             raise SubscriptionClosedError(f"subscription on {self.subject!r} is closed")

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from queue import Empty, SimpleQueue
 from typing import Any
 
+from ._errors import ValidationError
+
 log = logging.getLogger("jssync")
 
 _STOP = object()
@@ -28,7 +30,7 @@ class WorkerPool:
 
     def __init__(self, name: str, size: int, on_error: Callable[[BaseException], None]) -> None:
         if size < 1:
-            raise ValueError(f"callback_workers must be >= 1, got {size!r}")
+            raise ValidationError(f"callback_workers must be >= 1, got {size!r}")
         self._jobs: SimpleQueue[Any] = SimpleQueue()
         self._on_error = on_error
         self._closed = False

@@ -48,8 +48,9 @@ from ._errors import (
     StreamNameInUseError,
     StreamNotFoundError,
     TimeoutError,
+    ValidationError,
 )
-from ._jetstream import JetStream, _parse_pub_ack, validate_name
+from ._jetstream import JetStream, PubAck, _parse_pub_ack, validate_name
 from ._liftbridge_codec import (
     HDR_ACK_INBOX,
     HDR_ACK_POLICY,
@@ -193,7 +194,7 @@ class Client:
             if not isinstance(connection, Connection):
                 raise TypeError(f"connection must be a jssync.Connection, got {type(connection).__name__}")
             if connect_options or servers is not None:
-                raise ValueError("give servers (and connect options) or connection, not both")
+                raise ValidationError("give servers (and connect options) or connection, not both")
             self._conn = connection
             self._own = False
             seeds: list[str] = list(connection._urls)
@@ -345,15 +346,16 @@ class Client:
                 "subject); use one stream and a queue of consumers instead"
             )
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-            raise ValueError(f"partitions must be an int >= 1, got {partitions!r}")
+            raise ValidationError(f"partitions must be an int >= 1, got {partitions!r}")
         if partitions > 1 and subject.split(".")[-1] == ">":
-            raise ValueError(f"subject {subject!r} ends with '>': partition subjects ({subject}.1) would be invalid")
+            raise ValidationError(
+                f"subject {subject!r} ends with '>': partition subjects ({subject}.1) would be invalid")
         validate_name(partition_stream_name(name, partitions - 1), "stream name")
         if not isinstance(replication_factor, int) or isinstance(replication_factor, bool) or \
                 not (replication_factor == -1 or 1 <= replication_factor <= MAX_REPLICAS):
-            raise ValueError(f"replication_factor must be -1 or 1 to {MAX_REPLICAS}, got {replication_factor!r}")
+            raise ValidationError(f"replication_factor must be -1 or 1 to {MAX_REPLICAS}, got {replication_factor!r}")
         if storage not in _STORAGE:
-            raise ValueError(f"storage must be 'file' or 'memory', got {storage!r}")
+            raise ValidationError(f"storage must be 'file' or 'memory', got {storage!r}")
         limits: dict[str, Any] = {}
         if retention_max_age is not None:
             limits["max_age"] = _positive(retention_max_age, "retention_max_age")
@@ -618,7 +620,7 @@ class Client:
             else:
                 fut = self._js.publish_async(psubject, data, headers=h, timeout=self.timeout)
 
-                def _forward(f: concurrent.futures.Future[api.PubAck]) -> None:
+                def _forward(f: concurrent.futures.Future[PubAck]) -> None:
                     self._forward_later(f, inbox, partition, psubject, subject, k, cid, pol)
 
                 fut.add_done_callback(_forward)
@@ -632,7 +634,7 @@ class Client:
         return ack
 
     @staticmethod
-    def _make_ack(pub: api.PubAck, partition: int, psubject: str, subject: str, key: bytes | None,
+    def _make_ack(pub: PubAck, partition: int, psubject: str, subject: str, key: bytes | None,
                   inbox: str | None, cid: str | None, pol: AckPolicy) -> Ack:
         parsed = parse_partition_stream_name(pub.stream)
         return Ack(
@@ -642,7 +644,7 @@ class Client:
             duplicate=bool(pub.duplicate),
         )
 
-    def _forward_later(self, fut: concurrent.futures.Future[api.PubAck], inbox: str, partition: int,
+    def _forward_later(self, fut: concurrent.futures.Future[PubAck], inbox: str, partition: int,
                        psubject: str, subject: str, key: bytes | None, cid: str | None, pol: AckPolicy) -> None:
         """Send the ack of a ``timeout=None`` publish to its ack inbox (on the worker pool)."""
         try:
@@ -663,7 +665,7 @@ class Client:
         return self._retry("fetching metadata", self._meta.update, deadline)
 
     def _publish_request(self, psubject: str, data: bytes, headers: dict[str, str],
-                         deadline: Deadline) -> api.PubAck:
+                         deadline: Deadline) -> PubAck:
         checked = False
         last: BaseException | None = None
         attempt = 0
@@ -675,14 +677,13 @@ class Client:
                 return _parse_pub_ack(msg)
             except NoRespondersError as exc:
                 last = exc
-                if not checked:
-                    checked = True
-                    if not self._captured(psubject, deadline):
-                        raise NoSuchPartitionError(
-                            404, 10059, f"no stream captures subject {psubject!r} (no such stream or partition)"
-                        ) from None
             except (TimeoutError, ServiceUnavailableError) as exc:
                 last = exc
+            if isinstance(last, NoRespondersError) and not checked:
+                checked = True
+                if not self._captured(psubject, deadline):  # raised outside the handler: no context
+                    raise NoSuchPartitionError(
+                        404, 10059, f"no stream captures subject {psubject!r} (no such stream or partition)")
             attempt += 1
             if deadline.expired() or (deadline.timeout is None and attempt >= MAX_ATTEMPTS):
                 raise TimeoutError(
@@ -809,7 +810,7 @@ class Client:
             _non_negative(resubscribe_wait_time, "resubscribe_wait_time")
         hb = _positive(idle_heartbeat, "idle_heartbeat")
         if not 0.1 <= hb <= 30:
-            raise ValueError(f"idle_heartbeat must be between 0.1 and 30 seconds, got {idle_heartbeat!r}")
+            raise ValidationError(f"idle_heartbeat must be between 0.1 and 30 seconds, got {idle_heartbeat!r}")
         self._check_open()
         deadline = self._deadline(timeout)
         info = self._partition_info(stream, partition, deadline)
@@ -921,17 +922,17 @@ def _rem(deadline: Deadline) -> float | None:
 
 def _positive(v: Any, what: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-        raise ValueError(f"{what} must be a number > 0, got {v!r}")
+        raise ValidationError(f"{what} must be a number > 0, got {v!r}")
     return float(v)
 
 
 def _non_negative(v: Any, what: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
-        raise ValueError(f"{what} must be a number >= 0, got {v!r}")
+        raise ValidationError(f"{what} must be a number >= 0, got {v!r}")
     return float(v)
 
 
 def _positive_int(v: Any, what: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"{what} must be an int >= 1, got {v!r}")
+        raise ValidationError(f"{what} must be an int >= 1, got {v!r}")
     return v

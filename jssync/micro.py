@@ -27,7 +27,7 @@ from typing import Any
 
 from ._connection import Connection, validate_headers, validate_subject
 from ._deadline import DEFAULT, Deadline, _Default
-from ._errors import BadSubjectError, ConnectionClosedError, Error
+from ._errors import BadSubjectError, ConnectionClosedError, Error, ValidationError
 from ._msg import Msg
 from ._subscription import Subscription
 
@@ -89,11 +89,11 @@ class ServiceError(Error):
 
 def _check_error(code: Any, description: Any) -> tuple[str, str]:
     if isinstance(code, bool) or not isinstance(code, int | str) or not str(code).lstrip("-").isdigit():
-        raise ValueError(f"a service error code must be a number (int or digits), got {code!r}")
+        raise ValidationError(f"a service error code must be a number (int or digits), got {code!r}")
     if not isinstance(description, str) or not description:
-        raise ValueError(f"a service error description must be a non-empty str, got {description!r}")
+        raise ValidationError(f"a service error description must be a non-empty str, got {description!r}")
     if "\r" in description or "\n" in description:
-        raise ValueError(f"a service error description may not contain CR or LF: {description!r}")
+        raise ValidationError(f"a service error description may not contain CR or LF: {description!r}")
     return str(code), description
 
 
@@ -116,16 +116,16 @@ def control_subject(verb: str, name: str | None = None, id: str | None = None,  
     """``$SRV.<VERB>``, ``$SRV.<VERB>.<name>`` or ``$SRV.<VERB>.<name>.<id>``."""
     v = verb.upper() if isinstance(verb, str) else verb
     if v not in _VERBS:
-        raise ValueError(f"verb must be one of {', '.join(_VERBS)}, got {verb!r}")
+        raise ValidationError(f"verb must be one of {', '.join(_VERBS)}, got {verb!r}")
     if id is not None and name is None:
-        raise ValueError(f"a service id ({id!r}) needs a service name")
+        raise ValidationError(f"a service id ({id!r}) needs a service name")
     parts = [api_prefix, v] + [p for p in (name, id) if p is not None]
     return ".".join(parts)
 
 
 def _check_name(value: Any, what: str) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(f"{what} must be a non-empty str of A-Z, a-z, 0-9, '-' and '_', got {value!r}")
+        raise ValidationError(f"{what} must be a non-empty str of A-Z, a-z, 0-9, '-' and '_', got {value!r}")
     return value
 
 
@@ -144,7 +144,7 @@ def _check_queue(value: Any, what: str) -> None:
     if value is None or isinstance(value, _Default):
         return
     if not isinstance(value, str) or not value or _QUEUE_BAD.search(value):
-        raise ValueError(f"{what} must be a non-empty str without whitespace, or None for no queue group, "
+        raise ValidationError(f"{what} must be a non-empty str without whitespace, or None for no queue group, "
                          f"got {value!r}")
 
 
@@ -627,7 +627,7 @@ def add_service(
         raise TypeError(f"nc must be a jssync.Connection, got {type(nc).__name__}")
     _check_name(name, "service name")
     if not isinstance(version, str) or not _SEMVER.match(version):
-        raise ValueError(f"service version must be a SemVer string such as '1.0.0', got {version!r}")
+        raise ValidationError(f"service version must be a SemVer string such as '1.0.0', got {version!r}")
     if not isinstance(description, str):
         raise TypeError(f"description must be a str, got {type(description).__name__}")
     md = _check_metadata(metadata, "service metadata")

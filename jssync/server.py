@@ -25,6 +25,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from ._errors import ValidationError
+
 __all__ = ["NatsServer", "NatsCluster", "find_binary", "free_port", "ServerError"]
 
 
@@ -284,7 +286,7 @@ class NatsCluster:
     def __init__(self, size: int = 3, *, jetstream: bool = True, name: str = "jssync", config: str | None = None,
                  startup_timeout: float = 30.0) -> None:
         if size < 1:
-            raise ValueError(f"cluster size must be >= 1, got {size!r}")
+            raise ValidationError(f"cluster size must be >= 1, got {size!r}")
         self.size = size
         self.jetstream = jetstream
         self.name = name

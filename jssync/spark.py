@@ -42,13 +42,14 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._errors import (
     ConnectionClosedError,
     JetStreamError,
     MessageNotFoundError,
     TimeoutError,
+    ValidationError,
 )
 
 try:
@@ -151,7 +152,7 @@ def _opt_bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
         return True
     if v in _FALSE:
         return False
-    raise ValueError(f"option {key!r} must be true or false, got {raw!r}")
+    raise ValidationError(f"option {key!r} must be true or false, got {raw!r}")
 
 
 def _opt_int(opts: Mapping[str, str], key: str, default: int | None, minimum: int = 1) -> int | None:
@@ -161,9 +162,9 @@ def _opt_int(opts: Mapping[str, str], key: str, default: int | None, minimum: in
     try:
         v = int(str(raw).strip())
     except ValueError:
-        raise ValueError(f"option {key!r} must be an integer, got {raw!r}") from None
+        raise ValidationError(f"option {key!r} must be an integer, got {raw!r}") from None
     if v < minimum:
-        raise ValueError(f"option {key!r} must be >= {minimum}, got {raw!r}")
+        raise ValidationError(f"option {key!r} must be >= {minimum}, got {raw!r}")
     return v
 
 
@@ -174,9 +175,9 @@ def _opt_float(opts: Mapping[str, str], key: str, default: float) -> float:
     try:
         v = float(str(raw).strip())
     except ValueError:
-        raise ValueError(f"option {key!r} must be a number of seconds, got {raw!r}") from None
+        raise ValidationError(f"option {key!r} must be a number of seconds, got {raw!r}") from None
     if not v > 0 or math.isinf(v):
-        raise ValueError(f"option {key!r} must be > 0, got {raw!r}")
+        raise ValidationError(f"option {key!r} must be > 0, got {raw!r}")
     return v
 
 
@@ -197,9 +198,9 @@ def _opt_duration(opts: Mapping[str, str], key: str, default: float) -> float:
     try:
         v = float(num) * _UNITS[unit]
     except ValueError:
-        raise ValueError(f"option {key!r} must be a duration such as 30s, 500ms, 15m or 1h, got {raw!r}") from None
+        raise ValidationError(f"option {key!r} must be a duration such as 30s, 500ms, 15m or 1h, got {raw!r}") from None
     if v < 0 or math.isinf(v) or math.isnan(v):
-        raise ValueError(f"option {key!r} must be >= 0, got {raw!r}")
+        raise ValidationError(f"option {key!r} must be >= 0, got {raw!r}")
     return v
 
 
@@ -216,7 +217,8 @@ def _parse_time(raw: str, key: str) -> _dt.datetime:
     try:
         t = _dt.datetime.fromisoformat(raw.strip())
     except ValueError:
-        raise ValueError(f"option {key!r} must be an ISO 8601 time such as 2024-05-01T12:00:00Z, got {raw!r}") from None
+        raise ValidationError(
+            f"option {key!r} must be an ISO 8601 time such as 2024-05-01T12:00:00Z, got {raw!r}") from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=_dt.UTC)
     return t.astimezone(_dt.UTC)
@@ -249,7 +251,7 @@ class ConnectOptions:
         cert = _opt_str(opts, "tlsCertFile")
         key = _opt_str(opts, "tlsKeyFile")
         if (cert is None) != (key is None):
-            raise ValueError("options 'tlsCertFile' and 'tlsKeyFile' go together: set both or neither")
+            raise ValidationError("options 'tlsCertFile' and 'tlsKeyFile' go together: set both or neither")
         return cls(
             servers=_opt_str(opts, "servers"),
             user=_opt_str(opts, "user"),
@@ -319,7 +321,7 @@ class ReadOptions:
 
         stream = _opt_str(opts, "stream")
         if stream is None:
-            raise ValueError("option 'stream' is required: the name of the stream to read")
+            raise ValidationError("option 'stream' is required: the name of the stream to read")
         validate_name(stream, "option 'stream'")
         subjects_raw = _opt_str(opts, "subjects") or _opt_str(opts, "subject")
         subjects: tuple[str, ...] = ()
@@ -332,7 +334,7 @@ class ReadOptions:
         starting_sequence: int | None = None
         latest = False
         if start_raw is not None and time_raw is not None:
-            raise ValueError("set option 'startingSequence' or 'startingTime', not both")
+            raise ValidationError("set option 'startingSequence' or 'startingTime', not both")
         if start_raw is not None:
             low = start_raw.lower()
             if low == "earliest":
@@ -348,14 +350,14 @@ class ReadOptions:
             ending = _opt_int(opts, "endingSequence", None, 0)
         method = (_opt_str(opts, "readMethod") or "consumer").lower()
         if method not in ("consumer", "direct"):
-            raise ValueError(f"option 'readMethod' must be 'consumer' or 'direct', got {method!r}")
+            raise ValidationError(f"option 'readMethod' must be 'consumer' or 'direct', got {method!r}")
         if method == "direct" and len(subjects) > 1:
-            raise ValueError("readMethod 'direct' reads one subject filter; use readMethod 'consumer' "
+            raise ValidationError("readMethod 'direct' reads one subject filter; use readMethod 'consumer' "
                              f"for several subjects ({', '.join(subjects)})")
         max_per = _opt_int(opts, "maxMessagesPerTrigger", None)
         min_per = _opt_int(opts, "minMessagesPerTrigger", None)
         if max_per is not None and min_per is not None and min_per > max_per:
-            raise ValueError(f"option 'minMessagesPerTrigger' ({min_per}) must not be greater than "
+            raise ValidationError(f"option 'minMessagesPerTrigger' ({min_per}) must not be greater than "
                              f"'maxMessagesPerTrigger' ({max_per})")
         return cls(
             conn=ConnectOptions.parse(opts),
@@ -417,7 +419,7 @@ def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
     An empty range (``last < first``) gives no ranges.
     """
     if parts < 1:
-        raise ValueError(f"parts must be >= 1, got {parts!r}")
+        raise ValidationError(f"parts must be >= 1, got {parts!r}")
     total = last - first + 1
     if total <= 0:
         return []
@@ -451,7 +453,7 @@ def derive_msg_id(prefix: str, batch: int, partition: int, row: int, subject: st
 
 
 @dataclass
-class SequenceRange(InputPartition):  # type: ignore[misc]
+class SequenceRange(InputPartition):
     """One Spark input partition: the stream sequences ``first..last`` (inclusive).
 
     ``expected_from``: every message of the range at or after this sequence was stored (or
@@ -525,7 +527,7 @@ def _arrow_schema() -> Any:
 
 
 def _to_batch(stream: str, cols: _Columns, schema: Any) -> Any:
-    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow as pa
 
     n = len(cols)
     arrays = [
@@ -797,12 +799,12 @@ def _start_seq(js: JetStream, opts: ReadOptions, first_seq: int, last_seq: int) 
 def _check_schema(schema: Any) -> None:
     expected = schema_type()
     if schema is not None and isinstance(schema, StructType) and schema != expected:
-        raise ValueError(
+        raise ValidationError(
             f"the jetstream source has a fixed schema ({SCHEMA}); got a user schema {schema.simpleString()}"
         )
 
 
-class JetStreamBatchReader(DataSourceReader):  # type: ignore[misc]
+class JetStreamBatchReader(DataSourceReader):
     """Batch reads: plans sequence ranges on the driver, reads them on the executors."""
 
     def __init__(self, opts: ReadOptions) -> None:
@@ -833,7 +835,7 @@ class JetStreamBatchReader(DataSourceReader):  # type: ignore[misc]
         return read_range(self.opts, partition.first, partition.last, partition.expected_from)
 
 
-class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming reads. An offset is ``{"seq": N}``: the next stream sequence to read.
 
     A micro-batch from ``{"seq": a}`` to ``{"seq": b}`` reads the sequences ``a..b-1``.
@@ -945,7 +947,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
 
 @dataclass
-class JetStreamCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+class JetStreamCommitMessage(WriterCommitMessage):
     """What one write task reports to the driver."""
 
     partition: int
@@ -976,10 +978,10 @@ def _write_columns(names: list[str], opts: WriteOptions) -> _Columns4Write:
 
     data = idx("data")
     if data is None:
-        raise ValueError(f"the jetstream sink needs a 'data' column (binary or string); the columns are {names}")
+        raise ValidationError(f"the jetstream sink needs a 'data' column (binary or string); the columns are {names}")
     msg_id = idx(opts.msg_id_column)
     if opts.msg_id_column is not None and msg_id is None:
-        raise ValueError(f"option 'msgIdColumn' names {opts.msg_id_column!r}, which is not a column of {names}")
+        raise ValidationError(f"option 'msgIdColumn' names {opts.msg_id_column!r}, which is not a column of {names}")
     return _Columns4Write(data=data, subject=idx("subject"), headers=idx("headers"), msg_id=msg_id)
 
 
@@ -991,16 +993,16 @@ def check_write_schema(schema: StructType, opts: WriteOptions) -> None:
     cols = _write_columns(names, opts)
     f = schema.fields
     if not isinstance(f[cols.data].dataType, BinaryType | StringType):
-        raise ValueError(f"column 'data' must be binary or string, not {f[cols.data].dataType.simpleString()}")
+        raise ValidationError(f"column 'data' must be binary or string, not {f[cols.data].dataType.simpleString()}")
     if cols.subject is None and opts.subject is None:
-        raise ValueError("set option 'subject' or give the DataFrame a 'subject' column")
+        raise ValidationError("set option 'subject' or give the DataFrame a 'subject' column")
     if cols.subject is not None and not isinstance(f[cols.subject].dataType, StringType):
-        raise ValueError(f"column 'subject' must be a string, not {f[cols.subject].dataType.simpleString()}")
+        raise ValidationError(f"column 'subject' must be a string, not {f[cols.subject].dataType.simpleString()}")
     if cols.headers is not None:
         t = f[cols.headers].dataType
         if not (isinstance(t, MapType) and isinstance(t.keyType, StringType)
                 and isinstance(t.valueType, StringType)):
-            raise ValueError(f"column 'headers' must be map<string,string>, not {t.simpleString()}")
+            raise ValidationError(f"column 'headers' must be map<string,string>, not {t.simpleString()}")
 
 
 def _task_info() -> tuple[int, int, dict[str, str | None]]:
@@ -1109,7 +1111,7 @@ def _log_commit(messages: Sequence[Any], what: str) -> None:
     log.info("jssync.spark: %s: %d row(s) published, %d duplicate(s) dropped by the stream", what, rows, dups)
 
 
-class JetStreamBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class JetStreamBatchWriter(DataSourceArrowWriter):
     """Batch writes (``df.write.format("jetstream")...save()``)."""
 
     def __init__(self, opts: WriteOptions) -> None:
@@ -1129,7 +1131,7 @@ class JetStreamBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         log.warning("jssync.spark: write aborted; messages published by finished tasks stay in the stream")
 
 
-class JetStreamStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class JetStreamStreamWriter(DataSourceStreamArrowWriter):
     """Streaming writes; derived message ids use the query id, the micro-batch and the partition."""
 
     def __init__(self, opts: WriteOptions) -> None:
@@ -1161,7 +1163,7 @@ def _plain(options: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
 
-class JetStreamDataSource(DataSource):  # type: ignore[misc]
+class JetStreamDataSource(DataSource):
     """The ``jetstream`` format: batch and streaming reads of a stream, batch and streaming writes.
 
     Register it with :func:`register` (or ``spark.dataSource.register(JetStreamDataSource)``).
@@ -1184,7 +1186,8 @@ class JetStreamDataSource(DataSource):  # type: ignore[misc]
 
     def writer(self, schema: StructType, overwrite: bool) -> JetStreamBatchWriter:
         if overwrite:
-            raise ValueError("the jetstream sink only appends: use mode('append') (a stream cannot be overwritten)")
+            raise ValidationError(
+                "the jetstream sink only appends: use mode('append') (a stream cannot be overwritten)")
         opts = WriteOptions.parse(_plain(self.options))
         check_write_schema(schema, opts)
         return JetStreamBatchWriter(opts)
@@ -1217,8 +1220,8 @@ def _default_append() -> None:
             w = w.mode("append")
         return w
 
-    format._jssync_append = True  # type: ignore[attr-defined]
-    DataFrameWriter.format = format  # type: ignore[method-assign]
+    cast(Any, format)._jssync_append = True  # marks the patched method as ours
+    cast(Any, DataFrameWriter).format = format
 
 
 def register(spark: SparkSession) -> None:

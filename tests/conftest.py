@@ -49,6 +49,20 @@ def wait_answered(nc, subject: str, timeout: float = 20.0) -> None:
 
 
 @pytest.fixture
+def sigint() -> Iterator[None]:
+    """For a test that sends itself SIGINT: Python's own handler (raise KeyboardInterrupt)
+    for its duration, even when the suite was started with SIGINT ignored (a background
+    job, ``nohup``), where the signal would otherwise do nothing."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+@pytest.fixture
 def unique() -> str:
     """A short unique token for stream and subject names."""
     return uuid.uuid4().hex[:10].upper()

@@ -285,7 +285,7 @@ def test_many_threads_publish_nothing_lost(nc):
     del received
 
 
-def test_ctrl_c_during_blocking_request(nc):
+def test_ctrl_c_during_blocking_request(nc, sigint):
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("needs the main thread for SIGINT")  # pragma: no cover
     nc.subscribe("core.hang")  # never answers
@@ -302,7 +302,7 @@ def test_ctrl_c_during_blocking_request(nc):
     assert nc.request("core.after", b"", timeout=2).data == b"ok"
 
 
-def test_ctrl_c_during_next_msg(nc):
+def test_ctrl_c_during_next_msg(nc, sigint):
     sub = nc.subscribe("core.hang2")
     timer = threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()

@@ -200,7 +200,7 @@ def test_publish_and_dedup(js, stream):
     s = stream.name
     a1 = js.publish(f"{s}.x", b"hello1", msg_id="1")
     a2 = js.publish(f"{s}.x", b"hello2", msg_id="1")
-    assert (a1.stream, a1.seq, a1.duplicate) == (s, 1, None)
+    assert (a1.stream, a1.seq, a1.duplicate) == (s, 1, False)
     assert (a2.seq, a2.duplicate) == (1, True)
     assert stream.info().state.messages == 1
     assert isinstance(a1, jssync.PubAck)

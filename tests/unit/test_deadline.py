@@ -27,3 +27,40 @@ def test_expires_with_time():
 def test_negative_rejected():
     with pytest.raises(ValueError):
         Deadline(-1)
+
+
+def test_wait_future_timeout_has_no_internal_context():
+    import concurrent.futures
+
+    from jssync._loop import wait_future
+
+    fut: concurrent.futures.Future[int] = concurrent.futures.Future()
+    with pytest.raises(TimeoutError) as ei:
+        wait_future(fut, Deadline(0.15), "thing")
+    assert ei.value.__context__ is None and ei.value.__cause__ is None
+    assert fut.cancelled()
+
+
+def test_wait_future_cancelled_is_connection_closed_without_context():
+    import concurrent.futures
+
+    from jssync._errors import ConnectionClosedError
+    from jssync._loop import wait_future
+
+    fut: concurrent.futures.Future[int] = concurrent.futures.Future()
+    fut.cancel()
+    with pytest.raises(ConnectionClosedError) as ei:
+        wait_future(fut, Deadline(1), "thing")
+    assert ei.value.__context__ is None
+
+
+def test_deadline_get_returns_expired_sentinel():
+    from queue import SimpleQueue
+
+    from jssync._deadline import EXPIRED
+
+    q: SimpleQueue[int] = SimpleQueue()
+    q.put(1)
+    d = Deadline(0.05)
+    assert d.get(q) == 1
+    assert d.get(q) is EXPIRED
