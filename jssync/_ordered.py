@@ -470,6 +470,26 @@ class OrderedConsumeContext(ConsumeContext):
             return
         self._status(msg)
 
+    def _written_off_msg(self, msg: Msg) -> None:
+        """A message on the inbox of written-off pull requests (see ConsumeContext._reset_pending).
+
+        One the consumer in use delivers in order was written off as never to come: it
+        counts as requested again, then goes through :meth:`put_nowait`. Anything else (a
+        dropped consumer's message or status, a status of a written-off request) is ignored.
+        """
+        h = msg.headers
+        if h is None or msg.data or "Status" not in h:
+            t = _ack_tokens(msg.reply)
+            with self._lock:
+                if (t is not None and t[0] == self.consumer and t[2] == self._oc._expected
+                        and not self._resetting):
+                    self._disc -= 1
+                    if self._bytes_mode:
+                        self._disc_b -= message_size(msg.subject, msg.reply, h, msg.data)
+            self.put_nowait(msg)
+        else:
+            self._activity += 1
+
     def _terminal(self, exc: BaseException) -> None:
         self._start_reset(str(exc))
 
