@@ -249,7 +249,7 @@ class _FetchState:
                  "__weakref__")
 
     def __init__(self, batch: int, max_bytes: int, ack_none: bool, stream: str, consumer: str,
-                 check: Callable[[Msg], bool] | None = None, conn: Connection | None = None) -> None:
+                 check: Callable[[Msg], bool | None] | None = None, conn: Connection | None = None) -> None:
         self.conn = conn
         self.q: SimpleQueue[Any] = SimpleQueue()
         self.batch = batch
@@ -275,9 +275,14 @@ class _FetchState:
             return
         h = msg.headers
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
-            if self.check is not None and not self.check(msg):
-                self._end(False)
-                return
+            if self.check is not None:
+                ok = self.check(msg)
+                if not ok:
+                    if ok is None:
+                        self._passed_over(msg)
+                    else:
+                        self._end(False)
+                    return
             if self.ack_none:
                 msg._ack_none = True
             self.q.put(msg)
@@ -305,6 +310,19 @@ class _FetchState:
             self.error = status_error(st, self.stream, self.consumer)
             self.raise_error = act in (Action.ERROR, Action.TERMINAL, Action.NO_RESPONDERS)
         self._end(True)  # a status is the last thing the server sends for a request
+
+    def _passed_over(self, msg: Msg) -> None:
+        """A message the check passes over: not handed out, but it took its place in the request."""
+        self.batch -= 1
+        if self.max_bytes:
+            self.received_bytes += message_size(
+                msg.subject, msg.reply, msg.headers, msg.data,
+                -1 if self.conn is None else _wire_header_len(self.conn, msg))
+            if self.received_bytes >= self.max_bytes:
+                self._end(self.received >= self.batch, False)
+                return
+        if self.received >= self.batch:
+            self._end(True, not self.max_bytes)
 
     def _end(self, clean: bool, reuse: bool | None = None) -> None:
         """The request is over for us; ``reuse``: nothing more can arrive on its inbox (default ``clean``)."""
@@ -442,7 +460,7 @@ class FetchResult:
 
 def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: int = 0,
           expires: float | None = DEFAULT_EXPIRES, idle_heartbeat: float | None = None, no_wait: bool = False,
-          ack_none: bool = False, check: Callable[[Msg], bool] | None = None,
+          ack_none: bool = False, check: Callable[[Msg], bool | None] | None = None,
           grace: float = FETCH_GRACE, on_end: Callable[[_FetchState], None] | None = None) -> FetchResult:
     """Send one pull request and return the iterator over its messages (see :class:`FetchResult`).
 
