@@ -27,6 +27,7 @@ from tests.conftest import wait_for
 pytestmark = [pytest.mark.timeout(90), pytest.mark.slow, pytest.mark.fault]
 
 MAX = 10
+MAX_BYTES = 2000
 
 
 @pytest.fixture
@@ -90,19 +91,23 @@ def _setup(nc: jssync.Connection, name: str):
     return js, st, c
 
 
-def test_expired_written_off_request_not_subtracted_again(server):
+@pytest.mark.parametrize("mode", ["messages", "bytes"])
+def test_expired_written_off_request_not_subtracted_again(server, mode):
     """The 408 of a written-off request that was still alive must not lower the pending count again.
 
     Before the fix: the 408's pending count was subtracted a second time, consume sent a third
     pull request, and 2 x max_messages were delivered while the application took none.
-    The inbox of the written-off request is unsubscribed once it expired.
+    The inbox of the written-off request is unsubscribed once it expired. With max_bytes the
+    same holds for the bytes (100-byte payloads: each message counts more than 150 bytes).
     """
+    limit = {"max_messages": MAX} if mode == "messages" else {"max_bytes": MAX_BYTES}
+    most = MAX if mode == "messages" else MAX_BYTES // 150
     errors: list[BaseException] = []
     watch = _Timeouts(server)
     try:
         with jssync.connect(server.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1, name="rst") as nc:
             js, st, c = _setup(nc, "RST")
-            cc = c.consume(error_cb=errors.append, max_messages=MAX, expires=4, idle_heartbeat=0.5)
+            cc = c.consume(error_cb=errors.append, expires=4, idle_heartbeat=0.5, **limit)
             try:
                 wait_for(lambda: c.info().num_waiting == 1, what="the first pull request waiting")
                 subs = _subscriptions(server, "rst")
@@ -111,11 +116,11 @@ def test_expired_written_off_request_not_subtracted_again(server):
                 wait_for(lambda: watch.count >= 1, timeout=10, what="the old request's 408")
                 nc.flush()  # the 408 was handled ...
                 nc.flush()  # ... and any pull request it caused reached the server
-                for i in range(3 * MAX):
-                    js.publish_async("rst.x", b"%d" % i)
+                for _ in range(3 * most):
+                    js.publish_async("rst.x", b"p" * 100)
                 js.publish_async_completed(10)
                 delivered = _deliveries_settled(c)
-                assert delivered <= MAX, f"{delivered} messages delivered for max_messages={MAX}"
+                assert delivered <= most, f"{delivered} messages delivered for {limit}"
                 assert cc.pending_messages == delivered
                 wait_for(lambda: _subscriptions(server, "rst") == subs, timeout=10,
                          what="the old inbox unsubscribed")
