@@ -240,8 +240,9 @@ class OrderedConsumer:
     def _initial_done(self, info: api.ConsumerInfo | None = None) -> None:
         """The initial values are read: a later consumer starts at the next stream sequence."""
         self._initial = False
-        if self._next_seq == 0 and info is not None and info.delivered is not None and info.delivered.stream_seq:
-            self._next_seq = info.delivered.stream_seq + 1
+        if self._next_seq == 0 and info is not None:
+            # none matched: what is stored later comes after the consumer's start (1 on an empty stream)
+            self._next_seq = int(getattr(info.delivered, "stream_seq", 0) or 0) + 1
 
     def _initial_msg(self, sseq: int) -> bool:
         """While the initial values are read (I/O thread, under the sequence check's lock):

@@ -92,3 +92,14 @@ def test_after_initial_values_recreated_from_sequence(js, stream):
     assert _got([oc.next(timeout=5), oc.next(timeout=5)], stream) == [("k0", b"v4"), ("k0", b"v5")]
     with pytest.raises(jssync.TimeoutError):
         oc.next(timeout=0.5)
+
+
+def test_nothing_initial_then_recreated_keeps_every_revision(js, stream):
+    """No message when the consumer is created: every later revision counts, also across a re-create."""
+    oc = stream.ordered_consumer(deliver_policy="last_per_subject", filter_subjects=f"{stream.name}.>")
+    with pytest.raises(jssync.TimeoutError):
+        oc.next(timeout=0.3)
+    js.delete_consumer(stream.name, oc.name)
+    js.publish(f"{stream.name}.k0", b"v1")
+    js.publish(f"{stream.name}.k0", b"v2")
+    assert _got([oc.next(timeout=5), oc.next(timeout=5)], stream) == [("k0", b"v1"), ("k0", b"v2")]
