@@ -851,9 +851,9 @@ class ConsumeContext:
             try:
                 with translating():
                     nsub = await conn._nc.subscribe(inbox, pending_msgs_limit=0, pending_bytes_limit=0)
-            except Exception:  # closed or draining: keep the old inbox (as if nothing was written off there)
+            except Exception:  # the connection is closing or draining
                 log.debug("jssync: consume %s/%s: new inbox failed", self.stream, self.consumer, exc_info=True)
-            if nsub is None:  # the connection is closing or draining: keep the old inbox
+            if nsub is None:  # keep the old inbox (what it still receives counts as usual again)
                 if old in self._old:
                     self._old.remove(old)
                     old._pending_queue = self
