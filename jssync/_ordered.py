@@ -4,7 +4,9 @@ An :class:`OrderedConsumer` reads a stream through an ephemeral, ack-none, in-me
 single-replica pull consumer that it owns. It checks the consumer sequence of every
 message; on a gap, a missed heartbeat, a reconnect, or when the consumer is deleted or
 stops answering, it drops the consumer and creates a new one that starts at the stream
-sequence after the last message it accepted.
+sequence after the last message it accepted; with deliver_policy ``last_per_subject``,
+while the initial values (the last message per subject) are still being read, the new one
+asks for the last per subject again and passes over those delivered already.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from ._pull import (
     _pos_float,
     _pos_int,
     _State,
+    _wire_header_len,
     fetch,
     validate_fetch,
 )
@@ -87,7 +90,9 @@ class OrderedConsumer:
     Args:
         filter_subjects: a subject or list of subjects to read (default: all).
         deliver_policy: where to start (``"all"``, ``"last"``, ``"new"``,
-            ``"by_start_sequence"``, ``"by_start_time"``, ``"last_per_subject"``).
+            ``"by_start_sequence"``, ``"by_start_time"``, ``"last_per_subject"``). With
+            ``"last_per_subject"``, a consumer re-created while the initial values are read
+            asks for the last per subject again and passes over those delivered already.
         opt_start_seq: first stream sequence (implies ``by_start_sequence``).
         opt_start_time: first time, an aware datetime (implies ``by_start_time``).
         replay_policy: ``"instant"`` (default) or ``"original"``.
@@ -164,6 +169,11 @@ class OrderedConsumer:
         #: next stream sequence to start a new consumer at (0: use the configured start)
         self._next_seq = 0
         self._needs_reset = False
+        #: last_per_subject: True while the initial values (the last per subject when the
+        #: consumer was created) are read; _initial_left of them are still to come
+        self._initial = self._policy is api.DeliverPolicy.LAST_PER_SUBJECT
+        self._initial_left = 0
+        self._passed = 0  # messages passed over as delivered already (fetch/next)
         self._fetch: FetchResult | None = None
         self._consume: OrderedConsumeContext | None = None
 
@@ -192,7 +202,10 @@ class OrderedConsumer:
             cfg.filter_subject = self._filters[0]
         elif self._filters:
             cfg.filter_subjects = list(self._filters)
-        if self._next_seq > 0:
+        if self._initial:
+            # (again) the last per subject: those before _next_seq were delivered already
+            cfg.deliver_policy = api.DeliverPolicy.LAST_PER_SUBJECT
+        elif self._next_seq > 0:
             cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
             cfg.opt_start_seq = self._next_seq
         else:
@@ -213,10 +226,31 @@ class OrderedConsumer:
                 self._next_seq = floor + 1
             elif self._policy is api.DeliverPolicy.ALL:
                 self._next_seq = 1
+        if self._initial:
+            # all it has pending now is initial (it delivers them first, in stream order)
+            left = int(info.num_pending or 0) + int(getattr(info.delivered, "consumer_seq", 0) or 0)
+            self._initial_left = left
+            if left == 0:
+                self._initial_done(info)
         self._name = name
         self._expected = 1
         self._needs_reset = False
         return name
+
+    def _initial_done(self, info: api.ConsumerInfo | None = None) -> None:
+        """The initial values are read: a later consumer starts at the next stream sequence."""
+        self._initial = False
+        if self._next_seq == 0 and info is not None:
+            # none matched: what is stored later comes after the consumer's start (1 on an empty stream)
+            self._next_seq = int(getattr(info.delivered, "stream_seq", 0) or 0) + 1
+
+    def _initial_msg(self, sseq: int) -> bool:
+        """While the initial values are read (I/O thread, under the sequence check's lock):
+        count one; True when it was delivered already (by a consumer this one replaced)."""
+        self._initial_left -= 1
+        if self._initial_left <= 0:
+            self._initial = False
+        return sseq < self._next_seq
 
     def _delete_soon(self, name: str | None) -> None:
         """Delete a consumer we no longer use, in the background (best effort)."""
@@ -308,6 +342,7 @@ class OrderedConsumer:
             left = deadline.remaining() or 0.0
             if left <= 0.001:
                 break
+            passed = self._passed
             try:
                 res = self._start_fetch(1, 0, left, idle_heartbeat if idle_heartbeat and idle_heartbeat <= left / 2
                                         else None, False, grace=min(1.0, 0.1 + left * 0.1),
@@ -321,7 +356,7 @@ class OrderedConsumer:
                 continue
             for msg in res:
                 return msg
-            if not self._needs_reset:
+            if not self._needs_reset and self._passed == passed:
                 break
         raise TimeoutError(
             f"no message from the ordered consumer on stream {self.stream!r} within {timeout}s"
@@ -384,7 +419,7 @@ class _FetchControl:
         self.lock = threading.Lock()
         self.ended = False
 
-    def check(self, msg: Msg) -> bool:
+    def check(self, msg: Msg) -> bool | None:
         oc = self.oc
         t = _ack_tokens(msg.reply)
         with self.lock:
@@ -394,6 +429,9 @@ class _FetchControl:
                 oc._needs_reset = True
                 return False
             oc._expected = t[2] + 1
+            if oc._initial and oc._initial_msg(t[1]):
+                oc._passed += 1
+                return None  # delivered already: passed over
             oc._next_seq = t[1] + 1
             return True
 
@@ -455,10 +493,19 @@ class OrderedConsumeContext(ConsumeContext):
                 else:
                     gap = False
                     oc._expected = t[2] + 1
-                    oc._next_seq = t[1] + 1
                     self._rx += 1
+                    size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(
+                        self._conn, msg)) if self._bytes_mode else 0
+                    self._rx_b += size
+                    if oc._initial and oc._initial_msg(t[1]):
+                        # delivered already (by a consumer this one replaced): it took its place
+                        # in a pull request but is never taken, so it is discounted at once
+                        self._disc += 1
+                        self._disc_b += size
+                        return
+                    oc._next_seq = t[1] + 1
                     if self._bytes_mode:
-                        self._rx_b += message_size(msg.subject, msg.reply, h, msg.data)
+                        self._sizes.append(size)
                     msg._ack_none = True
                     self._q.put(msg)
             if gap:
@@ -469,6 +516,27 @@ class OrderedConsumeContext(ConsumeContext):
         if self._resetting:
             return
         self._status(msg)
+
+    def _written_off_msg(self, msg: Msg) -> None:
+        """A message on the inbox of written-off pull requests (see ConsumeContext._reset_pending).
+
+        One the consumer in use delivers in order was written off as never to come: it
+        counts as requested again, then goes through :meth:`put_nowait`. Anything else (a
+        dropped consumer's message or status, a status of a written-off request) is ignored.
+        """
+        h = msg.headers
+        if h is None or msg.data or "Status" not in h:
+            t = _ack_tokens(msg.reply)
+            with self._lock:
+                if (t is not None and t[0] == self.consumer and t[2] == self._oc._expected
+                        and not self._resetting):
+                    self._disc -= 1
+                    if self._bytes_mode:
+                        self._disc_b -= message_size(msg.subject, msg.reply, h, msg.data,
+                                                     _wire_header_len(self._conn, msg))
+            self.put_nowait(msg)
+        else:
+            self._activity += 1
 
     def _terminal(self, exc: BaseException) -> None:
         self._start_reset(str(exc))

@@ -64,6 +64,8 @@ _QUIET = 0.5
 _POOL_MAX = 8
 #: consume's heartbeat monitor checks this many times per idle_heartbeat (warns 2x to 2.1x late).
 _TICKS = 10
+#: Inboxes of written-off pull requests a consume keeps at most (each for ``expires`` + 1 s).
+_MAX_OLD_INBOXES = 16
 #: Messages a callback lane handles before it yields its worker to other jobs.
 _LANE_BUDGET = 512
 _NS = 1_000_000_000
@@ -176,6 +178,23 @@ class _Discard:
 _DISCARD = _Discard()
 
 
+class _WrittenOff(_Discard):
+    """The subscription queue of a consume inbox whose pull requests were written off.
+
+    Whatever still arrives there comes from requests the counts no longer include (see
+    :meth:`ConsumeContext._reset_pending`); the server tells the inboxes apart by the
+    subscription id of each message.
+    """
+
+    __slots__ = ("cc",)
+
+    def __init__(self, cc: ConsumeContext) -> None:
+        self.cc = cc
+
+    def put_nowait(self, msg: Msg) -> None:
+        self.cc._written_off_msg(msg)
+
+
 class _Inbox:
     """A reply inbox for fetch requests: one core subscription, reused while clean."""
 
@@ -230,7 +249,7 @@ class _FetchState:
                  "__weakref__")
 
     def __init__(self, batch: int, max_bytes: int, ack_none: bool, stream: str, consumer: str,
-                 check: Callable[[Msg], bool] | None = None, conn: Connection | None = None) -> None:
+                 check: Callable[[Msg], bool | None] | None = None, conn: Connection | None = None) -> None:
         self.conn = conn
         self.q: SimpleQueue[Any] = SimpleQueue()
         self.batch = batch
@@ -256,9 +275,14 @@ class _FetchState:
             return
         h = msg.headers
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
-            if self.check is not None and not self.check(msg):
-                self._end(False)
-                return
+            if self.check is not None:
+                ok = self.check(msg)
+                if not ok:
+                    if ok is None:
+                        self._passed_over(msg)
+                    else:
+                        self._end(False)
+                    return
             if self.ack_none:
                 msg._ack_none = True
             self.q.put(msg)
@@ -286,6 +310,19 @@ class _FetchState:
             self.error = status_error(st, self.stream, self.consumer)
             self.raise_error = act in (Action.ERROR, Action.TERMINAL, Action.NO_RESPONDERS)
         self._end(True)  # a status is the last thing the server sends for a request
+
+    def _passed_over(self, msg: Msg) -> None:
+        """A message the check passes over: not handed out, but it took its place in the request."""
+        self.batch -= 1
+        if self.max_bytes:
+            self.received_bytes += message_size(
+                msg.subject, msg.reply, msg.headers, msg.data,
+                -1 if self.conn is None else _wire_header_len(self.conn, msg))
+            if self.received_bytes >= self.max_bytes:
+                self._end(self.received >= self.batch, False)
+                return
+        if self.received >= self.batch:
+            self._end(True, not self.max_bytes)
 
     def _end(self, clean: bool, reuse: bool | None = None) -> None:
         """The request is over for us; ``reuse``: nothing more can arrive on its inbox (default ``clean``)."""
@@ -423,7 +460,7 @@ class FetchResult:
 
 def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: int = 0,
           expires: float | None = DEFAULT_EXPIRES, idle_heartbeat: float | None = None, no_wait: bool = False,
-          ack_none: bool = False, check: Callable[[Msg], bool] | None = None,
+          ack_none: bool = False, check: Callable[[Msg], bool | None] | None = None,
           grace: float = FETCH_GRACE, on_end: Callable[[_FetchState], None] | None = None) -> FetchResult:
     """Send one pull request and return the iterator over its messages (see :class:`FetchResult`).
 
@@ -631,6 +668,11 @@ class ConsumeContext:
         self._hold = False
         self._resetting = False
         self._rx_at_pull = 0
+        # pull requests sent to the current inbox and not ended by a status there (under _lock;
+        # a request filled without a status stays counted): none left means none can be alive
+        self._open = 0
+        # subscriptions of inboxes whose pull requests were written off (I/O thread)
+        self._old: list[Any] = []
         self._size_warned = False
         self._last_warning = ""
         # max_bytes mode: the wire size of each buffered message, in queue order (I/O thread appends)
@@ -718,10 +760,10 @@ class ConsumeContext:
         act = decide(st)
         if act is Action.HEARTBEAT:
             return
-        if st.pending_msgs or st.pending_bytes:
-            with self._lock:
-                self._disc += st.pending_msgs
-                self._disc_b += st.pending_bytes
+        with self._lock:  # any other status ends one pull request of the current inbox
+            self._open -= 1
+            self._disc += st.pending_msgs
+            self._disc_b += st.pending_bytes
         if act is Action.DONE:
             self._last_warning = ""
             if (self._bytes_mode and st.code == 409 and self._rx == self._rx_at_pull
@@ -806,10 +848,103 @@ class ConsumeContext:
             self._looking_up = False
 
     def _reset_pending(self) -> None:
-        """Forget the pull requests in flight (they are gone on the server)."""
+        """Write off the pull requests in flight: they count as gone on the server (I/O thread).
+
+        After a missed heartbeat, a reconnect or a status that ended an unknown one of them,
+        some may still be alive on the server (a paused server, a stalled connection): they
+        may deliver messages and end with a 408 whose pending counts were written off
+        already. So when a request sent to the current inbox may still be open, the next
+        ones go to a new inbox (the pull waits until it is subscribed) and the old inbox's
+        subscription hands what still arrives to :meth:`_written_off_msg`, which counts a
+        message as requested and received, and no status twice. The old subscription is
+        drained ``expires`` + 1 s later, when the requests sent to it have expired.
+        """
         with self._lock:
+            alive = self._req - self._rx - self._disc > 0 and self._open > 0
             self._disc = self._req - self._rx
             self._disc_b = self._req_b - self._rx_b
+            if alive and self._nsub is not None and not self._resetting \
+                    and len(self._old) < _MAX_OLD_INBOXES and not self._winding_down:
+                self._open = 0
+                self._resetting = True  # no pull until the new inbox is subscribed
+            else:
+                return
+        old = self._nsub
+        old._pending_queue = _WrittenOff(self)
+        self._old.append(old)
+        self._nsub = None
+        conn = self._conn
+        inbox = conn.new_inbox()
+
+        async def _swap() -> None:
+            nsub: Any = None
+            try:
+                with translating():
+                    nsub = await conn._nc.subscribe(inbox, pending_msgs_limit=0, pending_bytes_limit=0)
+            except Exception:  # the connection is closing or draining
+                log.debug("jssync: consume %s/%s: new inbox failed", self.stream, self.consumer, exc_info=True)
+            if nsub is None:  # keep the old inbox (what it still receives counts as usual again)
+                if old in self._old:
+                    self._old.remove(old)
+                    old._pending_queue = self
+                    self._nsub = old
+            elif self._winding_down:  # nothing was requested on it: the wind-down drains the old one
+                _unsubscribe_soon(conn, nsub)
+            else:
+                nsub._pending_queue = self
+                self._inbox = inbox
+                self._nsub = nsub
+                try:
+                    conn._loop.loop.call_later(self._opts.expires + FETCH_GRACE, self._drop_old, old)
+                except RuntimeError:  # pragma: no cover - the loop is closing
+                    pass
+            self._resetting = False
+            self._pull()
+
+        _on_loop(conn, _swap)
+
+    def _drop_old(self, nsub: Any) -> None:
+        """On the loop: the requests sent to a written-off inbox have expired; drain its subscription."""
+        if nsub not in self._old or self._winding_down:
+            return  # the wind-down drains it
+        self._old.remove(nsub)
+        conn = self._conn
+
+        async def _drain() -> None:
+            try:
+                if not conn._nc.is_closed:
+                    await conn._drain_nsub(nsub, 5.0)
+            except Exception:
+                log.debug("jssync: consume: draining an old inbox failed", exc_info=True)
+
+        _on_loop(conn, _drain)
+
+    def _written_off_msg(self, msg: Msg) -> None:
+        """A message for a written-off pull request (I/O thread): it was alive after all.
+
+        A user message was counted as never to come: now it counts as requested and
+        received (pending one more, in flight unchanged), then goes to the buffer like any
+        other. A status ends or heartbeats a request no longer counted: only a terminal one
+        (consumer deleted, push based) matters.
+        """
+        self._activity += 1
+        h = msg.headers
+        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
+            size = 0
+            if self._bytes_mode:
+                size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
+            with self._lock:
+                self._disc -= 1
+                self._disc_b -= size
+            self._rx += 1
+            if self._bytes_mode:
+                self._rx_b += size
+                self._sizes.append(size)
+            self._user_msg(msg)
+            return
+        st = classify(h, msg.data, msg.reply)
+        if st is not None and decide(st) is Action.TERMINAL:
+            self._terminal(status_error(st, self.stream, self.consumer))
 
     def _pull(self) -> None:
         """Send a pull request if the pending count is at or below the threshold (any thread)."""
@@ -836,9 +971,11 @@ class ConsumeContext:
             self._req += batch
             self._rx_at_pull = self._rx
             self._pulls += 1
+            self._open += 1
             subject = self._next_subject
+            inbox = self._inbox
         body = pull_request(batch, expires_ns=self._expires_ns, max_bytes=max_bytes, heartbeat_ns=self._hb_ns)
-        self._conn._enqueue((subject, body, self._inbox, None))
+        self._conn._enqueue((subject, body, inbox, None))
 
     # heartbeat monitor: a timer on the I/O loop, ticking every idle_heartbeat / _TICKS
 
@@ -952,14 +1089,19 @@ class ConsumeContext:
                 return
             self._winding_down = True
         conn = self._conn
-        nsub = self._nsub
 
         async def _run() -> None:
             try:
                 if wait:
                     await self._pulls_done_sending()
+                # the current inbox and those of written-off requests (none is added from now on)
+                subs = [n for n in (self._nsub, *self._old) if n is not None]
+                self._old = []
                 if not conn._nc.is_closed:
-                    await conn._drain_nsub(nsub, 5.0)
+                    for res in await asyncio.gather(*(conn._drain_nsub(n, 5.0) for n in subs),
+                                                    return_exceptions=True):
+                        if isinstance(res, BaseException):
+                            raise res
             except Exception:  # not confirmed (disconnected, timed out): the inbox is removed anyway
                 log.debug("jssync: consume %s/%s: unsubscribe failed", self.stream, self.consumer, exc_info=True)
             finally:

@@ -233,3 +233,21 @@ def test_stream_deleted_ends_consume(js, stream):
         js.delete_stream(stream.name)
         with pytest.raises(jssync.StreamNotFoundError):
             it.next(timeout=10 * FACTOR)
+
+
+def test_consume_max_bytes_counts_wire_header_size(nats_server, js, stream):
+    """Ordered consume(max_bytes) counts a message's header block as it came over the wire.
+
+    With a repeated header name (as other clients send) the parsed headers are shorter than
+    the wire block: counted that way the pending bytes never fell to the threshold and
+    consume waited for each pull request to expire (10 s) before it sent the next.
+    """
+    from tests.integration.test_pull_accounting import raw_hpub
+
+    hdr = b"NATS/1.0\r\nX-Dup: a\r\nX-Dup: bb\r\nX-Dup: ccc\r\n\r\n"
+    raw_hpub(nats_server.port, f"{stream.name}.m", hdr, b"p" * 100, 300)
+    oc = stream.ordered_consumer()
+    with oc.consume(max_bytes=3000, expires=10) as it:
+        got = [it.next(timeout=5 * FACTOR) for _ in range(300)]
+        wait_for(lambda: it.pending_bytes <= 3000, what="pending bytes within max_bytes")
+    assert seqs(got) == list(range(1, 301))
