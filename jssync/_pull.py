@@ -26,6 +26,7 @@ from enum import Enum
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
+from . import _natspy
 from ._deadline import Deadline
 from ._errors import (
     ConnectionClosedError,
@@ -146,7 +147,7 @@ def _wire_header_len(conn: Connection, msg: Msg) -> int:
     if msg.headers is None:
         return 0
     try:
-        n = conn._nc._ps.needed - len(msg.data)
+        n = _natspy.parser_needed(conn._nc) - len(msg.data)
     except Exception:  # pragma: no cover - another nats-py version
         return -1
     return n if n.__class__ is int and n > 10 else -1
@@ -197,14 +198,14 @@ def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
         while pool:
             box = pool.pop()
             if not box.nsub._closed:
-                box.nsub._pending_queue = sink
+                _natspy.set_sub_queue(box.nsub, sink)
                 return box
     subject = conn.new_inbox()
 
     async def _sub() -> Any:
         with translating():
             nsub = await conn._nc.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)
-        nsub._pending_queue = sink
+        _natspy.set_sub_queue(nsub, sink)
         return nsub
 
     return _Inbox(subject, conn.run(_sub(), deadline, "subscribe"))
@@ -212,7 +213,7 @@ def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
 
 def _release_inbox(conn: Connection, box: _Inbox, reuse: bool) -> None:
     """Give an inbox back: pooled when its pull request is over on the server, else unsubscribed."""
-    box.nsub._pending_queue = _DISCARD
+    _natspy.set_sub_queue(box.nsub, _DISCARD)
     if reuse and not conn._closed and not box.nsub._closed:
         with _pools_lock:
             pool = _pools.setdefault(conn, [])
@@ -659,7 +660,7 @@ class ConsumeContext:
         async def _sub() -> Any:
             with translating():
                 nsub = await conn._nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
-            nsub._pending_queue = self
+            _natspy.set_sub_queue(nsub, self)
             return nsub
 
         # callback form: nothing is handed to the callback before consume() returned (the lane

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
+from . import _natspy
 from ._deadline import Deadline
 from ._errors import (
     ConnectionClosedError,
@@ -736,11 +737,12 @@ class JetStreamSubscription(Subscription):
         with translating():
             nsub = await conn._nc.subscribe(subject, queue=queue or "", pending_msgs_limit=0,
                                             pending_bytes_limit=0)
-        old = nsub._pending_queue
-        nsub._pending_queue = _PushInbound(self, gen)
+        old = _natspy.sub_queue(nsub)
+        inbound = _PushInbound(self, gen)
+        _natspy.set_sub_queue(nsub, inbound)
         while not old.empty():
             try:
-                nsub._pending_queue.put_nowait(old.get_nowait())
+                inbound.put_nowait(old.get_nowait())
             except asyncio.QueueFull:
                 pass
         return nsub
