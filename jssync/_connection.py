@@ -69,8 +69,6 @@ _STEAL_WINDOW = 0.005
 _STEAL_PEEK_FIRST = 4096
 #: ... and at most, when the reply is longer.
 _STEAL_PEEK = 65536
-#: nats-py's closed status (nats.aio.client.Client.CLOSED; checked in connect()).
-_NC_CLOSED = 2
 #: Publishes queued before ``publish`` waits for the I/O thread to catch up.
 _PUB_HIGH_WATER = 65536
 #: ... or this many payload bytes (estimated as queue length x the new message's size).
@@ -414,7 +412,6 @@ class Connection:
         import nats.aio.client
 
         nc = nats.aio.client.Client()
-        assert nats.aio.client.Client.CLOSED == _NC_CLOSED
         why = _natspy.check(nc)
         self._msg_class, why["msg_class"] = _natspy.install_msg_class(nc, Msg, self)
         self._caps = _natspy.warn_disabled(why)
@@ -732,7 +729,7 @@ class Connection:
         try:
             if msg._acked:
                 return False
-            if self._closing or self._closed or self._nc._status == _NC_CLOSED:
+            if self._closing or self._closed or self._nc.is_closed:
                 raise ConnectionClosedError("the connection is closed: the ack was not sent")
             q.append((msg.reply, payload, reply, None))
             if terminal:
@@ -1454,7 +1451,7 @@ class Connection:
                     self._unwatch_permission(key)
                     raise
                 _natspy.set_sub_queue(nsub, _Mux())
-                self._mux_sid = str(nsub._id).encode()
+                self._mux_sid = str(_natspy.sub_sid(nsub)).encode()
                 try:
                     await self._check_sub_permission(nsub, prefix + "*", denied, key)
                 except PermissionDeniedError as exc:
@@ -1621,14 +1618,13 @@ class Connection:
         dropped. The subscription is removed even when the flush fails (disconnected, timed
         out), so a drain always ends.
         """
-        if nsub is None or nsub._closed or self._nc.is_closed:
+        if nsub is None or _natspy.sub_closed(nsub) or self._nc.is_closed:
             return
         try:
-            await _natspy.send_unsubscribe(self._nc, nsub._id)
+            await _natspy.send_unsubscribe(self._nc, nsub)
             await self._ordered_flush(timeout)
         finally:
-            nsub._closed = True
-            _natspy.remove_sub(self._nc, nsub._id)
+            _natspy.remove_sub(self._nc, nsub)
 
     def _unsubscribe(self, sub: Subscription, drain: bool, timeout: float | Deadline) -> None:
         with self._subs_lock:
@@ -1638,7 +1634,7 @@ class Connection:
         nsub = sub._nsub
 
         async def _unsub() -> None:
-            if nsub is None or nsub._closed or self._nc.is_closed:
+            if nsub is None or _natspy.sub_closed(nsub) or self._nc.is_closed:
                 return
             with translating():
                 if drain:

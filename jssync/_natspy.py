@@ -163,14 +163,26 @@ def set_sub_queue(nsub: Any, sink: Any) -> None:
     nsub._pending_queue = sink
 
 
-async def send_unsubscribe(nc: Any, sid: int) -> None:
-    """Send UNSUB for ``sid`` and keep the subscription (its messages still arrive)."""
-    await nc._send_unsubscribe(sid)
+def sub_sid(nsub: Any) -> int:
+    """The subscription's id (the sid in the server's MSG lines)."""
+    sid: int = nsub._id
+    return sid
 
 
-def remove_sub(nc: Any, sid: int) -> None:
-    """Forget the subscription ``sid`` (no more deliveries), with nothing sent."""
-    nc._remove_sub(sid)
+def sub_closed(nsub: Any) -> bool:
+    """True once the subscription was unsubscribed or removed."""
+    return bool(nsub._closed)
+
+
+async def send_unsubscribe(nc: Any, nsub: Any) -> None:
+    """Send UNSUB for ``nsub`` and keep the subscription (its messages still arrive)."""
+    await nc._send_unsubscribe(nsub._id)
+
+
+def remove_sub(nc: Any, nsub: Any) -> None:
+    """Mark ``nsub`` closed and forget it (no more deliveries), with nothing sent."""
+    nsub._closed = True
+    nc._remove_sub(nsub._id)
 
 
 def server_info(nc: Any) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def _unsubscribe_soon(conn: Connection, nsub: Any) -> None:
         return
 
     async def _unsub() -> None:
-        if nsub._closed or conn._nc.is_closed:
+        if _natspy.sub_closed(nsub) or conn._nc.is_closed:
             return
         try:
             await nsub.unsubscribe()
@@ -197,7 +197,7 @@ def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
         pool = _pools.get(conn)
         while pool:
             box = pool.pop()
-            if not box.nsub._closed:
+            if not _natspy.sub_closed(box.nsub):
                 _natspy.set_sub_queue(box.nsub, sink)
                 return box
     subject = conn.new_inbox()
@@ -214,7 +214,7 @@ def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
 def _release_inbox(conn: Connection, box: _Inbox, reuse: bool) -> None:
     """Give an inbox back: pooled when its pull request is over on the server, else unsubscribed."""
     _natspy.set_sub_queue(box.nsub, _DISCARD)
-    if reuse and not conn._closed and not box.nsub._closed:
+    if reuse and not conn._closed and not _natspy.sub_closed(box.nsub):
         with _pools_lock:
             pool = _pools.setdefault(conn, [])
             if len(pool) < _POOL_MAX:

@@ -761,7 +761,7 @@ class JetStreamSubscription(Subscription):
             return
 
         async def _unsub() -> None:
-            if nsub._closed or conn._nc.is_closed:
+            if _natspy.sub_closed(nsub) or conn._nc.is_closed:
                 return
             with translating():
                 await nsub.unsubscribe()

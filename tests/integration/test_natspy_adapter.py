@@ -111,6 +111,7 @@ def test_delivery_survives_a_changed_natspy(case: str, nats_server: Any, unique:
 PRIVATE = re.compile(
     r"\._(ps|pending_queue|transport|pending_data_size|flush_pending|send_unsubscribe|remove_sub|server_info"
     r"|process_headers|io_writer|bare_io_writer|sock|pending|to_utc_iso|parse_utc_iso)\b|\.msg_class\b"
+    r"|\bnsub\._(closed|id)\b|\bnc\._status\b"
 )
 
 
