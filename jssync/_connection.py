@@ -37,6 +37,8 @@ from ._errors import (
 )
 from ._loop import IOLoop
 from ._msg import ACK_SENT, Msg
+from ._natspy import CLOSED as _NC_CLOSED
+from ._natspy import STATUS as _NC_STATUS
 from ._subscription import Subscription, _Inbound
 from ._workers import WorkerPool
 
@@ -729,7 +731,7 @@ class Connection:
         try:
             if msg._acked:
                 return False
-            if self._closing or self._closed or self._nc.is_closed:
+            if self._closing or self._closed or getattr(self._nc, _NC_STATUS) == _NC_CLOSED:
                 raise ConnectionClosedError("the connection is closed: the ack was not sent")
             q.append((msg.reply, payload, reply, None))
             if terminal:

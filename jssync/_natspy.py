@@ -35,6 +35,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import nats.aio.client
+
 if TYPE_CHECKING:
     from ._connection import Connection
     from ._msg import Msg
@@ -54,6 +56,11 @@ try:
     from nats.protocol.parser import AWAITING_CONTROL_LINE as _IDLE
 except ImportError:  # pragma: no cover - another nats-py: direct reads stay off
     _IDLE = None
+
+#: Where the client keeps its status, and its closed status (``getattr(nc, STATUS) == CLOSED``
+#: is ``nc.is_closed`` without the property call, for the ack path).
+STATUS = "_status"
+CLOSED: int = nats.aio.client.Client.CLOSED
 
 #: The keywords jssync's Msg takes (nats-py's ``Client._build_message`` passes these).
 _MSG_KEYWORDS = frozenset({"subject", "reply", "data", "headers", "_client", "_sid"})
