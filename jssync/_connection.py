@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import inspect
 import itertools
 import logging
 import os
@@ -19,6 +18,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from . import _natspy
 from ._deadline import Deadline
 from ._errors import (
     AuthorizationError,
@@ -39,6 +39,8 @@ from ._errors import (
 )
 from ._loop import IOLoop
 from ._msg import ACK_SENT, Msg
+from ._natspy import CLOSED as _NC_CLOSED
+from ._natspy import STATUS as _NC_STATUS
 from ._subscription import Subscription, _Inbound
 from ._workers import WorkerPool
 
@@ -71,10 +73,6 @@ _STEAL_WINDOW = 0.005
 _STEAL_PEEK_FIRST = 4096
 #: ... and at most, when the reply is longer.
 _STEAL_PEEK = 65536
-#: nats-py's parser state between messages (nats.protocol.parser.AWAITING_CONTROL_LINE).
-_PARSER_IDLE = 1
-#: nats-py's closed status (nats.aio.client.Client.CLOSED; checked in connect()).
-_NC_CLOSED = 2
 #: Publishes queued before ``publish`` waits for the I/O thread to catch up.
 _PUB_HIGH_WATER = 65536
 #: ... or this many payload bytes (estimated as queue length x the new message's size).
@@ -350,7 +348,11 @@ class Connection:
         # takes _rlock; a caller may take its own reply off the socket when everything
         # the loop received so far has been parsed up to a message boundary.
         self._rlock = threading.RLock()
-        self._rd_reader: Any = None
+        self._rd_reader: Callable[[], bool] | None = None  # _natspy.install_reader's idle check
+        # which fast paths into nats-py's internals this nats-py allows (set by _make_client)
+        self._caps: dict[str, bool] = {}
+        self._msg_class: type[Msg] = Msg
+        self._header_parser: Callable[[bytes], Any] | None = None
         self._rd_fed = 0  # bytes the loop received on that reader (since the last sync)
         self._rd_parsed = 0  # ... of which nats-py's parser has finished with
         self._rd_synced = False
@@ -404,7 +406,7 @@ class Connection:
         failure: BaseException | None = None
         try:
             self._nc = self._loop.run(self._make_client(), None)
-            self._fast = hasattr(self._nc, "_pending") and hasattr(self._nc, "_flush_pending")
+            self._fast = self._caps["pump_buffer"]
             self._loop.run(self._connect(), Deadline(timeout), "connect")
         except BaseException as exc:
             self._teardown(0.5)
@@ -471,8 +473,10 @@ class Connection:
         import nats.aio.client
 
         nc = nats.aio.client.Client()
-        assert nats.aio.client.Client.CLOSED == _NC_CLOSED
-        nc.msg_class = type("Msg", (Msg,), {"__slots__": (), "_conn": self})
+        why = _natspy.check(nc)
+        self._msg_class, why["msg_class"] = _natspy.install_msg_class(nc, Msg, self)
+        self._caps = _natspy.warn_disabled(why)
+        self._header_parser = _natspy.header_parser(nc) if self._caps["reply_headers"] else None
         self._pump_idle = asyncio.Event()
         self._pump_idle.set()
         return nc
@@ -529,7 +533,7 @@ class Connection:
     @property
     def server_info(self) -> dict[str, Any]:
         """The INFO the server sent, as a dict."""
-        return dict(self._nc._server_info or {})
+        return _natspy.server_info(self._nc)
 
     @property
     def max_payload(self) -> int:
@@ -807,7 +811,7 @@ class Connection:
         try:
             if msg._acked:
                 return False
-            if self._closing or self._closed or self._nc._status == _NC_CLOSED:
+            if self._closing or self._closed or getattr(self._nc, _NC_STATUS) == _NC_CLOSED:
                 raise ConnectionClosedError("the connection is closed: the ack was not sent")
             q.append((msg.reply, payload, reply, None))
             if terminal:
@@ -869,9 +873,9 @@ class Connection:
         if not nc.is_connected:
             self._park()
             return
-        if self._fast and len(q) <= _DIRECT_MAX and not nc._pending and not self._stale_check:
+        if self._fast and len(q) <= _DIRECT_MAX and not _natspy.pending(nc) and not self._stale_check:
             try:
-                writer = nc._transport._io_writer
+                writer = _natspy.io_writer(nc)
                 if writer.transport is not self._direct_checked:
                     self._install_direct()  # a new transport (reconnect): look at it once
                 if writer.transport.get_write_buffer_size() < _DIRECT_BUFFER_LIMIT:
@@ -992,11 +996,9 @@ class Connection:
                 if self._fast:
                     with self._wlock:
                         chunk = self._encode_burst(_PUMP_BATCH)
-                        nc._pending.append(chunk)
-                        nc._pending_data_size += len(chunk)
+                        over = _natspy.buffer_append(nc, chunk)
                     try:
-                        over = nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size
-                        await nc._flush_pending(force_flush=over)
+                        await _natspy.flush_pending(nc, over)
                     except Exception as exc:  # pragma: no cover - nats-py reports socket errors itself
                         log.debug("flush kick failed: %s", exc)
                 else:
@@ -1034,18 +1036,10 @@ class Connection:
             self._direct_sock = None
             self._direct_rest = b""  # a remainder belongs to the transport it was cut on
             try:
-                tr = self._nc._transport
-                self._direct_checked = tr._io_writer.transport
-                if not self._fast:
-                    return
-                if tr._io_writer is not tr._bare_io_writer:
-                    return  # TLS: the SSL layer owns the socket
-                t = tr._io_writer.transport
-                sock = t._sock
-                if type(t).__name__ != "_SelectorSocketTransport" or t.is_closing():
+                self._direct_checked, t, sock = _natspy.socket_transport(self._nc)
+                if t is None or not self._caps["direct_write"]:
                     return
                 orig_write = t.write
-                orig_lost = t._call_connection_lost
             except Exception:  # noqa: BLE001 - another transport (websocket...): no direct path
                 return
             wlock = self._wlock
@@ -1063,119 +1057,73 @@ class Connection:
 
             rlock = self._rlock
 
-            def lost(exc: Any) -> None:
-                with wlock, rlock:  # (this order everywhere both are taken)
-                    if self._direct_transport is t:
-                        self._direct_transport = None
-                        self._direct_sock = None
-                        self._direct_rest = b""
-                        self._rd_synced = False
-                orig_lost(exc)
+            def hook(orig_lost: Callable[[Any], None]) -> Callable[[Any], None]:
+                def lost(exc: Any) -> None:
+                    with wlock, rlock:  # (this order everywhere both are taken)
+                        if self._direct_transport is t:
+                            self._direct_transport = None
+                            self._direct_sock = None
+                            self._direct_rest = b""
+                            self._rd_synced = False
+                    orig_lost(exc)
+                return lost
 
             t.write = write
             t.writelines = writelines
-            t._call_connection_lost = lost
-            self._install_reader(tr, t)
+            _natspy.hook_connection_lost(t, hook)
+            self._install_reader(t)
             self._direct_transport = t
             self._direct_sock = sock
 
-    def _install_reader(self, tr: Any, t: Any) -> None:
+    def _install_reader(self, t: Any) -> None:
         """On the loop: let a caller that wrote its request itself also read its reply.
 
         The transport's reads go through ``_rlock`` and count the bytes received; nats-py's
         parser counts the bytes it finished with. When the two agree and the parser sits
         between messages, the socket's next byte starts a message, and a caller holding
         ``_rlock`` may take a reply meant for it off the socket (see ``_steal_reply``).
+        The counting is nats-py internals: ``_natspy.install_reader``.
         """
         with self._rlock:
             self._rd_reader = None
             self._rd_synced = False
-            if not hasattr(os, "eventfd"):
+            if not hasattr(os, "eventfd") or not self._caps["direct_read"]:
                 return
-            try:
-                reader = tr._io_reader
-                ps = self._nc._ps
-                orig_read = t._read_ready_cb
-                if not isinstance(reader._buffer, bytearray) or not isinstance(ps.buf, bytearray):
-                    return
-                ps.state  # noqa: B018 - present in the nats-py versions this was written for
-            except Exception:  # noqa: BLE001 - another nats-py: no direct reads
-                return
-            rlock = self._rlock
-
-            def read_ready() -> None:
-                # never wait for a caller that is looking at the socket (it may be a signal
-                # handler's thread, stuck until the handler returns): the data is still
-                # there, and the selector calls this again on its next turn
-                if not rlock.acquire(False):
-                    return
-                try:
-                    n = len(reader._buffer)
-                    orig_read()
-                    self._rd_fed += len(reader._buffer) - n
-                finally:
-                    rlock.release()
-
-            t._read_ready_cb = read_ready
-            if not getattr(ps, "_jssync_counted", False):
-                orig_parse = ps.parse
-                orig_reset = ps.reset
-
-                def reset() -> None:
-                    # nats-py drops a half-parsed message (force_reconnect, stale PINGs)
-                    # while the socket may still hold its rest: no direct reads until the
-                    # parser has been seen between messages again
-                    with rlock:
-                        self._rd_synced = False
-                        orig_reset()
-
-                ps.reset = reset
-
-                async def parse(data: bytes = b"") -> None:
-                    await orig_parse(data)
-                    r = self._rd_reader
-                    if r is not None and not r._buffer and not ps.buf and ps.state == _PARSER_IDLE:
-                        self._rd_parsed = self._rd_fed  # everything received so far is parsed
-                        self._rd_synced = True
-                    else:
-                        self._rd_parsed += len(data)
-
-                ps.parse = parse
-                ps._jssync_counted = True
-            self._rd_reader = reader
+            self._rd_reader = _natspy.install_reader(self, t)
 
     def _fast_paths(self) -> dict[str, bool]:
         """Which shortcuts into nats-py's internals are active on this connection.
 
-        Each is checked against the nats-py it runs on and, where that check fails, the
-        connection quietly takes nats-py's public path instead (correct, slower). This is
-        the one place that lists them, so a test can require every one on a supported
-        nats-py (tests/integration/test_fast_paths.py). On a plain TCP connection on Linux
-        all are True; ``direct_write`` and ``direct_read`` are off under TLS (the SSL layer
-        owns the socket) and while disconnected (re-armed on the first write after the
-        reconnect).
+        Each is checked against the nats-py it runs on when the connection is made
+        (``_natspy.check``) and, where that check fails, the connection logs one ``jssync``
+        warning naming it and takes nats-py's public path instead (correct, slower). A
+        test requires every one on a supported nats-py (tests/integration/test_fast_paths.py).
+        On a plain TCP connection on Linux all are True; ``direct_write`` and
+        ``direct_read`` are off under TLS (the SSL layer owns the socket) and while
+        disconnected (re-armed on the first write after the reconnect).
 
         - ``pump_buffer``: queued publishes are encoded in bursts into nats-py's outgoing
-          buffer (``_pending``/``_flush_pending``), not one ``nc.publish`` each.
+          buffer, not one ``nc.publish`` each.
         - ``direct_write``: a caller's thread writes a small request straight to the socket
           (``_install_direct``).
         - ``direct_read``: that caller may also read its reply off the socket
           (``_install_reader``; needs ``os.eventfd``).
         - ``reply_headers``: a reply read that way has its headers parsed by nats-py's own
-          ``_process_headers``.
-        - ``wire_header_len``: a pulled message's header size is read from nats-py's parser
-          (``_ps.needed``), not rebuilt from the header dict (see ``_pull._wire_header_len``).
-        - ``msg_class``: nats-py builds every message as this connection's ``Msg`` subclass.
+          header parser (else such a reply is left to the I/O thread).
+        - ``wire_header_len``: a pulled message's header size is read from nats-py's parser,
+          not rebuilt from the header dict (see ``_pull._wire_header_len``).
+        - ``msg_class``: nats-py builds every message as this connection's ``Msg`` subclass
+          with exactly the keywords jssync knows (else through a constructor that also
+          takes, and ignores, keywords a newer nats-py passes).
         """
         nc = self._nc
-        ps = getattr(nc, "_ps", None)
         return {
             "pump_buffer": bool(self._fast),
             "direct_write": self._direct_sock is not None,
-            "direct_read": self._rd_reader is not None and bool(getattr(ps, "_jssync_counted", False)),
-            "reply_headers": inspect.iscoroutinefunction(getattr(nc, "_process_headers", None)),
-            "wire_header_len": isinstance(getattr(ps, "needed", None), int),
-            "msg_class": getattr(getattr(nc, "msg_class", None), "_conn", None) is self,
+            "direct_read": self._rd_reader is not None and _natspy.reader_counted(nc),
+            "reply_headers": self._header_parser is not None,
+            "wire_header_len": self._caps["wire_header_len"],
+            "msg_class": self._caps["msg_class"] and _natspy.message_class(nc) is self._msg_class,
         }
 
     def _flush_direct_rest(self) -> None:
@@ -1196,7 +1144,7 @@ class Connection:
         with self._wlock:
             sock = self._direct_sock
             t = self._direct_transport
-            if (sock is None or self._pubq or self._direct_rest or nc._pending or not nc.is_connected
+            if (sock is None or self._pubq or self._direct_rest or _natspy.pending(nc) or not nc.is_connected
                     or t.get_write_buffer_size() or t.is_closing()):
                 return False
             pt = self._pump_task
@@ -1256,11 +1204,9 @@ class Connection:
             end = asyncio.get_running_loop().time() + timeout
             await self._wait_connected(end, timeout)
             timeout = max(0.001, end - asyncio.get_running_loop().time())
-        if self._fast and nc.is_connected and nc._pending:
+        if self._fast and nc.is_connected:
             try:
-                nc._transport.writelines(nc._pending[:])
-                nc._pending = []
-                nc._pending_data_size = 0
+                _natspy.write_pending(nc)
             except Exception:  # pragma: no cover - nats-py's flusher reports socket errors
                 log.debug("could not write the buffer before PING", exc_info=True)
         await nc.flush(timeout=timeout)
@@ -1429,11 +1375,8 @@ class Connection:
         tok = token.encode()
         with self._rlock:
             reader = self._rd_reader
-            if (reader is None or not self._rd_synced or self._rd_fed != self._rd_parsed or reader._buffer
+            if (reader is None or not self._rd_synced or self._rd_fed != self._rd_parsed or not reader()
                     or self._direct_sock is not sock):
-                return None
-            ps = self._nc._ps
-            if ps.buf or ps.state != _PARSER_IDLE:
                 return None
             try:
                 b = sock.recv(_STEAL_PEEK_FIRST, socket.MSG_PEEK)
@@ -1485,8 +1428,8 @@ class Connection:
         st = nc.stats
         st["in_msgs"] += 1
         st["in_bytes"] += n - hn
-        msg: Msg = nc.msg_class(subject=f"{self._mux_prefix}{token}", reply="", data=b[i + 2 + hn:i + 2 + n],
-                                headers=hdrs or None, _client=nc, _sid=int(parts[0]))
+        msg: Msg = self._msg_class(subject=f"{self._mux_prefix}{token}", reply="", data=b[i + 2 + hn:i + 2 + n],
+                                   headers=hdrs or None, _client=nc, _sid=int(parts[0]))
         return msg
 
     def _parse_reply_headers(self, raw: bytes) -> dict[str, str] | None:
@@ -1496,7 +1439,10 @@ class Connection:
         calls the error callback, which refuses to run off the I/O thread
         (``_OffLoopError``): then the I/O thread reads the message instead, as usual.
         """
-        coro = self._nc._process_headers(raw)
+        parse = self._header_parser
+        if parse is None:
+            return None
+        coro = parse(raw)
         try:
             coro.send(None)
         except StopIteration as done:
@@ -1589,8 +1535,8 @@ class Connection:
                 except BaseException:
                     self._unwatch_permission(key)
                     raise
-                nsub._pending_queue = _Mux()
-                self._mux_sid = str(nsub._id).encode()
+                _natspy.set_sub_queue(nsub, _Mux())
+                self._mux_sid = str(_natspy.sub_sid(nsub)).encode()
                 try:
                     await self._check_sub_permission(nsub, prefix + "*", denied, key)
                 except PermissionDeniedError as exc:
@@ -1739,8 +1685,8 @@ class Connection:
             nsub = await self._nc.subscribe(
                 sub.subject, queue=sub.queue or "", pending_msgs_limit=0, pending_bytes_limit=0
             )
-        old = nsub._pending_queue
-        nsub._pending_queue = _Inbound(sub)
+        old = _natspy.sub_queue(nsub)
+        _natspy.set_sub_queue(nsub, _Inbound(sub))
         while not old.empty():
             try:
                 sub._deliver(old.get_nowait())
@@ -1757,14 +1703,13 @@ class Connection:
         dropped. The subscription is removed even when the flush fails (disconnected, timed
         out), so a drain always ends.
         """
-        if nsub is None or nsub._closed or self._nc.is_closed:
+        if nsub is None or _natspy.sub_closed(nsub) or self._nc.is_closed:
             return
         try:
-            await self._nc._send_unsubscribe(nsub._id)
+            await _natspy.send_unsubscribe(self._nc, nsub)
             await self._ordered_flush(timeout)
         finally:
-            nsub._closed = True
-            self._nc._remove_sub(nsub._id)
+            _natspy.remove_sub(self._nc, nsub)
 
     def _unsubscribe(self, sub: Subscription, drain: bool, timeout: float | Deadline) -> None:
         with self._subs_lock:
@@ -1774,7 +1719,7 @@ class Connection:
         nsub = sub._nsub
 
         async def _unsub() -> None:
-            if nsub is None or nsub._closed or self._nc.is_closed:
+            if nsub is None or _natspy.sub_closed(nsub) or self._nc.is_closed:
                 return
             with translating():
                 if drain:

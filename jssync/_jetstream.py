@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack, overload
 
 from nats.js import api
 
+from . import _natspy
 from ._connection import _check_data, _headers_size, validate_headers, validate_subject
 from ._deadline import Deadline
 from ._errors import (
@@ -615,7 +616,7 @@ class JetStream:
         from ._features import require
 
         require(self, "consumer pause", timeout=timeout)
-        body = {"pause_until": api.Base._to_utc_iso(until)}
+        body = {"pause_until": _natspy.to_utc_iso(until)}
         return self._api(f"CONSUMER.PAUSE.{stream}.{name}", body, timeout)
 
     def resume_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> Any:
@@ -1314,7 +1315,7 @@ class _AsyncPublisher:
         self._js = js
         self._cond = threading.Condition()
         self._lock = threading.Lock()
-        self._pending: dict[str, tuple[concurrent.futures.Future[PubAck], float]] = {}
+        self._inflight: dict[str, tuple[concurrent.futures.Future[PubAck], float]] = {}
         self._sweeping = False
         self._registered = False
         self._ended = False
@@ -1325,11 +1326,11 @@ class _AsyncPublisher:
         self._fcond = threading.Condition()
 
     def __repr__(self) -> str:
-        return f"<jssync publish_async pending={len(self._pending)}>"
+        return f"<jssync publish_async pending={len(self._inflight)}>"
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        return len(self._inflight)
 
     def publish(self, subject: str, data: bytes, headers: dict[str, str] | None,
                 timeout: float, retry_attempts: int = 2,
@@ -1337,12 +1338,12 @@ class _AsyncPublisher:
         conn = self._js.conn
         conn._check_open()
         limit = self._js.max_pending
-        if len(self._pending) >= limit:
+        if len(self._inflight) >= limit:
             deadline = Deadline(None)
             with self._cond:
                 self._waiters += 1
                 try:
-                    while len(self._pending) >= limit:
+                    while len(self._inflight) >= limit:
                         conn._check_open()
                         self._cond.wait(deadline.slice())
                 finally:
@@ -1354,7 +1355,7 @@ class _AsyncPublisher:
             except ReconnectBufferExceededError as exc:
                 fut.set_exception(exc)  # failed at once; nothing was queued
                 return fut
-        pending = self._pending
+        pending = self._inflight
         low_water = limit - max(1, limit // 4)
 
         def on_reply(msg: Msg, _fut: concurrent.futures.Future[PubAck] = fut) -> None:
@@ -1411,7 +1412,7 @@ class _AsyncPublisher:
     def _resend(self, tok: str, item: tuple[str, bytes, str, dict[str, str] | None],
                 on_reply: Callable[[Msg], None], attempts: int, wait: float) -> bool:
         """On the I/O thread: after a 503, send ``item`` again later; False when out of tries."""
-        entry = self._pending.get(tok)
+        entry = self._inflight.get(tok)
         if entry is None:
             return False
         n = self._retries.get(tok, 0)
@@ -1421,7 +1422,7 @@ class _AsyncPublisher:
         self._retries[tok] = n + 1
         conn = self._js.conn
         conn._replies[tok] = on_reply  # the multiplexer dropped it when the 503 came
-        pending = self._pending
+        pending = self._inflight
 
         def fire() -> None:
             # not when the sweep (timeout) or close() has failed the Future meanwhile: a
@@ -1440,10 +1441,10 @@ class _AsyncPublisher:
         now = time.monotonic()
         conn = self._js.conn
         with self._lock:
-            snapshot = self._pending.copy()
+            snapshot = self._inflight.copy()
         expired = [t for t, (_, end) in snapshot.items() if end <= now]
         for t in expired:
-            item = self._pending.pop(t, None)
+            item = self._inflight.pop(t, None)
             conn._replies.pop(t, None)
             self._retries.pop(t, None)
             if item is not None:
@@ -1454,11 +1455,11 @@ class _AsyncPublisher:
             with self._cond:
                 self._cond.notify_all()
         with self._lock:
-            if self._pending and not conn._closed:
+            if self._inflight and not conn._closed:
                 self._arm_sweep()
                 return
             self._sweeping = False
-            if not self._pending and self._registered:
+            if not self._inflight and self._registered:
                 self._registered = False
                 with conn._subs_lock:
                     conn._subs.discard(self)
@@ -1469,10 +1470,10 @@ class _AsyncPublisher:
         with self._lock:
             self._ended = True
             self._registered = False
-            tokens = list(self._pending)
+            tokens = list(self._inflight)
             self._retries.clear()
         for t in tokens:
-            item = self._pending.pop(t, None)
+            item = self._inflight.pop(t, None)
             conn._replies.pop(t, None)
             if item is not None:
                 _resolve(item[0], None, ConnectionClosedError("the connection closed before the PubAck arrived"))
@@ -1491,12 +1492,12 @@ class _AsyncPublisher:
         with self._cond:
             self._all_waiters += 1
             try:
-                while self._pending:
+                while self._inflight:
                     self._js.conn._check_open()
                     self._cond.wait(deadline.slice())
-                    if self._pending and deadline.expired():
+                    if self._inflight and deadline.expired():
                         raise TimeoutError(
-                            f"{len(self._pending)} publish_async PubAck(s) still outstanding "
+                            f"{len(self._inflight)} publish_async PubAck(s) still outstanding "
                             f"after {deadline.timeout}s"
                         )
             finally:

@@ -26,6 +26,7 @@ from enum import Enum
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
+from . import _natspy
 from ._deadline import Deadline
 from ._errors import (
     ConnectionClosedError,
@@ -101,7 +102,7 @@ def _unsubscribe_soon(conn: Connection, nsub: Any) -> None:
         return
 
     async def _unsub() -> None:
-        if nsub._closed or conn._nc.is_closed:
+        if _natspy.sub_closed(nsub) or conn._nc.is_closed:
             return
         try:
             await nsub.unsubscribe()
@@ -148,7 +149,7 @@ def _wire_header_len(conn: Connection, msg: Msg) -> int:
     if msg.headers is None:
         return 0
     try:
-        n = conn._nc._ps.needed - len(msg.data)
+        n = _natspy.parser_needed(conn._nc) - len(msg.data)
     except Exception:  # pragma: no cover - another nats-py version
         return -1
     return n if n.__class__ is int and n > 10 else -1
@@ -215,15 +216,15 @@ def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
         pool = _pools.get(conn)
         while pool:
             box = pool.pop()
-            if not box.nsub._closed:
-                box.nsub._pending_queue = sink
+            if not _natspy.sub_closed(box.nsub):
+                _natspy.set_sub_queue(box.nsub, sink)
                 return box
     subject = conn.new_inbox()
 
     async def _sub() -> Any:
         with translating():
             nsub = await conn._nc.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)
-        nsub._pending_queue = sink
+        _natspy.set_sub_queue(nsub, sink)
         return nsub
 
     return _Inbox(subject, conn.run(_sub(), deadline, "subscribe"))
@@ -231,8 +232,8 @@ def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
 
 def _release_inbox(conn: Connection, box: _Inbox, reuse: bool) -> None:
     """Give an inbox back: pooled when its pull request is over on the server, else unsubscribed."""
-    box.nsub._pending_queue = _DISCARD
-    if reuse and not conn._closed and not box.nsub._closed:
+    _natspy.set_sub_queue(box.nsub, _DISCARD)
+    if reuse and not conn._closed and not _natspy.sub_closed(box.nsub):
         with _pools_lock:
             pool = _pools.setdefault(conn, [])
             if len(pool) < _POOL_MAX:
@@ -701,7 +702,7 @@ class ConsumeContext:
         async def _sub() -> Any:
             with translating():
                 nsub = await conn._nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
-            nsub._pending_queue = self
+            _natspy.set_sub_queue(nsub, self)
             return nsub
 
         # callback form: nothing is handed to the callback before consume() returned (the lane

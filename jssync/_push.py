@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
+from . import _natspy
 from ._deadline import EXPIRED, Deadline
 from ._errors import (
     ConnectionClosedError,
@@ -737,11 +738,12 @@ class JetStreamSubscription(Subscription):
         with translating():
             nsub = await conn._nc.subscribe(subject, queue=queue or "", pending_msgs_limit=0,
                                             pending_bytes_limit=0)
-        old = nsub._pending_queue
-        nsub._pending_queue = _PushInbound(self, gen)
+        old = _natspy.sub_queue(nsub)
+        inbound = _PushInbound(self, gen)
+        _natspy.set_sub_queue(nsub, inbound)
         while not old.empty():
             try:
-                nsub._pending_queue.put_nowait(old.get_nowait())
+                inbound.put_nowait(old.get_nowait())
             except asyncio.QueueFull:
                 pass
         return nsub
@@ -760,7 +762,7 @@ class JetStreamSubscription(Subscription):
             return
 
         async def _unsub() -> None:
-            if nsub._closed or conn._nc.is_closed:
+            if _natspy.sub_closed(nsub) or conn._nc.is_closed:
                 return
             with translating():
                 await nsub.unsubscribe()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from nats.js import api
 
+from . import _natspy
 from ._errors import MessageNotFoundError, ValidationError
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def parse_time(value: str | None) -> _dt.datetime | None:
     if not value:
         return None
     try:
-        return api.Base._parse_utc_iso(value)
+        return _natspy.parse_utc_iso(value)
     except (ValueError, TypeError):
         return None
 

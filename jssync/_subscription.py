@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
+from . import _natspy
 from ._deadline import EXPIRED, Deadline
 from ._errors import SlowConsumerError, SubscriptionClosedError, TimeoutError, ValidationError
 from ._msg import Msg
@@ -203,7 +204,7 @@ class Subscription:
                 return
 
             async def _unsub() -> None:
-                if nsub._closed or conn._nc.is_closed:
+                if _natspy.sub_closed(nsub) or conn._nc.is_closed:
                     return
                 try:
                     await nsub.unsubscribe()
