@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import nats.aio.client
 
+from ._errors import ValidationError
+
 if TYPE_CHECKING:
     from ._connection import Connection
     from ._msg import Msg
@@ -220,7 +222,7 @@ def parse_utc_iso(text: str) -> _dt.datetime:
         while i < len(rest) and rest[i].isdigit():
             i += 1
         if i == 0:
-            raise ValueError(f"bad time {text!r}")
+            raise ValidationError(f"bad time {text!r}")
         s = f"{date}.{rest[:i][:6].ljust(6, '0')}{rest[i:]}"
     when = _dt.datetime.fromisoformat(s)
     if when.tzinfo is None:

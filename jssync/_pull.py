@@ -871,7 +871,7 @@ class ConsumeContext:
             else:
                 return
         old = self._nsub
-        old._pending_queue = _WrittenOff(self)
+        _natspy.set_sub_queue(old, _WrittenOff(self))
         self._old.append(old)
         self._nsub = None
         conn = self._conn
@@ -887,12 +887,12 @@ class ConsumeContext:
             if nsub is None:  # keep the old inbox (what it still receives counts as usual again)
                 if old in self._old:
                     self._old.remove(old)
-                    old._pending_queue = self
+                    _natspy.set_sub_queue(old, self)
                     self._nsub = old
             elif self._winding_down:  # nothing was requested on it: the wind-down drains the old one
                 _unsubscribe_soon(conn, nsub)
             else:
-                nsub._pending_queue = self
+                _natspy.set_sub_queue(nsub, self)
                 self._inbox = inbox
                 self._nsub = nsub
                 try:
