@@ -207,6 +207,11 @@ def _duration(text: str) -> float:
     return secs
 
 
+def _ttl(text: str) -> float | str:
+    """A message TTL: ``never``, or a duration (checked to be >= 1s by the publish)."""
+    return "never" if str(text).strip().lower() == "never" else _duration(text)
+
+
 def _config_home() -> Path:
     """Where the nats CLI keeps its configuration: $XDG_CONFIG_HOME, else ~/.config."""
     xdg = os.environ.get("XDG_CONFIG_HOME")
@@ -568,10 +573,24 @@ def _stream_import(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
 # -- consumer ----------------------------------------------------------------------------------
 
 
+def _consumer_json(info: Any) -> dict[str, Any]:
+    """A consumer info as JSON, with the ADR-42 fields nats-py's dataclasses lack."""
+    doc: dict[str, Any] = _jsonable(info)
+    cfg = doc.get("config")
+    if isinstance(cfg, dict):
+        for key in ("priority_policy", "priority_groups", "priority_timeout"):
+            value = getattr(info.config, key, None)
+            if value is not None:
+                cfg[key] = value
+    if getattr(info, "priority_groups", None):
+        doc["priority_groups"] = info.priority_groups
+    return doc
+
+
 def _consumer_ls(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
     infos = list(js.consumers(args.stream))
     if args.json:
-        _print_json(infos, out)
+        _print_json([_consumer_json(i) for i in infos], out)
         return 0
     rows = [[i.name, getattr(i.config.ack_policy, "value", i.config.ack_policy),
              i.config.filter_subject or ",".join(i.config.filter_subjects or []), i.num_pending,
@@ -583,7 +602,7 @@ def _consumer_ls(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int
 def _consumer_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
     info = js.consumer(args.stream, args.name).info()
     if args.json:
-        _print_json(info, out)
+        _print_json(_consumer_json(info), out)
         return 0
     rows = [["name", info.name], ["stream", info.stream_name],
             ["ack_policy", getattr(info.config.ack_policy, "value", info.config.ack_policy)],
@@ -593,6 +612,15 @@ def _consumer_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
             ["ack_floor", f"consumer {info.ack_floor.consumer_seq} / stream {info.ack_floor.stream_seq}"],
             ["num_pending", info.num_pending], ["num_ack_pending", info.num_ack_pending],
             ["num_redelivered", info.num_redelivered]]
+    policy = getattr(info.config, "priority_policy", None)
+    if policy:
+        rows.append(["priority_policy", policy])
+        rows.append(["priority_groups", ",".join(getattr(info.config, "priority_groups", None) or [])])
+        if getattr(info.config, "priority_timeout", None):
+            rows.append(["priority_timeout", f"{info.config.priority_timeout}s"])
+        for st in getattr(info, "priority_groups", None) or []:
+            if isinstance(st, dict) and st.get("pinned_client_id"):
+                rows.append([f"pinned ({st.get('group')})", f"{st['pinned_client_id']} since {st.get('pinned_ts')}"])
     _table(rows, ["FIELD", "VALUE"], out)
     return 0
 
@@ -607,11 +635,32 @@ def _consumer_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> in
             params["filter_subjects"] = fs
     if args.max_deliver is not None:
         params["max_deliver"] = args.max_deliver
+    given = [(pol, groups) for pol, groups in (("pinned_client", args.pinned_groups),
+                                               ("overflow", args.overflow_groups),
+                                               ("prioritized", args.prioritized_groups)) if groups]
+    if len(given) > 1:
+        raise ValueError("give one of --pinned-groups, --overflow-groups, --prioritized-groups")
+    if args.pinned_ttl is not None and not args.pinned_groups:
+        raise ValueError("--pinned-ttl goes with --pinned-groups")
+    if given:
+        params["priority_policy"] = given[0][0]
+        params["priority_groups"] = given[0][1].split(",")
+        if args.pinned_ttl is not None:
+            params["priority_timeout"] = args.pinned_ttl
     c = js.create_consumer(args.stream, **params)
     if args.json:
-        _print_json(c.cached_info, out)
+        _print_json(_consumer_json(c.cached_info), out)
     else:
         out.write(f"created consumer {args.stream}/{c.name}\n")
+    return 0
+
+
+def _consumer_unpin(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    js.consumer(args.stream, args.name).unpin(args.group)
+    if args.json:
+        _print_json({"unpinned": f"{args.stream}/{args.name}", "group": args.group}, out)
+    else:
+        out.write(f"unpinned group {args.group} of consumer {args.stream}/{args.name}\n")
     return 0
 
 
@@ -627,7 +676,8 @@ def _consumer_rm(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int
 def _consumer_next(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
     c = js.consumer(args.stream, args.name)
     got = 0
-    res = c.fetch(args.count, expires=args.wait)
+    res = c.fetch(args.count, expires=args.wait, group=args.group, min_pending=args.min_pending,
+                  min_ack_pending=args.min_ack_pending, priority=args.priority)
     for msg in res:
         got += 1
         if not args.no_ack:
@@ -667,6 +717,8 @@ def _pub(args: argparse.Namespace) -> int:
     if (args.file or args.force_stdin) and args.data is not None:
         raise ValidationError("give the message as DATA or with --file/--force-stdin, not both")
     headers = _parse_headers(args.header)
+    if args.ttl is not None and not args.js:
+        raise ValueError("--ttl needs --js: the message TTL is kept by the JetStream stream")
     if args.file or args.force_stdin:
         path = "-" if args.force_stdin else args.file
         send_on = args.send_on or ("eof" if args.force_stdin else "newline")
@@ -683,7 +735,7 @@ def _pub(args: argparse.Namespace) -> int:
             if args.js:
                 js = nc.jetstream(timeout=args.timeout)
                 if len(payloads) == 1:
-                    ack = js.publish(args.subject, payloads[0], headers=headers, msg_id=args.msg_id)
+                    ack = js.publish(args.subject, payloads[0], headers=headers, msg_id=args.msg_id, ttl=args.ttl)
                     prog.update()
                     if args.json:
                         _print_json(ack, sys.stdout)
@@ -692,7 +744,7 @@ def _pub(args: argparse.Namespace) -> int:
                                          f"{' (duplicate)' if ack.duplicate else ''}\n")
                     return 0
                 for p in payloads:
-                    js.publish_async(args.subject, p, headers=headers)
+                    js.publish_async(args.subject, p, headers=headers, ttl=args.ttl)
                     prog.update()
                 js.publish_async_completed(timeout=max(30.0, len(payloads) / 1000))
             else:
@@ -753,6 +805,100 @@ def _req(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(msg.data.decode(errors="replace") + "\n")
     return 0
+
+
+# -- micro services (ADR-32) ------------------------------------------------------------------
+
+
+def _micro_docs(nc: Any, verb: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every service instance's answer to ``$SRV.<VERB>[.NAME[.ID]]``, sorted by name and id."""
+    import jssync
+    from jssync import micro
+
+    name = getattr(args, "service", None)
+    sid = getattr(args, "id", None)
+    if name is not None:
+        micro._check_name(name, "service name")
+    if sid is not None:
+        micro._check_name(sid, "service id")
+    docs = []
+    try:
+        for msg in nc.request_many(micro.control_subject(verb, name, sid), max_wait=args.wait,
+                                   stall=min(0.5, args.wait / 2)):
+            try:
+                doc = json.loads(msg.data)
+            except ValueError:
+                continue  # not a service's answer
+            if isinstance(doc, dict) and isinstance(doc.get("name"), str):
+                docs.append(doc)
+    except jssync.NoRespondersError:
+        pass  # no service listens
+    docs.sort(key=lambda d: (str(d.get("name")), str(d.get("id"))))
+    return docs
+
+
+def _no_service(args: argparse.Namespace) -> int:
+    which = f"{args.service}" + (f" with id {args.id}" if args.id else "")
+    sys.stderr.write(f"jssync: no service {which} answered within {args.wait}s\n")
+    return 1
+
+
+def _micro_ls(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    docs = _micro_docs(nc, "INFO", args)
+    if args.json:
+        _print_json(docs, out)
+        return 0
+    if not docs:
+        out.write("no services found\n")
+        return 0
+    _table([[d.get("name"), d.get("version"), d.get("id"), len(d.get("endpoints") or []),
+             d.get("description") or ""] for d in docs],
+           ["NAME", "VERSION", "ID", "ENDPOINTS", "DESCRIPTION"], out)
+    return 0
+
+
+def _micro_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    docs = _micro_docs(nc, "INFO", args)
+    if args.json:
+        _print_json(docs, out)
+    else:
+        for i, d in enumerate(docs):
+            if i:
+                out.write("\n")
+            meta = d.get("metadata") or {}
+            _table([["name", d.get("name")], ["id", d.get("id")], ["version", d.get("version")],
+                    ["description", d.get("description") or ""],
+                    ["metadata", ", ".join(f"{k}={v}" for k, v in sorted(meta.items()))]], ["FIELD", "VALUE"], out)
+            out.write("\n")
+            _table([[e.get("name"), e.get("subject"), e.get("queue_group") or "-",
+                     ", ".join(f"{k}={v}" for k, v in sorted((e.get("metadata") or {}).items()))]
+                    for e in d.get("endpoints") or []], ["ENDPOINT", "SUBJECT", "QUEUE_GROUP", "METADATA"], out)
+    return 0 if docs else _no_service(args)
+
+
+def _ns(v: Any) -> str:
+    """Integer nanoseconds for people."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return "-"
+    if v < 1_000:
+        return f"{v:.0f}ns"
+    if v < 1_000_000:
+        return f"{v / 1e3:.1f}us"
+    if v < 1_000_000_000:
+        return f"{v / 1e6:.1f}ms"
+    return f"{v / 1e9:.2f}s"
+
+
+def _micro_stats(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    docs = _micro_docs(nc, "STATS", args)
+    if args.json:
+        _print_json(docs, out)
+    elif docs:
+        _table([[d.get("name"), d.get("id"), e.get("name"), e.get("num_requests"), e.get("num_errors"),
+                 _ns(e.get("processing_time")), _ns(e.get("average_processing_time")), e.get("last_error") or "-"]
+                for d in docs for e in d.get("endpoints") or []],
+               ["SERVICE", "ID", "ENDPOINT", "REQUESTS", "ERRORS", "PROCESSING", "AVERAGE", "LAST_ERROR"], out)
+    return 0 if docs else _no_service(args)
 
 
 # -- key-value ---------------------------------------------------------------------------------
@@ -1037,6 +1183,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--ack", choices=["explicit", "all", "none"], default="explicit")
     x.add_argument("--deliver", choices=["all", "last", "new", "last_per_subject"], default="all")
     x.add_argument("--max-deliver", type=int)
+    x.add_argument("--pinned-groups", metavar="GROUPS",
+                   help="priority groups (comma-separated) of a pinned_client consumer (ADR-42)")
+    x.add_argument("--pinned-ttl", type=_duration, metavar="DURATION",
+                   help="how long the pinned client may go without pulling before another is pinned")
+    x.add_argument("--overflow-groups", metavar="GROUPS", help="priority groups of an overflow consumer")
+    x.add_argument("--prioritized-groups", metavar="GROUPS", help="priority groups of a prioritized consumer")
     x.set_defaults(func=_with_js(_consumer_add))
     x = _add(co, "rm", help="delete a consumer")
     x.add_argument("stream")
@@ -1048,7 +1200,17 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--count", type=int, default=1)
     x.add_argument("--wait", type=float, default=5.0, help="seconds to wait for messages")
     x.add_argument("--no-ack", action="store_true")
+    x.add_argument("--group", help="the priority group to pull from (consumers with priority groups)")
+    x.add_argument("--min-pending", type=int, help="overflow: only when this many messages are pending")
+    x.add_argument("--min-ack-pending", type=int,
+                   help="overflow: only when this many messages are waiting for an ack")
+    x.add_argument("--priority", type=int, help="prioritized: 0 (first) to 9")
     x.set_defaults(func=_with_js(_consumer_next))
+    x = _add(co, "unpin", help="unpin the pinned client of a priority group")
+    x.add_argument("stream")
+    x.add_argument("name")
+    x.add_argument("group")
+    x.set_defaults(func=_with_js(_consumer_unpin))
 
     x = _add(sub, "pub", help="publish (core, or --js with a PubAck)")
     x.add_argument("subject")
@@ -1065,6 +1227,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "eof for --force-stdin)")
     x.add_argument("-H", "--header", action="append", help="Name:Value (repeatable)")
     x.add_argument("--msg-id")
+    x.add_argument("--ttl", type=_ttl, metavar="DURATION",
+                   help="with --js: the stream removes the message after this long (>= 1s, or 'never'; "
+                        "the stream needs allow_msg_ttl)")
     x.set_defaults(func=_pub, _spill=(("data", str),))
     x = _add(sub, "sub", help="subscribe and print messages")
     x.add_argument("subject")
@@ -1077,6 +1242,23 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("data", nargs="?")
     x.add_argument("-H", "--header", action="append")
     x.set_defaults(func=_req, _spill=(("data", str),))
+
+    mi = _add(sub, "micro", help="find and watch micro services (ADR-32)").add_subparsers(dest="micro_cmd",
+                                                                                          required=True)
+    for name, hlp, fn, need in (("ls", "list the running services (each instance)", _micro_ls, False),
+                                ("info", "show a service's instances and endpoints", _micro_info, True),
+                                ("stats", "show a service's request counts and times per endpoint", _micro_stats,
+                                 True)):
+        x = _add(mi, name, help=hlp)
+        if need:
+            x.add_argument("service")
+            x.add_argument("id", nargs="?", help="only this instance")
+        else:
+            x.add_argument("service", nargs="?", help="only instances of this service")
+        x.add_argument("--wait", type=_duration, default=2.0, metavar="DURATION",
+                       help="how long to wait for services to answer (default 2s; it ends sooner "
+                            "once answers stop coming)")
+        x.set_defaults(func=_with_js(fn), _spill=(("id", str),) if need else (("service", str),))
 
     kv = _add(sub, "kv", help="key-value buckets").add_subparsers(dest="kv_cmd", required=True)
     x = _add(kv, "add", help="create a bucket")

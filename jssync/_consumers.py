@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
+from ._deadline import Deadline
 from ._msg import Msg
+from ._priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
 from ._pull import (
     BYTES_ONLY_BATCH,
     DEFAULT_EXPIRES,
@@ -20,6 +22,7 @@ from ._pull import (
     fetch,
     validate_fetch,
 )
+from ._status import PullRequestError
 
 if TYPE_CHECKING:
     from ._jetstream import JetStream
@@ -38,6 +41,7 @@ class Consumer:
         self.stream = stream
         self._info = info
         self.name: str = info.name
+        self._pins = Pins()  # pinned_client (ADR-42): the pin id the server gave, per group
 
     def __repr__(self) -> str:
         return f"<jssync.Consumer {self.stream!r}/{self.name!r}>"
@@ -76,6 +80,49 @@ class Consumer:
         return reset_seq
 
     @property
+    def priority(self) -> PriorityConfig:
+        """The consumer's priority group settings (ADR-42) from :attr:`cached_info` (no I/O).
+
+        ``policy`` (``overflow``, ``pinned_client``, ``prioritized`` or None), ``groups``,
+        ``timeout`` (pinned_client: seconds).
+        """
+        return of(self._info)
+
+    def pin_id(self, group: str) -> str | None:
+        """The pin id the server gave this handle for ``group`` (pinned_client), or None (no I/O).
+
+        Set by the first message that arrives with a ``Nats-Pin-Id`` header; cleared when a
+        pull carrying it is answered with 423 (another client is pinned now) or by :meth:`unpin`.
+        """
+        return self._pins.get(group)
+
+    def unpin(self, group: str, *, timeout: float | None = None) -> None:
+        """Unpin the client pinned to ``group`` (ADR-42 ``pinned_client``; nats-server 2.11+).
+
+        The server picks a new pinned client among the waiting pulls of the group, which may
+        be this one: the pin id this handle holds for ``group`` is forgotten.
+
+        Raises:
+            ValueError: ``group`` is not a valid group name, not one of the consumer's groups,
+                or the consumer's policy is not ``pinned_client`` (nothing is sent).
+            jssync.NotSupportedError, jssync.APIError, jssync.ConsumerNotFoundError.
+        """
+        prio = self.priority
+        validate_group(group, "group")
+        if prio.policy != "pinned_client":
+            raise ValueError(f"unpin needs a consumer with priority_policy 'pinned_client'; "
+                             f"consumer {self.name!r} has {prio.policy!r}")
+        if prio.groups is not None and group not in prio.groups:
+            raise ValueError(f"group={group!r} is not one of consumer {self.name!r}'s priority groups "
+                             f"{list(prio.groups)!r}")
+        self._js.unpin_consumer(self.stream, self.name, group, timeout=timeout)
+        self._pins.clear(group)
+
+    def _prio(self, group: str | None, min_pending: int | None, min_ack_pending: int | None,
+              priority: int | None) -> PullPriority | None:
+        return pull_options(self.priority, self.name, group, min_pending, min_ack_pending, priority)
+
+    @property
     def _ack_none(self) -> bool:
         cfg = self._info.config
         pol = cfg.ack_policy if cfg is not None else None
@@ -90,6 +137,10 @@ class Consumer:
         max_bytes: int | None = None,
         expires: float = DEFAULT_EXPIRES,
         idle_heartbeat: float | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
     ) -> FetchResult:
         """Send one pull request for up to ``max_messages`` messages (and/or ``max_bytes``).
 
@@ -98,6 +149,12 @@ class Consumer:
         messages, or none). Its ``.error`` says why it ended when that was not normal.
         ``idle_heartbeat`` (seconds) asks the server for heartbeats while the request waits;
         it is on (5 s) by default when ``expires`` is over 30 s.
+
+        Priority groups (ADR-42; see docs/consuming.md): ``group`` names the consumer's
+        group (required when it has any); ``min_pending`` / ``min_ack_pending`` (``overflow``
+        policy) and ``priority`` (``prioritized``, 0 to 9). With ``pinned_client`` the pull
+        carries the pin id this handle holds; a 423 (another client is pinned) ends the
+        request with ``.error`` set and clears the id, so the next pull is a standby candidate.
 
         Blocks only to subscribe a reply inbox (none is idle); the iteration blocks up to
         ``expires`` + 1 s in all.
@@ -109,8 +166,9 @@ class Consumer:
             raised by the iteration.
         """
         batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
+        prio = self._prio(group, min_pending, min_ack_pending, priority)
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
-                     idle_heartbeat=idle_heartbeat, ack_none=self._ack_none)
+                     idle_heartbeat=idle_heartbeat, ack_none=self._ack_none, prio=prio, pins=self._pins)
 
     def fetch_bytes(
         self,
@@ -119,6 +177,10 @@ class Consumer:
         max_messages: int | None = None,
         expires: float = DEFAULT_EXPIRES,
         idle_heartbeat: float | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
     ) -> FetchResult:
         """Like :meth:`fetch`, limited to ``max_bytes`` bytes (counted as the server does).
 
@@ -129,24 +191,32 @@ class Consumer:
         _pos_int(max_bytes, "max_bytes")
         batch, mb = validate_fetch(BYTES_ONLY_BATCH if max_messages is None else max_messages, max_bytes,
                                    expires, idle_heartbeat)
+        prio = self._prio(group, min_pending, min_ack_pending, priority)
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
-                     idle_heartbeat=idle_heartbeat, ack_none=self._ack_none)
+                     idle_heartbeat=idle_heartbeat, ack_none=self._ack_none, prio=prio, pins=self._pins)
 
-    def fetch_no_wait(self, max_messages: int, *, max_bytes: int | None = None) -> FetchResult:
+    def fetch_no_wait(self, max_messages: int, *, max_bytes: int | None = None, group: str | None = None,
+                      min_pending: int | None = None, min_ack_pending: int | None = None,
+                      priority: int | None = None) -> FetchResult:
         """Fetch up to ``max_messages`` messages that are available now; never waits for new ones.
 
         The iteration ends as soon as the server has sent what it has (404 No Messages when
         there is nothing), at most the context's timeout.
         """
         batch, mb = validate_fetch(max_messages, max_bytes, DEFAULT_EXPIRES, None)
+        prio = self._prio(group, min_pending, min_ack_pending, priority)
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, no_wait=True,
-                     ack_none=self._ack_none)
+                     ack_none=self._ack_none, prio=prio, pins=self._pins)
 
-    def next(self, timeout: float = DEFAULT_EXPIRES, *, idle_heartbeat: float | None = None) -> Msg:
+    def next(self, timeout: float = DEFAULT_EXPIRES, *, idle_heartbeat: float | None = None,
+             group: str | None = None, min_pending: int | None = None, min_ack_pending: int | None = None,
+             priority: int | None = None) -> Msg:
         """Pull one message, waiting up to ``timeout`` seconds for it.
 
         The pull request is sent when ``next`` is called and expires on the server after
-        ``timeout``.
+        ``timeout``. Priority group options as for :meth:`fetch`; when the pull is answered
+        with 423 (pinned_client: another client is pinned now) the pin id is cleared and
+        the pull is sent again, without it, for the time left.
 
         Raises:
             jssync.TimeoutError: no message within ``timeout``.
@@ -158,12 +228,24 @@ class Consumer:
         """
         timeout = _pos_float(timeout, "timeout")
         validate_fetch(1, None, timeout, idle_heartbeat)
-        res = fetch(self._js, self.stream, self.name, 1, expires=timeout, idle_heartbeat=idle_heartbeat,
-                    ack_none=self._ack_none, grace=min(1.0, 0.1 + timeout * 0.1))
-        for msg in res:
-            return msg
-        if res.error is not None:  # a warning, a missed heartbeat, the connection closed, ...
-            raise res.error
+        prio = self._prio(group, min_pending, min_ack_pending, priority)
+        deadline = Deadline(timeout)
+        left = timeout
+        while True:
+            res = fetch(self._js, self.stream, self.name, 1, expires=left, idle_heartbeat=idle_heartbeat,
+                        ack_none=self._ack_none, grace=min(1.0, 0.1 + left * 0.1), prio=prio, pins=self._pins)
+            for msg in res:
+                return msg
+            err = res.error
+            if isinstance(err, PullRequestError) and err.code == 423:
+                # pin lost: the id is cleared; pull again (a standby candidate) for the time left
+                left = deadline.remaining() or 0.0
+                if left >= 0.01 and (idle_heartbeat is None or idle_heartbeat <= left / 2):
+                    continue
+                break
+            if err is not None:  # a warning, a missed heartbeat, the connection closed, ...
+                raise err
+            break
         from ._errors import TimeoutError
 
         raise TimeoutError(f"no message from consumer {self.name!r} on stream {self.stream!r} within {timeout}s")
@@ -181,6 +263,10 @@ class Consumer:
         idle_heartbeat: float | None = None,
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
     ) -> ConsumeContext:
         """Consume continuously, keeping a buffer of pulled messages (ADR-37 "Consume").
 
@@ -192,7 +278,9 @@ class Consumer:
         Each pull request expires after ``expires`` seconds (default 30, at least 1) and
         asks for heartbeats every ``idle_heartbeat`` seconds (default half of expires,
         0.5 to 30). Warnings go to ``error_cb`` (default: the connection's) and the
-        ``jssync`` logger.
+        ``jssync`` logger. Priority group options as for :meth:`fetch`, sent with every pull;
+        with ``pinned_client`` a 423 clears the pin id and a new pull goes out at once
+        without it (this consume stays a standby candidate; not reported as an error).
 
         Blocks until the reply inbox is subscribed (at most the connect timeout + 5 s).
 
@@ -202,4 +290,6 @@ class Consumer:
         """
         opts = ConsumeOptions(max_messages, max_bytes, expires, idle_heartbeat, threshold_messages,
                               threshold_bytes)
-        return consume(self._js, self.stream, self.name, callback, error_cb, opts, self._ack_none)
+        prio = self._prio(group, min_pending, min_ack_pending, priority)
+        return consume(self._js, self.stream, self.name, callback, error_cb, opts, self._ack_none, prio,
+                       self._pins)

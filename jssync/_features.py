@@ -27,6 +27,8 @@ FEATURES: dict[str, tuple[int, str]] = {
     "per-message TTL": (1, "2.11"),
     "subject delete markers": (1, "2.11"),
     "consumer pause": (1, "2.11"),
+    "priority groups": (1, "2.11"),
+    "prioritized priority policy": (2, "2.12"),
     "counters": (2, "2.12"),
     "atomic batch publish": (2, "2.12"),
     "message schedules": (2, "2.12"),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack, overload
 
 from nats.js import api
 
-from . import _natspy
+from . import _natspy, _priority
 from ._connection import _check_data, _headers_size, validate_headers, validate_subject
 from ._deadline import Deadline
 from ._errors import (
@@ -111,6 +111,10 @@ def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any
         config = api.ConsumerConfig()
     elif not isinstance(config, api.ConsumerConfig):
         raise TypeError(f"config must be a ConsumerConfig, got {type(config).__name__}")
+    # ADR-42 fields nats-py's dataclass lacks: keyword options, or attributes of a config
+    # that came back from the server (info.config); sent beside the dataclass's own fields
+    params = dict(params)
+    prio = _priority.config_fields(config, params)
     if params:
         try:
             config = config.evolve(**params)
@@ -133,7 +137,34 @@ def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any
         validate_subject(fs, "filter subject")
     if config.filter_subject and config.filter_subjects:
         raise ValidationError("set filter_subject or filter_subjects, not both")
+    if prio.policy is not None and config.deliver_subject:
+        raise ValidationError("priority groups are for pull consumers only: this config has a deliver_subject")
+    if prio.policy is not None or _priority.of_config(config).policy is not None:
+        config = dataclasses.replace(config)  # a copy: the caller's object is left as it was
+        _priority.attach_config(config, prio)
     return config
+
+
+def _consumer_wire(config: api.ConsumerConfig) -> dict[str, Any]:
+    """``config`` as sent: nats-py's fields plus the ADR-42 fields :func:`_consumer_config` set."""
+    body = config.as_dict()
+    body.update(_priority.wire_fields(_priority.of_config(config)))
+    return body
+
+
+def _consumer_model(resp: Any, what: str = "consumer info") -> api.ConsumerInfo:
+    """A ConsumerInfo from a reply, with the ADR-42 fields nats-py drops put back on it.
+
+    ``info.config.priority_policy`` / ``priority_groups`` / ``priority_timeout`` (seconds)
+    and ``info.priority_groups`` (the server's per-group state: ``group``,
+    ``pinned_client_id``, ``pinned_ts``), read with ``getattr``.
+    """
+    raw = resp.get("config") if isinstance(resp, dict) else None
+    prio = _priority.from_reply(raw)
+    state = resp.get("priority_groups") if isinstance(resp, dict) else None
+    info: api.ConsumerInfo = _model(api.ConsumerInfo, resp, what)
+    _priority.attach(info, prio, state)
+    return info
 
 
 _STREAM_FIELDS = frozenset(f.name for f in dataclasses.fields(api.StreamConfig))
@@ -522,7 +553,13 @@ class JetStream:
 
         validate_name(stream)
         name = config.name or config.durable_name
-        req: dict[str, Any] = {"stream_name": stream, "config": config.as_dict()}
+        prio = _priority.of_config(config)
+        if prio.policy is not None:
+            from ._features import require
+
+            require(self, "prioritized priority policy" if prio.policy == "prioritized" else "priority groups",
+                    timeout=timeout)
+        req: dict[str, Any] = {"stream_name": stream, "config": _consumer_wire(config)}
         if action:
             req["action"] = action
         if name:
@@ -532,7 +569,7 @@ class JetStream:
         else:
             subject = f"CONSUMER.CREATE.{stream}"
         resp = self._api(subject, req, timeout)
-        return Consumer(self, stream, _model(api.ConsumerInfo, resp, "consumer info"))
+        return Consumer(self, stream, _consumer_model(resp))
 
     def create_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
                         timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
@@ -575,7 +612,7 @@ class JetStream:
     def _consumer_info(self, stream: str, name: str, timeout: float | None = None) -> api.ConsumerInfo:
         validate_name(stream)
         validate_name(name, "consumer name")
-        return _model(api.ConsumerInfo, self._api(f"CONSUMER.INFO.{stream}.{name}", None, timeout), "consumer info")
+        return _consumer_model(self._api(f"CONSUMER.INFO.{stream}.{name}", None, timeout))
 
     def delete_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> bool:
         """Delete a consumer.
@@ -591,7 +628,7 @@ class JetStream:
         """Iterate over the info of every consumer of ``stream`` (all pages)."""
         validate_name(stream)
         for item in self._paged(f"CONSUMER.LIST.{stream}", "consumers", {}, timeout):
-            yield _model(api.ConsumerInfo, item, "consumer info")
+            yield _consumer_model(item)
 
     def consumer_names(self, stream: str, *, timeout: float | None = None) -> Iterator[str]:
         """Iterate over the names of every consumer of ``stream`` (all pages)."""
@@ -618,6 +655,25 @@ class JetStream:
         require(self, "consumer pause", timeout=timeout)
         body = {"pause_until": _natspy.to_utc_iso(until)}
         return self._api(f"CONSUMER.PAUSE.{stream}.{name}", body, timeout)
+
+    def unpin_consumer(self, stream: str, name: str, group: str, *, timeout: float | None = None) -> None:
+        """Unpin the client pinned to ``group`` of a ``pinned_client`` consumer (ADR-42; 2.11+).
+
+        The server picks a new pinned client among the waiting pulls of the group (a pull
+        that still carries the old pin id is answered with 423).
+
+        Raises:
+            ValueError: an invalid stream, consumer or group name (nothing is sent).
+            jssync.NotSupportedError: the server is older than 2.11 (nothing is sent).
+            jssync.APIError: the consumer has no such group; jssync.ConsumerNotFoundError.
+        """
+        validate_name(stream)
+        validate_name(name, "consumer name")
+        _priority.validate_group(group, "group")
+        from ._features import require
+
+        require(self, "priority groups", timeout=timeout)
+        self._api(f"CONSUMER.UNPIN.{stream}.{name}", {"group": group}, timeout)
 
     def resume_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> Any:
         """Resume a paused consumer. Needs nats-server 2.11+."""
@@ -687,7 +743,7 @@ class JetStream:
                 raise NotSupportedError(f"consumer reset: {exc.description}", feature="consumer reset",
                                         required_level=level, required_version="2.14") from exc
             raise
-        return _int_field(resp, "reset_seq"), _model(api.ConsumerInfo, resp, "consumer reset")
+        return _int_field(resp, "reset_seq"), _consumer_model(resp, "consumer reset")
 
     # -- publishing ------------------------------------------------------------------------
 

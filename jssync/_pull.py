@@ -38,6 +38,7 @@ from ._errors import (
     translating,
 )
 from ._msg import Msg
+from ._priority import Pins, PullPriority
 from ._status import Action, classify, decide, is_user_msg, message_size, pull_request, status_error
 
 if TYPE_CHECKING:
@@ -247,11 +248,16 @@ class _FetchState:
 
     __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "received_bytes", "activity", "done",
                  "clean", "reuse", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "conn",
-                 "__weakref__")
+                 "pins", "group", "sent_pin", "__weakref__")
 
     def __init__(self, batch: int, max_bytes: int, ack_none: bool, stream: str, consumer: str,
-                 check: Callable[[Msg], bool | None] | None = None, conn: Connection | None = None) -> None:
+                 check: Callable[[Msg], bool | None] | None = None, conn: Connection | None = None,
+                 pins: Pins | None = None, group: str = "", sent_pin: str | None = None) -> None:
         self.conn = conn
+        # pinned_client (ADR-42): the handle's pin ids, this pull's group and the id it carried
+        self.pins = pins
+        self.group = group
+        self.sent_pin = sent_pin
         self.q: SimpleQueue[Any] = SimpleQueue()
         self.batch = batch
         self.max_bytes = max_bytes
@@ -286,6 +292,8 @@ class _FetchState:
                     return
             if self.ack_none:
                 msg._ack_none = True
+            if self.pins is not None:
+                self.pins.seen(self.group, h)
             self.q.put(msg)
             self.received += 1
             if self.max_bytes:
@@ -307,6 +315,9 @@ class _FetchState:
         act = decide(st)
         if act is Action.HEARTBEAT:
             return
+        if act is Action.PIN_LOST and self.pins is not None:
+            # 423: this pull's pin id is stale; the next pull goes without one (a standby candidate)
+            self.pins.lost(self.group, self.sent_pin)
         if act is not Action.DONE:
             self.error = status_error(st, self.stream, self.consumer)
             self.raise_error = act in (Action.ERROR, Action.TERMINAL, Action.NO_RESPONDERS)
@@ -462,9 +473,12 @@ class FetchResult:
 def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: int = 0,
           expires: float | None = DEFAULT_EXPIRES, idle_heartbeat: float | None = None, no_wait: bool = False,
           ack_none: bool = False, check: Callable[[Msg], bool | None] | None = None,
-          grace: float = FETCH_GRACE, on_end: Callable[[_FetchState], None] | None = None) -> FetchResult:
+          grace: float = FETCH_GRACE, on_end: Callable[[_FetchState], None] | None = None,
+          prio: PullPriority | None = None, pins: Pins | None = None) -> FetchResult:
     """Send one pull request and return the iterator over its messages (see :class:`FetchResult`).
 
+    ``prio``: the pull's priority group options (ADR-42); ``pins``: the handle's pin ids
+    (pinned_client), sent with the pull and updated from what arrives.
     Blocks only to subscribe a reply inbox when no idle one can be reused.
     """
     conn = js.conn
@@ -482,10 +496,20 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
             hb = idle_heartbeat
         exp_ns = int(expires * _NS)
         deadline = Deadline(expires + grace)
-    state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn)
+    if prio is None:
+        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn)
+        body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
+                            heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait)
+    else:
+        if not prio.pinned:
+            pins = None
+        pin = pins.get(prio.group) if pins is not None else None
+        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn, pins, prio.group, pin)
+        body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
+                            heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait, group=prio.group,
+                            min_pending=prio.min_pending, min_ack_pending=prio.min_ack_pending,
+                            priority=prio.priority, pin_id=pin)
     box = _acquire_inbox(conn, state, Deadline(conn._timeout + 5))
-    body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
-                        heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait)
     res = FetchResult(conn, state, box, deadline, hb, on_end)
     conn._enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
     return res
@@ -619,7 +643,8 @@ class ConsumeContext:
 
     def __init__(self, js: JetStream, stream: str, consumer: str, opts: ConsumeOptions,
                  callback: Callable[[Msg], Any] | None = None,
-                 error_cb: Callable[[BaseException], Any] | None = None, ack_none: bool = False) -> None:
+                 error_cb: Callable[[BaseException], Any] | None = None, ack_none: bool = False,
+                 prio: PullPriority | None = None, pins: Pins | None = None) -> None:
         if callback is not None and not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
         if error_cb is not None and not callable(error_cb):
@@ -693,6 +718,12 @@ class ConsumeContext:
         self._nsub: Any = None
         self._on_disc = self._disconnected
         self._on_reconn = self._reconnected
+        # priority groups (ADR-42): the pull's options; pinned_client: the handle's pin ids and
+        # the last id a pull carried, until a 423 (which makes the pulls in flight with it stale)
+        self._prio = prio
+        self._pins = pins if prio is not None and prio.pinned else None
+        self._group = prio.group if prio is not None else ""
+        self._sent_pin: str | None = None
 
     # -- start / the I/O thread side ------------------------------------------------------
 
@@ -733,6 +764,8 @@ class ConsumeContext:
         h = msg.headers
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
             self._rx += 1
+            if self._pins is not None:
+                self._pins.seen(self._group, h)
             if self._bytes_mode:
                 size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
                 self._rx_b += size
@@ -788,6 +821,9 @@ class ConsumeContext:
             self._reset_pending()
             self._pull()
             return
+        if act is Action.PIN_LOST:
+            self._pin_lost(st)
+            return
         # a warning (409 Exceeded ...) or 400 ended a pull request (ADR-37: consume re-pulls).
         # Which one is unknown, so every request in flight is written off, and the new one
         # goes out after a pause: the same request may be
@@ -800,6 +836,25 @@ class ConsumeContext:
             self._conn._loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
         except RuntimeError:  # pragma: no cover - the loop is closing
             pass
+
+    def _pin_lost(self, st: Any) -> None:
+        """423 (pinned_client): the server pinned another client; on the I/O thread.
+
+        The pin id the pulls carried is forgotten; the pulls in flight that carried it are
+        written off (the server answers each with 423) and a new pull goes out at once
+        without an id, so this consume stays a standby candidate. A 423 for a pull whose id
+        was already forgotten changes nothing.
+        """
+        sent = self._sent_pin
+        if sent is None:
+            return
+        if self._pins is not None:
+            self._pins.lost(self._group, sent)
+        with self._lock:
+            self._sent_pin = None
+        log.debug("jssync: consume %s/%s: pin lost (%d %s)", self.stream, self.consumer, st.code, st.description)
+        self._reset_pending()
+        self._pull()
 
     def _no_responders(self, exc: BaseException) -> None:
         """Nobody answered a pull (503): the consumer is missing or has no leader right now.
@@ -975,7 +1030,19 @@ class ConsumeContext:
             self._open += 1
             subject = self._next_subject
             inbox = self._inbox
-        body = pull_request(batch, expires_ns=self._expires_ns, max_bytes=max_bytes, heartbeat_ns=self._hb_ns)
+            prio = self._prio
+            pin = None
+            if prio is not None and self._pins is not None:
+                pin = self._pins.get(prio.group)
+                if pin is not None:
+                    self._sent_pin = pin
+        if prio is None:
+            body = pull_request(batch, expires_ns=self._expires_ns, max_bytes=max_bytes, heartbeat_ns=self._hb_ns)
+        else:
+            body = pull_request(batch, expires_ns=self._expires_ns, max_bytes=max_bytes, heartbeat_ns=self._hb_ns,
+                                group=prio.group, min_pending=prio.min_pending,
+                                min_ack_pending=prio.min_ack_pending, priority=prio.priority,
+                                pin_id=pin)
         self._conn._enqueue((subject, body, inbox, None))
 
     # heartbeat monitor: a timer on the I/O loop, ticking every idle_heartbeat / _TICKS
@@ -1460,8 +1527,8 @@ class ConsumeContext:
 
 def consume(js: JetStream, stream: str, consumer: str, callback: Callable[[Msg], Any] | None,
             error_cb: Callable[[BaseException], Any] | None, opts: ConsumeOptions,
-            ack_none: bool) -> ConsumeContext:
+            ack_none: bool, prio: PullPriority | None = None, pins: Pins | None = None) -> ConsumeContext:
     """Start consuming (see :class:`ConsumeContext`)."""
-    cc = ConsumeContext(js, stream, consumer, opts, callback, error_cb, ack_none)._start()
+    cc = ConsumeContext(js, stream, consumer, opts, callback, error_cb, ack_none, prio, pins)._start()
     cc._started()
     return cc

@@ -2,12 +2,13 @@
 
 A message on a pull request's reply inbox is either a user message, a heartbeat, or a
 status that ends the pull request (``404 No Messages``, ``408 Request Timeout``, the
-``409`` family, ``400 Bad Request``, ``503`` no responders). :func:`classify` tells them
-apart; :func:`decide` says what fetch and consume do about a status.
+``409`` family, ``400 Bad Request``, ``423`` pin id mismatch, ``503`` no responders).
+:func:`classify` tells them apart; :func:`decide` says what fetch and consume do about a status.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from enum import IntEnum
 from typing import NamedTuple
@@ -45,7 +46,7 @@ class Action(IntEnum):
     HEARTBEAT = 0
     #: The request ended normally (404, 408, 409 Message Size Exceeds MaxBytes, 409 Batch Completed).
     DONE = 1
-    #: The request ended with a warning (409 Exceeded ..., other 409s, 423): consume goes on.
+    #: The request ended with a warning (409 Exceeded ..., other 409s): consume goes on.
     WARNING = 2
     #: The request ended with an error (400): fetch raises; consume reports it and goes on.
     ERROR = 3
@@ -56,6 +57,9 @@ class Action(IntEnum):
     RESET = 5
     #: Nobody answered the pull (503): the consumer does not exist or has no leader.
     NO_RESPONDERS = 6
+    #: 423 (ADR-42 pinned_client): the pull carried a pin id that is no longer the pinned one.
+    #: The client forgets that id and pulls again without one (a standby candidate).
+    PIN_LOST = 7
 
 
 class Status(NamedTuple):
@@ -120,6 +124,8 @@ def decide(status: Status) -> Action:
         return Action.NO_RESPONDERS
     if code == 400:
         return Action.ERROR
+    if code == 423:
+        return Action.PIN_LOST
     if code == 409:
         d = status.description.lower()
         if "message size exceeds maxbytes" in d or "batch completed" in d:
@@ -171,8 +177,14 @@ def message_size(subject: str, reply: str, headers: Mapping[str, str] | None, da
 
 
 def pull_request(batch: int, *, expires_ns: int = 0, max_bytes: int = 0, heartbeat_ns: int = 0,
-                 no_wait: bool = False) -> bytes:
-    """Encode a ``CONSUMER.MSG.NEXT`` request body."""
+                 no_wait: bool = False, group: str | None = None, min_pending: int = 0,
+                 min_ack_pending: int = 0, priority: int = 0, pin_id: str | None = None) -> bytes:
+    """Encode a ``CONSUMER.MSG.NEXT`` request body.
+
+    ``group`` and the rest are ADR-42's priority group fields (validated by the caller:
+    a group name is ``[A-Za-z0-9-_/=]``, so it needs no escaping); ``pin_id`` is the
+    ``Nats-Pin-Id`` the server gave (sent as ``id``).
+    """
     parts = [b'{"batch":%d' % batch]
     if expires_ns > 0:
         parts.append(b',"expires":%d' % expires_ns)
@@ -182,5 +194,15 @@ def pull_request(batch: int, *, expires_ns: int = 0, max_bytes: int = 0, heartbe
         parts.append(b',"idle_heartbeat":%d' % heartbeat_ns)
     if no_wait:
         parts.append(b',"no_wait":true')
+    if group is not None:
+        parts.append(b',"group":"%s"' % group.encode())
+        if min_pending > 0:
+            parts.append(b',"min_pending":%d' % min_pending)
+        if min_ack_pending > 0:
+            parts.append(b',"min_ack_pending":%d' % min_ack_pending)
+        if priority > 0:
+            parts.append(b',"priority":%d' % priority)
+        if pin_id:
+            parts.append(b',"id":' + json.dumps(pin_id).encode())
     parts.append(b"}")
     return b"".join(parts)

@@ -537,3 +537,131 @@ def test_server_command_store_dir_keeps_data(env, tmp_path):
 def test_server_command_help_says_the_store_is_temporary(env):
     p = jssync_run(env, "server", "--help")
     assert p.returncode == 0 and "--store-dir" in p.stdout and "temporary" in p.stdout
+
+
+# -- micro services, message TTL, priority groups (python -m jssync) ----------------------------
+
+
+def test_micro_ls_info_stats(env, nats_server, nc):
+    from jssync import micro
+
+    name = f"cli{os.getpid()}"
+    a = micro.add_service(nc, name=name, version="1.2.3", description="adds", metadata={"team": "math"})
+    a.add_endpoint("add", lambda r: r.respond(b"3"), subject=f"{name}.add", metadata={"input": "list"})
+    b = micro.add_service(nc, name=name, version="1.2.3", description="adds")
+    b.add_endpoint("add", lambda r: r.respond_error(503, "busy"), subject=f"{name}.add", queue_group=None)
+    nc.flush()
+    # with no queue group on b, every request reaches b (and one instance of the group "q": a)
+    for _ in range(2):
+        nc.request(f"{name}.add", b"[1, 2]", timeout=5)
+    wait_for(lambda: b.stats()["endpoints"][0]["num_requests"] == 2, what="b counted both requests")
+    url = nats_server.url
+    ids = sorted([a.info()["id"], b.info()["id"]])
+
+    p = jssync_run(env, "micro", "ls", "-s", url)
+    assert p.returncode == 0, p.stderr
+    assert "NAME" in p.stdout and "VERSION" in p.stdout and all(i in p.stdout for i in ids)
+    p = jssync_run(env, "micro", "ls", name, "--json", "-s", url)
+    docs = json.loads(p.stdout)
+    assert [d["id"] for d in docs] == ids and {d["name"] for d in docs} == {name}
+    assert all(d["type"] == "io.nats.micro.v1.info_response" for d in docs)
+
+    p = jssync_run(env, "micro", "info", name, a.info()["id"], "-s", url)
+    assert p.returncode == 0, p.stderr
+    assert a.info()["id"] in p.stdout and b.info()["id"] not in p.stdout
+    assert "team=math" in p.stdout and f"{name}.add" in p.stdout and "input=list" in p.stdout
+    p = jssync_run(env, "micro", "info", name, "--json", "-s", url)
+    docs = json.loads(p.stdout)
+    assert len(docs) == 2 and {d["endpoints"][0]["queue_group"] for d in docs} == {"q", ""}
+
+    p = jssync_run(env, "micro", "stats", name, "-s", url)
+    assert p.returncode == 0, p.stderr
+    row = next(line for line in p.stdout.splitlines() if b.info()["id"] in line)
+    assert "503:busy" in row and " 2 " in row
+    p = jssync_run(env, "micro", "stats", name, b.info()["id"], "--json", "-s", url)
+    (doc,) = json.loads(p.stdout)
+    ep = doc["endpoints"][0]
+    assert (ep["num_requests"], ep["num_errors"], ep["last_error"]) == (2, 2, "503:busy")
+
+    # nothing answers: ls is an empty list, info/stats say so and exit 1; a bad name exits 2
+    p = jssync_run(env, "micro", "ls", "nosuch", "--json", "--wait", "500ms", "-s", url)
+    assert p.returncode == 0 and json.loads(p.stdout) == []
+    p = jssync_run(env, "micro", "stats", "nosuch", "--wait", "500ms", "-s", url)
+    assert p.returncode == 1 and "no service nosuch answered" in p.stderr and p.stdout == ""
+    p = jssync_run(env, "micro", "info", "bad.name", "-s", url)
+    assert p.returncode == 2 and "bad.name" in p.stderr
+    a.stop()
+    b.stop()
+
+
+def test_pub_ttl(env, nats_server, js, unique):
+    name = f"TTL{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory", allow_msg_ttl=True)
+    try:
+        url = nats_server.url
+        p = jssync_run(env, "pub", f"{name}.a", "short", "--js", "--ttl", "1s", "-s", url)
+        assert p.returncode == 0 and "seq 1" in p.stdout, p.stderr
+        p = jssync_run(env, "pub", f"{name}.b", "--js", "--ttl", "never", "--count", "3", "x", "-s", url)
+        assert p.returncode == 0 and "published 3" in p.stdout, p.stderr
+        st = js.stream(name)
+        assert st.get_msg(1).headers["Nats-TTL"] == "1s"
+        assert [st.get_msg(s).headers["Nats-TTL"] for s in (2, 3, 4)] == ["never"] * 3
+        # the stream removes the 1 s message; the others stay
+        wait_for(lambda: st.info().state.messages == 3, 10, what="the TTL'd message removed")
+        # refused before sending: without --js, below 1 s, not a duration
+        for argv, text in (((), "--ttl needs --js"), (("--js", "--ttl", "500ms"), ">= 1"),
+                           (("--js", "--ttl", "soon"), "not a duration")):
+            if not argv:
+                argv = ("--ttl", "5s")
+            p = jssync_run(env, "pub", f"{name}.c", "x", *argv, "-s", url)
+            assert p.returncode == 2 and text in p.stderr, (argv, p.stderr)
+        assert st.info().state.messages == 3
+    finally:
+        js.delete_stream(name)
+
+
+def test_consumer_priority_groups(env, nats_server, js, unique):
+    name = f"PG{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        url = nats_server.url
+        for i in range(3):
+            js.publish(f"{name}.x", b"job %d" % i)
+        p = jssync_run(env, "consumer", "add", name, "W", "--pinned-groups", "jobs", "--pinned-ttl", "30s",
+                       "-s", url)
+        assert p.returncode == 0, p.stderr
+        c = js.consumer(name, "W")
+        assert c.priority == ("pinned_client", ("jobs",), 30.0)
+        p = jssync_run(env, "consumer", "next", name, "W", "--group", "jobs", "--wait", "2", "-s", url)
+        assert p.returncode == 0 and "job 0" in p.stdout, p.stderr
+        p = jssync_run(env, "consumer", "info", name, "W", "-s", url)
+        assert "pinned_client" in p.stdout and "pinned (jobs)" in p.stdout and "30.0s" in p.stdout
+        p = jssync_run(env, "consumer", "info", name, "W", "--json", "-s", url)
+        doc = json.loads(p.stdout)
+        assert doc["config"]["priority_policy"] == "pinned_client" and doc["config"]["priority_groups"] == ["jobs"]
+        assert doc["priority_groups"][0]["pinned_client_id"]
+        p = jssync_run(env, "consumer", "unpin", name, "W", "jobs", "-s", url)
+        assert p.returncode == 0 and "unpinned group jobs" in p.stdout, p.stderr
+        assert not js.consumer(name, "W").cached_info.priority_groups[0].get("pinned_client_id")
+        # a pull without the group, or with a group the consumer lacks: refused before sending
+        p = jssync_run(env, "consumer", "next", name, "W", "--wait", "1", "-s", url)
+        assert p.returncode == 2 and "group" in p.stderr
+        p = jssync_run(env, "consumer", "next", name, "W", "--group", "other", "--wait", "1", "-s", url)
+        assert p.returncode == 2 and "not one of" in p.stderr
+        # overflow: --min-pending is honoured (2 pending < 5: nothing comes)
+        p = jssync_run(env, "consumer", "add", name, "O", "--overflow-groups", "jobs", "-s", url)
+        assert p.returncode == 0, p.stderr
+        p = jssync_run(env, "consumer", "next", name, "O", "--group", "jobs", "--min-pending", "5",
+                       "--wait", "1", "-s", url)
+        assert p.returncode == 1 and "no messages" in p.stderr
+        p = jssync_run(env, "consumer", "next", name, "O", "--group", "jobs", "--min-pending", "3", "--wait", "1",
+                       "-s", url)
+        assert p.returncode == 0 and "job 0" in p.stdout, p.stderr
+        for argv, text in ((("--pinned-groups", "a", "--overflow-groups", "b"), "give one of"),
+                           (("--pinned-ttl", "5s"), "--pinned-ttl goes with --pinned-groups"),
+                           (("--prioritized-groups", "bad.group"), "invalid priority group")):
+            p = jssync_run(env, "consumer", "add", name, "BAD", *argv, "-s", url)
+            assert p.returncode == 2 and text in p.stderr, (argv, p.stderr)
+        assert sorted(js.consumer_names(name)) == ["O", "W"]
+    finally:
+        js.delete_stream(name)

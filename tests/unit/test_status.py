@@ -55,7 +55,8 @@ def test_user_messages():
         ("409", "Something New", Action.WARNING),
         ("400", "Bad Request", Action.ERROR),
         ("503", "", Action.NO_RESPONDERS),
-        ("423", "Nats-Pin-Id mismatch", Action.WARNING),
+        ("423", "Nats-Pin-Id mismatch", Action.PIN_LOST),
+        ("423", "Nats-Wrong-Pin-Id", Action.PIN_LOST),
     ],
 )
 def test_decide(code, desc, action):
@@ -95,6 +96,16 @@ def test_pull_request_body():
     body = json.loads(pull_request(5, expires_ns=30_000_000_000, max_bytes=100, heartbeat_ns=500_000_000))
     assert body == {"batch": 5, "expires": 30_000_000_000, "max_bytes": 100, "idle_heartbeat": 500_000_000}
     assert json.loads(pull_request(3, no_wait=True)) == {"batch": 3, "no_wait": True}
+
+
+def test_pull_request_body_priority_groups():
+    # ADR-42: group, then only the options that are set; the pin id as "id"
+    assert json.loads(pull_request(1, group="jobs")) == {"batch": 1, "group": "jobs"}
+    body = json.loads(pull_request(2, group="a/b=c-_", min_pending=5, min_ack_pending=7, priority=3,
+                                   pin_id='x"y'))
+    assert body == {"batch": 2, "group": "a/b=c-_", "min_pending": 5, "min_ack_pending": 7, "priority": 3,
+                    "id": 'x"y'}
+    assert "min_pending" not in json.loads(pull_request(1, group="g", min_pending=0, pin_id=None))
 
 
 def test_message_size_like_the_server():
