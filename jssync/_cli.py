@@ -639,9 +639,9 @@ def _consumer_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> in
                                                ("overflow", args.overflow_groups),
                                                ("prioritized", args.prioritized_groups)) if groups]
     if len(given) > 1:
-        raise ValueError("give one of --pinned-groups, --overflow-groups, --prioritized-groups")
+        raise ValidationError("give one of --pinned-groups, --overflow-groups, --prioritized-groups")
     if args.pinned_ttl is not None and not args.pinned_groups:
-        raise ValueError("--pinned-ttl goes with --pinned-groups")
+        raise ValidationError("--pinned-ttl goes with --pinned-groups")
     if given:
         params["priority_policy"] = given[0][0]
         params["priority_groups"] = given[0][1].split(",")
@@ -718,7 +718,7 @@ def _pub(args: argparse.Namespace) -> int:
         raise ValidationError("give the message as DATA or with --file/--force-stdin, not both")
     headers = _parse_headers(args.header)
     if args.ttl is not None and not args.js:
-        raise ValueError("--ttl needs --js: the message TTL is kept by the JetStream stream")
+        raise ValidationError("--ttl needs --js: the message TTL is kept by the JetStream stream")
     if args.file or args.force_stdin:
         path = "-" if args.force_stdin else args.file
         send_on = args.send_on or ("eof" if args.force_stdin else "newline")

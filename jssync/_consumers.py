@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from nats.js import api
 
 from ._deadline import Deadline
+from ._errors import ValidationError
 from ._msg import Msg
 from ._priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
 from ._pull import (
@@ -110,10 +111,10 @@ class Consumer:
         prio = self.priority
         validate_group(group, "group")
         if prio.policy != "pinned_client":
-            raise ValueError(f"unpin needs a consumer with priority_policy 'pinned_client'; "
+            raise ValidationError(f"unpin needs a consumer with priority_policy 'pinned_client'; "
                              f"consumer {self.name!r} has {prio.policy!r}")
         if prio.groups is not None and group not in prio.groups:
-            raise ValueError(f"group={group!r} is not one of consumer {self.name!r}'s priority groups "
+            raise ValidationError(f"group={group!r} is not one of consumer {self.name!r}'s priority groups "
                              f"{list(prio.groups)!r}")
         self._js.unpin_consumer(self.stream, self.name, group, timeout=timeout)
         self._pins.clear(group)

@@ -32,6 +32,7 @@ from ._errors import (
     ServiceUnavailableError,
     StreamNotFoundError,
     TimeoutError,
+    ValidationError,
 )
 from ._jetstream import validate_name
 from ._msg import Msg
@@ -130,26 +131,26 @@ class OrderedConsumer:
         self._filters = list(filter_subjects or [])
         if deliver_policy is not None and not isinstance(deliver_policy, api.DeliverPolicy):
             if deliver_policy not in _POLICIES:
-                raise ValueError(f"unknown deliver_policy {deliver_policy!r}; one of {sorted(_POLICIES)}")
+                raise ValidationError(f"unknown deliver_policy {deliver_policy!r}; one of {sorted(_POLICIES)}")
             deliver_policy = _POLICIES[deliver_policy]
         if opt_start_seq is not None:
             _pos_int(opt_start_seq, "opt_start_seq")
             if deliver_policy not in (None, api.DeliverPolicy.BY_START_SEQUENCE):
-                raise ValueError(f"opt_start_seq needs deliver_policy by_start_sequence, not {deliver_policy}")
+                raise ValidationError(f"opt_start_seq needs deliver_policy by_start_sequence, not {deliver_policy}")
             deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
         if opt_start_time is not None:
             if not isinstance(opt_start_time, _dt.datetime):
                 raise TypeError(f"opt_start_time must be a datetime, got {opt_start_time!r}")
             if deliver_policy not in (None, api.DeliverPolicy.BY_START_TIME):
-                raise ValueError(f"opt_start_time needs deliver_policy by_start_time, not {deliver_policy}")
+                raise ValidationError(f"opt_start_time needs deliver_policy by_start_time, not {deliver_policy}")
             deliver_policy = api.DeliverPolicy.BY_START_TIME
         if deliver_policy is api.DeliverPolicy.BY_START_SEQUENCE and opt_start_seq is None:
-            raise ValueError("deliver_policy by_start_sequence needs opt_start_seq")
+            raise ValidationError("deliver_policy by_start_sequence needs opt_start_seq")
         if deliver_policy is api.DeliverPolicy.BY_START_TIME and opt_start_time is None:
-            raise ValueError("deliver_policy by_start_time needs opt_start_time")
+            raise ValidationError("deliver_policy by_start_time needs opt_start_time")
         if replay_policy is not None and not isinstance(replay_policy, api.ReplayPolicy):
             if replay_policy not in _REPLAY:
-                raise ValueError(f"unknown replay_policy {replay_policy!r}; one of {sorted(_REPLAY)}")
+                raise ValidationError(f"unknown replay_policy {replay_policy!r}; one of {sorted(_REPLAY)}")
             replay_policy = _REPLAY[replay_policy]
         self._policy = deliver_policy or api.DeliverPolicy.ALL
         self._opt_start_seq = opt_start_seq

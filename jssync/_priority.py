@@ -14,6 +14,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from ._errors import ValidationError
+
 POLICIES = ("overflow", "pinned_client", "prioritized")
 #: ADR-42: a group name is ADR-6's ``limited-term`` (A-Z a-z 0-9 - _ / =), at most 16 characters.
 _GROUP_RE = re.compile(r"[A-Za-z0-9\-_/=]{1,16}")
@@ -26,7 +28,7 @@ CONFIG_FIELDS = ("priority_policy", "priority_groups", "priority_timeout")
 def validate_group(name: Any, what: str = "priority group") -> str:
     """Return ``name`` if it is a valid priority group name, else raise ValueError naming it."""
     if not isinstance(name, str) or not _GROUP_RE.fullmatch(name):
-        raise ValueError(
+        raise ValidationError(
             f"invalid {what} {name!r}: a group name is 1 to 16 characters of A-Z a-z 0-9 - _ / = (ADR-42)"
         )
     return name
@@ -55,26 +57,27 @@ def config_fields(config: Any, params: dict[str, Any]) -> PriorityConfig:
     policy, groups, timeout = vals["priority_policy"], vals["priority_groups"], vals["priority_timeout"]
     if policy is None or policy == "none":
         if groups:
-            raise ValueError("priority_groups needs a priority_policy ('overflow', 'pinned_client' or 'prioritized')")
+            raise ValidationError(
+                "priority_groups needs a priority_policy ('overflow', 'pinned_client' or 'prioritized')")
         if timeout is not None:
-            raise ValueError("priority_timeout goes with priority_policy='pinned_client'")
+            raise ValidationError("priority_timeout goes with priority_policy='pinned_client'")
         return NO_PRIORITY
     if not isinstance(policy, str) or policy not in POLICIES:
-        raise ValueError(f"unknown priority_policy {policy!r}: use one of {', '.join(POLICIES)}")
+        raise ValidationError(f"unknown priority_policy {policy!r}: use one of {', '.join(POLICIES)}")
     if groups is None or isinstance(groups, str | bytes) or not hasattr(groups, "__iter__"):
         if groups is None:
-            raise ValueError(f"priority_policy {policy!r} needs priority_groups (a list of group names)")
+            raise ValidationError(f"priority_policy {policy!r} needs priority_groups (a list of group names)")
         raise TypeError(f"priority_groups must be a list of group names, got {groups!r}")
     glist = [validate_group(g) for g in groups]
     if not glist:
-        raise ValueError(f"priority_policy {policy!r} needs at least one priority group")
+        raise ValidationError(f"priority_policy {policy!r} needs at least one priority group")
     if len(set(glist)) != len(glist):
-        raise ValueError(f"priority_groups has a name twice: {glist!r}")
+        raise ValidationError(f"priority_groups has a name twice: {glist!r}")
     if timeout is not None:
         if policy != "pinned_client":
-            raise ValueError(f"priority_timeout goes with priority_policy='pinned_client', not {policy!r}")
+            raise ValidationError(f"priority_timeout goes with priority_policy='pinned_client', not {policy!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValueError(f"priority_timeout must be a number of seconds > 0, got {timeout!r}")
+            raise ValidationError(f"priority_timeout must be a number of seconds > 0, got {timeout!r}")
         timeout = float(timeout)
     return PriorityConfig(policy, tuple(glist), timeout)
 
@@ -144,7 +147,7 @@ class PullPriority(NamedTuple):
 
 def _non_neg(v: Any, what: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValueError(f"{what} must be an int >= 0, got {v!r}")
+        raise ValidationError(f"{what} must be an int >= 0, got {v!r}")
     return v
 
 
@@ -153,32 +156,33 @@ def pull_options(prio: PriorityConfig, consumer: str, group: str | None, min_pen
     """Check a pull's priority options against the consumer's settings (ValueError, nothing sent)."""
     if group is None:
         if prio.policy is not None:
-            raise ValueError(
+            raise ValidationError(
                 f"consumer {consumer!r} has priority groups {list(prio.groups or ())!r}: "
                 "pass group= (one of them) to every pull"
             )
         for what, v in (("min_pending", min_pending), ("min_ack_pending", min_ack_pending),
                         ("priority", priority)):
             if v is not None:
-                raise ValueError(f"{what} needs group= (a consumer with priority groups)")
+                raise ValidationError(f"{what} needs group= (a consumer with priority groups)")
         return None
     validate_group(group, "group")
     if prio.policy is None:
-        raise ValueError(f"group={group!r}: consumer {consumer!r} has no priority groups (no priority_policy)")
+        raise ValidationError(f"group={group!r}: consumer {consumer!r} has no priority groups (no priority_policy)")
     if prio.groups is not None and group not in prio.groups:
-        raise ValueError(f"group={group!r} is not one of consumer {consumer!r}'s priority groups {list(prio.groups)!r}")
+        raise ValidationError(
+            f"group={group!r} is not one of consumer {consumer!r}'s priority groups {list(prio.groups)!r}")
     mp = 0 if min_pending is None else _non_neg(min_pending, "min_pending")
     map_ = 0 if min_ack_pending is None else _non_neg(min_ack_pending, "min_ack_pending")
     if (min_pending is not None or min_ack_pending is not None) and prio.policy != "overflow":
-        raise ValueError(
+        raise ValidationError(
             f"min_pending/min_ack_pending go with priority_policy 'overflow'; consumer {consumer!r} has {prio.policy!r}"
         )
     pr = 0
     if priority is not None:
         if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= MAX_PRIORITY:
-            raise ValueError(f"priority must be an int from 0 to {MAX_PRIORITY}, got {priority!r}")
+            raise ValidationError(f"priority must be an int from 0 to {MAX_PRIORITY}, got {priority!r}")
         if prio.policy != "prioritized":
-            raise ValueError(f"priority goes with priority_policy 'prioritized'; consumer {consumer!r} has "
+            raise ValidationError(f"priority goes with priority_policy 'prioritized'; consumer {consumer!r} has "
                              f"{prio.policy!r}")
         pr = priority
     return PullPriority(group, mp, map_, pr, prio.policy == "pinned_client")

@@ -35,6 +35,7 @@ from ._errors import (
     NoHeartbeatError,
     NotFoundError,
     TimeoutError,
+    ValidationError,
     translating,
 )
 from ._msg import Msg
@@ -115,22 +116,22 @@ def _unsubscribe_soon(conn: Connection, nsub: Any) -> None:
 
 def _check_hb(hb: float, expires: float, what: str) -> None:
     if not MIN_HEARTBEAT <= hb <= MAX_HEARTBEAT:
-        raise ValueError(
+        raise ValidationError(
             f"{what} idle_heartbeat must be between {MIN_HEARTBEAT} and {MAX_HEARTBEAT} seconds, got {hb!r}"
         )
     if hb > expires / 2:
-        raise ValueError(f"{what} idle_heartbeat ({hb!r}) must be at most half of expires ({expires!r})")
+        raise ValidationError(f"{what} idle_heartbeat ({hb!r}) must be at most half of expires ({expires!r})")
 
 
 def _pos_int(v: Any, what: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"{what} must be an int >= 1, got {v!r}")
+        raise ValidationError(f"{what} must be an int >= 1, got {v!r}")
     return v
 
 
 def _pos_float(v: Any, what: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-        raise ValueError(f"{what} must be a number of seconds > 0, got {v!r}")
+        raise ValidationError(f"{what} must be a number of seconds > 0, got {v!r}")
     return float(v)
 
 
@@ -411,6 +412,8 @@ class FetchResult:
         try:
             item = self._state.q.get_nowait()
         except Empty:
+            item = None
+        if item is None:  # wait outside the except block: what it raises carries no queue.Empty context
             item = self._wait()
         if item.__class__ is _Control:
             self._end()
@@ -549,7 +552,7 @@ def validate_fetch(max_messages: int | None, max_bytes: int | None, expires: flo
                    idle_heartbeat: float | None) -> tuple[int, int]:
     """Check fetch arguments; return (batch, max_bytes) as sent. Raises ValueError naming the bad value."""
     if max_messages is None and max_bytes is None:
-        raise ValueError("fetch needs max_messages (and/or max_bytes)")
+        raise ValidationError("fetch needs max_messages (and/or max_bytes)")
     batch = BYTES_ONLY_BATCH if max_messages is None else _pos_int(max_messages, "max_messages")
     mb = 0 if max_bytes is None else _pos_int(max_bytes, "max_bytes")
     expires = _pos_float(expires, "expires")
@@ -578,7 +581,7 @@ class ConsumeOptions:
                  expires: float = DEFAULT_EXPIRES, idle_heartbeat: float | None = None,
                  threshold_messages: int | None = None, threshold_bytes: int | None = None) -> None:
         if max_messages is not None and max_bytes is not None:
-            raise ValueError(
+            raise ValidationError(
                 f"max_messages ({max_messages!r}) and max_bytes ({max_bytes!r}) are exclusive: set one of them"
             )
         self.bytes_mode = max_bytes is not None
@@ -591,7 +594,7 @@ class ConsumeOptions:
                 max_messages, "max_messages")
         expires = _pos_float(expires, "expires")
         if expires < MIN_EXPIRES:
-            raise ValueError(f"expires must be at least {MIN_EXPIRES}s, got {expires!r}")
+            raise ValidationError(f"expires must be at least {MIN_EXPIRES}s, got {expires!r}")
         self.expires = expires
         if idle_heartbeat is None:
             idle_heartbeat = max(MIN_HEARTBEAT, min(expires / 2, MAX_HEARTBEAT))
@@ -600,10 +603,10 @@ class ConsumeOptions:
         self.idle_heartbeat = float(idle_heartbeat)
         if threshold_messages is not None:
             if self.bytes_mode:
-                raise ValueError("threshold_messages goes with max_messages, not with max_bytes")
+                raise ValidationError("threshold_messages goes with max_messages, not with max_bytes")
             if not isinstance(threshold_messages, int) or isinstance(threshold_messages, bool) or not (
                     0 <= threshold_messages <= self.max_messages):
-                raise ValueError(
+                raise ValidationError(
                     f"threshold_messages must be an int between 0 and max_messages ({self.max_messages}), "
                     f"got {threshold_messages!r}"
                 )
@@ -612,10 +615,10 @@ class ConsumeOptions:
             self.threshold_messages = self.max_messages // 2
         if threshold_bytes is not None:
             if not self.bytes_mode:
-                raise ValueError("threshold_bytes goes with max_bytes, not with max_messages")
+                raise ValidationError("threshold_bytes goes with max_bytes, not with max_messages")
             if not isinstance(threshold_bytes, int) or isinstance(threshold_bytes, bool) or not (
                     0 <= threshold_bytes <= self.max_bytes):
-                raise ValueError(
+                raise ValidationError(
                     f"threshold_bytes must be an int between 0 and max_bytes ({self.max_bytes}), "
                     f"got {threshold_bytes!r}"
                 )
@@ -1404,6 +1407,8 @@ class ConsumeContext:
         try:
             msg = self._q.get_nowait()
         except Empty:
+            msg = None
+        if msg is None:  # wait outside the except block: what it raises carries no queue.Empty context
             msg = self._wait_msg()
         if msg.__class__ is _Control:
             self._q.put(_END)  # other iterating threads end too
@@ -1434,6 +1439,8 @@ class ConsumeContext:
         try:
             msg = self._q.get_nowait()
         except Empty:
+            msg = None
+        if msg is None:
             msg = self._wait_msg(Deadline(timeout))
         if msg.__class__ is _Control:
             self._q.put(msg)
@@ -1460,12 +1467,14 @@ class ConsumeContext:
 
     def _wait_msg(self, deadline: Deadline | None = None) -> Any:
         q = self._q
+        if deadline is None:
+            deadline = Deadline(None)  # its slices also notice a cancelled asyncio task (Ctrl-C)
         while True:
             try:
-                return q.get(timeout=0.1 if deadline is None else deadline.slice())
+                return q.get(timeout=deadline.slice())
             except Empty:
                 pass
-            if deadline is not None and deadline.expired():
+            if deadline.expired():
                 raise TimeoutError(f"no message from consumer {self.consumer!r} within {deadline.timeout}s")
             if self._state is _State.RUNNING and not self._bytes_mode and (
                     self._req - self._taken - self._disc <= self._thr):
