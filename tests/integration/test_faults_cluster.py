@@ -512,9 +512,12 @@ def test_r3_stream_and_kv_serve_with_a_node_down(cluster, unique, record_propert
                 rev = kv.put(f"k{i % 10}", b"during %d" % i)
                 writes += 2
                 assert st.get_msg(ack.seq).data == b"during %d" % i
-                assert st.direct_get(last_by_subject=f"{subject}.{i % 10}").seq == ack.seq
-                e = kv.get(f"k{i % 10}")
-                assert (e.value, e.revision) == (b"during %d" % i, rev)
+                # Direct Get is served by any replica and has no read-after-write coherence
+                # (ADR-31): a follower may answer a write or two behind, so wait (bounded)
+                wait_for(lambda i=i, ack=ack: st.direct_get(last_by_subject=f"{subject}.{i % 10}").seq == ack.seq,
+                         5, interval=0.02, what="a Direct Get that sees the last publish")
+                wait_for(lambda i=i, rev=rev: (lambda e: (e.value, e.revision))(kv.get(f"k{i % 10}"))
+                         == (b"during %d" % i, rev), 5, interval=0.02, what="a kv.get that sees the last put")
                 reads += 3
             assert kv.update("k1", b"cas", last=kv.get("k1").revision) > kv_first
             kv.delete("k2")
