@@ -1216,8 +1216,9 @@ class _AsyncPublisher:
 
     The table of outstanding Futures is shared: user threads add to it, the I/O thread
     takes from it (PubAcks, the timeout sweep) and ``close()`` fails what is left. Whoever
-    pops an entry completes its Future. Additions, the sweep's snapshot and the
-    registration with the connection are under ``_lock`` (never held while waiting).
+    pops an entry completes its Future. A publish adds its entry without a lock (see
+    ``publish``); arming the sweep, its snapshot and the registration with the
+    connection are under ``_lock`` (never held while waiting).
 
     While it has Futures outstanding the publisher is registered with the connection
     like a subscription, so ``Connection.drain()`` waits for the PubAcks and ``close()``
@@ -1233,7 +1234,14 @@ class _AsyncPublisher:
         self._sweeping = False
         self._registered = False
         self._ended = False
-        self._waiters = 0  # publishers blocked on max_pending
+        self._waiters = 0  # publishers blocked on max_pending (waiting on _room)
+        # Publishers blocked on max_pending wait on their own Condition and are woken one
+        # at a time: at 3/4 of the limit one, and one more each time another quarter of
+        # the window drains while some still wait (the level is _kick_at). Waking them all
+        # at once made 16 publishers runnable together, and the I/O thread, which needs
+        # the GIL to send and to handle the PubAcks, got it only after all of them.
+        self._room = threading.Condition()
+        self._kick_at = -1
         self._all_waiters = 0  # threads in wait_all (publish_async_completed, drain)
         self._retries: dict[str, int] = {}  # token -> resends after a 503 (I/O thread; _end clears it)
         # one Condition shared by this publisher's Futures (see _PubAckFuture)
@@ -1254,12 +1262,14 @@ class _AsyncPublisher:
         limit = self._js.max_pending
         if len(self._pending) >= limit:
             deadline = Deadline(None)
-            with self._cond:
+            room = self._room
+            with room:
                 self._waiters += 1
                 try:
                     while len(self._pending) >= limit:
                         conn._check_open()
-                        self._cond.wait(deadline.slice())
+                        self._kick_at = limit - max(1, limit // 4)  # the window is full again
+                        room.wait(deadline.slice())
                 finally:
                     self._waiters -= 1
         fut: concurrent.futures.Future[api.PubAck] = _PubAckFuture(conn, self._fcond)
@@ -1270,7 +1280,7 @@ class _AsyncPublisher:
                 fut.set_exception(exc)  # failed at once; nothing was queued
                 return fut
         pending = self._pending
-        low_water = limit - max(1, limit // 4)
+        step = max(1, limit // 4)
 
         def on_reply(msg: Msg, _fut: concurrent.futures.Future[api.PubAck] = fut) -> None:
             tok = msg.subject.rsplit(".", 1)[-1]
@@ -1290,26 +1300,38 @@ class _AsyncPublisher:
             else:
                 _resolve(_fut, ack, None)
             left = len(pending)
-            if (self._waiters and left <= low_water) or (self._all_waiters and not left):
-                # wake a publisher blocked on max_pending only once there is room for a
-                # burst, and wait_all only at the end, not on every PubAck (one wake-up
-                # per message would ping-pong between the threads)
-                with self._cond:
+            if self._waiters and left <= self._kick_at:
+                # wake one publisher blocked on max_pending once there is room for a
+                # burst (not on every PubAck: that would ping-pong between the threads),
+                # and one more for each further quarter of the window drained
+                self._kick_at = left - step
+                with self._room:
+                    self._room.notify()
+            if self._all_waiters and not left:
+                with self._cond:  # wait_all only at the end
                     self._cond.notify_all()
 
         prefix = conn._mux_prefix or conn._start_mux(Deadline(self._js.timeout))
         token = str(next(conn._tokens))
-        with self._lock:
-            if self._ended:
-                raise ConnectionClosedError("the connection is closed")
-            pending[token] = (fut, time.monotonic() + timeout)
-            conn._replies[token] = on_reply
-            arm = not self._sweeping
-            self._sweeping = True
-            if not self._registered:
-                self._registered = True
-                with conn._subs_lock:
-                    conn._subs.add(self)  # type: ignore[arg-type]  # drained/ended with the connection
+        # No lock on this path: a thread preempted while holding one made the other
+        # publishers queue behind it, a convoy of context switches (16 threads: one
+        # switch per one or two messages). Each dict operation is atomic; the orderings
+        # below close the races with _end() and the sweep (see there).
+        pending[token] = (fut, time.monotonic() + timeout)
+        conn._replies[token] = on_reply
+        if self._ended:  # _end() sets it before it collects the entries: it may not see ours
+            if pending.pop(token, None) is not None:
+                conn._replies.pop(token, None)
+            raise ConnectionClosedError("the connection is closed")
+        arm = False
+        if not self._sweeping:  # read after adding: the sweep clears it before it looks
+            with self._lock:
+                arm = not self._sweeping
+                self._sweeping = True
+                if not self._registered:
+                    self._registered = True
+                    with conn._subs_lock:
+                        conn._subs.add(self)  # type: ignore[arg-type]  # drained/ended with the connection
         if conn._closed:
             # the connection closed while this was added; its close may not have seen us
             self._end()
@@ -1366,14 +1388,16 @@ class _AsyncPublisher:
                     "no PubAck within the publish timeout (a stream with no_ack never sends one: "
                     "publish to it with publish(..., ack=False))"))
         if expired:
-            with self._cond:
-                self._cond.notify_all()
+            self._wake_all()
         with self._lock:
+            # cleared before looking: a publisher that adds an entry after this look
+            # then finds it cleared and arms the sweep again itself
+            self._sweeping = False
             if self._pending and not conn._closed:
+                self._sweeping = True
                 self._arm_sweep()
                 return
-            self._sweeping = False
-            if not self._pending and self._registered:
+            if self._registered:
                 self._registered = False
                 with conn._subs_lock:
                     conn._subs.discard(self)  # type: ignore[arg-type]
@@ -1391,6 +1415,11 @@ class _AsyncPublisher:
             conn._replies.pop(t, None)
             if item is not None:
                 _resolve(item[0], None, ConnectionClosedError("the connection closed before the PubAck arrived"))
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        with self._room:
+            self._room.notify_all()
         with self._cond:
             self._cond.notify_all()
 
