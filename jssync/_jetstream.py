@@ -1186,6 +1186,25 @@ class _PubAckFuture(concurrent.futures.Future["api.PubAck"]):
         self._wait_done(timeout)
         return super().exception(0)
 
+    def set_result(self, result: api.PubAck) -> None:
+        """As ``Future.set_result`` (on the I/O thread, once per PubAck), with less overhead.
+
+        The same lock and the same steps, but the shared Condition is notified only when
+        a thread waits on it, and the callbacks are looked at only when there are some.
+        """
+        cond = self._condition
+        with cond._lock:  # type: ignore[attr-defined]  # the Condition's own lock
+            if self._state in _DONE_STATES:
+                raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+            self._result = result
+            self._state = _FINISHED
+            for waiter in self._waiters:
+                waiter.add_result(self)
+            if cond._waiters:  # type: ignore[attr-defined]
+                cond.notify_all()
+        if self._done_callbacks:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
+
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[api.PubAck]], object]) -> None:
         conn = self._conn
 
