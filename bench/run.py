@@ -956,6 +956,27 @@ def _run_threads_table(url: str, names: list[str], n: int, payload: bytes, runs:
     return out
 
 
+def natsio_note() -> str:
+    """Why natsio (the asyncio client that needs Python 3.13) is not benchmarked side by side."""
+    import glob
+    import shutil
+    import subprocess
+
+    found = [p for p in [shutil.which("python3.13"),
+                         *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.13*/bin/python3.13")))] if p]
+    if not found:
+        return ("natsio side by side: skipped: natsio needs Python 3.13, and none is here (Debian bookworm "
+                "packages only 3.11, PyPI ships no interpreters)")
+    py = found[0]
+    try:
+        ok = subprocess.run([py, "-c", "import natsio"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return (f"natsio side by side: skipped: not implemented yet; a Python 3.13 is at {py} "
+            f"({'with' if ok else 'without'} natsio installed; it did not come from PyPI or Debian, "
+            "so a fresh machine may not have it)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer messages, one run, no memory_consume")
@@ -1020,6 +1041,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"peak {res['rss_peak_mb']:.1f} MB: growth {res['growth_mb']:+.1f} MB "
                   f"(peak {res['peak_growth_mb']:+.1f} MB), target < {MEMORY_TARGET_MB:.0f} MB: "
                   f"{'met' if res['met'] else 'MISSED'}", flush=True)
+    results["natsio"] = natsio_note()
+    print(f"\n{results['natsio']}")
     results["loadavg_end"] = _loadavg()
     results["seconds"] = time.perf_counter() - t_start
     print(f"\ndone in {results['seconds']:.0f} s; load average {results['loadavg_end']}")
