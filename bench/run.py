@@ -962,8 +962,8 @@ def natsio_note() -> str:
     import shutil
     import subprocess
 
-    found = [p for p in [shutil.which("python3.13"),
-                         *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.13*/bin/python3.13")))] if p]
+    found = [p for p in [*sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.13*/bin/python3.13"))),
+                         shutil.which("python3.13")] if p]
     if not found:
         return ("natsio side by side: skipped: natsio needs Python 3.13, and none is here (Debian bookworm "
                 "packages only 3.11, PyPI ships no interpreters)")
