@@ -1285,9 +1285,13 @@ class _AsyncPublisher:
             with room:
                 self._waiters += 1
                 try:
-                    while len(self._pending) >= limit:
+                    while True:
+                        # the window is full again: wake one at 3/4. Set before looking at
+                        # the count, so a PubAck that missed this level was counted in it.
+                        self._kick_at = limit - max(1, limit // 4)
+                        if len(self._pending) < limit:
+                            break
                         conn._check_open()
-                        self._kick_at = limit - max(1, limit // 4)  # the window is full again
                         room.wait(deadline.slice())
                 finally:
                     self._waiters -= 1
