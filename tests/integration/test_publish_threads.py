@@ -114,3 +114,44 @@ def test_close_while_threads_publish_fails_every_future(nats_server, stream):
     for f in futs:
         exc = f.exception(10)
         assert exc is None or isinstance(exc, jssync.ConnectionClosedError), exc
+
+
+def test_concurrent_requests_leave_the_socket_to_the_io_thread(nats_server, stream, monkeypatch):
+    # A caller watching the socket for its own reply (Connection._watch_for_reply) is
+    # woken by every reply that arrives; with 16 threads in js.publish each reply woke all
+    # of them (about 12 context switches per message). Only a lone request watches now.
+    subj = f"{stream.name}.x"
+    with jssync.connect(nats_server.url) as nc:
+        js = nc.jetstream()
+        js.publish(subj, b"warm-up")
+        orig = nc._watch_for_reply
+        crowded: list[int] = []
+        watched: list[int] = []
+
+        def spy(waiter, token, deadline):
+            n = len(nc._replies)
+            (crowded if n > 1 else watched).append(n)
+            orig(waiter, token, deadline)
+
+        monkeypatch.setattr(nc, "_watch_for_reply", spy)
+        js.publish(subj, b"alone")
+        assert watched, "a lone js.publish no longer watches the socket for its reply"
+        go = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                go.wait(10)
+                for _ in range(150):
+                    js.publish(subj, b"m")
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                errors.append(exc)
+
+        ts = [threading.Thread(target=work) for _ in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        assert not errors
+        assert not crowded, f"{len(crowded)} of 1200 concurrent requests polled the socket themselves"
+    assert stream.info().state.messages == 2 + 8 * 150
