@@ -1282,17 +1282,25 @@ class _AsyncPublisher:
         if len(self._pending) >= limit:
             deadline = Deadline(None)
             room = self._room
+            low = limit - max(1, limit // 4)
+            woken = False
             with room:
                 self._waiters += 1
                 try:
                     while True:
-                        # the window is full again: wake one at 3/4. Set before looking at
-                        # the count, so a PubAck that missed this level was counted in it.
-                        self._kick_at = limit - max(1, limit // 4)
-                        if len(self._pending) < limit:
+                        n = len(self._pending)
+                        if n >= limit:
+                            # full again: wake one at 3/4. Set before looking at the count
+                            # again, so a PubAck that missed this level was counted in it.
+                            self._kick_at = low
+                            n = len(self._pending)
+                        # Go when woken, or when the window drained below 3/4 anyway; a
+                        # waiter whose wait slice ran out while the woken publisher refills
+                        # the window waits on (they would all become runnable together).
+                        if n < limit and (woken or n <= low):
                             break
                         conn._check_open()
-                        room.wait(deadline.slice())
+                        woken = room.wait(deadline.slice())
                 finally:
                     self._waiters -= 1
         fut: concurrent.futures.Future[api.PubAck] = _PubAckFuture(conn, self._fcond)
