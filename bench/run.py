@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -572,7 +573,8 @@ class KvGet:
 
 THREAD_SCENARIOS: dict[str, Callable[[str, int, bytes, int], dict[str, float]]] = {}
 THREAD_LABELS = {"core_publish_threads": "core publish", "js_publish_async_threads": "publish_async",
-                 "consume_threads": "consume, 1 shared ctx", "consume_threads_each": "consume, ctx each"}
+                 "js_publish_sync_threads": "js.publish", "consume_threads": "consume, 1 shared ctx",
+                 "consume_threads_each": "consume, ctx each", "consume_callback_workers": "consume cb, k workers"}
 
 
 def thread_scenario(name: str) -> Callable[[Any], Any]:
@@ -643,6 +645,23 @@ def js_publish_async_threads(url: str, n: int, payload: bytes, k: int) -> dict[s
         _run_threads(k, work)
         js.publish_async_completed(timeout=120)
         dt = time.perf_counter() - t0
+    return {"rate": per * k / dt}
+
+
+@thread_scenario("js_publish_sync_threads")
+def js_publish_sync_threads(url: str, n: int, payload: bytes, k: int) -> dict[str, float]:
+    """k threads call js.publish (one at a time, waiting for each PubAck) n/10/k times each."""
+    per = max(1000, n // 10) // k
+    _fresh_stream(url, "BENCHPUB", ["bench.js.>"])
+    with jssync.connect(url) as nc:
+        js = nc.jetstream()
+        pub = js.publish
+
+        def work(_: int) -> None:
+            for _ in range(per):
+                pub("bench.js.t", payload)
+
+        dt = _run_threads(k, work)
     return {"rate": per * k / dt}
 
 
@@ -724,6 +743,41 @@ def consume_threads_each(url: str, n: int, payload: bytes, k: int) -> dict[str, 
         try:
             t0 = time.perf_counter()
             _run_threads(k, work)
+            dt = time.perf_counter() - t0
+        finally:
+            for x in ctxs:
+                x.stop()
+            js.delete_consumer("BTC", durable)
+    return {"rate": n / dt}
+
+
+@thread_scenario("consume_callback_workers")
+def consume_callback_workers(url: str, n: int, payload: bytes, k: int) -> dict[str, float]:
+    """A connection with k callback workers; k consume(callback) contexts on one durable, ack each.
+
+    Each context's callback runs one message at a time (in order), so k contexts can use
+    k workers at once.
+    """
+    durable = _threads_consumer(url, n, payload)
+    with jssync.connect(url, callback_workers=k) as nc:
+        js = nc.jetstream()
+        c = js.create_consumer("BTC", durable_name=durable, ack_policy="explicit",
+                               max_ack_pending=600 * k)
+        count = itertools.count(1)
+        done = threading.Event()
+        per_ctx = min(500, max(10, (32 << 20) // (max(len(payload), 1) * k)))
+
+        def cb(m: Any) -> None:
+            m.ack()
+            if next(count) == n:
+                done.set()
+
+        ctxs: list[Any] = []
+        try:
+            t0 = time.perf_counter()
+            ctxs.extend(c.consume(cb, max_messages=per_ctx) for _ in range(k))
+            if not done.wait(300):
+                raise RuntimeError("consume_callback_workers: not all messages arrived in 300 s")
             dt = time.perf_counter() - t0
         finally:
             for x in ctxs:
@@ -902,6 +956,27 @@ def _run_threads_table(url: str, names: list[str], n: int, payload: bytes, runs:
     return out
 
 
+def natsio_note() -> str:
+    """Why natsio (the asyncio client that needs Python 3.13) is not benchmarked side by side."""
+    import glob
+    import shutil
+    import subprocess
+
+    found = [p for p in [*sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.13*/bin/python3.13"))),
+                         shutil.which("python3.13")] if p]
+    if not found:
+        return ("natsio side by side: skipped: natsio needs Python 3.13, and none is here (Debian bookworm "
+                "packages only 3.11, PyPI ships no interpreters)")
+    py = found[0]
+    try:
+        ok = subprocess.run([py, "-c", "import natsio"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return (f"natsio side by side: skipped: not implemented yet; a Python 3.13 is at {py} "
+            f"({'with' if ok else 'without'} natsio installed; it did not come from PyPI or Debian, "
+            "so a fresh machine may not have it)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer messages, one run, no memory_consume")
@@ -966,6 +1041,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"peak {res['rss_peak_mb']:.1f} MB: growth {res['growth_mb']:+.1f} MB "
                   f"(peak {res['peak_growth_mb']:+.1f} MB), target < {MEMORY_TARGET_MB:.0f} MB: "
                   f"{'met' if res['met'] else 'MISSED'}", flush=True)
+    results["natsio"] = natsio_note()
+    print(f"\n{results['natsio']}")
     results["loadavg_end"] = _loadavg()
     results["seconds"] = time.perf_counter() - t_start
     print(f"\ndone in {results['seconds']:.0f} s; load average {results['loadavg_end']}")

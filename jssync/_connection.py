@@ -1299,7 +1299,10 @@ class Connection:
         wkey = self._watch_permission("publish", subject, waiter.fail)
         try:
             if self._try_direct_send(subject, data, prefix + token, headers):
-                if self._rd_reader is not None:
+                # Watch the socket only when this is the one request waiting: every caller
+                # watching is woken by every reply, so with many threads in requests each
+                # reply woke them all (the I/O thread, awake anyway, delivers instead).
+                if self._rd_reader is not None and len(self._replies) == 1:
                     self._watch_for_reply(waiter, token, deadline)
             else:
                 self._enqueue((subject, data, prefix + token, headers))

@@ -1328,6 +1328,25 @@ class _PubAckFuture(concurrent.futures.Future["PubAck"]):
         self._wait_done(timeout)
         return super().exception(0)
 
+    def set_result(self, result: PubAck) -> None:
+        """As ``Future.set_result`` (on the I/O thread, once per PubAck), with less overhead.
+
+        The same lock and the same steps, but the shared Condition is notified only when
+        a thread waits on it, and the callbacks are looked at only when there are some.
+        """
+        cond = self._condition
+        with cond._lock:  # type: ignore[attr-defined]  # the Condition's own lock
+            if self._state in _DONE_STATES:
+                raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+            self._result = result
+            self._state = _FINISHED
+            for waiter in self._waiters:
+                waiter.add_result(self)
+            if cond._waiters:  # type: ignore[attr-defined]
+                cond.notify_all()
+        if self._done_callbacks:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
+
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[PubAck]], object]) -> None:
         conn = self._conn
 
@@ -1358,8 +1377,9 @@ class _AsyncPublisher:
 
     The table of outstanding Futures is shared: user threads add to it, the I/O thread
     takes from it (PubAcks, the timeout sweep) and ``close()`` fails what is left. Whoever
-    pops an entry completes its Future. Additions, the sweep's snapshot and the
-    registration with the connection are under ``_lock`` (never held while waiting).
+    pops an entry completes its Future. A publish adds its entry without a lock (see
+    ``publish``); arming the sweep, its snapshot and the registration with the
+    connection are under ``_lock`` (never held while waiting).
 
     While it has Futures outstanding the publisher is registered with the connection
     like a subscription, so ``Connection.drain()`` waits for the PubAcks and ``close()``
@@ -1375,7 +1395,14 @@ class _AsyncPublisher:
         self._sweeping = False
         self._registered = False
         self._ended = False
-        self._waiters = 0  # publishers blocked on max_pending
+        self._waiters = 0  # publishers blocked on max_pending (waiting on _room)
+        # Publishers blocked on max_pending wait on their own Condition and are woken one
+        # at a time: at 3/4 of the limit one, and one more each time another quarter of
+        # the window drains while some still wait (the level is _kick_at). Waking them all
+        # at once made 16 publishers runnable together, and the I/O thread, which needs
+        # the GIL to send and to handle the PubAcks, got it only after all of them.
+        self._room = threading.Condition()
+        self._kick_at = -1
         self._all_waiters = 0  # threads in wait_all (publish_async_completed, drain)
         self._retries: dict[str, int] = {}  # token -> resends after a 503 (I/O thread; _end clears it)
         # one Condition shared by this publisher's Futures (see _PubAckFuture)
@@ -1396,12 +1423,26 @@ class _AsyncPublisher:
         limit = self._js.max_pending
         if len(self._inflight) >= limit:
             deadline = Deadline(None)
-            with self._cond:
+            room = self._room
+            low = limit - max(1, limit // 4)
+            woken = False
+            with room:
                 self._waiters += 1
                 try:
-                    while len(self._inflight) >= limit:
+                    while True:
+                        n = len(self._inflight)
+                        if n >= limit:
+                            # full again: wake one at 3/4. Set before looking at the count
+                            # again, so a PubAck that missed this level was counted in it.
+                            self._kick_at = low
+                            n = len(self._inflight)
+                        # Go when woken, or when the window drained below 3/4 anyway; a
+                        # waiter whose wait slice ran out while the woken publisher refills
+                        # the window waits on (they would all become runnable together).
+                        if n < limit and (woken or n <= low):
+                            break
                         conn._check_open()
-                        self._cond.wait(deadline.slice())
+                        woken = room.wait(deadline.slice())
                 finally:
                     self._waiters -= 1
         fut: concurrent.futures.Future[PubAck] = _PubAckFuture(conn, self._fcond)
@@ -1412,7 +1453,7 @@ class _AsyncPublisher:
                 fut.set_exception(exc)  # failed at once; nothing was queued
                 return fut
         pending = self._inflight
-        low_water = limit - max(1, limit // 4)
+        step = max(1, limit // 4)
 
         def on_reply(msg: Msg, _fut: concurrent.futures.Future[PubAck] = fut) -> None:
             tok = msg.subject.rsplit(".", 1)[-1]
@@ -1432,26 +1473,38 @@ class _AsyncPublisher:
             else:
                 _resolve(_fut, ack, None)
             left = len(pending)
-            if (self._waiters and left <= low_water) or (self._all_waiters and not left):
-                # wake a publisher blocked on max_pending only once there is room for a
-                # burst, and wait_all only at the end, not on every PubAck (one wake-up
-                # per message would ping-pong between the threads)
-                with self._cond:
+            if self._waiters and left <= self._kick_at:
+                # wake one publisher blocked on max_pending once there is room for a
+                # burst (not on every PubAck: that would ping-pong between the threads),
+                # and one more for each further quarter of the window drained
+                self._kick_at = left - step
+                with self._room:
+                    self._room.notify()
+            if self._all_waiters and not left:
+                with self._cond:  # wait_all only at the end
                     self._cond.notify_all()
 
         prefix = conn._mux_prefix or conn._start_mux(Deadline(self._js.timeout))
         token = str(next(conn._tokens))
-        with self._lock:
-            if self._ended:
-                raise ConnectionClosedError("the connection is closed")
-            pending[token] = (fut, time.monotonic() + timeout)
-            conn._replies[token] = on_reply
-            arm = not self._sweeping
-            self._sweeping = True
-            if not self._registered:
-                self._registered = True
-                with conn._subs_lock:
-                    conn._subs.add(self)  # type: ignore[arg-type]  # drained/ended with the connection
+        # No lock on this path: a thread preempted while holding one made the other
+        # publishers queue behind it, a convoy of context switches (16 threads: one
+        # switch per one or two messages). Each dict operation is atomic; the orderings
+        # below close the races with _end() and the sweep (see there).
+        pending[token] = (fut, time.monotonic() + timeout)
+        conn._replies[token] = on_reply
+        if self._ended:  # _end() sets it before it collects the entries: it may not see ours
+            if pending.pop(token, None) is not None:
+                conn._replies.pop(token, None)
+            raise ConnectionClosedError("the connection is closed")
+        arm = False
+        if not self._sweeping:  # read after adding: the sweep clears it before it looks
+            with self._lock:
+                arm = not self._sweeping
+                self._sweeping = True
+                if not self._registered:
+                    self._registered = True
+                    with conn._subs_lock:
+                        conn._subs.add(self)  # type: ignore[arg-type]  # drained/ended with the connection
         if conn._closed:
             # the connection closed while this was added; its close may not have seen us
             self._end()
@@ -1508,14 +1561,16 @@ class _AsyncPublisher:
                     "no PubAck within the publish timeout (a stream with no_ack never sends one: "
                     "publish to it with publish(..., ack=False))"))
         if expired:
-            with self._cond:
-                self._cond.notify_all()
+            self._wake_all()
         with self._lock:
+            # cleared before looking: a publisher that adds an entry after this look
+            # then finds it cleared and arms the sweep again itself
+            self._sweeping = False
             if self._inflight and not conn._closed:
+                self._sweeping = True
                 self._arm_sweep()
                 return
-            self._sweeping = False
-            if not self._inflight and self._registered:
+            if self._registered:
                 self._registered = False
                 with conn._subs_lock:
                     conn._subs.discard(self)
@@ -1533,6 +1588,11 @@ class _AsyncPublisher:
             conn._replies.pop(t, None)
             if item is not None:
                 _resolve(item[0], None, ConnectionClosedError("the connection closed before the PubAck arrived"))
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        with self._room:
+            self._room.notify_all()
         with self._cond:
             self._cond.notify_all()
 

@@ -1016,6 +1016,65 @@ def _task_info() -> tuple[int, int, dict[str, str | None]]:
     return tc.partitionId(), tc.attemptNumber(), props
 
 
+class _FastRows:
+    """The checks and headers of ``JetStream.publish_async`` for a row without headers of its own.
+
+    The subject is checked once per distinct subject (a small cache), the derived
+    ``Nats-Msg-Id`` is built from a prefix checked once and a digest state per subject
+    (the same id as :func:`derive_msg_id`), and the payload plus header block is checked
+    against the server's max_payload; then the row goes straight to the publisher, with
+    the same Future, flow control and PubAck handling as ``publish_async``.
+    """
+
+    __slots__ = ("_head", "_extra", "_derive", "_max_payload", "_subjects")
+
+    #: Distinct subjects remembered as checked (more: checked again, the cache starts over).
+    MAX_SUBJECTS = 4096
+
+    def __init__(self, conn: Connection, prefix: str, batch: int, partition: int, derive: bool) -> None:
+        from ._connection import validate_headers
+        from ._jetstream import HDR_MSG_ID
+
+        self._head = f"{prefix}.{batch}.{partition}."
+        validate_headers({HDR_MSG_ID: self._head})  # an id adds only digits, dots and hex to it
+        # the header block around the id: "NATS/1.0\r\n", "Nats-Msg-Id: ", CRLFs (27 bytes),
+        # plus what the prefix takes beyond one byte a character in UTF-8
+        self._extra = 27 + len(self._head.encode()) - len(self._head)
+        self._derive = derive
+        self._max_payload = conn.max_payload
+        self._subjects: dict[str, Any] = {}  # subject -> blake2b state after "subject\0"
+
+    def headers(self, subject: str, row: int, data: bytes) -> dict[str, str] | None:
+        """The row's headers (its ``Nats-Msg-Id`` or None); raises like ``publish_async``."""
+        base = self._subjects.get(subject)
+        if base is None:
+            from ._connection import validate_subject
+
+            validate_subject(subject, wildcards=False)
+            base = hashlib.blake2b(subject.encode(), digest_size=6)
+            base.update(b"\x00")
+            if len(self._subjects) >= self.MAX_SUBJECTS:
+                self._subjects.clear()
+            self._subjects[subject] = base
+        if not self._derive:
+            size = len(data)
+            hdrs = None
+        else:
+            h = base.copy()
+            h.update(data)
+            msg_id = f"{self._head}{row}.{h.hexdigest()}"
+            size = len(data) + len(msg_id) + self._extra
+            hdrs = {"Nats-Msg-Id": msg_id}
+        if size > self._max_payload:
+            from ._errors import MaxPayloadError
+
+            raise MaxPayloadError(
+                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
+                f"of {self._max_payload} bytes"
+            )
+        return hdrs
+
+
 def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch_id: int,
                   partition: int) -> JetStreamCommitMessage:
     """Publish every row of ``batches`` (Arrow record batches) and wait for all PubAcks.
@@ -1034,7 +1093,9 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
         nonlocal duplicates, first_seq, last_seq
         row, subj, fut = item
         try:
-            ack = fut.result(timeout=0)
+            # done, or its PubAck was taken off the table just now and is being set:
+            # the wait is for that moment only (done() / publish_async_completed said so)
+            ack = fut.result(timeout=5.0)
         except Exception as exc:  # noqa: BLE001
             raise SparkWriteError(
                 f"publishing row {row} of partition {partition} to {subj!r} failed: {type(exc).__name__}: {exc}"
@@ -1047,6 +1108,9 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
 
     try:
         js = conn.jetstream(timeout=opts.publish_timeout, max_pending=opts.max_pending)
+        fast = _FastRows(conn, prefix, batch_id, partition, opts.derive_msg_id)
+        publish = js._async.publish  # for rows _FastRows has checked (see there)
+        timeout = opts.publish_timeout
         cols: _Columns4Write | None = None
         for rb in batches:
             if cols is None:
@@ -1073,15 +1137,19 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                 elif isinstance(d, str):
                     d = d.encode()
                 h = headers[i] if headers is not None else None
-                hdrs = dict(h) if h else None
-                if ids is not None and ids[i] is not None:
-                    msg_id: str | None = str(ids[i])
-                elif opts.derive_msg_id:
-                    msg_id = derive_msg_id(prefix, batch_id, partition, row, subj, d)
-                else:
-                    msg_id = None
                 try:
-                    fut = js.publish_async(subj, d, headers=hdrs, msg_id=msg_id, timeout=opts.publish_timeout)
+                    if not h and (ids is None or ids[i] is None):
+                        # the common row: no headers of its own, a derived id (or none)
+                        fut = publish(subj, d, fast.headers(subj, row, d), timeout)
+                    else:
+                        hdrs = dict(h) if h else None
+                        if ids is not None and ids[i] is not None:
+                            msg_id: str | None = str(ids[i])
+                        elif opts.derive_msg_id:
+                            msg_id = derive_msg_id(prefix, batch_id, partition, row, subj, d)
+                        else:
+                            msg_id = None
+                        fut = js.publish_async(subj, d, headers=hdrs, msg_id=msg_id, timeout=timeout)
                 except Exception as exc:  # noqa: BLE001 - bad subject, header, payload size
                     raise SparkWriteError(
                         f"cannot publish row {row} of partition {partition} to {subj!r}: {type(exc).__name__}: {exc}"

@@ -115,6 +115,43 @@ def test_derived_msg_ids_are_deterministic_and_distinct():
     assert a not in others and len(others) == 6
 
 
+def test_write_batches_rows_carry_the_derived_ids_and_bad_rows_fail(nats_server, js, stream):
+    # write_batches outside Spark: plain rows take the checked fast path (one subject
+    # check per subject, the id built incrementally), rows with headers the general one
+    import pyarrow as pa
+
+    name = stream.name
+    subjects = [f"{name}.a", f"{name}.b", f"{name}.a", f"{name}.c"]
+    datas = [b"one", b"two", b"", b"four"]
+    headers = [None, None, None, [("X-K", "v")]]
+    hdr_type = pa.map_(pa.string(), pa.string())
+    rb = pa.RecordBatch.from_arrays(
+        [pa.array(subjects), pa.array(datas, type=pa.binary()), pa.array(headers, type=hdr_type)],
+        names=["subject", "data", "headers"])
+    opts = jspark.WriteOptions.parse({"servers": nats_server.url})
+    res = jspark.write_batches(opts, iter([rb]), "pfx", 5, 2)
+    assert (res.rows, res.duplicates, res.first_seq, res.last_seq) == (4, 0, 1, 4)
+    for seq, (subj, data) in enumerate(zip(subjects, datas, strict=True), start=1):
+        m = stream.get_msg(seq)
+        assert (m.subject, m.data) == (subj, data)
+        assert m.headers["Nats-Msg-Id"] == jspark.derive_msg_id("pfx", 5, 2, seq - 1, subj, data)
+    assert stream.get_msg(4).headers["X-K"] == "v"
+    # the same rows again: all dropped by the duplicate window
+    again = jspark.write_batches(opts, iter([rb]), "pfx", 5, 2)
+    assert (again.rows, again.duplicates) == (4, 4)
+
+    big = b"x" * (js.conn.max_payload - 20)  # fits alone, not with its Nats-Msg-Id header
+    for subj, data, what in ((f"{name}.d", big, "MaxPayloadError"), (f"{name}.*", b"x", "BadSubjectError")):
+        bad = pa.RecordBatch.from_arrays([pa.array([f"{name}.ok", subj]), pa.array([b"ok", data])],
+                                         names=["subject", "data"])
+        with pytest.raises(jspark.SparkWriteError, match=f"row 1 of partition 2 .*{what}"):
+            jspark.write_batches(opts, iter([bad]), "pfy", 0, 2)
+    no_ids = jspark.WriteOptions.parse({"servers": nats_server.url, "derivemsgid": "false"})
+    ok = pa.RecordBatch.from_arrays([pa.array([f"{name}.e"]), pa.array([big])], names=["subject", "data"])
+    assert jspark.write_batches(no_ids, iter([ok]), "pfz", 0, 0).rows == 1
+    assert stream.get_msg(stream.info().state.last_seq).headers is None
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

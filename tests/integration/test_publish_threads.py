@@ -1,0 +1,157 @@
+"""publish_async from many threads: no lock per message, nothing lost, close fails what is left."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+import pytest
+
+import jssync
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class _CountingLock:
+    """A threading.Lock that counts its acquisitions."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.count += 1
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_publish_async_takes_no_lock_per_message(js, stream):
+    # A lock on every publish_async made 16 publishing threads queue behind one that the
+    # GIL switch interval preempted inside it (a lock convoy: a context switch per message).
+    subj = f"{stream.name}.x"
+    js.publish_async(subj, b"warm-up").result(10)
+    pub = js._async
+    counting = _CountingLock()
+    pub._lock = counting
+    futs = [js.publish_async(subj, b"m") for _ in range(1000)]
+    js.publish_async_completed(timeout=30)
+    assert all(f.result(0).stream == stream.name for f in futs)
+    # arming the timeout sweep and the registration take it, once per busy period
+    assert counting.count <= 20, f"{counting.count} lock acquisitions for 1000 publishes"
+
+
+def test_publish_async_from_16_threads_loses_nothing(nats_server, stream):
+    subj = f"{stream.name}.x"
+    per = 400
+    with jssync.connect(nats_server.url) as nc:
+        js = nc.jetstream(max_pending=64)  # small window: publishers block and are woken often
+        results: list[list[concurrent.futures.Future[object]]] = [[] for _ in range(16)]
+        errors: list[BaseException] = []
+        go = threading.Barrier(16)
+
+        def work(i: int) -> None:
+            try:
+                go.wait(10)
+                for j in range(per):
+                    results[i].append(js.publish_async(subj, f"{i}.{j}".encode()))
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                errors.append(exc)
+
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        assert not errors
+        js.publish_async_completed(timeout=60)
+        seqs = sorted(f.result(0).seq for r in results for f in r)
+        assert len(seqs) == 16 * per
+        assert len(set(seqs)) == 16 * per
+        assert js.publish_async_pending() == 0
+    assert stream.info().state.messages == 16 * per
+
+
+def test_close_while_threads_publish_fails_every_future(nats_server, stream):
+    subj = f"{stream.name}.x"
+    nc = jssync.connect(nats_server.url)
+    js = nc.jetstream()
+    futs: list[concurrent.futures.Future[object]] = []
+    lock = threading.Lock()
+    ended: list[BaseException] = []
+    started = threading.Event()
+
+    def work() -> None:
+        try:
+            while True:
+                f = js.publish_async(subj, b"m")
+                with lock:
+                    futs.append(f)
+                started.set()
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            ended.append(exc)
+
+    ts = [threading.Thread(target=work) for _ in range(8)]
+    for t in ts:
+        t.start()
+    assert started.wait(10)
+    wait_for(lambda: len(futs) > 2000, 20, what="2000 publishes")
+    nc.close()
+    for t in ts:
+        t.join(20)
+        assert not t.is_alive()
+    assert len(ended) == 8
+    assert all(isinstance(e, jssync.ConnectionClosedError) for e in ended), ended
+    # every Future handed out is done: a PubAck, or failed because the connection closed
+    for f in futs:
+        exc = f.exception(10)
+        assert exc is None or isinstance(exc, jssync.ConnectionClosedError), exc
+
+
+def test_concurrent_requests_leave_the_socket_to_the_io_thread(nats_server, stream, monkeypatch):
+    # A caller watching the socket for its own reply (Connection._watch_for_reply) is
+    # woken by every reply that arrives; with 16 threads in js.publish each reply woke all
+    # of them (about 12 context switches per message). Only a lone request watches now.
+    subj = f"{stream.name}.x"
+    with jssync.connect(nats_server.url) as nc:
+        js = nc.jetstream()
+        js.publish(subj, b"warm-up")
+        orig = nc._watch_for_reply
+        crowded: list[int] = []
+        watched: list[int] = []
+
+        def spy(waiter, token, deadline):
+            n = len(nc._replies)
+            (crowded if n > 1 else watched).append(n)
+            orig(waiter, token, deadline)
+
+        monkeypatch.setattr(nc, "_watch_for_reply", spy)
+        js.publish(subj, b"alone")
+        assert watched, "a lone js.publish no longer watches the socket for its reply"
+        go = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                go.wait(10)
+                for _ in range(150):
+                    js.publish(subj, b"m")
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                errors.append(exc)
+
+        ts = [threading.Thread(target=work) for _ in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        assert not errors
+        assert not crowded, f"{len(crowded)} of 1200 concurrent requests polled the socket themselves"
+    assert stream.info().state.messages == 2 + 8 * 150
