@@ -12,6 +12,17 @@ scenarios (``*_threads``) run jssync only, with 1, 4 and 16 user threads (``--th
 and print one row per thread count. ``memory_consume`` (jssync only, 128 B, not part of
 ``--quick``) consumes 1,000,000 messages in a fresh process and prints the RSS growth.
 With ``--sizes`` every selected scenario is repeated per payload size, one section each.
+
+natsio (asyncio, Python 3.13 only) runs beside them for consume_ack, consume_noack,
+fetch_loop, js_publish_sync and core_publish when a Python 3.13 that can import natsio is
+found (``--natsio-python PATH``, else ``python3.13`` on PATH, else
+``~/.pyenv/versions/3.13*/bin/python3.13``): bench/natsio_side.py does the measured work
+in that interpreter against the same server, after this script set up the same stream;
+the table gets natsio msgs/s and jssync / natsio. Otherwise a one-line note says what
+was looked for. Nothing is installed.
+
+    python bench/run.py --count 20000 --runs 3 \
+        --only consume_ack --only consume_noack --only fetch_loop --only js_publish_sync --only core_publish
 """
 
 from __future__ import annotations
@@ -914,26 +925,44 @@ def _median(runs: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def _run_pairs(url: str, names: list[str], n: int, payload: bytes, runs: int, side: str) -> dict[str, Any]:
+def _run_pairs(url: str, names: list[str], n: int, payload: bytes, runs: int, side: str,
+               natsio_py: str | None = None) -> dict[str, Any]:
+    """Each run: jssync, nats-py, then natsio (``natsio_py``, its scenarios only); medians per column."""
     out: dict[str, Any] = {}
-    print(f"{'scenario':28} {'jssync/s':>12} {'nats-py/s':>12} {'ratio':>7}  extra")
+    head = f"{'scenario':28} {'jssync/s':>12} {'nats-py/s':>12} {'ratio':>7}"
+    if natsio_py:
+        head += f" {'natsio/s':>12} {'j/natsio':>8}"
+    print(f"{head}  extra")
     for name in names:
         fj, fn = SCENARIOS[name]
-        rj, rn = [], []
+        with_natsio = natsio_py is not None and name in NATSIO_SCENARIOS
+        rj, rn, ri = [], [], []
         for _ in range(runs):
             if side != "natspy":
                 rj.append(fj(url, n, payload))
             if side != "jssync":
                 rn.append(fn(url, n, payload))
-        mj = _median(rj) if rj else {"rate": float("nan")}
-        mn = _median(rn) if rn else {"rate": float("nan")}
+            if with_natsio:
+                assert natsio_py is not None
+                ri.append(natsio_run(natsio_py, name, url, n, payload))
+        nan = {"rate": float("nan")}
+        mj = _median(rj) if rj else nan
+        mn = _median(rn) if rn else nan
         ratio = mj["rate"] / mn["rate"]
         extra = ""
         if "p50_us" in mj and "p50_us" in mn:
             extra = (f"p50 {mj['p50_us']:.0f}/{mn['p50_us']:.0f} us (overhead {mj['p50_us'] - mn['p50_us']:+.0f}),"
                      f" p99 {mj['p99_us']:.0f}/{mn['p99_us']:.0f} us")
-        print(f"{name:28} {mj['rate']:>12,.0f} {mn['rate']:>12,.0f} {ratio:>7.2f}  {extra}", flush=True)
+        row = f"{name:28} {mj['rate']:>12,.0f} {mn['rate']:>12,.0f} {ratio:>7.2f}"
         out[name] = {"jssync": mj, "natspy": mn, "ratio": ratio}
+        if with_natsio:
+            mi = _median(ri)
+            ratio_i = mj["rate"] / mi["rate"]
+            row += f" {mi['rate']:>12,.0f} {ratio_i:>8.2f}"
+            out[name].update({"natsio": mi, "ratio_natsio": ratio_i})
+        elif natsio_py:
+            row += f" {'-':>12} {'-':>8}"
+        print(f"{row}  {extra}".rstrip(), flush=True)
         _cleanup(url)
     return out
 
@@ -956,25 +985,61 @@ def _run_threads_table(url: str, names: list[str], n: int, payload: bytes, runs:
     return out
 
 
-def natsio_note() -> str:
-    """Why natsio (the asyncio client that needs Python 3.13) is not benchmarked side by side."""
+NATSIO_SCENARIOS = ("consume_ack", "consume_noack", "fetch_loop", "js_publish_sync", "core_publish")
+
+
+def _natsio_setup(name: str, url: str, n: int, payload: bytes) -> tuple[int, str]:
+    """The same stream set-up as the nats-py side of ``name``; returns (message count, stream)."""
+    if name == "js_publish_sync":
+        _fresh_stream(url, "BENCHPUB", ["bench.js.>"])
+        return max(1000, n // 10), "BENCHPUB"
+    stream = {"consume_ack": "BCA", "consume_noack": "BCN", "fetch_loop": "BFL"}.get(name, "")
+    if stream:
+        _preload(url, stream, n, payload)
+    return n, stream
+
+
+def natsio_run(py: str, name: str, url: str, n: int, payload: bytes) -> dict[str, float]:
+    """One natsio run of scenario ``name``: set up here, measured by bench/natsio_side.py under ``py``."""
+    import subprocess
+
+    count, stream = _natsio_setup(name, url, n, payload)
+    side = os.path.join(os.path.dirname(os.path.abspath(__file__)), "natsio_side.py")
+    proc = subprocess.run([py, side, name, url, str(count), str(len(payload)), stream],
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"natsio side of {name} failed ({py}, exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return {"rate": float(json.loads(proc.stdout.strip().splitlines()[-1])["rate"])}
+
+
+def find_natsio(explicit: str | None) -> tuple[str | None, str]:
+    """A Python 3.13 that can ``import natsio``, and a one-line note saying what was found or looked for.
+
+    Looks at ``explicit`` (``--natsio-python``) only when given; otherwise at ``python3.13`` on
+    PATH, then ``~/.pyenv/versions/3.13*/bin/python3.13``. Nothing is installed here.
+    """
     import glob
     import shutil
     import subprocess
 
-    found = [p for p in [*sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.13*/bin/python3.13"))),
-                         shutil.which("python3.13")] if p]
-    if not found:
-        return ("natsio side by side: skipped: natsio needs Python 3.13, and none is here (Debian bookworm "
-                "packages only 3.11, PyPI ships no interpreters)")
-    py = found[0]
-    try:
-        ok = subprocess.run([py, "-c", "import natsio"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        ok = False
-    return (f"natsio side by side: skipped: not implemented yet; a Python 3.13 is at {py} "
-            f"({'with' if ok else 'without'} natsio installed; it did not come from PyPI or Debian, "
-            "so a fresh machine may not have it)")
+    if explicit:
+        candidates = [explicit]
+        looked = f"--natsio-python {explicit}"
+    else:
+        pattern = os.path.expanduser("~/.pyenv/versions/3.13*/bin/python3.13")
+        candidates = [p for p in [shutil.which("python3.13"), *sorted(glob.glob(pattern))] if p]
+        looked = f"python3.13 on PATH, {pattern}"
+    for py in dict.fromkeys(candidates):
+        try:
+            probe = subprocess.run([py, "-c", "import natsio; print(natsio.__version__)"],
+                                   capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if probe.returncode == 0:
+            return py, f"natsio {probe.stdout.strip()} under {py}"
+    found = f" (tried {', '.join(candidates)}: none could import natsio)" if candidates else ""
+    return None, (f"natsio side by side: skipped: no Python 3.13 with natsio; looked for {looked}{found}; "
+                  "install with: python3.13 -m pip install natsio")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -990,7 +1055,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-count", type=int, default=1_000_000,
                     help="messages for memory_consume (default 1,000,000)")
     ap.add_argument("--side", choices=["both", "jssync", "natspy"], default="both",
-                    help="run only one side of the paired scenarios (for profiling)")
+                    help="run only one side of the paired scenarios (for profiling; natsio only with both)")
+    ap.add_argument("--natsio-python", metavar="PATH", default=None,
+                    help="a Python 3.13 with natsio installed, for the natsio column (default: python3.13 "
+                         "on PATH, else ~/.pyenv/versions/3.13*/bin/python3.13; skipped with a note if none)")
     ap.add_argument("--only", action="append", help="run only this scenario (repeatable)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--pin-client", type=int, default=None, metavar="CPU",
@@ -1010,6 +1078,10 @@ def main(argv: list[str] | None = None) -> int:
     threaded = [x for x in names if x in THREAD_SCENARIOS]
     results: dict[str, Any] = {"sizes": sizes, "count": n, "runs": runs, "threads": args.threads,
                                "cpus": os.cpu_count(), "loadavg_start": _loadavg(), "by_size": {}}
+    natsio_py = None
+    if args.side == "both" and any(x in NATSIO_SCENARIOS for x in pairs):
+        natsio_py, results["natsio"] = find_natsio(args.natsio_python)
+        print(f"natsio column: {results['natsio']}" if natsio_py else results["natsio"])
     t_start = time.perf_counter()
     with NatsServer(jetstream=True) as srv:
         if args.pin_client is not None:
@@ -1026,7 +1098,7 @@ def main(argv: list[str] | None = None) -> int:
             if pairs or threaded:
                 print(f"\n== payload {size} B, {ns} msgs per run ==")
             if pairs:
-                section["scenarios"] = _run_pairs(srv.url, pairs, ns, payload, runs, args.side)
+                section["scenarios"] = _run_pairs(srv.url, pairs, ns, payload, runs, args.side, natsio_py)
             if threaded:
                 section["threads"] = _run_threads_table(srv.url, threaded, ns, payload, runs, args.threads)
             results["by_size"][str(size)] = section
@@ -1041,8 +1113,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"peak {res['rss_peak_mb']:.1f} MB: growth {res['growth_mb']:+.1f} MB "
                   f"(peak {res['peak_growth_mb']:+.1f} MB), target < {MEMORY_TARGET_MB:.0f} MB: "
                   f"{'met' if res['met'] else 'MISSED'}", flush=True)
-    results["natsio"] = natsio_note()
-    print(f"\n{results['natsio']}")
     results["loadavg_end"] = _loadavg()
     results["seconds"] = time.perf_counter() - t_start
     print(f"\ndone in {results['seconds']:.0f} s; load average {results['loadavg_end']}")
