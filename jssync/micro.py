@@ -570,7 +570,7 @@ class Service:
     def wait(self, timeout: float | None = None) -> None:
         """Block until the service is stopped (by another thread, or the connection closed).
 
-        Waits in slices of 0.1 s (Ctrl-C gets through).
+        Waits up to ``timeout`` seconds (None: no limit), in slices of 0.1 s (Ctrl-C gets through).
 
         Raises:
             jssync.TimeoutError: still running after ``timeout`` seconds.
