@@ -23,11 +23,12 @@ from nats.js.api import (
 from . import micro  # the submodule jssync.micro
 from ._connection import Connection, connect
 from ._consumers import Consumer
-from ._direct import BadRequestError, DirectBatch, TooManySubjectsError
+from ._direct import DirectBatch
 from ._errors import (
     APIError,
     AuthorizationError,
     BadHeaderError,
+    BadRequestError,
     BadSubjectError,
     ConnectionClosedError,
     ConsumerDeletedError,
@@ -37,6 +38,7 @@ from ._errors import (
     DirectGetNotAllowedError,
     Error,
     ForkError,
+    InvalidAckError,
     JetStreamAPIError,
     JetStreamError,
     MaxPayloadError,
@@ -45,17 +47,21 @@ from ._errors import (
     NoHeartbeatError,
     NoRespondersError,
     NoServersError,
+    NoSuchPartitionError,
     NotFoundError,
     NotSupportedError,
     PermissionDeniedError,
+    PullRequestError,
     ReconnectBufferExceededError,
     ServiceUnavailableError,
     SlowConsumerError,
+    StreamExistsError,
     StreamNameInUseError,
     StreamNotFoundError,
     StreamNotMatchError,
     SubscriptionClosedError,
     TimeoutError,
+    TooManySubjectsError,
     ValidationError,
     WrongLastMsgIdError,
     WrongLastSequenceError,
@@ -80,7 +86,6 @@ from ._kv import (
     KeyWatcher,
     KeyWrongLastSequenceError,
 )
-from ._liftbridge_codec import InvalidAckError, NoSuchPartitionError, StreamExistsError
 from ._msg import Msg
 from ._msgfeatures import BatchPublisher, Counter, CounterEntry
 from ._objectstore import (
@@ -112,7 +117,6 @@ from ._push import (
     SubjectMismatchError,
 )
 from ._request_many import RequestMany
-from ._status import PullRequestError
 from ._streams import StoredMsg, Stream
 from ._subscription import Subscription
 

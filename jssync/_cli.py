@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, BinaryIO, TextIO
 
-from ._errors import ValidationError
+from ._errors import ValidationError, _ConfigError, _Stop
 
 # -- output helpers ----------------------------------------------------------------------------
 
@@ -182,10 +182,6 @@ _FILE_SETTINGS = ("creds", "nkey", "tlscert", "tlskey", "tlsca")
 _DEFAULT_SERVER = "nats://127.0.0.1:4222"
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-class _ConfigError(ValueError):
-    """A setting, an environment variable or a context file cannot be used (exit code 2)."""
 
 
 def _duration(text: str) -> float:
@@ -1046,10 +1042,6 @@ def _demo_js(nc: Any, count: int) -> None:
     print(f"  last message on demo.orders.0: seq={last.seq} data={last.data!r}")
     js.delete_stream("DEMO")
     print("  deleted stream DEMO")
-
-
-class _Stop(Exception):
-    """A signal asked ``jssync server`` to stop."""
 
 
 def _server(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ from ._errors import (
     SubscriptionClosedError,
     TimeoutError,
     ValidationError,
+    _OffLoopError,
     translate,
     translating,
 )
@@ -1823,10 +1824,6 @@ class Connection:
         self._loop.stop(timeout)
         self._pool.stop(min(timeout, 1.0))
         _live.discard(self)
-
-
-class _OffLoopError(Exception):
-    """nats-py reported an error while a caller's thread ran its code (see _parse_reply_headers)."""
 
 
 _spare_wake_fds: list[tuple[int, int]] = []  # (pid, fd), see _WakeFd

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from nats.js import api
 
 from ._deadline import Deadline
-from ._errors import ValidationError
+from ._errors import PullRequestError, ValidationError
 from ._msg import Msg
 from ._priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
 from ._pull import (
@@ -23,7 +23,6 @@ from ._pull import (
     fetch,
     validate_fetch,
 )
-from ._status import PullRequestError
 
 if TYPE_CHECKING:
     from ._jetstream import JetStream

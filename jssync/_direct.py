@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import (
     APIError,
+    BadRequestError,
     ConnectionClosedError,
     DirectGetNotAllowedError,
     MessageNotFoundError,
@@ -38,6 +39,7 @@ from ._errors import (
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
+    TooManySubjectsError,
     ValidationError,
 )
 from ._streams import StoredMsg
@@ -72,14 +74,6 @@ _REPLY_HEADERS = frozenset(
 
 #: A multi_last request may match at most this many subjects (else 413).
 MAX_MULTI_SUBJECTS = 1024
-
-
-class BadRequestError(APIError):
-    """The server refused a Direct Get request as malformed or contradictory (status 408)."""
-
-
-class TooManySubjectsError(APIError):
-    """A multi-subject Direct Get matched more than 1024 subjects (status 413)."""
 
 
 # -- pure helpers ---------------------------------------------------------------------------

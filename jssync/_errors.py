@@ -1,38 +1,55 @@
 """The jssync exception tree and the one place where nats-py errors are translated.
 
-Everything a user can catch derives from :class:`Error`::
+Every exception class of jssync is defined here and nowhere else (tests/unit/test_errors_module.py
+checks it); the modules that raise them import them from here (and still offer them under
+their old names, e.g. ``jssync._kv.KeyNotFoundError``). This module imports nothing from
+jssync at run time. Everything a user can catch derives from :class:`Error`
+(``A > B``: B derives from A)::
 
     Error
     ├── TimeoutError (also builtins.TimeoutError)
-    ├── ValidationError (also ValueError)
-    ├── ForkError
-    ├── ConnectionClosedError
-    ├── NoServersError
-    ├── AuthorizationError
-    ├── PermissionDeniedError
-    ├── NoRespondersError
-    ├── BadSubjectError (also ValueError)
-    ├── BadHeaderError (also ValueError)
-    ├── MaxPayloadError (also ValueError)
-    ├── SlowConsumerError
-    ├── SubscriptionClosedError
-    ├── NotSupportedError (also ValueError)
+    ├── ValidationError (also ValueError: a bad argument; nothing was sent)
+    │   ├── BadSubjectError, BadHeaderError, MaxPayloadError
+    │   ├── NotSupportedError > jssync.liftbridge.NotSupportedError
+    │   ├── InvalidAckError (Liftbridge)
+    │   └── also: InvalidBucketNameError, InvalidKeyError, KeyHistoryTooLargeError,
+    │       BadObjectMetaError, QueueGroupOptionError (each also under its family below)
+    ├── ForkError, ConnectionClosedError, NoServersError, ReconnectBufferExceededError
+    ├── AuthorizationError, PermissionDeniedError (.operation, .subject)
+    ├── NoRespondersError, SlowConsumerError (.subject, .dropped), SubscriptionClosedError
+    ├── jssync.micro.ServiceError (.code, .description, .data)
     └── JetStreamError
-        ├── APIError (.code, .err_code, .description)
+        ├── APIError (.code, .err_code, .description) = JetStreamAPIError
         │   ├── NotFoundError
-        │   │   ├── StreamNotFoundError
-        │   │   ├── ConsumerNotFoundError
-        │   │   └── MessageNotFoundError
-        │   ├── StreamNameInUseError
-        │   ├── ConsumerExistsError
-        │   ├── WrongLastSequenceError
-        │   ├── WrongLastMsgIdError
-        │   ├── StreamNotMatchError
-        │   └── ServiceUnavailableError
-        ├── ConsumerDeletedError
-        ├── ConsumerIsPushBasedError
-        ├── NoHeartbeatError
-        └── DirectGetNotAllowedError
+        │   │   ├── StreamNotFoundError (10059, .stream) > BucketNotFoundError, NoSuchPartitionError
+        │   │   ├── ConsumerNotFoundError (10014, .stream, .consumer)
+        │   │   ├── MessageNotFoundError (10037)
+        │   │   ├── KeyNotFoundError > KeyDeletedError
+        │   │   └── ObjectNotFoundError
+        │   ├── StreamNameInUseError (10058) > BucketExistsError, StreamExistsError
+        │   ├── ConsumerExistsError (10148)
+        │   ├── WrongLastSequenceError (10071) > KeyWrongLastSequenceError > KeyExistsError
+        │   ├── WrongLastMsgIdError (10070), StreamNotMatchError (10060)
+        │   ├── ServiceUnavailableError (503)
+        │   └── BadRequestError, TooManySubjectsError (Direct Get), PullRequestError
+        ├── ConsumerDeletedError, ConsumerIsPushBasedError, DirectGetNotAllowedError
+        ├── NoHeartbeatError > HeartbeatAlarmError
+        ├── NoAckStreamError (.stream, .subject)
+        ├── PushSubscribeError > ConsumerConfigMismatchError, ConsumerIsPullBasedError,
+        │       DeliverGroupError, DuplicateSubscriptionError, MultipleStreamsMatchError,
+        │       QueueGroupOptionError, SubjectMismatchError
+        ├── ConsumerSequenceMismatchError, InvalidJSAckError, StatusError
+        ├── KeyValueError > BadBucketError, InvalidBucketNameError, InvalidKeyError,
+        │       KeyHistoryTooLargeError, and BucketNotFoundError, BucketExistsError,
+        │       KeyNotFoundError, KeyWrongLastSequenceError (above)
+        ├── ObjectStoreError > BadObjectMetaError, DigestMismatchError, ObjectAlreadyExistsError,
+        │       ObjectChangedError, ObjectNotFoundError
+        └── jssync.spark.SparkWriteError, jssync.spark.DataLossError
+
+Outside that tree: ``NotJSMessageError`` (a ValueError: not a JetStream ack subject),
+``jssync.server.ServerError`` (a RuntimeError: no nats-server binary, or it did not start),
+and the internal control-flow exceptions at the end (``_Terminal``, ``_Changed``,
+``_OffLoopError``, ``_ConfigError``, ``_Stop``), which never reach a user.
 """
 
 from __future__ import annotations
@@ -43,7 +60,11 @@ import contextlib
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: this module imports nothing from jssync at run time
+    from ._kv import Entry
+    from ._streams import StoredMsg
 
 
 class Error(Exception):
@@ -262,6 +283,403 @@ class NoAckStreamError(JetStreamError):
         self.subject = subject
         super().__init__(description)
 
+
+# -- pull requests (jssync._status) ------------------------------------------------------------
+
+
+class PullRequestError(APIError):
+    """A pull request was ended by the server with a status that is not a normal end.
+
+    ``.code`` is the status (400, 409, ...), ``.description`` the server's text, e.g.
+    ``Exceeded MaxRequestBatch of 10``. ``consume`` reports these as warnings through
+    ``error_cb``; ``fetch`` puts them on ``.error``.
+    """
+
+
+# -- Direct Get (jssync._direct) ---------------------------------------------------------------
+
+
+class BadRequestError(APIError):
+    """The server refused a Direct Get request as malformed or contradictory (status 408)."""
+
+
+class TooManySubjectsError(APIError):
+    """A multi-subject Direct Get matched more than 1024 subjects (status 413)."""
+
+
+# -- push subscriptions, ADR-15 (jssync._push) -------------------------------------------------
+
+
+class PushSubscribeError(JetStreamError):
+    """A push subscription could not be made: a check of the ADR-15 workflow failed."""
+
+
+class MultipleStreamsMatchError(PushSubscribeError):
+    """More than one stream captures the subject, so the stream must be named.
+
+    Attributes:
+        subject: the subject looked up.
+    """
+
+    def __init__(self, subject: str, message: str) -> None:
+        super().__init__(message)
+        self.subject = subject
+
+
+class DuplicateSubscriptionError(PushSubscribeError):
+    """The consumer already has a (non queue) subscriber on its deliver subject."""
+
+
+class DeliverGroupError(PushSubscribeError):
+    """The queue group of the subscription and the consumer's deliver group do not agree.
+
+    Attributes:
+        queue: the subscription's queue group, or None.
+        deliver_group: the consumer's deliver group, or None.
+    """
+
+    def __init__(self, message: str, queue: str | None, deliver_group: str | None) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.deliver_group = deliver_group
+
+
+class SubjectMismatchError(PushSubscribeError):
+    """The subject does not match the existing consumer's filter subject.
+
+    Attributes:
+        subject: the subject subscribed to.
+        filter_subject: the consumer's filter subject(s).
+    """
+
+    def __init__(self, message: str, subject: str, filter_subject: str | list[str]) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.filter_subject = filter_subject
+
+
+class ConsumerIsPullBasedError(PushSubscribeError):
+    """A push subscription was made for a pull consumer (it has no deliver subject)."""
+
+
+class ConsumerConfigMismatchError(PushSubscribeError):
+    """The configuration asked for differs from the existing consumer's; nothing was changed.
+
+    Attributes:
+        field: the configuration field (wire name, e.g. ``max_ack_pending``).
+        requested: the value asked for.
+        actual: the consumer's value.
+    """
+
+    def __init__(self, field: str, requested: Any, actual: Any) -> None:
+        super().__init__(
+            f"the subscription asks for {field}={requested!r}, but the existing consumer has "
+            f"{field}={actual!r}; an existing consumer's configuration is not changed by subscribe"
+        )
+        self.field = field
+        self.requested = requested
+        self.actual = actual
+
+
+class QueueGroupOptionError(PushSubscribeError, ValidationError):
+    """Flow control or idle heartbeats were combined with a queue group (ADR-15 forbids it)."""
+
+
+class StatusError(JetStreamError):
+    """The server sent an error status (409, 503, or one jssync does not know) to the subscription.
+
+    Attributes:
+        code: the status code.
+        description: the status text.
+    """
+
+    def __init__(self, code: int, description: str, subject: str) -> None:
+        super().__init__(f"status {code} {description!r} on JetStream subscription {subject!r}".strip())
+        self.code = code
+        self.description = description
+
+
+class HeartbeatAlarmError(NoHeartbeatError):
+    """Neither a message nor a heartbeat arrived within the heartbeat alarm time.
+
+    Attributes:
+        idle_heartbeat: the consumer's idle heartbeat, in seconds.
+        alarm: the time without traffic that raised the alarm, in seconds.
+    """
+
+    def __init__(self, subject: str, idle_heartbeat: float, alarm: float) -> None:
+        super().__init__(
+            f"no message or heartbeat on JetStream subscription {subject!r} for {alarm:g}s "
+            f"(idle heartbeat {idle_heartbeat:g}s)"
+        )
+        self.idle_heartbeat = idle_heartbeat
+        self.alarm = alarm
+
+
+class ConsumerSequenceMismatchError(JetStreamError):
+    """A gap in the consumer sequence: messages were missed (by the server's count).
+
+    Attributes:
+        stream_resume_sequence: the stream sequence to resume from (last seen + 1).
+        consumer_sequence: the consumer sequence the server reported.
+        last_consumer_sequence: the last consumer sequence this subscription received.
+    """
+
+    def __init__(self, subject: str, stream_resume_sequence: int, consumer_sequence: int,
+                 last_consumer_sequence: int) -> None:
+        super().__init__(
+            f"consumer sequence gap on JetStream subscription {subject!r}: expected "
+            f"{last_consumer_sequence + 1}, server is at {consumer_sequence}; resume from stream "
+            f"sequence {stream_resume_sequence}"
+        )
+        self.stream_resume_sequence = stream_resume_sequence
+        self.consumer_sequence = consumer_sequence
+        self.last_consumer_sequence = last_consumer_sequence
+
+
+class InvalidJSAckError(JetStreamError):
+    """A message's reply subject starts with ``$JS.ACK`` but is not a valid JSAck."""
+
+
+# -- key-value store (jssync._kv) --------------------------------------------------------------
+
+
+class KeyValueError(JetStreamError):
+    """Base class of key-value store errors."""
+
+
+class InvalidBucketNameError(KeyValueError, ValidationError):
+    """A bucket name is not valid (letters, digits, ``-`` and ``_`` only)."""
+
+
+class InvalidKeyError(KeyValueError, ValidationError):
+    """A key (or key filter) is not valid."""
+
+
+class KeyHistoryTooLargeError(KeyValueError, ValidationError):
+    """``history`` is over the limit of 64 values per key."""
+
+
+class BucketNotFoundError(KeyValueError, StreamNotFoundError):
+    """The bucket (its ``KV_<bucket>`` stream) does not exist."""
+
+
+class BucketExistsError(KeyValueError, StreamNameInUseError):
+    """A bucket of that name exists with a different configuration."""
+
+
+class BadBucketError(KeyValueError):
+    """The stream behind the bucket is not a key-value bucket (no per-subject history limit)."""
+
+
+class KeyNotFoundError(KeyValueError, NotFoundError):
+    """The key has no value (never set, or its history was removed)."""
+
+    def __init__(self, description: str = "key not found", *, code: int | None = 404,
+                 err_code: int | None = None) -> None:
+        NotFoundError.__init__(self, code, err_code, description)
+
+
+class KeyDeletedError(KeyNotFoundError):
+    """The key's latest value is a delete or purge marker.
+
+    Attributes:
+        entry: the marker :class:`Entry` (its ``revision`` can be passed to ``update``).
+        op: the marker's operation (``KeyValueOp.DEL`` or ``KeyValueOp.PURGE``).
+    """
+
+    def __init__(self, entry: Entry, description: str = "key was deleted") -> None:
+        super().__init__(description)
+        self.entry = entry
+        self.op = entry.operation
+
+
+class KeyWrongLastSequenceError(KeyValueError, WrongLastSequenceError):
+    """An update (or create, or conditional delete) found another latest revision."""
+
+    def __init__(self, description: str = "wrong last sequence", *, code: int | None = 400,
+                 err_code: int | None = 10071) -> None:
+        WrongLastSequenceError.__init__(self, code, err_code, description)
+
+
+class KeyExistsError(KeyWrongLastSequenceError):
+    """``create`` found the key already holding a value."""
+
+
+# -- object store (jssync._objectstore) --------------------------------------------------------
+
+
+class ObjectStoreError(JetStreamError):
+    """Base class of object store errors."""
+
+
+class ObjectNotFoundError(ObjectStoreError, NotFoundError):
+    """No such object (or it was deleted)."""
+
+    def __init__(self, description: str = "object not found") -> None:
+        NotFoundError.__init__(self, 404, None, description)
+
+
+class BadObjectMetaError(ObjectStoreError, ValidationError):
+    """Invalid object name or metadata, or a link used where it is not allowed."""
+
+
+class ObjectAlreadyExistsError(ObjectStoreError):
+    """An object of that name exists (renaming or linking onto it is refused)."""
+
+
+class DigestMismatchError(ObjectStoreError):
+    """The bytes read do not match the object's size, chunk count or SHA-256 digest."""
+
+
+class ObjectChangedError(ObjectStoreError):
+    """The object was replaced while it was being read and could not be read again.
+
+    :meth:`ObjectStore.get` starts over on the new version by itself; this is raised when
+    it cannot: bytes of the old version were already written into a ``writeinto`` file
+    object that cannot seek back, or the object changed too many times in a row.
+    Reading it again gives the current version.
+    """
+
+
+class _Changed(Exception):
+    """Inside :meth:`ObjectStore.get`: the version being read is no longer the current one."""
+
+    def __init__(self, found: tuple[dict[str, Any], StoredMsg] | None, written: int) -> None:
+        super().__init__("changed")
+        self.found = found
+        self.written = written
+
+
+# -- Liftbridge (jssync.liftbridge) ------------------------------------------------------------
+
+
+class StreamExistsError(StreamNameInUseError):
+    """A Liftbridge stream (or one of its partition streams) of that name already exists.
+
+    The Liftbridge ``ErrStreamExists``. A :class:`jssync.StreamNameInUseError` (an
+    :class:`jssync.APIError`: ``.code``, ``.err_code``, ``.description``).
+    """
+
+
+class NoSuchPartitionError(StreamNotFoundError):
+    """The Liftbridge stream, or the partition of it, does not exist.
+
+    The Liftbridge ``ErrNoSuchPartition`` (also raised where Liftbridge says
+    ``ErrNoSuchStream``). A :class:`jssync.StreamNotFoundError`.
+    """
+
+
+class LiftbridgeNotSupportedError(NotSupportedError):
+    """A Liftbridge option that has no faithful JetStream mapping (e.g. ``group``).
+
+    A :class:`jssync.NotSupportedError`.
+    """
+
+
+
+
+class InvalidAckError(ValidationError):
+    """The data given to :func:`unmarshal_ack` is not a JetStream PubAck."""
+
+
+# Shown as members of jssync.liftbridge (jssync/__init__.py shows the ones jssync exports as
+# jssync's). Liftbridge's NotSupportedError is named so there; this module has its own.
+LiftbridgeNotSupportedError.__name__ = LiftbridgeNotSupportedError.__qualname__ = "NotSupportedError"
+for _cls in (StreamExistsError, NoSuchPartitionError, LiftbridgeNotSupportedError, InvalidAckError):
+    _cls.__module__ = "jssync.liftbridge"
+del _cls
+
+
+# -- ack subjects (jssync._jsack) --------------------------------------------------------------
+
+
+class NotJSMessageError(ValueError):
+    """The reply subject is not a JetStream ack subject."""
+
+
+# -- services (jssync.micro) -------------------------------------------------------------------
+
+
+class ServiceError(Error):
+    """A service error: raise it in a handler to answer with ``code`` and ``description``.
+
+    Also what :func:`check_response` raises for an error reply.
+    """
+
+    def __init__(self, code: int | str, description: str, data: bytes = b"") -> None:
+        super().__init__(f"service error {code}: {description}")
+        self.code = str(code)
+        self.description = description
+        self.data = data
+
+
+ServiceError.__module__ = "jssync.micro"  # its public home
+
+
+# -- Spark (jssync.spark) ----------------------------------------------------------------------
+
+
+class SparkWriteError(JetStreamError):
+    """A row could not be published by the ``jetstream`` sink; the Spark task fails with it.
+
+    The message names the partition, the row, the subject and the cause (the PubAck
+    error, a timeout waiting for PubAcks, a bad subject...).
+    """
+
+
+class DataLossError(JetStreamError):
+    """Messages of a planned read range were removed before a task read them (``failOnDataLoss``).
+
+    The message names the stream and the sequences: they were at or after the stream's
+    first sequence when the range was planned (or when the micro-batch started), and below
+    it when the task began to read (removed by the stream's limits, a purge or their age).
+    """
+
+
+SparkWriteError.__module__ = DataLossError.__module__ = "jssync.spark"  # their public home
+
+
+# -- test servers (jssync.server) --------------------------------------------------------------
+
+
+class ServerError(RuntimeError):
+    """The server binary is missing, or a server did not start."""
+
+
+ServerError.__module__ = "jssync.server"  # its public home
+
+
+# -- internal: Liftbridge subscriptions --------------------------------------------------------
+
+
+class _Terminal(Exception):
+    """Internal: carries the error that ends a subscription."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+# -- internal: connection ----------------------------------------------------------------------
+
+
+class _OffLoopError(Exception):
+    """nats-py reported an error while a caller's thread ran its code (see _parse_reply_headers)."""
+
+
+# -- internal: command line --------------------------------------------------------------------
+
+
+class _ConfigError(ValueError):
+    """A setting, an environment variable or a context file cannot be used (exit code 2)."""
+
+
+class _Stop(Exception):
+    """A signal asked ``jssync server`` to stop."""
+
+
+# -- translation -------------------------------------------------------------------------------
 
 _BY_ERR_CODE: dict[int, type[APIError]] = {
     10059: StreamNotFoundError,

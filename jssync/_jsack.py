@@ -5,11 +5,9 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 
+from ._errors import NotJSMessageError
+
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-
-
-class NotJSMessageError(ValueError):
-    """The reply subject is not a JetStream ack subject."""
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,19 @@ from nats.js import api
 from ._deadline import Deadline
 from ._errors import (
     APIError,
+    BadBucketError,
+    BucketExistsError,
+    BucketNotFoundError,
     Error,
-    JetStreamError,
+    InvalidBucketNameError,
+    InvalidKeyError,
+    KeyDeletedError,
+    KeyExistsError,
+    KeyHistoryTooLargeError,
+    KeyNotFoundError,
+    KeyValueError,
+    KeyWrongLastSequenceError,
     NoRespondersError,
-    NotFoundError,
     ServiceUnavailableError,
     StreamNameInUseError,
     StreamNotFoundError,
@@ -92,71 +101,6 @@ WATCH_HEARTBEAT = 5.0
 _BUCKET_RE = re.compile(r"^[a-zA-Z0-9_-]+\Z")
 _KEY_RE = re.compile(r"^[-/_=.a-zA-Z0-9]+\Z")
 _SEARCH_KEY_RE = re.compile(r"^[-/_=.a-zA-Z0-9*]*>?\Z")
-
-
-# -- errors -----------------------------------------------------------------------------------
-
-
-class KeyValueError(JetStreamError):
-    """Base class of key-value store errors."""
-
-
-class InvalidBucketNameError(KeyValueError, ValidationError):
-    """A bucket name is not valid (letters, digits, ``-`` and ``_`` only)."""
-
-
-class InvalidKeyError(KeyValueError, ValidationError):
-    """A key (or key filter) is not valid."""
-
-
-class KeyHistoryTooLargeError(KeyValueError, ValidationError):
-    """``history`` is over the limit of 64 values per key."""
-
-
-class BucketNotFoundError(KeyValueError, StreamNotFoundError):
-    """The bucket (its ``KV_<bucket>`` stream) does not exist."""
-
-
-class BucketExistsError(KeyValueError, StreamNameInUseError):
-    """A bucket of that name exists with a different configuration."""
-
-
-class BadBucketError(KeyValueError):
-    """The stream behind the bucket is not a key-value bucket (no per-subject history limit)."""
-
-
-class KeyNotFoundError(KeyValueError, NotFoundError):
-    """The key has no value (never set, or its history was removed)."""
-
-    def __init__(self, description: str = "key not found", *, code: int | None = 404,
-                 err_code: int | None = None) -> None:
-        NotFoundError.__init__(self, code, err_code, description)
-
-
-class KeyDeletedError(KeyNotFoundError):
-    """The key's latest value is a delete or purge marker.
-
-    Attributes:
-        entry: the marker :class:`Entry` (its ``revision`` can be passed to ``update``).
-        op: the marker's operation (``KeyValueOp.DEL`` or ``KeyValueOp.PURGE``).
-    """
-
-    def __init__(self, entry: Entry, description: str = "key was deleted") -> None:
-        super().__init__(description)
-        self.entry = entry
-        self.op = entry.operation
-
-
-class KeyWrongLastSequenceError(KeyValueError, WrongLastSequenceError):
-    """An update (or create, or conditional delete) found another latest revision."""
-
-    def __init__(self, description: str = "wrong last sequence", *, code: int | None = 400,
-                 err_code: int | None = 10071) -> None:
-        WrongLastSequenceError.__init__(self, code, err_code, description)
-
-
-class KeyExistsError(KeyWrongLastSequenceError):
-    """``create`` found the key already holding a value."""
 
 
 # -- values -------------------------------------------------------------------------------------
@@ -1327,7 +1271,6 @@ class _PushWatcher(Generic[T]):
         with self._lock:
             self._drop_consumer()
         self._finalizer.detach()
-
 
 
 class KeyWatcher(_PushWatcher[Entry]):

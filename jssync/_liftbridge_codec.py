@@ -28,8 +28,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._errors import Error, StreamNameInUseError, StreamNotFoundError, ValidationError
-from ._errors import NotSupportedError as _NotSupportedError
+from ._errors import Error, InvalidAckError, ValidationError
+from ._errors import LiftbridgeNotSupportedError as NotSupportedError  # noqa: F401 (re-exported)
+from ._errors import NoSuchPartitionError as NoSuchPartitionError
+from ._errors import StreamExistsError as StreamExistsError
 
 if TYPE_CHECKING:
     from ._liftbridge_meta import Metadata
@@ -37,34 +39,7 @@ if TYPE_CHECKING:
 
 _PUBLIC = "jssync.liftbridge"
 
-# -- errors ------------------------------------------------------------------------------------
-
-
-class StreamExistsError(StreamNameInUseError):
-    """A Liftbridge stream (or one of its partition streams) of that name already exists.
-
-    The Liftbridge ``ErrStreamExists``. A :class:`jssync.StreamNameInUseError` (an
-    :class:`jssync.APIError`: ``.code``, ``.err_code``, ``.description``).
-    """
-
-
-class NoSuchPartitionError(StreamNotFoundError):
-    """The Liftbridge stream, or the partition of it, does not exist.
-
-    The Liftbridge ``ErrNoSuchPartition`` (also raised where Liftbridge says
-    ``ErrNoSuchStream``). A :class:`jssync.StreamNotFoundError`.
-    """
-
-
-class NotSupportedError(_NotSupportedError):
-    """A Liftbridge option that has no faithful JetStream mapping (e.g. ``group``).
-
-    A :class:`jssync.NotSupportedError`.
-    """
-
-
-class InvalidAckError(ValidationError):
-    """The data given to :func:`unmarshal_ack` is not a JetStream PubAck."""
+# The errors are defined in jssync._errors (shown as jssync.liftbridge's, as public() does below).
 
 
 def public(*objs: Any) -> None:
@@ -72,8 +47,6 @@ def public(*objs: Any) -> None:
     for obj in objs:
         obj.__module__ = _PUBLIC
 
-
-public(StreamExistsError, NoSuchPartitionError, NotSupportedError, InvalidAckError)
 
 # -- names and subjects ------------------------------------------------------------------------
 

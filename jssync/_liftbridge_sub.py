@@ -32,14 +32,16 @@ from ._errors import (
     ConnectionClosedError,
     Error,
     NoRespondersError,
+    NoSuchPartitionError,
     PermissionDeniedError,
     ServiceUnavailableError,
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
     ValidationError,
+    _Terminal,
 )
-from ._liftbridge_codec import Message, NoSuchPartitionError, StartPosition, message_from, public
+from ._liftbridge_codec import Message, StartPosition, message_from, public
 from ._workers import SerialLane
 
 if TYPE_CHECKING:
@@ -158,14 +160,6 @@ def resolve_start(start_at: Any = None, start_at_offset: Any = None, start_at_ti
         when = _dt.datetime.now(_dt.UTC) - _dt.timedelta(seconds=secs)
         return StartSpec(api.DeliverPolicy.BY_START_TIME, opt_start_time=when)
     return StartSpec(api.DeliverPolicy.NEW)
-
-
-class _Terminal(Exception):
-    """Internal: carries the error that ends a subscription."""
-
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(str(exc))
-        self.exc = exc
 
 
 class Subscription:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ._errors import ValidationError
-from ._jsack import MsgMetadata, NotJSMessageError, parse_ack_subject
+from ._errors import NotJSMessageError, ValidationError
+from ._jsack import MsgMetadata, parse_ack_subject
 
 if TYPE_CHECKING:
     from ._connection import Connection

@@ -25,12 +25,17 @@ from nats.js import api
 
 from ._deadline import Deadline
 from ._errors import (
-    JetStreamError,
+    BadObjectMetaError,
+    DigestMismatchError,
     MessageNotFoundError,
-    NotFoundError,
+    ObjectAlreadyExistsError,
+    ObjectChangedError,
+    ObjectNotFoundError,
+    ObjectStoreError,
     StreamNameInUseError,
     StreamNotFoundError,
     ValidationError,
+    _Changed,
 )
 from ._kv import (
     BucketExistsError,
@@ -70,42 +75,6 @@ HDR_ROLLUP = "Nats-Rollup"
 _READ_BATCH_BYTES = 8 * 1024 * 1024
 #: How many times one get starts over on a newer version (the object was replaced meanwhile).
 _MAX_REREADS = 5
-
-
-# -- errors -----------------------------------------------------------------------------------
-
-
-class ObjectStoreError(JetStreamError):
-    """Base class of object store errors."""
-
-
-class ObjectNotFoundError(ObjectStoreError, NotFoundError):
-    """No such object (or it was deleted)."""
-
-    def __init__(self, description: str = "object not found") -> None:
-        NotFoundError.__init__(self, 404, None, description)
-
-
-class BadObjectMetaError(ObjectStoreError, ValidationError):
-    """Invalid object name or metadata, or a link used where it is not allowed."""
-
-
-class ObjectAlreadyExistsError(ObjectStoreError):
-    """An object of that name exists (renaming or linking onto it is refused)."""
-
-
-class DigestMismatchError(ObjectStoreError):
-    """The bytes read do not match the object's size, chunk count or SHA-256 digest."""
-
-
-class ObjectChangedError(ObjectStoreError):
-    """The object was replaced while it was being read and could not be read again.
-
-    :meth:`ObjectStore.get` starts over on the new version by itself; this is raised when
-    it cannot: bytes of the old version were already written into a ``writeinto`` file
-    object that cannot seek back, or the object changed too many times in a row.
-    Reading it again gives the current version.
-    """
 
 
 # -- values -------------------------------------------------------------------------------------
@@ -211,15 +180,6 @@ def _headers_json(headers: dict[str, Any] | None) -> dict[str, list[str]] | None
             raise BadObjectMetaError(f"header names must be str, got {k!r}")
         out[k] = [str(x) for x in v] if isinstance(v, list | tuple) else [str(v)]
     return out
-
-
-class _Changed(Exception):
-    """Inside :meth:`ObjectStore.get`: the version being read is no longer the current one."""
-
-    def __init__(self, found: tuple[dict[str, Any], StoredMsg] | None, written: int) -> None:
-        super().__init__("changed")
-        self.found = found
-        self.written = written
 
 
 def _position(out: IO[bytes]) -> int | None:

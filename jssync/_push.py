@@ -30,14 +30,25 @@ from . import _natspy
 from ._deadline import EXPIRED, Deadline
 from ._errors import (
     ConnectionClosedError,
+    ConsumerConfigMismatchError,
     ConsumerExistsError,
+    ConsumerIsPullBasedError,
     ConsumerIsPushBasedError,
     ConsumerNotFoundError,
+    ConsumerSequenceMismatchError,
+    DeliverGroupError,
+    DuplicateSubscriptionError,
     Error,
+    HeartbeatAlarmError,
+    InvalidJSAckError,
     JetStreamError,
-    NoHeartbeatError,
+    MultipleStreamsMatchError,
+    PushSubscribeError,
+    QueueGroupOptionError,
     SlowConsumerError,
+    StatusError,
     StreamNotFoundError,
+    SubjectMismatchError,
     SubscriptionClosedError,
     TimeoutError,
     ValidationError,
@@ -83,140 +94,6 @@ _HDR_STALLED = "Nats-Consumer-Stalled"
 _ACK_PREFIX = "$JS.ACK."
 
 _monotonic = time.monotonic
-
-
-# -- errors -------------------------------------------------------------------------------
-
-
-class PushSubscribeError(JetStreamError):
-    """A push subscription could not be made: a check of the ADR-15 workflow failed."""
-
-
-class MultipleStreamsMatchError(PushSubscribeError):
-    """More than one stream captures the subject, so the stream must be named.
-
-    Attributes:
-        subject: the subject looked up.
-    """
-
-    def __init__(self, subject: str, message: str) -> None:
-        super().__init__(message)
-        self.subject = subject
-
-
-class DuplicateSubscriptionError(PushSubscribeError):
-    """The consumer already has a (non queue) subscriber on its deliver subject."""
-
-
-class DeliverGroupError(PushSubscribeError):
-    """The queue group of the subscription and the consumer's deliver group do not agree.
-
-    Attributes:
-        queue: the subscription's queue group, or None.
-        deliver_group: the consumer's deliver group, or None.
-    """
-
-    def __init__(self, message: str, queue: str | None, deliver_group: str | None) -> None:
-        super().__init__(message)
-        self.queue = queue
-        self.deliver_group = deliver_group
-
-
-class SubjectMismatchError(PushSubscribeError):
-    """The subject does not match the existing consumer's filter subject.
-
-    Attributes:
-        subject: the subject subscribed to.
-        filter_subject: the consumer's filter subject(s).
-    """
-
-    def __init__(self, message: str, subject: str, filter_subject: str | list[str]) -> None:
-        super().__init__(message)
-        self.subject = subject
-        self.filter_subject = filter_subject
-
-
-class ConsumerIsPullBasedError(PushSubscribeError):
-    """A push subscription was made for a pull consumer (it has no deliver subject)."""
-
-
-class ConsumerConfigMismatchError(PushSubscribeError):
-    """The configuration asked for differs from the existing consumer's; nothing was changed.
-
-    Attributes:
-        field: the configuration field (wire name, e.g. ``max_ack_pending``).
-        requested: the value asked for.
-        actual: the consumer's value.
-    """
-
-    def __init__(self, field: str, requested: Any, actual: Any) -> None:
-        super().__init__(
-            f"the subscription asks for {field}={requested!r}, but the existing consumer has "
-            f"{field}={actual!r}; an existing consumer's configuration is not changed by subscribe"
-        )
-        self.field = field
-        self.requested = requested
-        self.actual = actual
-
-
-class QueueGroupOptionError(PushSubscribeError, ValidationError):
-    """Flow control or idle heartbeats were combined with a queue group (ADR-15 forbids it)."""
-
-
-class StatusError(JetStreamError):
-    """The server sent an error status (409, 503, or one jssync does not know) to the subscription.
-
-    Attributes:
-        code: the status code.
-        description: the status text.
-    """
-
-    def __init__(self, code: int, description: str, subject: str) -> None:
-        super().__init__(f"status {code} {description!r} on JetStream subscription {subject!r}".strip())
-        self.code = code
-        self.description = description
-
-
-class HeartbeatAlarmError(NoHeartbeatError):
-    """Neither a message nor a heartbeat arrived within the heartbeat alarm time.
-
-    Attributes:
-        idle_heartbeat: the consumer's idle heartbeat, in seconds.
-        alarm: the time without traffic that raised the alarm, in seconds.
-    """
-
-    def __init__(self, subject: str, idle_heartbeat: float, alarm: float) -> None:
-        super().__init__(
-            f"no message or heartbeat on JetStream subscription {subject!r} for {alarm:g}s "
-            f"(idle heartbeat {idle_heartbeat:g}s)"
-        )
-        self.idle_heartbeat = idle_heartbeat
-        self.alarm = alarm
-
-
-class ConsumerSequenceMismatchError(JetStreamError):
-    """A gap in the consumer sequence: messages were missed (by the server's count).
-
-    Attributes:
-        stream_resume_sequence: the stream sequence to resume from (last seen + 1).
-        consumer_sequence: the consumer sequence the server reported.
-        last_consumer_sequence: the last consumer sequence this subscription received.
-    """
-
-    def __init__(self, subject: str, stream_resume_sequence: int, consumer_sequence: int,
-                 last_consumer_sequence: int) -> None:
-        super().__init__(
-            f"consumer sequence gap on JetStream subscription {subject!r}: expected "
-            f"{last_consumer_sequence + 1}, server is at {consumer_sequence}; resume from stream "
-            f"sequence {stream_resume_sequence}"
-        )
-        self.stream_resume_sequence = stream_resume_sequence
-        self.consumer_sequence = consumer_sequence
-        self.last_consumer_sequence = last_consumer_sequence
-
-
-class InvalidJSAckError(JetStreamError):
-    """A message's reply subject starts with ``$JS.ACK`` but is not a valid JSAck."""
 
 
 # -- configuration --------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ._errors import (
     ConsumerIsPushBasedError,
     JetStreamError,
     NoRespondersError,
+    PullRequestError,
 )
 
 HDR_STATUS = "Status"
@@ -28,15 +29,6 @@ HDR_PENDING_BYTES = "Nats-Pending-Bytes"
 
 #: Length of the ``NATS/1.0\r\n`` header line and the closing ``\r\n``.
 _HDR_FRAME = len("NATS/1.0\r\n") + 2
-
-
-class PullRequestError(APIError):
-    """A pull request was ended by the server with a status that is not a normal end.
-
-    ``.code`` is the status (400, 409, ...), ``.description`` the server's text, e.g.
-    ``Exceeded MaxRequestBatch of 10``. ``consume`` reports these as warnings through
-    ``error_cb``; ``fetch`` puts them on ``.error``.
-    """
 
 
 class Action(IntEnum):

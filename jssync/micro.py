@@ -27,7 +27,7 @@ from typing import Any
 
 from ._connection import Connection, validate_headers, validate_subject
 from ._deadline import DEFAULT, Deadline, _Default
-from ._errors import BadSubjectError, ConnectionClosedError, Error, ValidationError
+from ._errors import BadSubjectError, ConnectionClosedError, Error, ServiceError, ValidationError
 from ._msg import Msg
 from ._subscription import Subscription
 
@@ -72,19 +72,6 @@ _QUEUE_BAD = re.compile(r"[\s\x00-\x1f\x7f]")
 
 Handler = Callable[["Request"], Any]
 QueueGroup = str | None | _Default
-
-
-class ServiceError(Error):
-    """A service error: raise it in a handler to answer with ``code`` and ``description``.
-
-    Also what :func:`check_response` raises for an error reply.
-    """
-
-    def __init__(self, code: int | str, description: str, data: bytes = b"") -> None:
-        super().__init__(f"service error {code}: {description}")
-        self.code = str(code)
-        self.description = description
-        self.data = data
 
 
 def _check_error(code: Any, description: Any) -> tuple[str, str]:
@@ -583,7 +570,7 @@ class Service:
     def wait(self, timeout: float | None = None) -> None:
         """Block until the service is stopped (by another thread, or the connection closed).
 
-        Waits in slices of 0.1 s (Ctrl-C gets through).
+        Waits up to ``timeout`` seconds (None: no limit), in slices of 0.1 s (Ctrl-C gets through).
 
         Raises:
             jssync.TimeoutError: still running after ``timeout`` seconds.

@@ -25,13 +25,9 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from ._errors import ValidationError
+from ._errors import ServerError, ValidationError
 
 __all__ = ["NatsServer", "NatsCluster", "find_binary", "free_port", "ServerError"]
-
-
-class ServerError(RuntimeError):
-    """The server binary is missing, or a server did not start."""
 
 
 def find_binary() -> str:

@@ -46,8 +46,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._errors import (
     ConnectionClosedError,
+    DataLossError,
     JetStreamError,
     MessageNotFoundError,
+    SparkWriteError,
     TimeoutError,
     ValidationError,
 )
@@ -118,23 +120,6 @@ if _version_tuple(pyspark.__version__) < _MIN_PYSPARK:  # pragma: no cover - dep
         f"jssync.spark needs PySpark {_MIN_PYSPARK[0]}.{_MIN_PYSPARK[1]} or newer (found {pyspark.__version__}): "
         "pip install -U 'jssync[spark]'"
     )
-
-
-class SparkWriteError(JetStreamError):
-    """A row could not be published by the ``jetstream`` sink; the Spark task fails with it.
-
-    The message names the partition, the row, the subject and the cause (the PubAck
-    error, a timeout waiting for PubAcks, a bad subject...).
-    """
-
-
-class DataLossError(JetStreamError):
-    """Messages of a planned read range were removed before a task read them (``failOnDataLoss``).
-
-    The message names the stream and the sequences: they were at or after the stream's
-    first sequence when the range was planned (or when the micro-batch started), and below
-    it when the task began to read (removed by the stream's limits, a purge or their age).
-    """
 
 
 # -- options (pure) ----------------------------------------------------------------------------
