@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import Error, StreamNameInUseError, StreamNotFoundError, ValidationError
 from ._errors import NotSupportedError as _NotSupportedError
+from ._status import NO_RESPONDERS, classify
 
 if TYPE_CHECKING:
     from ._liftbridge_meta import Metadata
@@ -780,10 +781,11 @@ def unmarshal_ack(data: Msg | bytes, *, ack_inbox: str | None = None) -> Ack:
     else:
         payload = data.data
         hdrs = data.headers
-        if hdrs and not payload and hdrs.get("Status"):
-            if hdrs.get("Status") == "503":
+        st = classify(hdrs, payload, data.reply) if hdrs and not payload else None
+        if st is not None:
+            if st.code == NO_RESPONDERS:
                 raise NoRespondersError("no stream captured the message (503 no responders)")
-            raise InvalidAckError(f"not an ack: status {hdrs.get('Status')} {hdrs.get('Description', '')}")
+            raise InvalidAckError(f"not an ack: status {st.code} {st.description}")
     try:
         obj = json.loads(payload)
     except ValueError:
