@@ -42,6 +42,7 @@ from ._loop import IOLoop
 from ._msg import ACK_SENT, Msg
 from ._natspy import CLOSED as _NC_CLOSED
 from ._natspy import STATUS as _NC_STATUS
+from ._status import is_no_responders
 from ._subscription import Subscription, _Inbound
 from ._workers import WorkerPool
 
@@ -1319,7 +1320,7 @@ class Connection:
                 ) from waiter.exc
             raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s")
         hdrs = msg.headers
-        if hdrs and not msg.data and hdrs.get("Status") == "503":
+        if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
             raise NoRespondersError(f"no responders are available for the request on {subject!r}")
         return msg
 
@@ -1500,7 +1501,7 @@ class Connection:
             for k in keys:
                 self._perm_watch.pop(k, None)
         hdrs = msg.headers
-        if hdrs and not msg.data and hdrs.get("Status") == "503":
+        if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
             raise NoRespondersError(f"no responders are available for the request on {subject!r}")
         return msg
 

@@ -42,6 +42,7 @@ from ._errors import (
     TooManySubjectsError,
     ValidationError,
 )
+from ._status import END_OF_BATCH, NO_RESPONDERS, NOT_FOUND, REQUEST_TIMEOUT, TOO_MANY_SUBJECTS, Status, classify
 from ._streams import StoredMsg
 
 if TYPE_CHECKING:
@@ -140,28 +141,25 @@ def status_error(msg: Msg, what: str) -> BaseException | None:
 
     204 (end of batch) is not an error and also gives None; the caller checks for it.
     """
-    hdrs = msg.headers
-    if not hdrs or msg.data:
+    st = classify(msg.headers, msg.data, msg.reply)
+    if st is None or st.code == END_OF_BATCH:
         return None
-    status = hdrs.get("Status")
-    if not status or status == "204":
-        return None
-    desc = hdrs.get("Description", "")
-    try:
-        code: int | None = int(status)
-    except ValueError:
-        code = None
-    if code == 404:
+    return _status_exc(st, what)
+
+
+def _status_exc(st: Status, what: str) -> BaseException:
+    code, desc = st.code, st.description
+    if code == NOT_FOUND:
         return MessageNotFoundError(404, None, f"{desc or 'message not found'} ({what})")
-    if code == 408:
+    if code == REQUEST_TIMEOUT:
         return BadRequestError(408, None, f"{desc or 'bad request'} ({what})")
-    if code == 413:
+    if code == TOO_MANY_SUBJECTS:
         return TooManySubjectsError(
             413, None, f"{desc or 'too many results'} ({what}: more than {MAX_MULTI_SUBJECTS} subjects match)"
         )
-    if code == 503:
+    if code == NO_RESPONDERS:
         return NoRespondersError(f"no responders for {what}")
-    return APIError(code, None, f"{desc or 'direct get failed'} ({what})")
+    return APIError(code or None, None, f"{desc or 'direct get failed'} ({what})")
 
 
 def to_stored_msg(msg: Msg) -> StoredMsg:
@@ -280,14 +278,14 @@ def direct_get(js: JetStream, stream: str, *, seq: int | None = None, last_by_su
         failed = TimeoutError(f"no reply to the {what} within {t}s")
     if failed is not None:  # raised outside the handler: no internal context
         raise failed
-    err = status_error(msg, what)
-    if err is not None:
+    st = classify(msg.headers, msg.data, msg.reply)
+    if st is not None:
+        if st.code == END_OF_BATCH:  # pragma: no cover - only sent for batches
+            raise MessageNotFoundError(404, None, f"message not found ({what})")
+        err = _status_exc(st, what)
         if isinstance(err, NoRespondersError):
             raise _no_responders(js, stream, t)
         raise err
-    hdrs = msg.headers
-    if hdrs and hdrs.get("Status") == "204":  # pragma: no cover - only sent for batches
-        raise MessageNotFoundError(404, None, f"message not found ({what})")
     return to_stored_msg(msg)
 
 
@@ -419,16 +417,17 @@ class DirectBatch:
             if failed is not None:  # raised outside the handler: no internal context
                 raise failed
             hdrs = msg.headers
-            if hdrs and not msg.data and hdrs.get("Status"):
-                status = hdrs["Status"]
-                if status == "204":
+            st = classify(hdrs, msg.data, msg.reply) if hdrs and not msg.data and "Status" in hdrs else None
+            if st is not None:
+                assert hdrs is not None
+                if st.code == END_OF_BATCH:
                     self._ended_by_marker = True
                     self.num_pending = _int(hdrs.get(HDR_NUM_PENDING), self.num_pending)
                     self.last_sequence = _int(hdrs.get(HDR_LAST_SEQUENCE), self.last_sequence)
                     self.up_to_sequence = _int(hdrs.get(HDR_UP_TO_SEQUENCE), self.up_to_sequence)
                     self._finish()
                     raise StopIteration
-                err = status_error(msg, self._what)
+                err = _status_exc(st, self._what)
                 self._finish()
                 if isinstance(err, MessageNotFoundError):
                     # nothing (more) matches: an empty or shortened batch, not an error
@@ -437,7 +436,6 @@ class DirectBatch:
                     raise StopIteration
                 if isinstance(err, NoRespondersError):
                     raise _no_responders(self._js, self._stream, self._timeout)
-                assert err is not None
                 raise err
             if self.received == 0 and not (hdrs and HDR_NUM_PENDING in hdrs):
                 # a server without batch support answers with one plain message

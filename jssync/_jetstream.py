@@ -44,6 +44,7 @@ from ._params import (
     StreamParams,
     check_choices,
 )
+from ._status import NO_RESPONDERS, classify, is_no_responders
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -1259,18 +1260,13 @@ def _parse_pub_ack(msg: Msg) -> PubAck:
             seq = resp.get("seq")
             if type(stream) is str and type(seq) is int:
                 return PubAck(stream, seq, resp.get("domain"), resp.get("duplicate") is True)
-    if hdrs and not msg.data:
-        status = hdrs.get("Status")
-        if status == "503":
+    st = classify(hdrs, msg.data, msg.reply) if hdrs and not msg.data else None
+    if st is not None:
+        if st.code == NO_RESPONDERS:
             raise NoRespondersError("no stream responded to the publish")
-        if status:
-            from ._errors import api_error
+        from ._errors import api_error
 
-            try:
-                code: int | None = int(status)
-            except ValueError:
-                code = None
-            raise api_error(code, None, hdrs.get("Description", "") or f"status {status!r} in reply to a publish")
+        raise api_error(st.code or None, None, st.description or f"status {st.code} in reply to a publish")
     resp = check_api_response(msg.data)
     if "stream" not in resp or "seq" not in resp:
         raise APIError(None, None, f"malformed PubAck: {msg.data[:100]!r}")
@@ -1458,7 +1454,7 @@ class _AsyncPublisher:
         def on_reply(msg: Msg, _fut: concurrent.futures.Future[PubAck] = fut) -> None:
             tok = msg.subject.rsplit(".", 1)[-1]
             hdrs = msg.headers
-            if (hdrs and retry_attempts and not msg.data and hdrs.get("Status") == "503"
+            if (hdrs and retry_attempts and not msg.data and is_no_responders(hdrs, msg.data)
                     and self._resend(tok, (subject, data, msg.subject, headers), on_reply,
                                      retry_attempts, retry_wait)):
                 return

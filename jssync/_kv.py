@@ -53,6 +53,7 @@ from ._errors import (
     ValidationError,
     WrongLastSequenceError,
 )
+from ._status import CONFLICT, NOT_FOUND, PushAction, classify, decide_push
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -1132,20 +1133,20 @@ class _PushWatcher(Generic[T]):
     def _handle(self, msg: Msg) -> None:
         self._last_activity = time.monotonic()
         hdrs = msg.headers
-        if hdrs and not msg.data and hdrs.get("Status"):
-            status = hdrs["Status"]
-            if status == "100":
-                if msg.reply:  # flow control request
-                    self._conn._publish_raw(msg.reply, b"")
-                stalled = hdrs.get("Nats-Consumer-Stalled")
-                if stalled:
-                    self._conn._publish_raw(stalled, b"")
-                last = hdrs.get("Nats-Last-Consumer")
-                if last is not None and last.isdigit() and int(last) > self._cseq:
+        st = classify(hdrs, msg.data, msg.reply) if hdrs and not msg.data and "Status" in hdrs else None
+        if st is not None:
+            act = decide_push(st)
+            if act is PushAction.FLOW_CONTROL or act is PushAction.HEARTBEAT:
+                if st.flow_control:  # flow control request
+                    self._conn._publish_raw(st.flow_control, b"")
+                if st.stalled:
+                    self._conn._publish_raw(st.stalled, b"")
+                last = st.last_consumer
+                if last > self._cseq:
                     self._reset(f"heartbeat says consumer sequence {last}, last seen {self._cseq}")
                 return
-            if status in ("409", "404"):
-                self._reset(f"status {status} {hdrs.get('Description', '')}")
+            if st.code in (CONFLICT, NOT_FOUND):
+                self._reset(f"status {st.code} {st.description}")
             return
         try:
             meta = msg.metadata

@@ -32,6 +32,7 @@ from ._errors import Error, InvalidAckError, ValidationError
 from ._errors import LiftbridgeNotSupportedError as NotSupportedError  # noqa: F401 (re-exported)
 from ._errors import NoSuchPartitionError as NoSuchPartitionError
 from ._errors import StreamExistsError as StreamExistsError
+from ._status import NO_RESPONDERS, classify
 
 if TYPE_CHECKING:
     from ._liftbridge_meta import Metadata
@@ -753,10 +754,11 @@ def unmarshal_ack(data: Msg | bytes, *, ack_inbox: str | None = None) -> Ack:
     else:
         payload = data.data
         hdrs = data.headers
-        if hdrs and not payload and hdrs.get("Status"):
-            if hdrs.get("Status") == "503":
+        st = classify(hdrs, payload, data.reply) if hdrs and not payload else None
+        if st is not None:
+            if st.code == NO_RESPONDERS:
                 raise NoRespondersError("no stream captured the message (503 no responders)")
-            raise InvalidAckError(f"not an ack: status {hdrs.get('Status')} {hdrs.get('Description', '')}")
+            raise InvalidAckError(f"not an ack: status {st.code} {st.description}")
     try:
         obj = json.loads(payload)
     except ValueError:

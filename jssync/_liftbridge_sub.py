@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nats.js import api
-from nats.js.api import Header
 
 from ._deadline import Deadline
 from ._errors import (
@@ -42,6 +41,7 @@ from ._errors import (
     _Terminal,
 )
 from ._liftbridge_codec import Message, StartPosition, message_from, public
+from ._status import PushAction, classify, decide_push
 from ._workers import SerialLane
 
 if TYPE_CHECKING:
@@ -423,22 +423,23 @@ class Subscription:
             self._next_seq = sseq + 1
             self._last_offset = sseq - 1
             return message_from(msg.subject, msg.data, msg.headers, self.stream, self.partition, sseq, ts)
-        h = msg.headers or {}
-        status = h.get("Status")
-        if status == "100":
+        h = msg.headers
+        st = classify(h, msg.data, reply) if h is not None and "Status" in h else None
+        if st is None:
+            return None
+        act = decide_push(st)
+        if act is PushAction.FLOW_CONTROL:  # answer it now that we reached it
             self._fail_since = None
-            if reply:  # flow control request: answer it now that we reached it
-                self._conn._publish_raw(reply, b"")
-                return None
-            stalled = h.get("Nats-Consumer-Stalled")
-            if stalled:
-                self._conn._publish_raw(stalled, b"")
-            last = h.get("Nats-Last-Consumer")
-            if last is not None and last.isdigit() and int(last) != self._cseq:
+            self._conn._publish_raw(st.flow_control, b"")
+        elif act is PushAction.HEARTBEAT:
+            self._fail_since = None
+            if st.stalled:
+                self._conn._publish_raw(st.stalled, b"")
+            last = st.last_consumer
+            if last >= 0 and last != self._cseq:
                 self._reset_reason = f"gap: heartbeat says consumer sequence {last}, have {self._cseq}"
-        elif status is not None:
-            desc = h.get(Header.DESCRIPTION) or h.get("Description") or ""
-            self._reset_reason = f"status {status} {desc}".strip()
+        else:
+            self._reset_reason = f"status {st.code} {st.description}".strip()
         return None
 
     def _resubscribe(self, deadline: Deadline) -> None:

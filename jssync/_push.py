@@ -55,6 +55,7 @@ from ._errors import (
     translating,
 )
 from ._msg import Msg
+from ._status import PushAction, Status, classify, decide_push
 from ._subscription import _END, Subscription, _Inbound
 
 if TYPE_CHECKING:
@@ -88,9 +89,6 @@ ORDERED_HEARTBEAT = 5.0
 #: Pause between attempts to recreate an ordered subscription's consumer.
 _RESET_RETRY_WAIT = 1.0
 
-_HDR_LAST_CONSUMER = "Nats-Last-Consumer"
-_HDR_LAST_STREAM = "Nats-Last-Stream"
-_HDR_STALLED = "Nats-Consumer-Stalled"
 _ACK_PREFIX = "$JS.ACK."
 
 _monotonic = time.monotonic
@@ -487,10 +485,10 @@ class JetStreamSubscription(Subscription):
             self._sseq = seq.stream
             return
         hdrs = msg.headers
-        if hdrs is not None and not msg.data:
-            status = hdrs.get("Status")
-            if status:
-                self._on_status(msg, status, hdrs)
+        if hdrs is not None and not msg.data and "Status" in hdrs:
+            st = classify(hdrs, msg.data, msg.reply)
+            if st is not None:
+                self._on_status(st)
                 return
         self._accept(msg)  # not a JetStream message: passed on as it is
 
@@ -508,39 +506,32 @@ class JetStreamSubscription(Subscription):
             self._report(SlowConsumerError(self.subject, self._dropped))
         raise asyncio.QueueFull  # nats-py reports it to its error callback, which ignores it
 
-    def _on_status(self, msg: Msg, status: str, hdrs: dict[str, str]) -> None:
-        if status == "100":
-            if msg.reply:  # flow control request: answered when the application gets to it
-                item = _FlowControl(msg.reply)
-                if self._lane is not None:
-                    self._lane.put(item)
-                else:
-                    self._q.put(item)
-                return
-            stalled = hdrs.get(_HDR_STALLED)  # idle heartbeat
-            if stalled:
-                self._respond_fc(stalled)
+    def _on_status(self, st: Status) -> None:
+        act = decide_push(st)
+        if act is PushAction.FLOW_CONTROL:  # answered when the application gets to it
+            item = _FlowControl(st.flow_control)
+            if self._lane is not None:
+                self._lane.put(item)
+            else:
+                self._q.put(item)
+            return
+        if act is PushAction.HEARTBEAT:
+            if st.stalled:
+                self._respond_fc(st.stalled)
             if self._gaps:
-                self._check_heartbeat(hdrs)
+                self._check_heartbeat(st.last_consumer)
             return
-        if status in ("404", "408"):
+        if act is PushAction.END:
             return
-        try:
-            code = int(status)
-        except ValueError:
-            code = 0
-        desc = hdrs.get("Description", "")
-        exc = StatusError(code, desc, self.subject)
-        if self.ordered and code == 409 and "deleted" in desc.lower():
+        exc = StatusError(st.code, st.description, self.subject)
+        if self.ordered and act is PushAction.CONSUMER_DELETED:
             self._request_reset("consumer deleted")
         self._report(exc)
         if self._lane is None:
             self._q.put(_Raise(exc))
 
-    def _check_heartbeat(self, hdrs: dict[str, str]) -> None:
-        try:
-            server_cseq = int(hdrs.get(_HDR_LAST_CONSUMER, ""))
-        except ValueError:
+    def _check_heartbeat(self, server_cseq: int) -> None:
+        if server_cseq < 0:  # no (readable) Nats-Last-Consumer
             return
         last = self._cseq
         if last is None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import NoRespondersError, PermissionDeniedError, SubscriptionClosedError, TimeoutError, ValidationError
 from ._msg import Msg
+from ._status import is_no_responders
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -156,7 +157,7 @@ class RequestMany:
             raise
         self._left = max(0.0, self._left - (time.monotonic() - start))
         hdrs = msg.headers
-        if hdrs and not msg.data and hdrs.get("Status") == "503":
+        if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
             self._finish("no_responders")
             raise NoRespondersError(f"no responders are available for the request on {self.subject!r}")
         sentinel = self._sentinel

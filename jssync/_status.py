@@ -1,9 +1,14 @@
-"""Pure classification of pull-request status messages (ADR-37 "Status handling"): no I/O.
+"""The one status routine: pure classification of status messages (no I/O).
 
-A message on a pull request's reply inbox is either a user message, a heartbeat, or a
-status that ends the pull request (``404 No Messages``, ``408 Request Timeout``, the
-``409`` family, ``400 Bad Request``, ``423`` pin id mismatch, ``503`` no responders).
-:func:`classify` tells them apart; :func:`decide` says what fetch and consume do about a status.
+Every place that gets a message which may be a server status (a pull inbox, a push or
+ordered/KV-watch/Liftbridge delivery subject, a Direct Get reply, a request or publish
+reply) sorts it here: :func:`classify` tells a user message (None) from a :class:`Status`
+and parses the status's headers once. What a status means is then said by :func:`decide`
+for pull requests (ADR-37 "Status handling": heartbeat, ``404 No Messages``,
+``408 Request Timeout``, the ``409`` family, ``400 Bad Request``, ``423`` pin id mismatch,
+``503`` no responders) and by :func:`decide_push` for push deliveries (ADR-15: flow
+control requests, idle heartbeats, consumer deleted). :func:`is_no_responders` is the
+``503`` check of a request reply. Other modules never read the ``Status`` header themselves.
 """
 
 from __future__ import annotations
@@ -26,6 +31,18 @@ HDR_STATUS = "Status"
 HDR_DESCRIPTION = "Description"
 HDR_PENDING_MSGS = "Nats-Pending-Messages"
 HDR_PENDING_BYTES = "Nats-Pending-Bytes"
+HDR_LAST_CONSUMER = "Nats-Last-Consumer"
+HDR_LAST_STREAM = "Nats-Last-Stream"
+HDR_STALLED = "Nats-Consumer-Stalled"
+
+#: Status codes the callers compare :attr:`Status.code` with.
+HEARTBEAT = 100  # idle heartbeat, or a flow control request when it has a reply subject
+END_OF_BATCH = 204  # Direct Get batch: no more messages (EOB)
+NOT_FOUND = 404
+REQUEST_TIMEOUT = 408
+TOO_MANY_SUBJECTS = 413  # Direct Get multi_last: too many subjects match
+CONFLICT = 409
+NO_RESPONDERS = 503
 
 #: Length of the ``NATS/1.0\r\n`` header line and the closing ``\r\n``.
 _HDR_FRAME = len("NATS/1.0\r\n") + 2
@@ -54,13 +71,37 @@ class Action(IntEnum):
     PIN_LOST = 7
 
 
+class PushAction(IntEnum):
+    """What a status means on a push delivery subject (push, ordered push, KV watch, Liftbridge)."""
+
+    #: ``100 FlowControl Request`` (a 100 with a reply subject): answer the reply with an
+    #: empty message once the application reached it.
+    FLOW_CONTROL = 0
+    #: ``100 Idle Heartbeat``: may carry :attr:`Status.stalled` (answer it),
+    #: :attr:`Status.last_consumer` and :attr:`Status.last_stream` (gap check).
+    HEARTBEAT = 1
+    #: 404 / 408: the end of a pull request; nothing for a push subscription.
+    END = 2
+    #: 409 with "deleted" in its description (``409 Consumer Deleted``).
+    CONSUMER_DELETED = 3
+    #: Any other status.
+    OTHER = 4
+
+
 class Status(NamedTuple):
-    """A status message on a pull inbox."""
+    """A status message: its code (0 when unreadable), description and status headers."""
 
     code: int
     description: str
     pending_msgs: int
     pending_bytes: int
+    #: The reply subject of a ``100`` flow control request ("" otherwise).
+    flow_control: str = ""
+    #: ``Nats-Consumer-Stalled`` of a ``100`` heartbeat: a flow control subject to answer ("").
+    stalled: str = ""
+    #: ``Nats-Last-Consumer`` / ``Nats-Last-Stream`` of a ``100`` heartbeat (-1: absent or malformed).
+    last_consumer: int = -1
+    last_stream: int = -1
 
 
 def _int_header(headers: Mapping[str, str], name: str) -> int:
@@ -72,6 +113,13 @@ def _int_header(headers: Mapping[str, str], name: str) -> int:
     except ValueError:
         return 0
     return n if n > 0 else 0
+
+
+def _seq_header(headers: Mapping[str, str], name: str) -> int:
+    v = headers.get(name)
+    if v is None or not v.isdigit():
+        return -1
+    return int(v)
 
 
 def is_user_msg(reply: str) -> bool:
@@ -89,7 +137,12 @@ def classify(headers: Mapping[str, str] | None, data: bytes, reply: str = "") ->
     A message with a payload, without headers, without a ``Status`` header, or with a
     ``$JS.ACK.`` reply subject is a user message. Pending counts come from
     ``Nats-Pending-Messages`` / ``Nats-Pending-Bytes`` on any status (0 when absent or
-    malformed).
+    malformed). A ``100`` also carries what flow control needs: ``flow_control`` (its
+    reply subject, for a flow control request), ``stalled``, ``last_consumer`` and
+    ``last_stream`` (from an idle heartbeat's headers).
+
+    Hot paths test ``h is None or data or "Status" not in h`` inline first and call this only
+    for what passes (a candidate status).
     """
     if not headers or data or is_user_msg(reply):
         return None
@@ -102,7 +155,32 @@ def classify(headers: Mapping[str, str] | None, data: bytes, reply: str = "") ->
     except ValueError:
         code = 0
     desc = headers.get(HDR_DESCRIPTION) or ""
-    return Status(code, desc, _int_header(headers, HDR_PENDING_MSGS), _int_header(headers, HDR_PENDING_BYTES))
+    pm = _int_header(headers, HDR_PENDING_MSGS)
+    pb = _int_header(headers, HDR_PENDING_BYTES)
+    if code != HEARTBEAT:
+        return Status(code, desc, pm, pb)
+    return Status(code, desc, pm, pb, reply, headers.get(HDR_STALLED) or "",
+                  _seq_header(headers, HDR_LAST_CONSUMER), _seq_header(headers, HDR_LAST_STREAM))
+
+
+def is_no_responders(headers: Mapping[str, str] | None, data: bytes) -> bool:
+    """True for the ``503`` no-responders status a request or publish gets when nobody listens."""
+    if not headers or data:
+        return False
+    st = classify(headers, data)
+    return st is not None and st.code == NO_RESPONDERS
+
+
+def decide_push(status: Status) -> PushAction:
+    """Say what a status on a push delivery subject means (see :class:`PushAction`)."""
+    code = status.code
+    if code == HEARTBEAT:
+        return PushAction.FLOW_CONTROL if status.flow_control else PushAction.HEARTBEAT
+    if code in (NOT_FOUND, REQUEST_TIMEOUT):
+        return PushAction.END
+    if code == CONFLICT and "deleted" in status.description.lower():
+        return PushAction.CONSUMER_DELETED
+    return PushAction.OTHER
 
 
 def decide(status: Status) -> Action:

@@ -10,9 +10,12 @@ import jssync
 from jssync._status import (
     Action,
     PullRequestError,
+    PushAction,
     Status,
     classify,
     decide,
+    decide_push,
+    is_no_responders,
     message_size,
     pull_request,
     status_error,
@@ -76,6 +79,69 @@ def test_pending_headers():
 def test_malformed_status_code():
     s = classify({"Status": "abc"}, b"")
     assert s is not None and s.code == 0 and decide(s) is Action.WARNING
+
+
+def test_user_message_with_status_header_and_ack_reply():
+    # a stored message with an empty payload and a Status header is delivered with an ack subject
+    assert classify(st("100", "Idle Heartbeat"), b"", "$JS.ACK.S.C.1.1.1.0.0") is None
+    assert classify({"Status": ""}, b"") is None
+
+
+def test_flow_control_request():
+    # ADR-15: "100 FlowControl Request" comes with a reply subject to answer
+    s = classify(st("100", "FlowControl Request"), b"", "$JS.FC.S.C.xyz")
+    assert s is not None and s.code == 100 and s.flow_control == "$JS.FC.S.C.xyz"
+    assert decide_push(s) is PushAction.FLOW_CONTROL
+    assert decide(s) is Action.HEARTBEAT
+
+
+def test_idle_heartbeat_headers():
+    h = st("100", "Idle Heartbeat", **{"Nats-Last-Consumer": "42", "Nats-Last-Stream": "99",
+                                        "Nats-Consumer-Stalled": "$JS.FC.S.C.abc"})
+    s = classify(h, b"")
+    assert s is not None and s.flow_control == ""
+    assert (s.last_consumer, s.last_stream, s.stalled) == (42, 99, "$JS.FC.S.C.abc")
+    assert decide_push(s) is PushAction.HEARTBEAT
+    # absent or malformed sequence headers read as -1; no stalled subject as ""
+    s = classify(st("100", "Idle Heartbeat", **{"Nats-Last-Consumer": "x"}), b"")
+    assert s is not None and (s.last_consumer, s.last_stream, s.stalled) == (-1, -1, "")
+    # only a 100 carries them
+    s = classify(st("404", "No Messages", **{"Nats-Last-Consumer": "3"}), b"", "_INBOX.x")
+    assert s is not None and (s.last_consumer, s.flow_control) == (-1, "")
+
+
+@pytest.mark.parametrize(
+    ("code", "desc", "action"),
+    [
+        ("404", "No Messages", PushAction.END),
+        ("408", "Request Timeout", PushAction.END),
+        ("409", "Consumer Deleted", PushAction.CONSUMER_DELETED),
+        ("409", "Exceeded MaxWaiting", PushAction.OTHER),
+        ("400", "Bad Request", PushAction.OTHER),
+        ("503", "", PushAction.OTHER),
+        ("abc", "", PushAction.OTHER),
+    ],
+)
+def test_decide_push(code, desc, action):
+    s = classify(st(code, desc), b"")
+    assert s is not None and decide_push(s) is action
+
+
+def test_direct_get_end_of_batch():
+    # ADR-31: a batch ends with "204 EOB" carrying the batch's counters
+    s = classify(st("204", "EOB", **{"Nats-Num-Pending": "0", "Nats-Last-Sequence": "5"}), b"")
+    assert s is not None and s.code == 204 and s.description == "EOB"
+
+
+def test_request_statuses():
+    for code in ("404", "408", "409"):
+        s = classify(st(code, "x"), b"")
+        assert s is not None and s.code == int(code)
+    assert is_no_responders(st("503"), b"")
+    assert not is_no_responders(st("503"), b"data")
+    assert not is_no_responders(st("404", "Not Found"), b"")
+    assert not is_no_responders(None, b"")
+    assert not is_no_responders({"Foo": "1"}, b"")
 
 
 def test_status_errors():
