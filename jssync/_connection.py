@@ -828,14 +828,19 @@ class Connection:
                 self._pump_scheduled = False
         return True
 
-    def _enqueue(self, item: tuple[str, bytes, str, dict[str, str] | None]) -> None:
+    def _enqueue(self, item: tuple[str, bytes, str, dict[str, str] | None],
+                 deadline: Deadline | None = None) -> None:
+        """Queue ``item``; at the queue's bound wait for room (see :meth:`_wait_pub_room`).
+
+        ``deadline``: the caller's own (a request's timeout), when shorter than the bound's.
+        """
         q = self._pubq
         n = len(q)
         # Bounded by count, and by bytes estimated as count x this message's size (one
         # multiplication instead of a shared byte counter that every thread would update).
         if n and (n >= _PUB_HIGH_WATER or n * len(item[1]) >= _PUB_HIGH_BYTES) \
                 and not self._loop.in_loop_thread():
-            self._wait_pub_room(len(item[1]))
+            self._wait_pub_room(len(item[1]), deadline)
         q.append(item)
         if not self._pump_scheduled:
             self._pump_scheduled = True
@@ -844,16 +849,22 @@ class Connection:
             except RuntimeError:
                 self._pump_scheduled = False
 
-    def _wait_pub_room(self, size: int) -> None:
+    def _wait_pub_room(self, size: int, within: Deadline | None = None) -> None:
         """Block until the publish queue is down to half its count and byte limits.
 
-        The I/O thread sets ``_pub_room`` after every burst it takes off the queue.
+        The I/O thread sets ``_pub_room`` after every burst it takes off the queue. Waits
+        at most 15 x the connect timeout, or until ``within`` (a request's own deadline)
+        when that comes first.
         """
         if self._pool.in_worker() or self._closed:
             return  # never block a callback on the I/O thread's progress
         q = self._pubq
         half_n, half_b = _PUB_HIGH_WATER // 2, _PUB_HIGH_BYTES // 2
         deadline = Deadline(self._timeout * 15 if self._timeout else None)
+        if within is not None:
+            left, own = within.remaining(), deadline.remaining()
+            if left is not None and (own is None or left < own):
+                deadline = within
         while len(q) >= half_n or len(q) * size >= half_b:
             self._check_open()
             self._pub_room.clear()
@@ -1307,7 +1318,7 @@ class Connection:
                 if self._rd_reader is not None and len(self._replies) == 1:
                     self._watch_for_reply(waiter, token, deadline)
             else:
-                self._enqueue((subject, data, prefix + token, headers))
+                self._enqueue((subject, data, prefix + token, headers), deadline)
             msg = waiter.wait(deadline, self)
         finally:
             self._replies.pop(token, None)
@@ -1478,10 +1489,11 @@ class Connection:
             try:
                 if denied:
                     sub._end()
-                self._enqueue((subject, data, inbox, headers))
+                deadline = Deadline(timeout)
+                self._enqueue((subject, data, inbox, headers), deadline)
                 timed_out = False
                 try:
-                    msg = sub.next_msg(timeout)
+                    msg = sub.next_msg(deadline.remaining())  # (None: no limit)
                 except TimeoutError:
                     timed_out = True  # raised below, outside this handler: no context
                 except SubscriptionClosedError:

@@ -1,0 +1,103 @@
+"""Review of the disconnect promises (docs/reliability.md, docs/faults.md) through the TCP proxy.
+
+- a ``request`` (and ``js.publish``) made while disconnected with the publish queue at its
+  bound keeps its own timeout: it raises ``TimeoutError`` on time, not after 15 x the
+  connect timeout;
+- a ``fetch`` whose pull request waited for the reconnect and whose caller gave up (the
+  fetch ended at its deadline) does not have that pull request sent after the reconnect:
+  the server would hand messages to an inbox nobody reads (lost with ``ack_policy=none``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import jssync
+from tests.conftest import FACTOR, wait_for
+from tests.proxy import TcpProxy
+
+pytestmark = [pytest.mark.fault, pytest.mark.timeout(60)]
+
+
+class Events:
+    def __init__(self) -> None:
+        self.disconnected = threading.Event()
+        self.reconnected = threading.Event()
+        self.errors: list[BaseException] = []
+
+    def kwargs(self) -> dict[str, Any]:
+        return dict(disconnected_cb=self.disconnected.set, reconnected_cb=self.reconnected.set,
+                    error_cb=self.errors.append)
+
+
+@pytest.fixture
+def proxy(nats_server) -> Iterator[TcpProxy]:
+    with TcpProxy(("127.0.0.1", nats_server.port)) as p:
+        yield p
+
+
+def _connect(url: str, ev: Events, **kw: Any) -> jssync.Connection:
+    opts: dict[str, Any] = dict(ping_interval=0.5, max_outstanding_pings=2, reconnect_time_wait=0.1,
+                                timeout=1.0, name="review-client")
+    opts.update(ev.kwargs())
+    opts.update(kw)
+    return jssync.connect(url, **opts)
+
+
+def _go_down(proxy: TcpProxy, ev: Events, nc: jssync.Connection) -> None:
+    proxy.refuse()
+    proxy.drop()
+    assert ev.disconnected.wait(3 * FACTOR)
+    wait_for(lambda: not nc.is_connected, 3, what="disconnected")
+
+
+def test_request_keeps_its_timeout_with_the_queue_full_while_disconnected(proxy, nats_server, unique):
+    ev = Events()
+    subject = f"review.full.{unique}"
+    with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev) as nc:
+        sub = direct.subscribe(f"review.svc.{unique}", callback=lambda m: m.respond(b"ok"))
+        direct.flush()
+        assert nc.request(f"review.svc.{unique}", b"warm", timeout=2).data == b"ok"  # the reply inbox exists
+        _go_down(proxy, ev, nc)
+        for _ in range(65536):  # the queue's bound
+            nc.publish(subject, b"x")
+        t0 = time.monotonic()
+        with pytest.raises(jssync.TimeoutError):
+            nc.request(f"review.svc.{unique}", b"q", timeout=0.5)
+        took = time.monotonic() - t0
+        assert took < 0.5 + 0.3 * FACTOR, f"request(timeout=0.5) took {took:.2f}s"
+        proxy.forward()
+        assert ev.reconnected.wait(5 * FACTOR)
+        nc.flush(timeout=10 * FACTOR)
+        sub.unsubscribe()
+
+
+def test_fetch_that_ended_while_disconnected_does_not_pull_after_the_reconnect(proxy, nats_server, unique):
+    ev = Events()
+    name = f"REV{unique}"
+    with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev) as nc:
+        djs = direct.jetstream()
+        djs.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+        try:
+            djs.create_consumer(name, durable_name="C", ack_policy="none")
+            js = nc.jetstream(timeout=2)
+            consumer = js.consumer(name, "C")
+            assert list(consumer.fetch(1, expires=0.2)) == []  # warm-up: inbox pool, consumer handle
+            _go_down(proxy, ev, nc)
+            res = consumer.fetch(10, expires=0.3)
+            assert list(res) == []  # ends at its deadline: the pull request never left
+            for i in range(10):
+                djs.publish(f"{name}.x", str(i).encode())
+            proxy.forward()
+            assert ev.reconnected.wait(5 * FACTOR)
+            nc.flush(timeout=5 * FACTOR)
+            got = [int(m.data) for m in consumer.fetch(10, expires=1.0)]
+            info = djs.consumer(name, "C").info()
+            assert got == list(range(10)), f"fetched {got}; delivered to nobody: {info.delivered.stream_seq - len(got)}"
+        finally:
+            djs.delete_stream(name)
