@@ -66,3 +66,38 @@ def test_close_ends_iterator_at_once(nats_server, js, stream):
         nc2.close()
     assert first is not None
     assert rest == [], f"{len(rest)} messages yielded after close()"
+
+
+def test_push_drain_keeps_its_timeout_when_deleting_the_consumer(nats_server, stream):
+    """Push ``drain(timeout)`` (iterator form, nothing buffered) deletes the consumer it created
+    within the same ``timeout``: the connection stalls right after the UNSUB was confirmed, and
+    drain still returns within its timeout (the delete failure goes to the error callback)."""
+    import time
+
+    from tests.proxy import TcpProxy
+
+    errors = []
+    with TcpProxy(("127.0.0.1", nats_server.port)) as p:
+        nc2 = jssync.connect(p.url, ping_interval=30, reconnect_time_wait=0.1, timeout=2.0,
+                             error_cb=errors.append)
+        try:
+            js2 = nc2.jetstream(timeout=5.0)
+            sub = js2.subscribe(f"{stream.name}.m")
+            assert sub.created_consumer
+            unsubscribe = nc2._unsubscribe
+
+            def unsubscribe_then_stall(*a, **kw):
+                unsubscribe(*a, **kw)
+                p.stall()
+
+            nc2._unsubscribe = unsubscribe_then_stall
+            t0 = time.monotonic()
+            try:
+                sub.drain(timeout=1.0)
+            except jssync.TimeoutError:
+                pass
+            took = time.monotonic() - t0
+        finally:
+            p.forward()
+            nc2.close()
+    assert took < 1.5, f"drain(timeout=1.0) took {took:.1f}s"
