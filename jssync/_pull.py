@@ -1522,11 +1522,6 @@ class ConsumeContext:
             if msg.__class__ is _Control:
                 self._user_finished()
                 return  # _running stays True: nothing runs the lane again
-            state = self._state
-            if state is not _State.RUNNING and state is not _State.DRAINING:
-                if state is _State.STOPPED:
-                    self._not_handed_over(msg)
-                continue  # (closed: dropped)
             if self._bytes_mode:
                 self._take_bytes(msg)
             else:
@@ -1534,6 +1529,14 @@ class ConsumeContext:
                 if self._req - t - self._disc <= self._thr:
                     self._pull()
             self._cb_thread = threading.get_ident()
+            # the state is read last, right before the call: a stop() that returned before it
+            # (even while this lane sent the next pull) keeps the message from the callback
+            state = self._state
+            if state is not _State.RUNNING and state is not _State.DRAINING:
+                self._cb_thread = None
+                if state is _State.STOPPED:
+                    self._not_handed_over(msg)
+                continue  # (closed: dropped)
             try:
                 cb(msg)
             except BaseException as exc:  # noqa: BLE001 - reported, consuming goes on

@@ -101,3 +101,43 @@ def test_push_drain_keeps_its_timeout_when_deleting_the_consumer(nats_server, st
             p.forward()
             nc2.close()
     assert took < 1.5, f"drain(timeout=1.0) took {took:.1f}s"
+
+
+def test_no_callback_starts_after_stop_returned(js, stream):
+    """Callback form: once ``stop()`` returned no callback starts (docs: "no more messages or
+    callbacks"; only one already running finishes). The lane read the state before it sent
+    the next pull request and then called the callback: a stop() in between returned first.
+    Many short trials with a tiny GIL switch interval make the interleaving likely."""
+    import sys
+    import time
+
+    for _ in range(3000):
+        js.publish_async(f"{stream.name}.m", b"x")
+    js.publish_async_completed(20)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    late = 0
+    try:
+        for _trial in range(60):
+            try:
+                js.delete_consumer(stream.name, "D")
+            except jssync.NotFoundError:
+                pass
+            c = stream.create_consumer(durable_name="D", ack_policy="none")
+            starts: list[float] = []
+            go = threading.Event()
+
+            def cb(msg, starts=starts, go=go):
+                starts.append(time.monotonic())
+                if len(starts) >= 20:
+                    go.set()
+
+            cc = c.consume(cb, max_messages=50, threshold_messages=49)
+            assert go.wait(10)
+            cc.stop()
+            t = time.monotonic()
+            cc.wait(10)
+            late += any(s > t for s in starts)
+    finally:
+        sys.setswitchinterval(old)
+    assert late == 0, f"in {late} of 60 trials a callback started after stop() returned"
