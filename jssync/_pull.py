@@ -1302,7 +1302,7 @@ class ConsumeContext:
         """Stop pulling and end once every message the server sent was delivered. Idempotent.
 
         No new pull request is sent; the pulls in flight finish sending (until each got all
-        its messages or its ending status, or nothing arrived for 0.2 s), then the inbox is
+        its messages or its ending status, or nothing arrived for 0.5 s), then the inbox is
         unsubscribed (UNSUB, PING/PONG, removal): every message the server sent before it
         processed the UNSUB is handed to the application (iterator: before the iteration
         ends; callback form: through the callback). Acking them is the application's job.
@@ -1333,7 +1333,8 @@ class ConsumeContext:
                 deadline.check("consume drain")
 
     def _end(self) -> None:
-        """The connection closed (any thread): iterators and the callback lane end quietly."""
+        """The connection closed (any thread): iterators and the callback lane end quietly, at
+        once (the buffered messages are dropped; the server redelivers them after ack_wait)."""
         with self._lock:
             if self._state is _State.CLOSED:
                 return
@@ -1342,7 +1343,13 @@ class ConsumeContext:
         with self._conn._subs_lock:
             self._conn._subs.discard(self)  # type: ignore[arg-type]
         self._server_done.set()
-        self._q.put(_END)
+        q = self._q
+        while True:  # the buffered messages are dropped (their acks could only fail)
+            try:
+                q.get_nowait()
+            except Empty:
+                break
+        q.put(_END)
         self._closed.set()
 
     # -- the handle -------------------------------------------------------------------------
@@ -1515,9 +1522,6 @@ class ConsumeContext:
             if msg.__class__ is _Control:
                 self._user_finished()
                 return  # _running stays True: nothing runs the lane again
-            if self._state is _State.STOPPED:
-                self._not_handed_over(msg)
-                continue
             if self._bytes_mode:
                 self._take_bytes(msg)
             else:
@@ -1525,6 +1529,14 @@ class ConsumeContext:
                 if self._req - t - self._disc <= self._thr:
                     self._pull()
             self._cb_thread = threading.get_ident()
+            # the state is read last, right before the call: a stop() that returned before it
+            # (even while this lane sent the next pull) keeps the message from the callback
+            state = self._state
+            if state is not _State.RUNNING and state is not _State.DRAINING:
+                self._cb_thread = None
+                if state is _State.STOPPED:
+                    self._not_handed_over(msg)
+                continue  # (closed: dropped)
             try:
                 cb(msg)
             except BaseException as exc:  # noqa: BLE001 - reported, consuming goes on

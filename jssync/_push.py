@@ -824,28 +824,33 @@ class JetStreamSubscription(Subscription):
             except ValueError:
                 pass
 
-    def _delete_after_drain(self) -> None:
+    def _delete_after_drain(self, deadline: Deadline | None = None) -> None:
         """The drained subscription was read to the end: write the acks, then delete the consumer.
 
         Runs on the thread that reached the end (the reader, or the callback lane after the
         last callback), so every ack the application sent before is queued already; they
         are flushed and fenced (see below) before the delete request. A failure goes to
-        the error callback.
+        the error callback. ``deadline``: the drain's, when it deletes (default: the
+        context's timeout).
         """
         self._delete_at_end = False
         if not self.created_consumer:
             return
-        deadline = Deadline(self._js.timeout)
+        if deadline is None:
+            deadline = Deadline(self._js.timeout)
         try:
             conn = self._conn
             if not conn._closed and not conn._closing:
-                conn.flush(timeout=deadline.remaining() or self._js.timeout)
+                rem = deadline.remaining()
+                conn.flush(timeout=self._js.timeout if rem is None else max(rem, 0.001))
                 if self._ack_fence and not self._ack_none:
                     # The server applies acks in order, after the PONG: a +WPI (harmless: it
                     # only restarts one ack timer) answered by the consumer means every ack
                     # before it was applied, so deleting the consumer loses none of them.
                     try:
-                        conn.request(self._ack_fence, b"+WPI", timeout=min(2.0, deadline.remaining() or 2.0))
+                        rem = deadline.remaining()
+                        fence_t = 2.0 if rem is None else max(min(2.0, rem), 0.001)
+                        conn.request(self._ack_fence, b"+WPI", timeout=fence_t)
                     except Error:
                         log.debug("jssync: no reply to the ack fence before deleting %s", self.consumer_name)
             self._delete_consumer(deadline)
@@ -938,7 +943,7 @@ class JetStreamSubscription(Subscription):
                 deadline.check("JetStream subscription drain")
             return
         if self._delete_at_end and self.pending_msgs == 0:
-            self._delete_after_drain()  # nothing buffered: nobody has to read to the end
+            self._delete_after_drain(deadline)  # nothing buffered: nobody has to read to the end
 
 
 # -- subscribe ------------------------------------------------------------------------------
