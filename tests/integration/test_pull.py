@@ -99,6 +99,9 @@ def test_fetch_no_wait(js, stream):
     assert list(res) == [] and res.error is None
     assert time.monotonic() - t0 < 1 * FACTOR
     publish(js, stream, 3)
+    # no_wait answers from what the consumer knows now: the stream stored the messages (PubAck),
+    # the consumer learns of them asynchronously (seen answering 404 in between under load)
+    wait_for(lambda: c.info().num_pending == 3, what="the consumer seeing the 3 messages")
     t0 = time.monotonic()
     assert [m.data for m in c.fetch_no_wait(10)] == [b"0", b"1", b"2"]
     assert time.monotonic() - t0 < 1 * FACTOR
