@@ -139,6 +139,7 @@ def test_inbox_subscription_removed_at_end_close_and_gc(nc, nats_server, unique)
     # ends by itself
     rm0 = nc.request_many(subj, max_wait=0.3)
     inboxes = {rm0._sub.subject}
+    nc.flush()  # request_many does not wait for the server to have the SUB: a PING/PONG does
     assert rm0._sub.subject in _server_subjects(nats_server)  # (the check below can fail)
     list(rm0)
     # leaves a with block early
