@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -147,9 +148,20 @@ def test_a_reply_look_alike_inside_a_payload_is_never_taken(pair, nats_server):
     th = threading.Thread(target=flood)
     th.start()
     try:
-        for i in range(400):
+        # the flood must be running before the requests start, or under load the
+        # requests could all finish before it sent anything and test nothing
+        wait_for(lambda: got or errors, 30, what="the flood's first payload")
+        assert not errors, errors
+        # at least 400 requests, and keep going until more flood payloads arrived while
+        # requesting (interleaved with the replies), within a bounded time
+        start = len(got)
+        end = time.monotonic() + 120 * FACTOR
+        i = 0
+        while i < 400 or len(got) < start + 40:
+            assert time.monotonic() < end, f"{i} requests, {len(got) - start} payloads interleaved"
             body = f"real-{i}".encode()
             assert nc.request("dr.fake.echo", body, timeout=10).data == body
+            i += 1
     finally:
         stop.set()
         th.join(30)
