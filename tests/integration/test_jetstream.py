@@ -293,10 +293,10 @@ def _sent_on(nc, prefix: str) -> Iterator[list[str]]:
     sent: list[str] = []
     orig = nc._enqueue
 
-    def spy(item):
+    def spy(item, *rest):
         if item[0].startswith(prefix):
             sent.append(item[0])
-        orig(item)
+        orig(item, *rest)
 
     nc._enqueue = spy
     try:

@@ -31,9 +31,9 @@ def test_big_publishes_wait_for_room_and_nothing_is_lost(nats_server, monkeypatc
         entered: list[int] = []
         orig = nc._wait_pub_room
 
-        def spy(sz: int) -> None:
+        def spy(sz: int, *rest: object) -> None:
             entered.append(len(nc._pubq) * sz)
-            orig(sz)
+            orig(sz, *rest)  # type: ignore[arg-type]
 
         monkeypatch.setattr(nc, "_wait_pub_room", spy)
         # stall the I/O thread for a moment so the queue must fill up
@@ -60,7 +60,7 @@ def test_small_publishes_are_bounded_by_count_only(nats_server, monkeypatch):
     monkeypatch.setattr(connmod, "_PUB_HIGH_BYTES", 1 << 20)
     with jssync.connect(nats_server.url) as nc:
         waited: list[int] = []
-        monkeypatch.setattr(nc, "_wait_pub_room", lambda sz: waited.append(sz))
+        monkeypatch.setattr(nc, "_wait_pub_room", lambda sz, *_: waited.append(sz))
         for _ in range(5000):
             nc.publish("pq.small", b"")  # empty payloads never count as bytes
         nc.flush(timeout=10)
