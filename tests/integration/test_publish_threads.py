@@ -134,7 +134,12 @@ def test_concurrent_requests_leave_the_socket_to_the_io_thread(nats_server, stre
             orig(waiter, token, deadline)
 
         monkeypatch.setattr(nc, "_watch_for_reply", spy)
-        js.publish(subj, b"alone")
+        # A lone request falls back to the I/O thread when the socket is busy at that moment
+        # (the pump writing, a PING): under load one try may do so; 20 in a row may not.
+        lone = 0
+        while lone < 20 and not watched:
+            js.publish(subj, b"alone")
+            lone += 1
         assert watched, "a lone js.publish no longer watches the socket for its reply"
         go = threading.Barrier(8)
         errors: list[BaseException] = []
@@ -154,4 +159,4 @@ def test_concurrent_requests_leave_the_socket_to_the_io_thread(nats_server, stre
             t.join(60)
         assert not errors
         assert not crowded, f"{len(crowded)} of 1200 concurrent requests polled the socket themselves"
-    assert stream.info().state.messages == 2 + 8 * 150
+    assert stream.info().state.messages == 1 + lone + 8 * 150
