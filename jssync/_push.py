@@ -604,17 +604,7 @@ class JetStreamSubscription(Subscription):
         if fresh:
             self._cseq = 0
         with translating():
-            nsub = await conn._nc.subscribe(subject, queue=queue or "", pending_msgs_limit=0,
-                                            pending_bytes_limit=0)
-        old = _natspy.sub_queue(nsub)
-        inbound = _PushInbound(self, gen)
-        _natspy.set_sub_queue(nsub, inbound)
-        while not old.empty():
-            try:
-                inbound.put_nowait(old.get_nowait())
-            except asyncio.QueueFull:
-                pass
-        return nsub
+            return await _natspy.subscribe(conn._nc, subject, _PushInbound(self, gen), queue)
 
     def _sub_deadline(self) -> Deadline:
         return Deadline((self._timeout if self._timeout is not None else self._js.timeout) + 5.0)
