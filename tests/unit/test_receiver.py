@@ -61,7 +61,7 @@ def test_receiver_is_an_always_empty_queue() -> None:
         def __init__(self) -> None:
             self.got: list[object] = []
 
-        def put_nowait(self, msg: object) -> None:  # type: ignore[override]
+        def put_nowait(self, msg: object) -> None:
             self.got.append(msg)
 
     r = R()
@@ -109,7 +109,7 @@ def test_set_sub_queue_hands_over_what_nats_py_queued() -> None:
         def __init__(self) -> None:
             self.got: list[object] = []
 
-        def put_nowait(self, msg: object) -> None:  # type: ignore[override]
+        def put_nowait(self, msg: object) -> None:
             self.got.append(msg)
 
     r = R()
