@@ -1269,11 +1269,11 @@ class Connection:
         data: bytes = b"",
         *,
         headers: dict[str, str] | None = None,
-        timeout: float = 2.0,
+        timeout: float | None = 2.0,
     ) -> Msg:
         """Send a request and wait for the first reply.
 
-        Blocks up to ``timeout`` seconds.
+        Blocks up to ``timeout`` seconds (None: no limit).
 
         Raises:
             jssync.TimeoutError: no reply in time.
@@ -1295,7 +1295,7 @@ class Connection:
             )
         return self._request(subject, data, headers, timeout)
 
-    def _request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float) -> Msg:
+    def _request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float | None) -> Msg:
         """``request`` without argument validation (internal callers compose their subjects)."""
         self._check_open()
         if self._offline_limit is not None and not self._nc.is_connected:
@@ -1469,7 +1469,7 @@ class Connection:
         return None
 
     def _request_own_inbox(self, subject: str, data: bytes, headers: dict[str, str] | None,
-                           timeout: float) -> Msg:
+                           timeout: float | None) -> Msg:
         # JetStream delivers pulled messages with their stream subject, not the reply
         # inbox, so the multiplexer cannot route them: use a one-off subscription.
         inbox = self.new_inbox()

@@ -27,7 +27,7 @@ from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from . import _natspy
-from ._deadline import Deadline
+from ._deadline import DEFAULT, Deadline, Default
 from ._errors import (
     ConnectionClosedError,
     ConsumerDeletedError,
@@ -1268,7 +1268,7 @@ class ConsumeContext(_natspy.Receiver):
                 return
         msg._nak_quiet()
 
-    def drain(self, timeout: float | None = None) -> None:
+    def drain(self, timeout: float | None | Default = DEFAULT) -> None:
         """Stop pulling and end once every message the server sent was delivered. Idempotent.
 
         No new pull request is sent; the pulls in flight finish sending (until each got all
@@ -1277,10 +1277,10 @@ class ConsumeContext(_natspy.Receiver):
         processed the UNSUB is handed to the application (iterator: before the iteration
         ends; callback form: through the callback). Acking them is the application's job.
 
-        Without ``timeout`` it returns at once (use :meth:`wait`). With ``timeout`` it blocks
-        until the inbox is unsubscribed and, in callback form, every message went through the
-        callback. Called from this consume's own callback it does not wait (the rest follows
-        once the callback returns).
+        Without ``timeout`` it starts the drain and returns (use :meth:`wait`). With ``timeout``
+        it blocks until the inbox is unsubscribed and, in callback form, every message went
+        through the callback (``timeout=None``: no limit). Called from this consume's own
+        callback it does not wait (the rest follows once the callback returns).
 
         Raises:
             jssync.TimeoutError: ``timeout`` passed first (the drain goes on).
@@ -1294,7 +1294,7 @@ class ConsumeContext(_natspy.Receiver):
         if start:
             self._detach()
             self._wind_down(wait=True)
-        if timeout is not None:
+        if not isinstance(timeout, Default):
             if self._cb is not None and self._cb_thread == threading.get_ident():
                 return  # called from our own callback: the lane ends once the callback returns
             deadline = Deadline(timeout)

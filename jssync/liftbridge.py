@@ -23,7 +23,6 @@ Stream metadata (``liftbridge.stream``, ``liftbridge.subject``, ``liftbridge.par
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime as _dt
 import logging
 import math
@@ -38,7 +37,7 @@ from typing import Any, TypeVar
 from nats.js import api
 
 from ._connection import Connection, validate_subject
-from ._deadline import DEFAULT, Deadline, _Default
+from ._deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ._errors import (
     APIError,
     ConnectionClosedError,
@@ -237,12 +236,8 @@ class Client:
             raise ConnectionClosedError("the liftbridge client is closed")
         self._conn._check_open()
 
-    def _deadline(self, timeout: float | None | _Default) -> Deadline:
-        if isinstance(timeout, _Default):
-            return Deadline(self.timeout)
-        if timeout is not None:
-            _non_negative(timeout, "timeout")
-        return Deadline(timeout)
+    def _deadline(self, timeout: float | None | Default) -> Deadline:
+        return Deadline(resolve_timeout(timeout, self.timeout))
 
     @property
     def _attempt_timeout(self) -> float:
@@ -300,7 +295,7 @@ class Client:
         retention_max_age: float | None = None,
         retention_max_bytes: int | None = None,
         retention_max_messages: int | None = None,
-        timeout: float | None | _Default = DEFAULT,
+        timeout: float | None | Default = DEFAULT,
     ) -> StreamInfo:
         """Create a stream attached to ``subject`` (the Liftbridge ``CreateStream``).
 
@@ -490,7 +485,7 @@ class Client:
             if moves:
                 _sleep(0.05, wait)
 
-    def delete_stream(self, name: str, *, timeout: float | None | _Default = DEFAULT) -> None:
+    def delete_stream(self, name: str, *, timeout: float | None | Default = DEFAULT) -> None:
         """Delete a stream: every partition and its messages (not in the guide; later Liftbridge has it).
 
         Raises:
@@ -529,7 +524,7 @@ class Client:
         ack_policy: AckPolicy | str = AckPolicy.LEADER,
         partition_by: Partitioner | type[Partitioner] | Callable[[OutgoingMessage, Metadata], int] | None = None,
         to_partition: int | None = None,
-        timeout: float | None | _Default = DEFAULT,
+        timeout: float | None | Default = DEFAULT,
     ) -> Ack | None:
         """Publish ``value`` to a partition of the stream(s) on ``subject`` (the Liftbridge ``Publish``).
 
@@ -544,11 +539,12 @@ class Client:
         Ack policies: LEADER (default) returns when the JetStream PubAck arrives (for a
         replicated partition JetStream sends it once a quorum stored the message); ALL
         also waits until every in-sync replica confirmed it; NONE publishes without an
-        ack and returns None at once. ``timeout=None`` also returns None as soon as the
-        message is published, as the guide says (no ack is awaited). With ``ack_inbox``
-        the ack is also published to exactly that subject, as Liftbridge does (also with
-        ``timeout=None``, once it arrives); its body carries the correlation id (any
-        str); decode it with :func:`unmarshal_ack`.
+        ack and returns None at once: that is how "do not wait for the ack" is asked for
+        (the guide: "if the ack policy is NONE ... Publish returns as soon as the message
+        has been published"). ``timeout=None``: no limit, it waits for the ack however
+        long it takes. With ``ack_inbox`` the ack is also published to exactly that
+        subject, as Liftbridge does; its body carries the correlation id (any str);
+        decode it with :func:`unmarshal_ack`.
 
         A ``Nats-Msg-Id`` header makes retries safe: the user's own when given (it is
         JetStream's de-duplication key: a second publish with the same id returns the
@@ -557,10 +553,10 @@ class Client:
         retried within ``timeout`` and JetStream drops duplicates (within the stream's
         2-minute window). Header values are opaque bytes (a str means its UTF-8).
 
-        Blocks until acked (default: the client's timeout).
+        Blocks until acked, up to ``timeout`` (left out: the client's timeout; None: no limit).
 
         Returns:
-            The :class:`Ack`, or None with ack policy NONE or ``timeout=None``.
+            The :class:`Ack`, or None with ack policy NONE.
 
         Raises:
             jssync.TimeoutError: no ack within ``timeout`` (the Liftbridge DeadlineExceeded).
@@ -613,18 +609,6 @@ class Client:
         if pol is AckPolicy.NONE:
             self._conn.publish(psubject, data, headers=h)
             return None
-        if timeout is None:
-            # no deadline: return once published, as the guide says; an ack inbox still gets the ack
-            if inbox is None:
-                self._conn.publish(psubject, data, headers=h)
-            else:
-                fut = self._js.publish_async(psubject, data, headers=h, timeout=self.timeout)
-
-                def _forward(f: concurrent.futures.Future[PubAck]) -> None:
-                    self._forward_later(f, inbox, partition, psubject, subject, k, cid, pol)
-
-                fut.add_done_callback(_forward)
-            return None
         pub = self._publish_request(psubject, data, h, deadline)
         if pol is AckPolicy.ALL:
             self._confirm_all(pub.stream, pub.seq, deadline)
@@ -643,18 +627,6 @@ class Client:
             ack_policy=pol, commit_timestamp=_now(), jetstream_stream=pub.stream, sequence=pub.seq,
             duplicate=bool(pub.duplicate),
         )
-
-    def _forward_later(self, fut: concurrent.futures.Future[PubAck], inbox: str, partition: int,
-                       psubject: str, subject: str, key: bytes | None, cid: str | None, pol: AckPolicy) -> None:
-        """Send the ack of a ``timeout=None`` publish to its ack inbox (on the worker pool)."""
-        try:
-            pub = fut.result()
-            if pol is AckPolicy.ALL:
-                self._confirm_all(pub.stream, pub.seq, Deadline(self.timeout))
-            self._conn.publish(inbox, forwarded_ack(self._make_ack(pub, partition, psubject, subject, key,
-                                                                   inbox, cid, pol)))
-        except Exception as exc:  # noqa: BLE001 - on the worker pool: report, never raise
-            log.warning("jssync.liftbridge: no ack sent to %r for the publish to %r: %s", inbox, psubject, exc)
 
     def _metadata_for_subject(self, subject: str, deadline: Deadline) -> Metadata:
         """The cached metadata when it knows ``subject`` and is fresh; else refreshed first (the guide:
@@ -774,7 +746,7 @@ class Client:
         start_at_time_delta: Any = None,
         resubscribe_wait_time: float | None = None,
         idle_heartbeat: float = 5.0,
-        timeout: float | None | _Default = DEFAULT,
+        timeout: float | None | Default = DEFAULT,
     ) -> Subscription:
         """Subscribe to one partition of ``stream`` (the Liftbridge ``Subscribe``).
 
@@ -866,7 +838,7 @@ class Client:
 
     # -- FetchMetadata -------------------------------------------------------------------------
 
-    def fetch_metadata(self, *, timeout: float | None | _Default = DEFAULT) -> Metadata:
+    def fetch_metadata(self, *, timeout: float | None | Default = DEFAULT) -> Metadata:
         """Fetch the cluster metadata from the server (the Liftbridge ``FetchMetadata``).
 
         Always goes to the server (and refreshes the client's cache): the streams with

@@ -165,7 +165,7 @@ def test_binary_header_values_round_trip(lb):
     assert m.headers == {"bin": b"\x00\xff\r\n", "pad": b" x ", "text": b"plain", "empty": b""}
 
 
-# -- 6. no timeout, or ack policy NONE: return once published -------------------------------------------
+# -- 6. ack policy NONE: return once published; timeout=None: wait for the ack without limit -------------
 
 
 def test_publish_without_timeout_returns_once_published(nc, lb, unique):
@@ -173,7 +173,6 @@ def test_publish_without_timeout_returns_once_published(nc, lb, unique):
     hang = nc.subscribe(f"hang{unique}")  # takes the message, never answers
     try:
         t0 = time.monotonic()
-        assert c.publish(f"hang{unique}", b"x", timeout=None) is None
         assert c.publish(f"hang{unique}", b"x", ack_policy=AckPolicy.NONE) is None
         assert time.monotonic() - t0 < 0.5 * FACTOR
         assert hang.next_msg(2 * FACTOR).data == b"x"
@@ -182,10 +181,11 @@ def test_publish_without_timeout_returns_once_published(nc, lb, unique):
     inbox = f"acks{unique}"
     acks = nc.subscribe(inbox)
     try:
-        assert c.publish(subject, b"stored", timeout=None, to_partition=1) is None
-        assert c.publish(subject, b"acked", timeout=None, to_partition=1, ack_inbox=inbox,
-                         correlation_id="c-1") is None
-        ack = unmarshal_ack(acks.next_msg(5 * FACTOR).data)  # the ack inbox still gets the ack
+        assert c.publish(subject, b"stored", ack_policy=AckPolicy.NONE, to_partition=1) is None
+        # timeout=None is no limit (the one timeout rule): it waits for the ack and returns it
+        got = c.publish(subject, b"acked", timeout=None, to_partition=1, ack_inbox=inbox, correlation_id="c-1")
+        assert got is not None and got.offset == 1
+        ack = unmarshal_ack(acks.next_msg(5 * FACTOR).data)  # the ack inbox gets the ack too
         assert (ack.correlation_id, ack.partition, ack.offset, ack.stream) == ("c-1", 1, 1, name)
     finally:
         acks.unsubscribe()
