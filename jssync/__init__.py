@@ -23,6 +23,7 @@ from nats.js.api import (
 from . import micro  # the submodule jssync.micro
 from ._connection import Connection, connect
 from ._consumers import Consumer
+from ._deadline import DEFAULT, Default
 from ._direct import DirectBatch
 from ._errors import (
     APIError,
@@ -151,6 +152,8 @@ __all__ = [
     "ConsumerSequenceMismatchError",
     "Counter",
     "CounterEntry",
+    "DEFAULT",
+    "Default",
     "DeliverGroupError",
     "DeliverPolicy",
     "DigestMismatchError",

@@ -1269,11 +1269,11 @@ class Connection:
         data: bytes = b"",
         *,
         headers: dict[str, str] | None = None,
-        timeout: float = 2.0,
+        timeout: float | None = 2.0,
     ) -> Msg:
         """Send a request and wait for the first reply.
 
-        Blocks up to ``timeout`` seconds.
+        Blocks up to ``timeout`` seconds (None: no limit).
 
         Raises:
             jssync.TimeoutError: no reply in time.
@@ -1295,7 +1295,7 @@ class Connection:
             )
         return self._request(subject, data, headers, timeout)
 
-    def _request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float) -> Msg:
+    def _request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float | None) -> Msg:
         """``request`` without argument validation (internal callers compose their subjects)."""
         self._check_open()
         if self._offline_limit is not None and not self._nc.is_connected:
@@ -1469,7 +1469,7 @@ class Connection:
         return None
 
     def _request_own_inbox(self, subject: str, data: bytes, headers: dict[str, str] | None,
-                           timeout: float) -> Msg:
+                           timeout: float | None) -> Msg:
         # JetStream delivers pulled messages with their stream subject, not the reply
         # inbox, so the multiplexer cannot route them: use a one-off subscription.
         inbox = self.new_inbox()
@@ -1525,34 +1525,23 @@ class Connection:
             prefix = self.new_inbox() + "."
             replies = self._replies
 
-            class _Mux:
+            class _Mux(_natspy.Receiver):
+                __slots__ = ()
+
                 def put_nowait(self, msg: Msg) -> None:
                     fn = replies.pop(msg.subject[len(prefix):], None)
                     if fn is not None:
                         fn(msg)
-
-                def qsize(self) -> int:
-                    return 0
-
-                def empty(self) -> bool:
-                    return True
-
-                async def join(self) -> None:
-                    return None
-
-                def task_done(self) -> None:
-                    return None
 
             async def _sub() -> None:
                 denied: list[PermissionDeniedError] = []
                 key = self._watch_permission("subscribe", prefix + "*", denied.append)
                 try:
                     with translating():
-                        nsub = await self._nc.subscribe(prefix + "*", pending_msgs_limit=0, pending_bytes_limit=0)
+                        nsub = await _natspy.subscribe(self._nc, prefix + "*", _Mux())
                 except BaseException:
                     self._unwatch_permission(key)
                     raise
-                _natspy.set_sub_queue(nsub, _Mux())
                 self._mux_sid = str(_natspy.sub_sid(nsub)).encode()
                 try:
                     await self._check_sub_permission(nsub, prefix + "*", denied, key)
@@ -1699,17 +1688,7 @@ class Connection:
     async def _subscribe_async(self, sub: Subscription) -> Any:
         """On the loop: make the nats-py subscription and point it at ``sub``."""
         with translating():
-            nsub = await self._nc.subscribe(
-                sub.subject, queue=sub.queue or "", pending_msgs_limit=0, pending_bytes_limit=0
-            )
-        old = _natspy.sub_queue(nsub)
-        _natspy.set_sub_queue(nsub, _Inbound(sub))
-        while not old.empty():
-            try:
-                sub._deliver(old.get_nowait())
-            except asyncio.QueueFull:
-                pass
-        return nsub
+            return await _natspy.subscribe(self._nc, sub.subject, _Inbound(sub), sub.queue)
 
     async def _drain_nsub(self, nsub: Any, timeout: float) -> None:
         """On the loop: the one drain of a nats-py subscription (core, push, consume).

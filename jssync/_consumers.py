@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
-from ._deadline import Deadline
+from ._deadline import DEFAULT, Deadline, Default
 from ._errors import PullRequestError, ValidationError
 from ._msg import Msg
 from ._priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
@@ -51,7 +51,7 @@ class Consumer:
         """The info from when this handle was made or last refreshed (no I/O)."""
         return self._info
 
-    def info(self, *, timeout: float | None = None) -> api.ConsumerInfo:
+    def info(self, *, timeout: float | None | Default = DEFAULT) -> api.ConsumerInfo:
         """Fetch the consumer's info (refreshes :attr:`cached_info`).
 
         Raises:
@@ -60,11 +60,11 @@ class Consumer:
         self._info = self._js._consumer_info(self.stream, self.name, timeout)
         return self._info
 
-    def delete(self, *, timeout: float | None = None) -> bool:
+    def delete(self, *, timeout: float | None | Default = DEFAULT) -> bool:
         """Delete this consumer on the server."""
         return self._js.delete_consumer(self.stream, self.name, timeout=timeout)
 
-    def reset(self, seq: int | None = None, *, timeout: float | None = None) -> int:
+    def reset(self, seq: int | None = None, *, timeout: float | None | Default = DEFAULT) -> int:
         """Reset this consumer's delivery state (ADR-60; nats-server 2.14+).
 
         Returns the stream sequence delivery restarts at and refreshes :attr:`cached_info`
@@ -96,7 +96,7 @@ class Consumer:
         """
         return self._pins.get(group)
 
-    def unpin(self, group: str, *, timeout: float | None = None) -> None:
+    def unpin(self, group: str, *, timeout: float | None | Default = DEFAULT) -> None:
         """Unpin the client pinned to ``group`` (ADR-42 ``pinned_client``; nats-server 2.11+).
 
         The server picks a new pinned client among the waiting pulls of the group, which may

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from queue import Empty, SimpleQueue
-from typing import Any
+from typing import Any, Final
 
 from ._errors import TimeoutError, ValidationError
 
@@ -13,21 +14,35 @@ from ._errors import TimeoutError, ValidationError
 SLICE = 0.1
 
 
-class _Default:
-    """Marks an argument that was not passed (``None`` means "no limit")."""
+class Default(enum.Enum):
+    """The type of :data:`DEFAULT`, the value of an argument left out.
 
-    _instance: _Default | None = None
+    ``timeout: float | None | Default = DEFAULT``: leaving ``timeout`` out means the
+    call's default (e.g. the JetStream context's timeout); ``None`` means no limit.
+    """
 
-    def __new__(cls) -> _Default:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    DEFAULT = "DEFAULT"
 
     def __repr__(self) -> str:
         return "DEFAULT"
 
 
-DEFAULT = _Default()
+#: An argument left out: the call's default (see :func:`resolve_timeout`).
+DEFAULT: Final = Default.DEFAULT
+
+def resolve_timeout(timeout: float | None | Default, default: float | None) -> float | None:
+    """The one reading of a ``timeout`` argument (docs/threading.md "The timeout rule").
+
+    :data:`DEFAULT` (left out) gives ``default``, the call's own default; ``None`` is no
+    limit; a number is itself (a negative one raises :class:`jssync.ValidationError`).
+    """
+    if isinstance(timeout, Default):
+        return default
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                or not timeout >= 0):
+        raise ValidationError(f"timeout must be a number >= 0 or None (no limit), got {timeout!r}")
+    return timeout
+
 
 #: What :meth:`Deadline.get` returns when the deadline passed with nothing to get.
 EXPIRED: Any = object()
@@ -61,6 +76,15 @@ class Deadline:
         if self._end is None:
             return None
         return max(0.0, self._end - time.monotonic())
+
+    def left(self, floor: float = 0.001) -> float | None:
+        """What is left, as the ``timeout`` of a call made within this deadline.
+
+        At least ``floor`` seconds (a call given 0 might not even try); None for no limit.
+        """
+        if self._end is None:
+            return None
+        return max(floor, self._end - time.monotonic())
 
     def expired(self) -> bool:
         return self._end is not None and time.monotonic() >= self._end

@@ -28,6 +28,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ._deadline import DEFAULT, Default, resolve_timeout
 from ._errors import (
     APIError,
     BadRequestError,
@@ -186,7 +187,7 @@ def _api_subject(js: JetStream, stream: str) -> str:
     return f"{js.prefix}.DIRECT.GET.{stream}"
 
 
-def _no_responders(js: JetStream, stream: str, timeout: float | None) -> BaseException:
+def _no_responders(js: JetStream, stream: str, timeout: float | None | Default) -> BaseException:
     """Work out why nobody answered a Direct Get request; returns the error to raise.
 
     Only now is the stream's info asked for (a Direct Get itself never needs it): a
@@ -208,12 +209,11 @@ def _no_responders(js: JetStream, stream: str, timeout: float | None) -> BaseExc
     )
 
 
-def _timeout(js: JetStream, timeout: float | None) -> float:
-    if timeout is None:
-        return js.timeout
-    if timeout <= 0:
-        raise ValidationError(f"timeout must be > 0, got {timeout!r}")
-    return timeout
+def _timeout(js: JetStream, timeout: float | None | Default) -> float | None:
+    t = resolve_timeout(timeout, js.timeout)
+    if t is not None and t <= 0:
+        raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
+    return t
 
 
 # -- single reads -----------------------------------------------------------------------------
@@ -221,7 +221,7 @@ def _timeout(js: JetStream, timeout: float | None) -> float:
 
 def direct_get(js: JetStream, stream: str, *, seq: int | None = None, last_by_subject: str | None = None,
                next_by_subject: str | None = None, start_time: _dt.datetime | None = None,
-               timeout: float | None = None) -> StoredMsg:
+               timeout: float | None | Default = DEFAULT) -> StoredMsg:
     """Read one message with Direct Get.
 
     The selectors: ``seq`` alone (that sequence); ``last_by_subject`` alone (the last
@@ -320,7 +320,7 @@ class DirectBatch:
     when garbage-collected. Thread-safe: several threads may take messages from one batch.
     """
 
-    def __init__(self, js: JetStream, stream: str, request: dict[str, Any], timeout: float, *,
+    def __init__(self, js: JetStream, stream: str, request: dict[str, Any], timeout: float | None, *,
                  multi: bool) -> None:
         self._js = js
         self._stream = stream
@@ -447,7 +447,7 @@ class DirectBatch:
                 self.num_pending = _int(hdrs.get(HDR_NUM_PENDING), self.num_pending)
             return sm
 
-    def next_batch(self, *, timeout: float | None = None) -> DirectBatch | None:
+    def next_batch(self, *, timeout: float | None | Default = DEFAULT) -> DirectBatch | None:
         """Request the batch that follows this one, or return None when nothing is left.
 
         A batch read continues after :attr:`last_sequence`; a multi-subject read also
@@ -470,10 +470,10 @@ class DirectBatch:
             req.pop("up_to_time", None)
             if self.up_to_sequence:
                 req["up_to_seq"] = self.up_to_sequence
-        t = self._timeout if timeout is None else _timeout(self._js, timeout)
+        t = self._timeout if isinstance(timeout, Default) else _timeout(self._js, timeout)
         return DirectBatch(self._js, self._stream, req, t, multi=self._multi)
 
-    def all(self, *, timeout: float | None = None) -> Iterator[StoredMsg]:
+    def all(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[StoredMsg]:
         """Iterate over the rest of this batch, then over every following batch until none is left.
 
         For multi-subject reads every batch is read as of the same ``up_to_seq``.
@@ -500,7 +500,7 @@ def _int(value: str | None, default: int | None) -> int | None:
 
 def direct_get_batch(js: JetStream, stream: str, subject: str, batch: int, *, seq: int | None = None,
                      start_time: _dt.datetime | None = None, max_bytes: int | None = None,
-                     timeout: float | None = None) -> DirectBatch:
+                     timeout: float | None | Default = DEFAULT) -> DirectBatch:
     """Read up to ``batch`` messages on ``subject`` (wildcards allowed) with one Direct Get request.
 
     Starts at ``seq`` (default 1) or at the first message stored at or after
@@ -535,7 +535,7 @@ def direct_get_batch(js: JetStream, stream: str, subject: str, batch: int, *, se
 
 def direct_get_last_for(js: JetStream, stream: str, subjects: list[str], *, up_to_seq: int | None = None,
                         up_to_time: _dt.datetime | None = None, batch: int | None = None,
-                        timeout: float | None = None) -> DirectBatch:
+                        timeout: float | None | Default = DEFAULT) -> DirectBatch:
     """Read the last message of each subject in ``subjects`` (wildcards allowed) in one request.
 
     ``up_to_seq`` / ``up_to_time`` read the subjects as they were at that stream sequence

@@ -14,6 +14,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
+from ._deadline import DEFAULT, Default
 from ._errors import NotSupportedError
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ _levels: weakref.WeakKeyDictionary[Connection, dict[str, tuple[str, int]]] = wea
 _lock = threading.Lock()
 
 
-def api_level(js: JetStream, *, refresh: bool = False, timeout: float | None = None) -> int:
+def api_level(js: JetStream, *, refresh: bool = False, timeout: float | None | Default = DEFAULT) -> int:
     """The API level of the JetStream behind ``js`` (cached per connection and API prefix)."""
     conn = js.conn
     server_id = str((conn.server_info or {}).get("server_id", ""))
@@ -70,7 +71,7 @@ def api_level(js: JetStream, *, refresh: bool = False, timeout: float | None = N
     return level
 
 
-def require(js: JetStream, feature: str, *, timeout: float | None = None) -> int:
+def require(js: JetStream, feature: str, *, timeout: float | None | Default = DEFAULT) -> int:
     """Raise NotSupportedError unless the server's API level has ``feature``; returns the level needed."""
     need, version = FEATURES[feature]
     have = api_level(js, timeout=timeout)

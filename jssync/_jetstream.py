@@ -19,7 +19,7 @@ from nats.js import api
 
 from . import _natspy, _priority
 from ._connection import _check_data, _headers_size, validate_headers, validate_subject
-from ._deadline import Deadline
+from ._deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ._errors import (
     APIError,
     ConnectionClosedError,
@@ -218,7 +218,7 @@ class JetStream:
     # -- API requests -----------------------------------------------------------------------
 
     def _api(self, suffix: str, payload: dict[str, Any] | bytes | None = None,
-             timeout: float | None = None) -> dict[str, Any]:
+             timeout: float | None | Default = DEFAULT) -> dict[str, Any]:
         """Send one JetStream API request and return the parsed reply.
 
         Raises:
@@ -234,7 +234,7 @@ class JetStream:
             data = json.dumps(payload).encode()
         subject = f"{self.prefix}.{suffix}"
         try:
-            msg = self.conn._request(subject, data, None, self.timeout if timeout is None else timeout)
+            msg = self.conn._request(subject, data, None, resolve_timeout(timeout, self.timeout))
         except NoRespondersError as exc:
             raise ServiceUnavailableError(
                 503, None, f"JetStream is not available on this account/server (no responders on {subject})"
@@ -271,13 +271,13 @@ class JetStream:
         if held:
             err.args = (f"{err.args[0]}: {'; '.join(held)}",)
 
-    def account_info(self, timeout: float | None = None) -> api.AccountInfo:
+    def account_info(self, timeout: float | None | Default = DEFAULT) -> api.AccountInfo:
         """Return the account's JetStream usage and limits."""
         return _model(api.AccountInfo, self._api("INFO", None, timeout), "account info")
 
     # -- server feature level (ADR-44; implemented in _features.py) ---------------------------
 
-    def api_level(self, *, refresh: bool = False, timeout: float | None = None) -> int:
+    def api_level(self, *, refresh: bool = False, timeout: float | None | Default = DEFAULT) -> int:
         """The JetStream API level of the server(s) behind this context (ADR-44).
 
         0 before nats-server 2.11, 1 for 2.11, 2 for 2.12, 4 for 2.14, 5 for 2.15. Read
@@ -290,7 +290,7 @@ class JetStream:
 
         return api_level(self, refresh=refresh, timeout=timeout)
 
-    def _require_stream_features(self, cfg: api.StreamConfig, timeout: float | None) -> None:
+    def _require_stream_features(self, cfg: api.StreamConfig, timeout: float | None | Default) -> None:
         """NotSupportedError if ``cfg`` uses a feature the server's API level lacks (no I/O without one)."""
         from ._features import require, stream_features
 
@@ -299,7 +299,7 @@ class JetStream:
 
     # -- streams ---------------------------------------------------------------------------
 
-    def create_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
+    def create_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None | Default = DEFAULT,
                       **params: Unpack[StreamParams]) -> Stream:
         """Create a stream from ``config`` or keyword fields (``name=``, ``subjects=``, ...).
 
@@ -318,21 +318,21 @@ class JetStream:
         cfg = _stream_config(config, params)
         self._require_stream_features(cfg, timeout)
         body = cfg.as_dict()
-        deadline = Deadline(self.timeout if timeout is None else timeout)
+        deadline = Deadline(resolve_timeout(timeout, self.timeout))
         while True:
             try:
-                resp = self._api(f"STREAM.CREATE.{cfg.name}", body, deadline.remaining() or 0.001)
+                resp = self._api(f"STREAM.CREATE.{cfg.name}", body, deadline.left())
                 break
             except APIError as exc:
                 # a transient view of the meta leader (a peer's route just reconnected)
                 if (exc.err_code != 10005 or "offline" not in (exc.description or "")
-                        or (deadline.remaining() or 0.0) < 0.5):
+                        or (left := deadline.remaining()) is not None and left < 0.5):
                     raise
                 log.debug("jssync: stream %r: %s; trying again", cfg.name, exc.description)
                 time.sleep(0.25)
         return Stream(self, _stream_model(resp))
 
-    def update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
+    def update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None | Default = DEFAULT,
                       **params: Unpack[StreamParams]) -> Stream:
         """Update an existing stream.
 
@@ -359,7 +359,7 @@ class JetStream:
         resp = self._api(f"STREAM.UPDATE.{cfg.name}", body, timeout)
         return Stream(self, _stream_model(resp))
 
-    def _edited_stream_config(self, params: dict[str, Any], timeout: float | None,
+    def _edited_stream_config(self, params: dict[str, Any], timeout: float | None | Default,
                               ) -> tuple[api.StreamConfig, dict[str, Any]]:
         """The stream's current config with the fields in ``params`` set (``name`` names the stream).
 
@@ -393,7 +393,8 @@ class JetStream:
             raw["metadata"] = {k: v for k, v in md.items() if not str(k).startswith("_nats.")}
         return cfg, raw
 
-    def create_or_update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None = None,
+    def create_or_update_stream(self, config: api.StreamConfig | None = None, *,
+                                timeout: float | None | Default = DEFAULT,
                                 **params: Unpack[StreamParams]) -> Stream:
         """Update the stream, or create it if it does not exist.
 
@@ -410,7 +411,7 @@ class JetStream:
         except StreamNotFoundError:
             return self.create_stream(cfg, timeout=timeout)
 
-    def stream(self, name: str, *, timeout: float | None = None) -> Stream:
+    def stream(self, name: str, *, timeout: float | None | Default = DEFAULT) -> Stream:
         """Look up a stream.
 
         Raises:
@@ -422,7 +423,7 @@ class JetStream:
         return Stream(self, self._stream_info(name, timeout=timeout))
 
     def _stream_info(self, name: str, *, deleted_details: bool = False, subjects_filter: str | None = None,
-                     timeout: float | None = None) -> api.StreamInfo:
+                     timeout: float | None | Default = DEFAULT) -> api.StreamInfo:
         req: dict[str, Any] = {}
         if deleted_details:
             req["deleted_details"] = True
@@ -450,7 +451,7 @@ class JetStream:
         resp["state"] = dict(state if isinstance(state, dict) else {}, subjects=subjects)
         return _stream_model(resp)
 
-    def delete_stream(self, name: str, *, timeout: float | None = None) -> bool:
+    def delete_stream(self, name: str, *, timeout: float | None | Default = DEFAULT) -> bool:
         """Delete a stream and its messages.
 
         Raises:
@@ -460,12 +461,13 @@ class JetStream:
         resp = self._api(f"STREAM.DELETE.{name}", None, timeout)
         return bool(resp.get("success", False))
 
-    def streams(self, subject: str | None = None, *, timeout: float | None = None) -> Iterator[api.StreamInfo]:
+    def streams(self, subject: str | None = None, *,
+                timeout: float | None | Default = DEFAULT) -> Iterator[api.StreamInfo]:
         """Iterate over every stream's info (all pages), optionally those listening on ``subject``."""
         for item in self._paged("STREAM.LIST", "streams", {"subject": subject} if subject else {}, timeout):
             yield _stream_model(item)
 
-    def stream_names(self, subject: str | None = None, *, timeout: float | None = None) -> Iterator[str]:
+    def stream_names(self, subject: str | None = None, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
         """Iterate over every stream name (all pages), optionally those listening on ``subject``."""
         for item in self._paged("STREAM.NAMES", "streams", {"subject": subject} if subject else {}, timeout):
             yield str(item)
@@ -474,7 +476,7 @@ class JetStream:
 
     def direct_get(self, stream: str, seq: int | None = None, *, last_by_subject: str | None = None,
                    next_by_subject: str | None = None, start_time: _dt.datetime | None = None,
-                   timeout: float | None = None) -> StoredMsg:
+                   timeout: float | None | Default = DEFAULT) -> StoredMsg:
         """Read one message of ``stream`` with Direct Get, without a stream handle.
 
         Sends the Direct Get request and nothing else (no STREAM.INFO), so it works while
@@ -497,7 +499,7 @@ class JetStream:
 
     def direct_get_batch(self, stream: str, subject: str, batch: int, *, seq: int | None = None,
                          start_time: _dt.datetime | None = None, max_bytes: int | None = None,
-                         timeout: float | None = None) -> DirectBatch:
+                         timeout: float | None | Default = DEFAULT) -> DirectBatch:
         """:meth:`jssync.Stream.direct_get_batch` without a stream handle (no STREAM.INFO is sent)."""
         from ._direct import direct_get_batch
 
@@ -507,7 +509,7 @@ class JetStream:
 
     def direct_get_last_for(self, stream: str, subjects: list[str], *, up_to_seq: int | None = None,
                             up_to_time: _dt.datetime | None = None, batch: int | None = None,
-                            timeout: float | None = None) -> DirectBatch:
+                            timeout: float | None | Default = DEFAULT) -> DirectBatch:
         """:meth:`jssync.Stream.direct_get_last_for` without a stream handle (no STREAM.INFO is sent)."""
         from ._direct import direct_get_last_for
 
@@ -515,7 +517,7 @@ class JetStream:
         return direct_get_last_for(self, stream, subjects, up_to_seq=up_to_seq, up_to_time=up_to_time,
                                    batch=batch, timeout=timeout)
 
-    def find_stream_name_by_subject(self, subject: str, *, timeout: float | None = None) -> str:
+    def find_stream_name_by_subject(self, subject: str, *, timeout: float | None | Default = DEFAULT) -> str:
         """Return the name of the one stream that captures ``subject``.
 
         Raises:
@@ -531,7 +533,7 @@ class JetStream:
             raise JetStreamError(f"more than one stream matches subject {subject!r}: {names}")
         return names[0]
 
-    def _paged(self, suffix: str, key: str, req: dict[str, Any], timeout: float | None,
+    def _paged(self, suffix: str, key: str, req: dict[str, Any], timeout: float | None | Default,
                ) -> Iterator[Any]:
         offset = 0
         while True:
@@ -549,7 +551,7 @@ class JetStream:
     # -- consumers -------------------------------------------------------------------------
 
     def _upsert_consumer(self, stream: str, config: api.ConsumerConfig, action: str,
-                         timeout: float | None) -> Consumer:
+                         timeout: float | None | Default) -> Consumer:
         from ._consumers import Consumer
 
         validate_name(stream)
@@ -573,7 +575,7 @@ class JetStream:
         return Consumer(self, stream, _consumer_model(resp))
 
     def create_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                        timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
+                        timeout: float | None | Default = DEFAULT, **params: Unpack[ConsumerParams]) -> Consumer:
         """Create a consumer on ``stream`` (durable with ``durable_name``/``name``, else ephemeral).
 
         Raises:
@@ -584,7 +586,7 @@ class JetStream:
         return self._upsert_consumer(stream, _consumer_config(config, params), "create", timeout)
 
     def update_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                        timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
+                        timeout: float | None | Default = DEFAULT, **params: Unpack[ConsumerParams]) -> Consumer:
         """Update an existing consumer.
 
         Raises:
@@ -596,11 +598,12 @@ class JetStream:
         return self._upsert_consumer(stream, cfg, "update", timeout)
 
     def create_or_update_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                                  timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
+                                  timeout: float | None | Default = DEFAULT,
+                                  **params: Unpack[ConsumerParams]) -> Consumer:
         """Create the consumer, or update it if it exists."""
         return self._upsert_consumer(stream, _consumer_config(config, params), "", timeout)
 
-    def consumer(self, stream: str, name: str, *, timeout: float | None = None) -> Consumer:
+    def consumer(self, stream: str, name: str, *, timeout: float | None | Default = DEFAULT) -> Consumer:
         """Look up a consumer.
 
         Raises:
@@ -610,12 +613,12 @@ class JetStream:
 
         return Consumer(self, stream, self._consumer_info(stream, name, timeout))
 
-    def _consumer_info(self, stream: str, name: str, timeout: float | None = None) -> api.ConsumerInfo:
+    def _consumer_info(self, stream: str, name: str, timeout: float | None | Default = DEFAULT) -> api.ConsumerInfo:
         validate_name(stream)
         validate_name(name, "consumer name")
         return _consumer_model(self._api(f"CONSUMER.INFO.{stream}.{name}", None, timeout))
 
-    def delete_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> bool:
+    def delete_consumer(self, stream: str, name: str, *, timeout: float | None | Default = DEFAULT) -> bool:
         """Delete a consumer.
 
         Raises:
@@ -625,19 +628,19 @@ class JetStream:
         validate_name(name, "consumer name")
         return bool(self._api(f"CONSUMER.DELETE.{stream}.{name}", None, timeout).get("success", False))
 
-    def consumers(self, stream: str, *, timeout: float | None = None) -> Iterator[api.ConsumerInfo]:
+    def consumers(self, stream: str, *, timeout: float | None | Default = DEFAULT) -> Iterator[api.ConsumerInfo]:
         """Iterate over the info of every consumer of ``stream`` (all pages)."""
         validate_name(stream)
         for item in self._paged(f"CONSUMER.LIST.{stream}", "consumers", {}, timeout):
             yield _consumer_model(item)
 
-    def consumer_names(self, stream: str, *, timeout: float | None = None) -> Iterator[str]:
+    def consumer_names(self, stream: str, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
         """Iterate over the names of every consumer of ``stream`` (all pages)."""
         validate_name(stream)
         for item in self._paged(f"CONSUMER.NAMES.{stream}", "consumers", {}, timeout):
             yield str(item)
 
-    def pause_consumer(self, stream: str, name: str, until: Any, *, timeout: float | None = None) -> Any:
+    def pause_consumer(self, stream: str, name: str, until: Any, *, timeout: float | None | Default = DEFAULT) -> Any:
         """Pause delivery of a consumer until ``until`` (an aware datetime). Needs nats-server 2.11+.
 
         Returns the server's pause state (``paused``, ``pause_until``).
@@ -657,7 +660,7 @@ class JetStream:
         body = {"pause_until": _natspy.to_utc_iso(until)}
         return self._api(f"CONSUMER.PAUSE.{stream}.{name}", body, timeout)
 
-    def unpin_consumer(self, stream: str, name: str, group: str, *, timeout: float | None = None) -> None:
+    def unpin_consumer(self, stream: str, name: str, group: str, *, timeout: float | None | Default = DEFAULT) -> None:
         """Unpin the client pinned to ``group`` of a ``pinned_client`` consumer (ADR-42; 2.11+).
 
         The server picks a new pinned client among the waiting pulls of the group (a pull
@@ -676,14 +679,14 @@ class JetStream:
         require(self, "priority groups", timeout=timeout)
         self._api(f"CONSUMER.UNPIN.{stream}.{name}", {"group": group}, timeout)
 
-    def resume_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> Any:
+    def resume_consumer(self, stream: str, name: str, *, timeout: float | None | Default = DEFAULT) -> Any:
         """Resume a paused consumer. Needs nats-server 2.11+."""
         validate_name(stream)
         validate_name(name, "consumer name")
         return self._api(f"CONSUMER.PAUSE.{stream}.{name}", {}, timeout)
 
     def reset_consumer(self, stream: str, name: str, seq: int | None = None, *,
-                       timeout: float | None = None) -> int:
+                       timeout: float | None | Default = DEFAULT) -> int:
         """Reset a consumer's delivery state (ADR-60); returns the stream sequence delivery restarts at.
 
         Pending and redelivered messages are forgotten and the delivered and ack floor
@@ -707,7 +710,7 @@ class JetStream:
         return self._reset_consumer(stream, name, seq, timeout)[0]
 
     def _reset_consumer(self, stream: str, name: str, seq: int | None,
-                        timeout: float | None) -> tuple[int, api.ConsumerInfo]:
+                        timeout: float | None | Default) -> tuple[int, api.ConsumerInfo]:
         from ._errors import ConsumerNotFoundError
         from ._features import require
 
@@ -715,26 +718,32 @@ class JetStream:
         validate_name(name, "consumer name")
         if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
             raise ValidationError(f"seq must be an int >= 1 (or None for the ack floor), got {seq!r}")
-        deadline = Deadline(self.timeout if timeout is None else timeout)
-        level = require(self, "consumer reset", timeout=deadline.remaining() or 0.001)
+        deadline = Deadline(resolve_timeout(timeout, self.timeout))
+        level = require(self, "consumer reset", timeout=deadline.left())
         subject = f"{self.prefix}.CONSUMER.RESET.{stream}.{name}"
         data = b"" if seq is None else json.dumps({"seq": seq}).encode()
         # ADR-44: the server also refuses it when it is below the level (412, err_code 10185)
         headers = {"Nats-Required-Api-Level": str(level)}
         # the consumer answers the reset itself: no consumer, no answer; a share of the time is
-        # kept for the lookup that tells a missing consumer from a slow one
-        remaining = deadline.remaining() or 0.001
-        reserve = min(0.5, remaining / 4)
-        try:
-            msg = self.conn._request(subject, data, headers, max(0.001, remaining - reserve))
-        except (TimeoutError, NoRespondersError):
+        # kept for the lookup that tells a missing consumer from a slow one (no limit: the
+        # reset is asked again after each lookup that found the consumer)
+        while True:
+            remaining = deadline.remaining()
+            if remaining is None:
+                remaining = self.timeout
+            reserve = min(0.5, remaining / 4)
             try:
-                self._consumer_info(stream, name, timeout=max(0.001, deadline.remaining() or 0.0))
-            except ConsumerNotFoundError as exc:
-                raise ConsumerNotFoundError(exc.code, exc.err_code,
-                                            f"consumer {name!r} not found on stream {stream!r}") from None
-            raise TimeoutError(f"no reply to the reset of consumer {name!r} on stream {stream!r} "
-                               f"within {deadline.timeout}s") from None
+                msg = self.conn._request(subject, data, headers, max(0.001, remaining - reserve))
+                break
+            except (TimeoutError, NoRespondersError):
+                try:
+                    self._consumer_info(stream, name, timeout=deadline.left())
+                except ConsumerNotFoundError as exc:
+                    raise ConsumerNotFoundError(exc.code, exc.err_code,
+                                                f"consumer {name!r} not found on stream {stream!r}") from None
+                if deadline.timeout is not None:
+                    raise TimeoutError(f"no reply to the reset of consumer {name!r} on stream {stream!r} "
+                                       f"within {deadline.timeout}s") from None
         try:
             resp = check_api_response(msg.data)
         except APIError as exc:
@@ -807,7 +816,7 @@ class JetStream:
         msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
         expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
         ttl: float | str | None = None,
-        timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
+        timeout: float | None | Default = DEFAULT, retry_attempts: int = 2, retry_wait: float = 0.25,
         ack: Literal[True] = True,
     ) -> PubAck: ...
 
@@ -817,7 +826,7 @@ class JetStream:
         msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
         expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
         ttl: float | str | None = None,
-        timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
+        timeout: float | None | Default = DEFAULT, retry_attempts: int = 2, retry_wait: float = 0.25,
         ack: Literal[False],
     ) -> None: ...
 
@@ -827,7 +836,7 @@ class JetStream:
         msg_id: str | None = None, expected_stream: str | None = None, expected_last_seq: int | None = None,
         expected_last_subject_seq: int | None = None, expected_last_msg_id: str | None = None,
         ttl: float | str | None = None,
-        timeout: float | None = None, retry_attempts: int = 2, retry_wait: float = 0.25,
+        timeout: float | None | Default = DEFAULT, retry_attempts: int = 2, retry_wait: float = 0.25,
         ack: bool,
     ) -> PubAck | None: ...
 
@@ -843,7 +852,7 @@ class JetStream:
         expected_last_subject_seq: int | None = None,
         expected_last_msg_id: str | None = None,
         ttl: float | str | None = None,
-        timeout: float | None = None,
+        timeout: float | None | Default = DEFAULT,
         retry_attempts: int = 2,
         retry_wait: float = 0.25,
         ack: bool = True,
@@ -886,15 +895,16 @@ class JetStream:
             self.conn.publish(subject, data, headers=h)
             return None
         _check_retry(retry_attempts, retry_wait)
-        deadline = Deadline(self.timeout if timeout is None else timeout)
+        deadline = Deadline(resolve_timeout(timeout, self.timeout))
         attempt = 0
         while True:
             failed: BaseException | None = None
             try:
                 # _prepare_publish validated everything request() would
-                msg = self.conn._request(subject, data, h, deadline.remaining() or 0.001)
+                msg = self.conn._request(subject, data, h, deadline.left())
             except NoRespondersError:
-                if attempt >= retry_attempts or (deadline.remaining() or 0) <= retry_wait * (attempt + 1):
+                left = deadline.remaining()
+                if attempt >= retry_attempts or (left is not None and left <= retry_wait * (attempt + 1)):
                     failed = NoRespondersError(
                         f"no stream responded to the publish on {subject!r} (no stream captures it, "
                         "or its leader is not elected)"
@@ -962,7 +972,7 @@ class JetStream:
         expected_last_subject_seq: int | None = None,
         expected_last_msg_id: str | None = None,
         ttl: float | str | None = None,
-        timeout: float | None = None,
+        timeout: float | None | Default = DEFAULT,
         retry_attempts: int = 2,
         retry_wait: float = 0.25,
     ) -> concurrent.futures.Future[PubAck]:
@@ -993,7 +1003,8 @@ class JetStream:
         data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
                                         expected_last_subject_seq, expected_last_msg_id, ttl)
         _check_retry(retry_attempts, retry_wait)
-        return self._async.publish(subject, data, h, self.timeout if timeout is None else timeout,
+        t = resolve_timeout(timeout, self.timeout)
+        return self._async.publish(subject, data, h, math.inf if t is None else t,  # inf: no limit
                                    retry_attempts, float(retry_wait))
 
     def publish_async_pending(self) -> int:
@@ -1020,7 +1031,8 @@ class JetStream:
 
         return Counter(self, subject, stream)
 
-    def batch_publish(self, *, batch_id: str | None = None, timeout: float | None = None) -> BatchPublisher:
+    def batch_publish(self, *, batch_id: str | None = None,
+                      timeout: float | None | Default = DEFAULT) -> BatchPublisher:
         """An atomic batch (ADR-50; the stream needs ``allow_atomic=True``): all stored or none.
 
         ``with js.batch_publish() as batch: batch.add(subject, data, ...)`` commits when the
@@ -1044,7 +1056,7 @@ class JetStream:
         time_zone: str | None = None,
         source: str | None = None,
         headers: dict[str, str] | None = None,
-        timeout: float | None = None,
+        timeout: float | None | Default = DEFAULT,
     ) -> api.PubAck:
         """Store a schedule on ``subject`` that publishes ``data`` to ``target`` (ADR-51).
 
@@ -1101,13 +1113,13 @@ class JetStream:
 
         return create_key_value(self, config, **params)
 
-    def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
+    def key_value(self, bucket: str, *, timeout: float | None | Default = DEFAULT) -> KeyValue:
         """Open an existing key-value bucket (raises jssync.BucketNotFoundError)."""
         from ._kv import key_value
 
         return key_value(self, bucket, timeout=timeout)
 
-    def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> bool:
+    def delete_key_value(self, bucket: str, *, timeout: float | None | Default = DEFAULT) -> bool:
         """Delete a key-value bucket and its stream."""
         from ._kv import delete_key_value
 
@@ -1128,13 +1140,13 @@ class JetStream:
 
         return create_or_update_key_value(self, config, **params)
 
-    def key_value_store_names(self, *, timeout: float | None = None) -> Iterator[str]:
+    def key_value_store_names(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
         """Iterate over the name of every key-value bucket (mirrors included; all pages)."""
         from ._kv import key_value_store_names
 
         return key_value_store_names(self, timeout=timeout)
 
-    def key_value_stores(self, *, timeout: float | None = None) -> Iterator[KeyValueStatus]:
+    def key_value_stores(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[KeyValueStatus]:
         """Iterate over the :class:`jssync.KeyValueStatus` of every key-value bucket (all pages)."""
         from ._kv import key_value_stores
 
@@ -1148,25 +1160,25 @@ class JetStream:
 
         return create_object_store(self, config, **params)
 
-    def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
+    def object_store(self, bucket: str, *, timeout: float | None | Default = DEFAULT) -> ObjectStore:
         """Open an existing object store (raises jssync.BucketNotFoundError)."""
         from ._objectstore import object_store
 
         return object_store(self, bucket, timeout=timeout)
 
-    def delete_object_store(self, bucket: str, *, timeout: float | None = None) -> bool:
+    def delete_object_store(self, bucket: str, *, timeout: float | None | Default = DEFAULT) -> bool:
         """Delete an object store and every object in it."""
         from ._objectstore import delete_object_store
 
         return delete_object_store(self, bucket, timeout=timeout)
 
-    def object_store_names(self, *, timeout: float | None = None) -> Iterator[str]:
+    def object_store_names(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
         """Iterate over the name of every object store (all pages)."""
         from ._objectstore import object_store_names
 
         return object_store_names(self, timeout=timeout)
 
-    def object_stores(self, *, timeout: float | None = None) -> Iterator[ObjectStoreStatus]:
+    def object_stores(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[ObjectStoreStatus]:
         """Iterate over the status of every object store (all pages)."""
         from ._objectstore import object_stores
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from nats.js import api
 
-from ._deadline import Deadline
+from ._deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ._errors import (
     APIError,
     BadBucketError,
@@ -428,7 +428,7 @@ def create_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
     """
     from ._streams import Stream
 
-    timeout = params.pop("timeout", None)
+    timeout = params.pop("timeout", DEFAULT)
     scfg = _stream_config(config, dict(params))
     try:
         stream = js.create_stream(scfg, timeout=timeout)
@@ -451,7 +451,7 @@ def update_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
         InvalidBucketNameError, KeyHistoryTooLargeError, ValueError, TypeError: bad options (nothing sent).
         BucketNotFoundError: there is no such bucket.
     """
-    timeout = params.pop("timeout", None)
+    timeout = params.pop("timeout", DEFAULT)
     scfg = _stream_config(config, dict(params))
     try:
         stream = js.update_stream(scfg, timeout=timeout)
@@ -469,19 +469,19 @@ def create_or_update_key_value(js: JetStream, config: api.KeyValueConfig | None 
         return create_key_value(js, config, **params)
 
 
-def _bucket_names(js: JetStream, prefix: str, timeout: float | None) -> Iterator[str]:
+def _bucket_names(js: JetStream, prefix: str, timeout: float | None | Default) -> Iterator[str]:
     # every stream (a mirror bucket has no subjects to filter on), those named <prefix><bucket>
     for name in js.stream_names(timeout=timeout):
         if name.startswith(prefix) and _BUCKET_RE.match(name[len(prefix):]):
             yield name[len(prefix):]
 
 
-def key_value_store_names(js: JetStream, *, timeout: float | None = None) -> Iterator[str]:
+def key_value_store_names(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
     """Iterate over the name of every key-value bucket (streams ``KV_<bucket>``, mirrors included)."""
     return _bucket_names(js, "KV_", timeout)
 
 
-def key_value_stores(js: JetStream, *, timeout: float | None = None) -> Iterator[KeyValueStatus]:
+def key_value_stores(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[KeyValueStatus]:
     """Iterate over the status of every key-value bucket (one stream list, all pages)."""
     for info in js.streams(timeout=timeout):
         name = info.config.name or ""
@@ -489,7 +489,7 @@ def key_value_stores(js: JetStream, *, timeout: float | None = None) -> Iterator
             yield KeyValueStatus(name[3:], info)
 
 
-def key_value(js: JetStream, bucket: str, *, timeout: float | None = None) -> KeyValue:
+def key_value(js: JetStream, bucket: str, *, timeout: float | None | Default = DEFAULT) -> KeyValue:
     """Open an existing bucket.
 
     Blocks for one stream info request, at most ``timeout`` (default: the context's).
@@ -509,7 +509,7 @@ def key_value(js: JetStream, bucket: str, *, timeout: float | None = None) -> Ke
     return KeyValue(js, stream)
 
 
-def delete_key_value(js: JetStream, bucket: str, *, timeout: float | None = None) -> bool:
+def delete_key_value(js: JetStream, bucket: str, *, timeout: float | None | Default = DEFAULT) -> bool:
     """Delete a bucket: its stream and every value.
 
     Raises:
@@ -565,16 +565,15 @@ class KeyValue:
         """The bucket's stream."""
         return self._stream
 
-    def _t(self, timeout: float | None) -> float:
-        if timeout is None:
-            return self._js.timeout
-        if timeout <= 0:
-            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
-        return timeout
+    def _t(self, timeout: float | None | Default) -> float | None:
+        t = resolve_timeout(timeout, self._js.timeout)
+        if t is not None and t <= 0:
+            raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
+        return t
 
     # -- reads ----------------------------------------------------------------------------
 
-    def get(self, key: str, revision: int | None = None, *, timeout: float | None = None) -> Entry:
+    def get(self, key: str, revision: int | None = None, *, timeout: float | None | Default = DEFAULT) -> Entry:
         """Return the latest entry of ``key``, or the one at ``revision``.
 
         Reads with Direct Get when the bucket allows it (any replica or mirror answers,
@@ -596,7 +595,7 @@ class KeyValue:
             raise KeyDeletedError(entry, f"key {key!r} was deleted (revision {entry.revision})")
         return entry
 
-    def _get(self, key: str, revision: int | None, timeout: float) -> Entry:
+    def _get(self, key: str, revision: int | None, timeout: float | None) -> Entry:
         from ._errors import MessageNotFoundError
 
         subject = self._pre + key
@@ -643,7 +642,7 @@ class KeyValue:
             raise KeyNotFoundError(f"revision {revision} of bucket {self.bucket!r} is not of key {key!r}")
         return Entry(self.bucket, key, sm.data, sm.seq, 0, sm.time, _operation(sm.headers))
 
-    def _no_responders(self, timeout: float) -> BaseException:
+    def _no_responders(self, timeout: float | None) -> BaseException:
         from ._direct import _no_responders
 
         err = _no_responders(self._js, self._stream.name, timeout)
@@ -654,7 +653,7 @@ class KeyValue:
     # -- writes ---------------------------------------------------------------------------
 
     def _publish(self, key: str, value: bytes, headers: dict[str, str] | None, last: int | None,
-                 timeout: float | None) -> int:
+                 timeout: float | None | Default) -> int:
         try:
             ack = self._js.publish(self._put_pre + key, value, headers=headers, expected_last_subject_seq=last,
                                    timeout=self._t(timeout))
@@ -666,7 +665,7 @@ class KeyValue:
             raise
         return int(ack.seq)
 
-    def put(self, key: str, value: bytes | str, *, timeout: float | None = None) -> int:
+    def put(self, key: str, value: bytes | str, *, timeout: float | None | Default = DEFAULT) -> int:
         """Store ``value`` (bytes, or str as UTF-8) as the new value of ``key``; returns its revision.
 
         Blocks until the stream acknowledged it, at most ``timeout``.
@@ -679,7 +678,7 @@ class KeyValue:
         return self._publish(key, _value_bytes(value), None, None, timeout)
 
     def create(self, key: str, value: bytes | str, *, ttl: float | None = None,
-               timeout: float | None = None) -> int:
+               timeout: float | None | Default = DEFAULT) -> int:
         """Store ``value`` only if ``key`` has no value (never set, deleted or purged); returns the revision.
 
         ``ttl`` (seconds, >= 1) removes the value again after that long; the bucket needs
@@ -714,7 +713,7 @@ class KeyValue:
         raise KeyExistsError(f"key {key!r} exists in bucket {self.bucket!r}", code=first.code,
                              err_code=first.err_code) from first
 
-    def update(self, key: str, value: bytes | str, last: int, *, timeout: float | None = None) -> int:
+    def update(self, key: str, value: bytes | str, last: int, *, timeout: float | None | Default = DEFAULT) -> int:
         """Store ``value`` only if the latest revision of ``key`` is ``last``; returns the new revision.
 
         ``last=0`` means "the key was never set". Blocks until acknowledged, at most ``timeout``.
@@ -728,7 +727,7 @@ class KeyValue:
             raise ValidationError(f"last must be an int >= 0, got {last!r}")
         return self._publish(key, _value_bytes(value), None, last, timeout)
 
-    def delete(self, key: str, *, last: int | None = None, timeout: float | None = None) -> None:
+    def delete(self, key: str, *, last: int | None = None, timeout: float | None | Default = DEFAULT) -> None:
         """Mark ``key`` deleted (a ``DEL`` marker; earlier revisions stay in the history).
 
         With ``last``, only if the latest revision is ``last``. Blocks until acknowledged.
@@ -743,7 +742,7 @@ class KeyValue:
         self._publish(key, b"", {KV_OP: "DEL"}, last, timeout)
 
     def purge(self, key: str, *, last: int | None = None, ttl: float | None = None,
-              timeout: float | None = None) -> None:
+              timeout: float | None | Default = DEFAULT) -> None:
         """Remove every revision of ``key``, leaving one ``PURGE`` marker (``Nats-Rollup: sub``).
 
         With ``last``, only if the latest revision of ``key`` is ``last``
@@ -766,12 +765,12 @@ class KeyValue:
             self._require_ttl(timeout)
         self._publish(key, b"", headers, last, timeout)
 
-    def _require_ttl(self, timeout: float | None) -> None:
+    def _require_ttl(self, timeout: float | None | Default) -> None:
         from ._features import require
 
         require(self._js, "per-message TTL", timeout=self._t(timeout))
 
-    def purge_deletes(self, *, older_than: float = 30 * 60, timeout: float | None = None) -> int:
+    def purge_deletes(self, *, older_than: float = 30 * 60, timeout: float | None | Default = DEFAULT) -> int:
         """Remove the delete and purge markers (with any history left) of every deleted key.
 
         Markers younger than ``older_than`` seconds are kept, but the history before them
@@ -820,7 +819,7 @@ class KeyValue:
                           resume_from=resume_from_revision)
 
     def _initial_entries(self, keys: str | list[str], *, meta_only: bool = False, include_history: bool = False,
-                         timeout: float | None) -> list[Entry]:
+                         timeout: float | None | Default) -> list[Entry]:
         """The initial values of a watch, read within ``timeout`` (creating its consumer is retried too)."""
         deadline = Deadline(self._t(timeout))
         filters = [keys] if isinstance(keys, str) else list(keys) or [">"]
@@ -839,7 +838,7 @@ class KeyValue:
                     return out
                 out.append(e)
 
-    def keys(self, filter: str | list[str] = ">", *, timeout: float | None = None) -> list[str]:  # noqa: A002
+    def keys(self, filter: str | list[str] = ">", *, timeout: float | None | Default = DEFAULT) -> list[str]:  # noqa: A002
         """Return the keys matching ``filter`` that hold a value (not deleted), sorted.
 
         Returns an empty list for an empty bucket. Blocks until every current key was
@@ -859,7 +858,7 @@ class KeyValue:
             live[e.key] = e.operation is KeyValueOp.PUT
         return sorted(k for k, v in live.items() if v)
 
-    def history(self, key: str, *, timeout: float | None = None) -> list[Entry]:
+    def history(self, key: str, *, timeout: float | None | Default = DEFAULT) -> list[Entry]:
         """Return every stored revision of ``key`` (markers included), oldest first.
 
         Blocks until they were read, at most ``timeout``.
@@ -874,7 +873,7 @@ class KeyValue:
             raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}")
         return entries
 
-    def status(self, *, timeout: float | None = None) -> KeyValueStatus:
+    def status(self, *, timeout: float | None | Default = DEFAULT) -> KeyValueStatus:
         """Return the bucket's status (fresh stream info). Blocks for one request."""
         try:
             info = self._stream.info(timeout=self._t(timeout))
@@ -1031,7 +1030,8 @@ class _PushWatcher(Generic[T]):
                 failed += 1
                 log.debug("jssync: %s on %s: creating the consumer failed (%s), retrying", self._what,
                           self._stream_name, exc)
-                time.sleep(min(deadline.remaining() or 0.0, 0.05 * 2 ** min(failed, 5)))
+                left = deadline.remaining()
+                time.sleep(min(1.0 if left is None else left, 0.05 * 2 ** min(failed, 5)))
 
     def _count_initial(self, info: api.ConsumerInfo | None) -> None:
         """While the initial values are not all read: how many messages of the consumer just

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from nats.js import api
 
 from ._connection import validate_subject
-from ._deadline import Deadline
+from ._deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ._errors import APIError, JetStreamError, MessageNotFoundError, ValidationError
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class Counter:
     def __repr__(self) -> str:
         return f"<jssync.Counter {self.subject!r}>"
 
-    def add(self, n: int = 1, *, timeout: float | None = None) -> int:
+    def add(self, n: int = 1, *, timeout: float | None | Default = DEFAULT) -> int:
         """Add ``n`` (negative subtracts, 0 reads) and return the new total.
 
         Raises:
@@ -148,7 +148,7 @@ class Counter:
             raise JetStreamError(f"the PubAck for counter {self.subject!r} has no value (is the stream a counter?)")
         return _big_int(ack.val, "value")
 
-    def get(self, *, timeout: float | None = None) -> int:
+    def get(self, *, timeout: float | None | Default = DEFAULT) -> int:
         """The counter's current total.
 
         Raises:
@@ -156,19 +156,19 @@ class Counter:
         """
         return self.entry(timeout=timeout).value
 
-    def entry(self, *, timeout: float | None = None) -> CounterEntry:
+    def entry(self, *, timeout: float | None | Default = DEFAULT) -> CounterEntry:
         """The counter's total, last increment and, when sourced, each source's contribution.
 
         Raises:
             jssync.MessageNotFoundError: nothing was ever added on this subject.
         """
-        deadline = Deadline(self._js.timeout if timeout is None else timeout)
+        deadline = Deadline(resolve_timeout(timeout, self._js.timeout))
         stream = self._handle
         if stream is None:  # looked up once
             name = self._stream or self._js.find_stream_name_by_subject(self.subject, timeout=deadline.remaining())
-            stream = self._handle = self._js.stream(name, timeout=deadline.remaining() or 0.001)
+            stream = self._handle = self._js.stream(name, timeout=deadline.left())
         try:
-            msg = stream.get_msg(last_by_subject=self.subject, timeout=deadline.remaining() or 0.001)
+            msg = stream.get_msg(last_by_subject=self.subject, timeout=deadline.left())
         except MessageNotFoundError:
             raise MessageNotFoundError(404, 10037, f"no counter value on {self.subject!r}") from None
         try:
@@ -218,19 +218,20 @@ class BatchPublisher:
     one failing fails the whole batch. Not thread-safe: one thread fills and commits a batch.
     """
 
-    def __init__(self, js: JetStream, *, batch_id: str | None = None, timeout: float | None = None) -> None:
+    def __init__(self, js: JetStream, *, batch_id: str | None = None,
+                 timeout: float | None | Default = DEFAULT) -> None:
         if batch_id is None:
             batch_id = uuid.uuid4().hex
         elif (not isinstance(batch_id, str) or not batch_id or len(batch_id) > MAX_BATCH_ID_LEN
               or not batch_id.isprintable() or " " in batch_id):
             raise ValidationError(f"batch_id must be 1-{MAX_BATCH_ID_LEN} printable characters without spaces, "
                              f"got {batch_id!r}")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-                                    or not timeout > 0):
-            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
+        if not isinstance(timeout, Default) and timeout is not None and (
+                isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
+            raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
         self._js = js
         self.batch_id = batch_id
-        self.timeout = js.timeout if timeout is None else float(timeout)
+        self.timeout = resolve_timeout(timeout, js.timeout)
         self._msgs: list[tuple[str, bytes, dict[str, str]]] = []
         self._msg_ids: set[str] = set()
         self._state = "open"
@@ -288,7 +289,7 @@ class BatchPublisher:
             self._state = "discarded"
             self._msgs.clear()
 
-    def commit(self, *, timeout: float | None = None) -> api.PubAck:
+    def commit(self, *, timeout: float | None | Default = DEFAULT) -> api.PubAck:
         """Send the batch and wait for its PubAck; all its messages are stored, or none.
 
         Raises:
@@ -308,7 +309,7 @@ class BatchPublisher:
         from ._jetstream import _parse_pub_ack
 
         self._state = "committed"
-        deadline = Deadline(self.timeout if timeout is None else timeout)
+        deadline = Deadline(resolve_timeout(timeout, self.timeout))
         conn = self._js.conn
         msgs, self._msgs = self._msgs, []
         last = len(msgs) - 1
@@ -316,12 +317,12 @@ class BatchPublisher:
             for i, (subject, data, h) in enumerate(msgs):
                 if i == last:
                     h[HDR_BATCH_COMMIT] = "1"
-                    reply = conn._request(subject, data, h, deadline.remaining() or 0.001)
+                    reply = conn._request(subject, data, h, deadline.left())
                     self.ack = _parse_pub_ack(reply)
                     return self.ack
                 if i == 0:
                     # the first as a request: a stream without allow_atomic answers with an error
-                    reply = conn._request(subject, data, h, deadline.remaining() or 0.001)
+                    reply = conn._request(subject, data, h, deadline.left())
                     if reply.data or reply.headers:
                         _parse_pub_ack(reply)  # raises the refusal
                         raise APIError(None, None, f"unexpected reply to the start of batch {self.batch_id!r}: "

@@ -24,11 +24,13 @@ The fast paths (the names ``Connection._fast_paths`` reports):
   instead takes (and ignores) any further keyword (:func:`install_msg_class`).
 
 Besides these the adapter holds the accesses jssync cannot do without (a subscription's
-message queue, UNSUB without removing the subscription, the server's INFO).
+message queue, which only a :class:`Receiver` replaces, UNSUB without removing the
+subscription, the server's INFO).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import inspect
 import logging
@@ -162,14 +164,88 @@ def message_class(nc: Any) -> Any:
 # ----------------------------------------------------------------------------- subscriptions
 
 
+class Receiver:
+    """The one base of everything that stands in for a nats-py subscription's message queue.
+
+    nats-py puts each message of a subscription on ``sub._pending_queue`` (an
+    ``asyncio.Queue``) with ``put_nowait``, on the I/O thread. jssync swaps that queue for
+    a subclass of this class (:func:`set_sub_queue` takes nothing else), whose
+    ``put_nowait`` is the one hook: it sorts or hands on the message right there, so no
+    loop task and no wake-up per message. ``put_nowait`` may raise ``asyncio.QueueFull``
+    to drop the message; nats-py then reports a ``SlowConsumerError`` to the error callback.
+
+    jssync subscribes without nats-py's pending limits (:func:`subscribe`), so nats-py
+    never checks the queue's size against one. The rest of the ``asyncio.Queue`` methods
+    nats-py's own code may call (its drain, ``unsubscribe(limit)``, ``next_msg``, message
+    iterators, ``pending_msgs``; tests/unit/test_receiver.py lists them from nats-py's
+    source) are implemented here once, as a queue that is always empty: every message was
+    handed on when it was put, so nats-py's drain has nothing to wait for and its readers
+    find nothing.
+    """
+
+    __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.put_nowait is Receiver.put_nowait:
+            raise TypeError(f"{cls.__name__} must define put_nowait (the delivery hook)")
+
+    def put_nowait(self, msg: Msg) -> None:
+        """The delivery hook (I/O thread): take one message; subclasses define it."""
+        raise NotImplementedError
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True
+
+    def get_nowait(self) -> Msg:
+        raise asyncio.QueueEmpty
+
+    async def get(self) -> Msg:
+        # nothing ever stays in this queue: wait until cancelled, as on an empty queue
+        await asyncio.get_running_loop().create_future()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def task_done(self) -> None:
+        return None
+
+    async def join(self) -> None:
+        return None
+
+
 def sub_queue(nsub: Any) -> Any:
     """The queue nats-py hands a subscription's messages to (``put_nowait``)."""
     return nsub._pending_queue
 
 
-def set_sub_queue(nsub: Any, sink: Any) -> None:
-    """Point a nats-py subscription's deliveries at ``sink`` (anything with ``put_nowait``)."""
+def set_sub_queue(nsub: Any, sink: Receiver) -> None:
+    """Point a nats-py subscription's deliveries at ``sink``.
+
+    Whatever nats-py already put on its own queue (a fresh subscription's) is handed to
+    ``sink`` first, in order.
+    """
+    if not isinstance(sink, Receiver):
+        raise TypeError(f"a subscription's queue must be a jssync Receiver, got {type(sink).__name__}")
+    old = nsub._pending_queue
     nsub._pending_queue = sink
+    if isinstance(old, asyncio.Queue):
+        while not old.empty():
+            try:
+                sink.put_nowait(old.get_nowait())
+            except asyncio.QueueFull:
+                pass
+
+
+async def subscribe(nc: Any, subject: str, sink: Receiver, queue: str | None = None) -> Any:
+    """Subscribe ``subject`` (in ``queue`` group) with deliveries going to ``sink``.
+
+    nats-py's pending limits are off: ``sink`` decides what a slow consumer is.
+    """
+    nsub = await nc.subscribe(subject, queue=queue or "", pending_msgs_limit=0, pending_bytes_limit=0)
+    set_sub_queue(nsub, sink)
+    return nsub
 
 
 def sub_sid(nsub: Any) -> int:

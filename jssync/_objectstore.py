@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from nats.js import api
 
-from ._deadline import Deadline
+from ._deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ._errors import (
     BadObjectMetaError,
     DigestMismatchError,
@@ -215,7 +215,7 @@ def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = No
         InvalidBucketNameError, ValueError, TypeError: bad options (nothing sent).
         BucketExistsError: it exists with a different configuration.
     """
-    timeout = params.pop("timeout", None)
+    timeout = params.pop("timeout", DEFAULT)
     compression = params.pop("compression", False)
     metadata = params.pop("metadata", None)
     if config is None:
@@ -258,7 +258,7 @@ def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = No
     return ObjectStore(js, stream)
 
 
-def object_store(js: JetStream, bucket: str, *, timeout: float | None = None) -> ObjectStore:
+def object_store(js: JetStream, bucket: str, *, timeout: float | None | Default = DEFAULT) -> ObjectStore:
     """Open an existing object store.
 
     Raises:
@@ -273,14 +273,14 @@ def object_store(js: JetStream, bucket: str, *, timeout: float | None = None) ->
     return ObjectStore(js, stream)
 
 
-def object_store_names(js: JetStream, *, timeout: float | None = None) -> Iterator[str]:
+def object_store_names(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
     """Iterate over the name of every object store (streams ``OBJ_<bucket>``)."""
     from ._kv import _bucket_names
 
     return _bucket_names(js, "OBJ_", timeout)
 
 
-def object_stores(js: JetStream, *, timeout: float | None = None) -> Iterator[ObjectStoreStatus]:
+def object_stores(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[ObjectStoreStatus]:
     """Iterate over the status of every object store (one stream list, all pages)."""
     from ._kv import _BUCKET_RE
 
@@ -290,7 +290,7 @@ def object_stores(js: JetStream, *, timeout: float | None = None) -> Iterator[Ob
             yield ObjectStoreStatus(name[4:], info)
 
 
-def delete_object_store(js: JetStream, bucket: str, *, timeout: float | None = None) -> bool:
+def delete_object_store(js: JetStream, bucket: str, *, timeout: float | None | Default = DEFAULT) -> bool:
     """Delete an object store and every object in it.
 
     Raises:
@@ -328,12 +328,11 @@ class ObjectStore:
     def stream(self) -> Stream:
         return self._stream
 
-    def _t(self, timeout: float | None) -> float:
-        if timeout is None:
-            return self._js.timeout
-        if timeout <= 0:
-            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
-        return timeout
+    def _t(self, timeout: float | None | Default) -> float | None:
+        t = resolve_timeout(timeout, self._js.timeout)
+        if t is not None and t <= 0:
+            raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
+        return t
 
     def _meta_subject(self, name: str) -> str:
         return f"$O.{self.bucket}.M.{encode_name(name)}"
@@ -343,7 +342,7 @@ class ObjectStore:
 
     # -- info ----------------------------------------------------------------------------------
 
-    def _raw_info(self, name: str, timeout: float, *,
+    def _raw_info(self, name: str, timeout: float | None, *,
                   leader: bool = False) -> tuple[dict[str, Any], StoredMsg] | None:
         """The info of ``name`` as stored (None: no such object), by Direct Get when the store
         allows it; ``leader=True`` reads it through the stream leader (read-after-write)."""
@@ -365,7 +364,8 @@ class ObjectStore:
             raise BadObjectMetaError(f"object {name!r}: unreadable info: {sm.data[:80]!r}")
         return raw, sm
 
-    def get_info(self, name: str, *, show_deleted: bool = False, timeout: float | None = None) -> api.ObjectInfo:
+    def get_info(self, name: str, *, show_deleted: bool = False,
+                 timeout: float | None | Default = DEFAULT) -> api.ObjectInfo:
         """Return the info of object ``name`` (``mtime``: when it was stored, RFC 3339).
 
         Blocks for one request, at most ``timeout``.
@@ -383,7 +383,7 @@ class ObjectStore:
             raise ObjectNotFoundError(f"object {name!r} was deleted from store {self.bucket!r}")
         return info
 
-    def _publish_meta(self, name: str, raw: dict[str, Any], timeout: float) -> None:
+    def _publish_meta(self, name: str, raw: dict[str, Any], timeout: float | None) -> None:
         raw = {k: v for k, v in raw.items() if k != "mtime" and v is not None}
         self._js.publish(self._meta_subject(name), json.dumps(raw).encode(), headers={HDR_ROLLUP: "sub"},
                          timeout=timeout)
@@ -392,7 +392,7 @@ class ObjectStore:
 
     def put(self, name: str, data: bytes | str | IO[bytes], *, description: str | None = None,
             headers: dict[str, Any] | None = None, chunk_size: int | None = None,
-            meta: api.ObjectMeta | None = None, timeout: float | None = None) -> api.ObjectInfo:
+            meta: api.ObjectMeta | None = None, timeout: float | None | Default = DEFAULT) -> api.ObjectInfo:
         """Store ``data`` (bytes, str as UTF-8, or a binary file object) as object ``name``.
 
         The bytes go in chunks of ``chunk_size`` (default 128 KiB) under a fresh id, then
@@ -435,11 +435,11 @@ class ObjectStore:
             raise TypeError(f"data must be bytes, str or a binary file object, got {type(data).__name__}")
         hdrs = _headers_json(headers)
 
-        if timeout is None:
+        if isinstance(timeout, Default):
             known = len(data) if isinstance(data, bytes | bytearray | memoryview | str) else 0
             timeout = self._js.timeout + known / (1 << 20)
         deadline = Deadline(self._t(timeout))
-        previous = self._raw_info(name, deadline.remaining() or 0.001)
+        previous = self._raw_info(name, deadline.left())
 
         nuid = _new_nuid()
         chunk_subject = self._chunk_subject(nuid)
@@ -458,7 +458,7 @@ class ObjectStore:
                 total += len(block)
                 chunks += 1
                 futures.append(self._js.publish_async(chunk_subject, bytes(block),
-                                                      timeout=deadline.remaining() or 0.001))
+                                                      timeout=deadline.left()))
                 if len(futures) >= 256:  # keep the list short: check what is done
                     futures = [f for f in futures if not f.done() or f.exception() is not None]
                     for f in futures:
@@ -480,7 +480,7 @@ class ObjectStore:
                 "chunks": chunks,
                 "digest": digest_value(h),
             }
-            self._publish_meta(name, raw, deadline.remaining() or 0.001)
+            self._publish_meta(name, raw, deadline.left())
         except BaseException:
             self._purge_quietly(chunk_subject)
             raise
@@ -498,7 +498,8 @@ class ObjectStore:
 
     # -- get ------------------------------------------------------------------------------------
 
-    def get(self, name: str, *, writeinto: IO[bytes] | None = None, timeout: float | None = None) -> ObjectResult:
+    def get(self, name: str, *, writeinto: IO[bytes] | None = None,
+            timeout: float | None | Default = DEFAULT) -> ObjectResult:
         """Read object ``name`` (following a link to an object), checking its size and digest.
 
         With ``writeinto`` (a binary file object) the bytes are written there as they
@@ -523,7 +524,7 @@ class ObjectStore:
         info = self.get_info(name, timeout=timeout)
         if info.is_link():
             return self._get_link(name, info, writeinto, timeout)
-        if timeout is None:
+        if isinstance(timeout, Default):
             timeout = self._js.timeout + (info.size or 0) / (1 << 20)
         deadline = Deadline(self._t(timeout))
         out = writeinto if writeinto is not None else io.BytesIO()
@@ -555,7 +556,7 @@ class ObjectStore:
         return ObjectResult(info=info, data=data)
 
     def _get_link(self, name: str, info: api.ObjectInfo, writeinto: IO[bytes] | None,
-                  timeout: float | None) -> ObjectResult:
+                  timeout: float | None | Default) -> ObjectResult:
         assert info.options is not None and info.options.link is not None
         link = info.options.link
         if not link.name:
@@ -566,7 +567,7 @@ class ObjectStore:
     def _same_version(self, name: str, info: api.ObjectInfo, deadline: Deadline,
                       written: int) -> None:
         """Raise _Changed unless the leader's info of ``name`` is still the version ``info``."""
-        found = self._raw_info(name, deadline.remaining() or 0.001, leader=True)
+        found = self._raw_info(name, deadline.left(), leader=True)
         if found is None or found[0].get("deleted") or found[0].get("nuid") != info.nuid:
             raise _Changed(found, written)
 
@@ -627,13 +628,13 @@ class ObjectStore:
         finally:
             batch.close()
 
-    def get_bytes(self, name: str, *, timeout: float | None = None) -> bytes:
+    def get_bytes(self, name: str, *, timeout: float | None | Default = DEFAULT) -> bytes:
         """The bytes of object ``name`` (see :meth:`get`)."""
         return self.get(name, timeout=timeout).data
 
     # -- changing ---------------------------------------------------------------------------------
 
-    def delete(self, name: str, *, timeout: float | None = None) -> api.ObjectInfo:
+    def delete(self, name: str, *, timeout: float | None | Default = DEFAULT) -> api.ObjectInfo:
         """Delete object ``name``: its info becomes a deleted marker and its chunks are purged.
 
         Deleting a deleted object does nothing. Blocks for three requests at most.
@@ -656,7 +657,7 @@ class ObjectStore:
 
     def update_meta(self, name: str, meta: api.ObjectMeta | None = None, *, new_name: str | None = None,
                     description: str | None = None, headers: dict[str, Any] | None = None,
-                    timeout: float | None = None) -> api.ObjectInfo:
+                    timeout: float | None | Default = DEFAULT) -> api.ObjectInfo:
         """Change the name, description or headers of object ``name`` (the bytes stay).
 
         Raises:
@@ -689,7 +690,7 @@ class ObjectStore:
             self._stream.purge(subject=self._meta_subject(name), timeout=t)
         return _info_from(raw, None)
 
-    def _add_link(self, name: str, link: dict[str, Any], timeout: float | None) -> api.ObjectInfo:
+    def _add_link(self, name: str, link: dict[str, Any], timeout: float | None | Default) -> api.ObjectInfo:
         _validate_name(name)
         t = self._t(timeout)
         existing = self._raw_info(name, t)
@@ -703,7 +704,7 @@ class ObjectStore:
         self._publish_meta(name, raw, t)
         return _info_from(raw, None)
 
-    def add_link(self, name: str, obj: api.ObjectInfo, *, timeout: float | None = None) -> api.ObjectInfo:
+    def add_link(self, name: str, obj: api.ObjectInfo, *, timeout: float | None | Default = DEFAULT) -> api.ObjectInfo:
         """Add ``name`` as a link to the object ``obj`` (in this or another store).
 
         Raises:
@@ -716,11 +717,12 @@ class ObjectStore:
             raise BadObjectMetaError(f"cannot link to the link {obj.name!r}")
         return self._add_link(name, {"bucket": obj.bucket, "name": obj.name}, timeout)
 
-    def add_bucket_link(self, name: str, store: ObjectStore, *, timeout: float | None = None) -> api.ObjectInfo:
+    def add_bucket_link(self, name: str, store: ObjectStore, *,
+                        timeout: float | None | Default = DEFAULT) -> api.ObjectInfo:
         """Add ``name`` as a link to the whole store ``store``."""
         return self._add_link(name, {"bucket": store.bucket}, timeout)
 
-    def seal(self, *, timeout: float | None = None) -> ObjectStoreStatus:
+    def seal(self, *, timeout: float | None | Default = DEFAULT) -> ObjectStoreStatus:
         """Seal the store: no object can be added, changed or deleted any more."""
         t = self._t(timeout)
         cfg = self._stream.info(timeout=t).config
@@ -740,7 +742,7 @@ class ObjectStore:
         return ObjectWatcher(self, include_history=include_history, ignore_deletes=ignore_deletes,
                              updates_only=updates_only)
 
-    def list(self, *, include_deleted: bool = False, timeout: float | None = None) -> list[api.ObjectInfo]:
+    def list(self, *, include_deleted: bool = False, timeout: float | None | Default = DEFAULT) -> list[api.ObjectInfo]:
         """Return the info of every object (deleted ones only with ``include_deleted``).
 
         Returns an empty list for an empty store. Blocks until all were read, at most ``timeout``.
@@ -754,7 +756,7 @@ class ObjectStore:
                     return out
                 out.append(info)
 
-    def status(self, *, timeout: float | None = None) -> ObjectStoreStatus:
+    def status(self, *, timeout: float | None | Default = DEFAULT) -> ObjectStoreStatus:
         """Return the store's status (fresh stream info)."""
         try:
             info = self._stream.info(timeout=self._t(timeout))

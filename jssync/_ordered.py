@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
-from ._deadline import Deadline
+from ._deadline import DEFAULT, Deadline, Default
 from ._errors import (
     ConnectionClosedError,
     Error,
@@ -215,7 +215,7 @@ class OrderedConsumer:
             cfg.opt_start_time = self._opt_start_time
         return cfg
 
-    def _create(self, timeout: float | None = None) -> str:
+    def _create(self, timeout: float | None | Default = DEFAULT) -> str:
         """Create the next consumer (blocking); returns its name."""
         name = f"{self._prefix}_{next(self._serial)}"
         cons = self._js.create_consumer(self.stream, self._config(name), timeout=timeout)
@@ -267,7 +267,7 @@ class OrderedConsumer:
 
         js.conn._pool.submit(_delete)
 
-    def _reset(self, timeout: float | None = None) -> str:
+    def _reset(self, timeout: float | None | Default = DEFAULT) -> str:
         old = self._name
         self._name = None
         self._delete_soon(old)
@@ -281,7 +281,8 @@ class OrderedConsumer:
     # -- one pull request ---------------------------------------------------------------------
 
     def _start_fetch(self, batch: int, max_bytes: int, expires: float | None, idle_heartbeat: float | None,
-                     no_wait: bool, grace: float | None = None, create_timeout: float | None = None) -> FetchResult:
+                     no_wait: bool, grace: float | None = None,
+                     create_timeout: float | None | Default = DEFAULT) -> FetchResult:
         with self._lock:
             if self._consume is not None and not self._consume.closed:
                 raise JetStreamError("this ordered consumer is consuming: stop the consume before fetching")
@@ -623,7 +624,7 @@ class OrderedConsumeContext(ConsumeContext):
         with oc._lock:
             oc._needs_reset = True
 
-    def drain(self, timeout: float | None = None) -> None:
+    def drain(self, timeout: float | None | Default = DEFAULT) -> None:
         with self._oc._lock:
             self._oc._needs_reset = True
         super().drain(timeout)

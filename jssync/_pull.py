@@ -27,7 +27,7 @@ from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from . import _natspy
-from ._deadline import Deadline
+from ._deadline import DEFAULT, Deadline, Default
 from ._errors import (
     ConnectionClosedError,
     ConsumerDeletedError,
@@ -157,32 +157,20 @@ def _wire_header_len(conn: Connection, msg: Msg) -> int:
     return n if n.__class__ is int and n > 10 else -1
 
 
-class _Discard:
-    """A subscription queue that drops everything (an idle or abandoned inbox)."""
+class _Discard(_natspy.Receiver):
+    """A receiver that drops everything (an idle or abandoned inbox)."""
 
     __slots__ = ()
 
     def put_nowait(self, msg: Msg) -> None:
         return None
 
-    def qsize(self) -> int:
-        return 0
-
-    def empty(self) -> bool:
-        return True
-
-    async def join(self) -> None:
-        return None
-
-    def task_done(self) -> None:
-        return None
-
 
 _DISCARD = _Discard()
 
 
-class _WrittenOff(_Discard):
-    """The subscription queue of a consume inbox whose pull requests were written off.
+class _WrittenOff(_natspy.Receiver):
+    """The receiver of a consume inbox whose pull requests were written off.
 
     Whatever still arrives there comes from requests the counts no longer include (see
     :meth:`ConsumeContext._reset_pending`); the server tells the inboxes apart by the
@@ -212,7 +200,7 @@ _pools: weakref.WeakKeyDictionary[Connection, list[_Inbox]] = weakref.WeakKeyDic
 _pools_lock = threading.RLock()  # re-entrant: a FetchResult finalizer may run inside it
 
 
-def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
+def _acquire_inbox(conn: Connection, sink: _natspy.Receiver, deadline: Deadline) -> _Inbox:
     """An idle inbox of ``conn`` pointed at ``sink``; subscribes a new one when none is idle."""
     with _pools_lock:
         pool = _pools.get(conn)
@@ -225,9 +213,7 @@ def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
 
     async def _sub() -> Any:
         with translating():
-            nsub = await conn._nc.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)
-        _natspy.set_sub_queue(nsub, sink)
-        return nsub
+            return await _natspy.subscribe(conn._nc, subject, sink)
 
     return _Inbox(subject, conn.run(_sub(), deadline, "subscribe"))
 
@@ -244,8 +230,8 @@ def _release_inbox(conn: Connection, box: _Inbox, reuse: bool) -> None:
     _unsubscribe_soon(conn, box.nsub)
 
 
-class _FetchState:
-    """The I/O-thread side of one fetch: sorts what arrives on the inbox."""
+class _FetchState(_natspy.Receiver):
+    """The I/O-thread side of one fetch: the inbox's receiver, sorts what arrives."""
 
     __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "received_bytes", "activity", "done",
                  "clean", "reuse", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "conn",
@@ -275,9 +261,7 @@ class _FetchState:
         self.stream = stream
         self.consumer = consumer
 
-    # nats-py's subscription-queue protocol (called on the I/O thread)
-
-    def put_nowait(self, msg: Msg) -> None:
+    def put_nowait(self, msg: Msg) -> None:  # the Receiver hook (I/O thread)
         self.activity += 1
         if self.done:
             return
@@ -343,18 +327,6 @@ class _FetchState:
         self.clean = clean
         self.reuse = clean if reuse is None else reuse
         self.q.put(_END)
-
-    def qsize(self) -> int:
-        return 0
-
-    def empty(self) -> bool:
-        return True
-
-    async def join(self) -> None:
-        return None
-
-    def task_done(self) -> None:
-        return None
 
 
 def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
@@ -627,7 +599,7 @@ class ConsumeOptions:
             self.threshold_bytes = self.max_bytes // 2
 
 
-class ConsumeContext:
+class ConsumeContext(_natspy.Receiver):
     """A running ``consume``: the iterator (without a callback) and the handle.
 
     Iterator form: ``for msg in messages`` yields messages as they come; ``stop()`` ends
@@ -735,9 +707,7 @@ class ConsumeContext:
 
         async def _sub() -> Any:
             with translating():
-                nsub = await conn._nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
-            _natspy.set_sub_queue(nsub, self)
-            return nsub
+                return await _natspy.subscribe(conn._nc, self._inbox, self)
 
         # callback form: nothing is handed to the callback before consume() returned (the lane
         # counts as running until then), so the callback can use the context it returned
@@ -762,7 +732,7 @@ class ConsumeContext:
             self._kick_lane()
 
     def put_nowait(self, msg: Msg) -> None:
-        """Called by nats-py on the I/O thread for every message on the inbox."""
+        """Called by nats-py on the I/O thread for every message on the inbox (the Receiver hook)."""
         self._activity += 1
         h = msg.headers
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
@@ -939,7 +909,7 @@ class ConsumeContext:
             nsub: Any = None
             try:
                 with translating():
-                    nsub = await conn._nc.subscribe(inbox, pending_msgs_limit=0, pending_bytes_limit=0)
+                    nsub = await _natspy.subscribe(conn._nc, inbox, _DISCARD)
             except Exception:  # the connection is closing or draining
                 log.debug("jssync: consume %s/%s: new inbox failed", self.stream, self.consumer, exc_info=True)
             if nsub is None:  # keep the old inbox (what it still receives counts as usual again)
@@ -1298,7 +1268,7 @@ class ConsumeContext:
                 return
         msg._nak_quiet()
 
-    def drain(self, timeout: float | None = None) -> None:
+    def drain(self, timeout: float | None | Default = DEFAULT) -> None:
         """Stop pulling and end once every message the server sent was delivered. Idempotent.
 
         No new pull request is sent; the pulls in flight finish sending (until each got all
@@ -1307,10 +1277,10 @@ class ConsumeContext:
         processed the UNSUB is handed to the application (iterator: before the iteration
         ends; callback form: through the callback). Acking them is the application's job.
 
-        Without ``timeout`` it returns at once (use :meth:`wait`). With ``timeout`` it blocks
-        until the inbox is unsubscribed and, in callback form, every message went through the
-        callback. Called from this consume's own callback it does not wait (the rest follows
-        once the callback returns).
+        Without ``timeout`` it starts the drain and returns (use :meth:`wait`). With ``timeout``
+        it blocks until the inbox is unsubscribed and, in callback form, every message went
+        through the callback (``timeout=None``: no limit). Called from this consume's own
+        callback it does not wait (the rest follows once the callback returns).
 
         Raises:
             jssync.TimeoutError: ``timeout`` passed first (the drain goes on).
@@ -1324,7 +1294,7 @@ class ConsumeContext:
         if start:
             self._detach()
             self._wind_down(wait=True)
-        if timeout is not None:
+        if not isinstance(timeout, Default):
             if self._cb is not None and self._cb_thread == threading.get_ident():
                 return  # called from our own callback: the lane ends once the callback returns
             deadline = Deadline(timeout)

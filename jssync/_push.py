@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from nats.js import api
 
 from . import _natspy
-from ._deadline import EXPIRED, Deadline
+from ._deadline import DEFAULT, EXPIRED, Deadline, Default, resolve_timeout
 from ._errors import (
     ConnectionClosedError,
     ConsumerConfigMismatchError,
@@ -408,7 +408,7 @@ class JetStreamSubscription(Subscription):
         self._reset_running = True
         self._reset_idle = threading.Event()
         self._ordered_cfg: api.ConsumerConfig | None = None
-        self._timeout: float | None = None
+        self._timeout: float | None = js.timeout  # the timeout subscribe() got (None: no limit)
         self.resets = 0
 
     def __repr__(self) -> str:
@@ -426,7 +426,7 @@ class JetStreamSubscription(Subscription):
         """How many flow control requests (or stalled heartbeats) this subscription answered."""
         return self._fc_replies
 
-    def consumer_info(self, *, timeout: float | None = None) -> api.ConsumerInfo:
+    def consumer_info(self, *, timeout: float | None | Default = DEFAULT) -> api.ConsumerInfo:
         """Fetch the consumer's info from the server.
 
         Blocks up to ``timeout`` (default: the JetStream context's timeout).
@@ -604,20 +604,10 @@ class JetStreamSubscription(Subscription):
         if fresh:
             self._cseq = 0
         with translating():
-            nsub = await conn._nc.subscribe(subject, queue=queue or "", pending_msgs_limit=0,
-                                            pending_bytes_limit=0)
-        old = _natspy.sub_queue(nsub)
-        inbound = _PushInbound(self, gen)
-        _natspy.set_sub_queue(nsub, inbound)
-        while not old.empty():
-            try:
-                inbound.put_nowait(old.get_nowait())
-            except asyncio.QueueFull:
-                pass
-        return nsub
+            return await _natspy.subscribe(conn._nc, subject, _PushInbound(self, gen), queue)
 
     def _sub_deadline(self) -> Deadline:
-        return Deadline((self._timeout if self._timeout is not None else self._js.timeout) + 5.0)
+        return Deadline(None if self._timeout is None else self._timeout + 5.0)
 
     def _subscribe(self, subject: str, queue: str | None, deadline: Deadline, fresh: bool) -> None:
         self.subject = subject
@@ -705,13 +695,13 @@ class JetStreamSubscription(Subscription):
         assert base is not None
         old_nsub = self._nsub
         old_name = self.consumer_name
-        self._unsubscribe_nats(old_nsub, Deadline(self._timeout if self._timeout is not None else js.timeout))
+        self._unsubscribe_nats(old_nsub, Deadline(self._timeout))
         # After a slow consumer drop, wait for room: a new consumer would only overflow again.
         while self.pending_msgs >= max(1, self._limit // 2):
             if self._closed or conn._closed:
                 return
             time.sleep(0.01)
-        deadline = Deadline(self._timeout if self._timeout is not None else js.timeout)
+        deadline = Deadline(self._timeout)
         inbox = conn.new_inbox()
         nsub = conn.run(self._nats_subscribe(inbox, None, gen, True), deadline, "subscribe")
         cfg = base.evolve(deliver_subject=inbox)
@@ -1038,7 +1028,7 @@ def subscribe(
     pending_msgs_limit = options.pop("pending_msgs_limit", 65536)
     heartbeat_alarm = options.pop("heartbeat_alarm", None)
     error_cb = options.pop("error_cb", None)
-    timeout = options.pop("timeout", None)
+    timeout = options.pop("timeout", DEFAULT)
 
     # -- checks that need no server ---------------------------------------------------------
     if subject:
@@ -1063,8 +1053,9 @@ def subscribe(
         raise TypeError(f"error_cb must be callable, got {error_cb!r}")
     if not isinstance(pending_msgs_limit, int) or pending_msgs_limit < 1:
         raise ValidationError(f"pending_msgs_limit must be an int >= 1, got {pending_msgs_limit!r}")
-    if timeout is not None:
+    if not isinstance(timeout, Default) and timeout is not None:
         _num(timeout, "timeout")
+    timeout = resolve_timeout(timeout, js.timeout)  # left out: the context's; None: no limit
     user, given = _user_config(config, options, idle_heartbeat, flow_control)
     if user.deliver_group is not None and user.deliver_group != queue:
         raise ValidationError(f"config.deliver_group={user.deliver_group!r} must be given as queue=")

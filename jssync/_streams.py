@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from nats.js import api
 
 from . import _natspy
+from ._deadline import DEFAULT, Default
 from ._errors import MessageNotFoundError, ValidationError
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class Stream:
         return self._info
 
     def info(self, *, deleted_details: bool = False, subjects_filter: str | None = None,
-             timeout: float | None = None) -> api.StreamInfo:
+             timeout: float | None | Default = DEFAULT) -> api.StreamInfo:
         """Fetch the stream's info (refreshes :attr:`cached_info`).
 
         ``subjects_filter`` (e.g. ``">"``) adds per-subject counts (all pages);
@@ -108,7 +109,7 @@ class Stream:
         return self._info
 
     def purge(self, subject: str | None = None, seq: int | None = None, keep: int | None = None, *,
-              timeout: float | None = None) -> int:
+              timeout: float | None | Default = DEFAULT) -> int:
         """Remove messages: all, those on ``subject``, those below ``seq``, or all but the last ``keep``.
 
         Returns the number purged.
@@ -136,7 +137,7 @@ class Stream:
         return int(resp.get("purged", 0))
 
     def get_msg(self, seq: int | None = None, *, last_by_subject: str | None = None,
-                next_by_subject: str | None = None, timeout: float | None = None) -> StoredMsg:
+                next_by_subject: str | None = None, timeout: float | None | Default = DEFAULT) -> StoredMsg:
         """Read one stored message through the stream leader (STREAM.MSG.GET).
 
         By ``seq``; by ``last_by_subject``; or the first message at or after ``seq``
@@ -169,7 +170,7 @@ class Stream:
         return StoredMsg(subject=m.get("subject", ""), seq=int(m.get("seq", 0)), data=data, headers=hdrs,
                          time=parse_time(m.get("time")))
 
-    def delete_msg(self, seq: int, *, erase: bool = False, timeout: float | None = None) -> bool:
+    def delete_msg(self, seq: int, *, erase: bool = False, timeout: float | None | Default = DEFAULT) -> bool:
         """Delete the message at ``seq``; ``erase=True`` overwrites its data on disk.
 
         Raises:
@@ -184,33 +185,34 @@ class Stream:
 
     # -- consumers -------------------------------------------------------------------------
 
-    def consumer(self, name: str, *, timeout: float | None = None) -> Consumer:
+    def consumer(self, name: str, *, timeout: float | None | Default = DEFAULT) -> Consumer:
         """Look up a consumer of this stream (raises jssync.ConsumerNotFoundError)."""
         return self._js.consumer(self.name, name, timeout=timeout)
 
-    def create_consumer(self, config: api.ConsumerConfig | None = None, *, timeout: float | None = None,
+    def create_consumer(self, config: api.ConsumerConfig | None = None, *, timeout: float | None | Default = DEFAULT,
                         **params: Unpack[ConsumerParams]) -> Consumer:
         """See :meth:`JetStream.create_consumer`."""
         return self._js.create_consumer(self.name, config, timeout=timeout, **params)
 
-    def update_consumer(self, config: api.ConsumerConfig | None = None, *, timeout: float | None = None,
+    def update_consumer(self, config: api.ConsumerConfig | None = None, *, timeout: float | None | Default = DEFAULT,
                         **params: Unpack[ConsumerParams]) -> Consumer:
         """See :meth:`JetStream.update_consumer`."""
         return self._js.update_consumer(self.name, config, timeout=timeout, **params)
 
     def create_or_update_consumer(self, config: api.ConsumerConfig | None = None, *,
-                                  timeout: float | None = None, **params: Unpack[ConsumerParams]) -> Consumer:
+                                  timeout: float | None | Default = DEFAULT,
+                                  **params: Unpack[ConsumerParams]) -> Consumer:
         """See :meth:`JetStream.create_or_update_consumer`."""
         return self._js.create_or_update_consumer(self.name, config, timeout=timeout, **params)
 
-    def delete_consumer(self, name: str, *, timeout: float | None = None) -> bool:
+    def delete_consumer(self, name: str, *, timeout: float | None | Default = DEFAULT) -> bool:
         """See :meth:`JetStream.delete_consumer`."""
         return self._js.delete_consumer(self.name, name, timeout=timeout)
 
-    def consumers(self, *, timeout: float | None = None) -> Iterator[api.ConsumerInfo]:
+    def consumers(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[api.ConsumerInfo]:
         return self._js.consumers(self.name, timeout=timeout)
 
-    def consumer_names(self, *, timeout: float | None = None) -> Iterator[str]:
+    def consumer_names(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
         return self._js.consumer_names(self.name, timeout=timeout)
 
     # -- ordered consumer (ADR-17; implemented in _ordered.py) ------------------------------
@@ -229,7 +231,7 @@ class Stream:
 
     def direct_get(self, seq: int | None = None, *, last_by_subject: str | None = None,
                    next_by_subject: str | None = None, start_time: _dt.datetime | None = None,
-                   timeout: float | None = None) -> StoredMsg:
+                   timeout: float | None | Default = DEFAULT) -> StoredMsg:
         """Read one message with Direct Get (served by any replica or mirror with allow_direct).
 
         Sends only the Direct Get request (see :meth:`JetStream.direct_get`).
@@ -245,7 +247,7 @@ class Stream:
 
     def direct_get_batch(self, subject: str, batch: int, *, seq: int | None = None,
                          start_time: _dt.datetime | None = None, max_bytes: int | None = None,
-                         timeout: float | None = None) -> DirectBatch:
+                         timeout: float | None | Default = DEFAULT) -> DirectBatch:
         """Read up to ``batch`` messages on ``subject`` from ``seq`` (or ``start_time``) in one request.
 
         Returns an iterator of :class:`StoredMsg` that ends at the server's end-of-batch marker.
@@ -257,7 +259,7 @@ class Stream:
 
     def direct_get_last_for(self, subjects: list[str], *, up_to_seq: int | None = None,
                             up_to_time: _dt.datetime | None = None, batch: int | None = None,
-                            timeout: float | None = None) -> DirectBatch:
+                            timeout: float | None | Default = DEFAULT) -> DirectBatch:
         """Read the last message of each of ``subjects`` (multi_last), as of ``up_to_seq``/``up_to_time``."""
         from ._direct import direct_get_last_for
 

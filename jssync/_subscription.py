@@ -24,8 +24,8 @@ log = logging.getLogger("jssync")
 _END = object()
 
 
-class _Inbound:
-    """Stands in for the asyncio.Queue nats-py puts a subscription's messages on.
+class _Inbound(_natspy.Receiver):
+    """The receiver (see :class:`jssync._natspy.Receiver`) of a core subscription.
 
     nats-py calls ``put_nowait`` on the I/O thread for each message; we hand the message
     straight to the user side (a ``SimpleQueue`` or a serial callback lane), so there is
@@ -39,18 +39,6 @@ class _Inbound:
 
     def put_nowait(self, msg: Msg) -> None:
         self._sub._deliver(msg)
-
-    def qsize(self) -> int:
-        return self._sub.pending_msgs
-
-    def empty(self) -> bool:
-        return self._sub.pending_msgs == 0
-
-    async def join(self) -> None:
-        return None
-
-    def task_done(self) -> None:
-        return None
 
 
 class Subscription:

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from nats.js import api
 
 from ._connection import Connection, validate_subject
-from ._deadline import DEFAULT, Deadline, _Default
+from ._deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ._errors import (
     APIError,
     ConnectionClosedError,
@@ -237,12 +237,8 @@ class Client:
             raise ConnectionClosedError("the liftbridge client is closed")
         self._conn._check_open()
 
-    def _deadline(self, timeout: float | None | _Default) -> Deadline:
-        if isinstance(timeout, _Default):
-            return Deadline(self.timeout)
-        if timeout is not None:
-            _non_negative(timeout, "timeout")
-        return Deadline(timeout)
+    def _deadline(self, timeout: float | None | Default) -> Deadline:
+        return Deadline(resolve_timeout(timeout, self.timeout))
 
     @property
     def _attempt_timeout(self) -> float:
@@ -300,7 +296,7 @@ class Client:
         retention_max_age: float | None = None,
         retention_max_bytes: int | None = None,
         retention_max_messages: int | None = None,
-        timeout: float | None | _Default = DEFAULT,
+        timeout: float | None | Default = DEFAULT,
     ) -> StreamInfo:
         """Create a stream attached to ``subject`` (the Liftbridge ``CreateStream``).
 
@@ -490,7 +486,7 @@ class Client:
             if moves:
                 _sleep(0.05, wait)
 
-    def delete_stream(self, name: str, *, timeout: float | None | _Default = DEFAULT) -> None:
+    def delete_stream(self, name: str, *, timeout: float | None | Default = DEFAULT) -> None:
         """Delete a stream: every partition and its messages (not in the guide; later Liftbridge has it).
 
         Raises:
@@ -529,7 +525,7 @@ class Client:
         ack_policy: AckPolicy | str = AckPolicy.LEADER,
         partition_by: Partitioner | type[Partitioner] | Callable[[OutgoingMessage, Metadata], int] | None = None,
         to_partition: int | None = None,
-        timeout: float | None | _Default = DEFAULT,
+        timeout: float | None | Default = DEFAULT,
     ) -> Ack | None:
         """Publish ``value`` to a partition of the stream(s) on ``subject`` (the Liftbridge ``Publish``).
 
@@ -557,7 +553,9 @@ class Client:
         retried within ``timeout`` and JetStream drops duplicates (within the stream's
         2-minute window). Header values are opaque bytes (a str means its UTF-8).
 
-        Blocks until acked (default: the client's timeout).
+        Blocks until acked, up to ``timeout`` (left out: the client's timeout). ``timeout=None``
+        is the one exception to jssync's timeout rule: it is the Liftbridge guide's "timeout not
+        set", so it does not wait for the ack at all.
 
         Returns:
             The :class:`Ack`, or None with ack policy NONE or ``timeout=None``.
@@ -774,7 +772,7 @@ class Client:
         start_at_time_delta: Any = None,
         resubscribe_wait_time: float | None = None,
         idle_heartbeat: float = 5.0,
-        timeout: float | None | _Default = DEFAULT,
+        timeout: float | None | Default = DEFAULT,
     ) -> Subscription:
         """Subscribe to one partition of ``stream`` (the Liftbridge ``Subscribe``).
 
@@ -866,7 +864,7 @@ class Client:
 
     # -- FetchMetadata -------------------------------------------------------------------------
 
-    def fetch_metadata(self, *, timeout: float | None | _Default = DEFAULT) -> Metadata:
+    def fetch_metadata(self, *, timeout: float | None | Default = DEFAULT) -> Metadata:
         """Fetch the cluster metadata from the server (the Liftbridge ``FetchMetadata``).
 
         Always goes to the server (and refreshes the client's cache): the streams with

@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any
 
 from ._connection import Connection, validate_headers, validate_subject
-from ._deadline import DEFAULT, Deadline, _Default
+from ._deadline import DEFAULT, Deadline, Default
 from ._errors import BadSubjectError, ConnectionClosedError, Error, ServiceError, ValidationError
 from ._msg import Msg
 from ._subscription import Subscription
@@ -71,7 +71,7 @@ _SEMVER = re.compile(
 _QUEUE_BAD = re.compile(r"[\s\x00-\x1f\x7f]")
 
 Handler = Callable[["Request"], Any]
-QueueGroup = str | None | _Default
+QueueGroup = str | None | Default
 
 
 def _check_error(code: Any, description: Any) -> tuple[str, str]:
@@ -128,7 +128,7 @@ def _check_metadata(value: Any, what: str) -> dict[str, str]:
 
 
 def _check_queue(value: Any, what: str) -> None:
-    if value is None or isinstance(value, _Default):
+    if value is None or isinstance(value, Default):
         return
     if not isinstance(value, str) or not value or _QUEUE_BAD.search(value):
         raise ValidationError(f"{what} must be a non-empty str without whitespace, or None for no queue group, "
@@ -136,7 +136,7 @@ def _check_queue(value: Any, what: str) -> None:
 
 
 def _resolve(queue_group: QueueGroup, parent: str | None) -> str | None:
-    return parent if isinstance(queue_group, _Default) else queue_group
+    return parent if isinstance(queue_group, Default) else queue_group
 
 
 def _check_group_name(value: Any) -> str:
@@ -618,7 +618,7 @@ def add_service(
     if not isinstance(description, str):
         raise TypeError(f"description must be a str, got {type(description).__name__}")
     md = _check_metadata(metadata, "service metadata")
-    if isinstance(queue_group, _Default):
+    if isinstance(queue_group, Default):
         queue_group = DEFAULT_QUEUE_GROUP
     _check_queue(queue_group, "queue_group")
     if stats_handler is not None and not callable(stats_handler):
