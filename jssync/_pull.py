@@ -1227,8 +1227,9 @@ class ConsumeContext(_natspy.Receiver):
         Every message received and not handed to the application is nak'ed, so the server
         redelivers it at once: the buffered ones now, and those still arriving until the
         server processed the unsubscribe (the pulls in flight finish sending first, as for
-        :meth:`drain`). Returns without waiting (a callback that is running finishes;
-        :meth:`wait` returns once the rest was nak'ed and the lane ended).
+        :meth:`drain`). Returns without waiting (a callback that is running, or that the
+        lane had already decided to call, finishes; no further one starts; :meth:`wait`
+        returns once the rest was nak'ed and the lane ended).
         """
         with self._lock:
             if self._state is _State.STOPPED or self._state is _State.CLOSED:
