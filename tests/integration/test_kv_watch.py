@@ -8,8 +8,8 @@ import time
 import pytest
 
 import jssync
-import jssync._kv as kvmod
-from jssync._kv import Entry, KeyValueOp, KeyWatcher
+import jssync.kv.keyvalue as kvmod
+from jssync.kv.keyvalue import Entry, KeyValueOp, KeyWatcher
 from jssync.server import NatsServer
 
 from ..conftest import FACTOR, wait_for

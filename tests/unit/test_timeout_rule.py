@@ -7,7 +7,7 @@ import importlib
 import inspect
 from pathlib import Path
 
-from jssync._deadline import DEFAULT
+from jssync.base.deadline import DEFAULT
 
 ROOT = Path(__file__).resolve().parents[2]
 
