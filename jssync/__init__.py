@@ -69,7 +69,7 @@ from .core.msg import Msg
 from .core.request_many import RequestMany
 from .core.subscription import Subscription
 from .jetstream.consumers import Consumer
-from .jetstream.context import JetStream, PubAck
+from .jetstream.context import JetStream
 from .jetstream.direct import DirectBatch
 from .jetstream.msgfeatures import BatchPublisher, Counter, CounterEntry
 from .jetstream.ordered import OrderedConsumeContext, OrderedConsumer
@@ -89,7 +89,8 @@ from .jetstream.push import (
     StatusError,
     SubjectMismatchError,
 )
-from .jetstream.streams import StoredMsg, Stream
+from .jetstream.replies import PubAck, StoredMsg
+from .jetstream.streams import Stream
 from .kv.keyvalue import (
     BadBucketError,
     BucketExistsError,

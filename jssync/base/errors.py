@@ -63,7 +63,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: this module imports nothing from jssync at run time
-    from ..jetstream.streams import StoredMsg
+    from ..jetstream.replies import StoredMsg
     from ..kv.keyvalue import Entry
 
 

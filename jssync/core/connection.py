@@ -39,6 +39,7 @@ from ..base.errors import (
 )
 from ..base.status import is_no_responders
 from . import natspy as _natspy
+from .hooks import HOOKS
 from .loop import IOLoop
 from .msg import ACK_SENT, Msg
 from .natspy import CLOSED as _NC_CLOSED
@@ -1760,9 +1761,7 @@ class Connection:
         max_pending: int = 4000,
     ) -> JetStream:
         """Return a JetStream context on this connection (no I/O)."""
-        from ..jetstream.context import JetStream
-
-        return JetStream(self, domain=domain, api_prefix=api_prefix, timeout=timeout, max_pending=max_pending)
+        return HOOKS.jetstream(self, domain=domain, api_prefix=api_prefix, timeout=timeout, max_pending=max_pending)
 
     # -- closing -----------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..base.errors import NotJSMessageError, ValidationError
 from ..base.jsack import MsgMetadata, parse_ack_subject
+from .hooks import HOOKS
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -271,9 +272,7 @@ class Msg:
         conn = self._ack_target()
         if conn is None:
             return []
-        from ..jetstream.pull import ack_next
-
-        return ack_next(conn, self, batch, bool(no_wait), float(timeout))
+        return HOOKS.ack_next(conn, self, batch, bool(no_wait), float(timeout))
 
     @property
     def is_acked(self) -> bool:

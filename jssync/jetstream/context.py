@@ -9,11 +9,10 @@ import datetime as _dt
 import json
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Literal, Unpack, overload
 
 from nats.js import api
 
@@ -33,19 +32,28 @@ from ..base.errors import (
     check_api_response,
     name_missing,
 )
-from ..base.status import NO_RESPONDERS, classify, is_no_responders
+from ..base.status import is_no_responders
+from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
 from ..core.connection import _check_data, _headers_size, validate_headers, validate_subject
 from . import priority as _priority
-from .params import (
-    CONSUMER_CHOICES,
+from .hooks import HOOKS
+from .params import (  # (names of the context too: validate_name, HDR_*, _consumer_config)
+    HDR_EXPECTED_LAST_MSG_ID,
+    HDR_EXPECTED_LAST_SEQ,
+    HDR_EXPECTED_LAST_SUBJECT_SEQ,
+    HDR_EXPECTED_STREAM,
+    HDR_MSG_ID,
     STREAM_CHOICES,
     ConsumerParams,
     KeyValueParams,
     ObjectStoreParams,
     StreamParams,
+    _consumer_config,
     check_choices,
+    validate_name,
 )
+from .replies import PubAck, _model, _parse_pub_ack
 
 if TYPE_CHECKING:
     from ..core.connection import Connection
@@ -56,29 +64,10 @@ if TYPE_CHECKING:
     from .direct import DirectBatch
     from .msgfeatures import BatchPublisher, Counter
     from .push import JetStreamSubscription
-    from .streams import StoredMsg, Stream
+    from .replies import StoredMsg
+    from .streams import Stream
 
 log = logging.getLogger("jssync")
-
-_NAME_BAD = re.compile(r"[.*>\s/\\]")
-
-HDR_MSG_ID = "Nats-Msg-Id"
-HDR_EXPECTED_STREAM = "Nats-Expected-Stream"
-HDR_EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
-HDR_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
-HDR_EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
-
-
-def validate_name(name: Any, what: str = "stream name") -> str:
-    """Raise ``ValueError`` naming ``name`` if it is not a valid stream or consumer name."""
-    if not isinstance(name, str) or not name:
-        raise ValidationError(f"{what} must be a non-empty string, got {name!r}")
-    if _NAME_BAD.search(name):
-        raise ValidationError(f"invalid {what} {name!r}: it may not contain '.', '*', '>', whitespace, '/' or '\\'")
-    if len(name) > 255:
-        raise ValidationError(f"invalid {what} {name[:20]!r}...: longer than 255 characters")
-    return name
-
 
 def _stream_config(config: api.StreamConfig | None, params: Mapping[str, Any]) -> api.StreamConfig:
     if config is None:
@@ -105,45 +94,6 @@ def _stream_config(config: api.StreamConfig | None, params: Mapping[str, Any]) -
 
         for s in config.subjects:
             validate_subject(s, "stream subject")
-    return config
-
-
-def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any]) -> api.ConsumerConfig:
-    if config is None:
-        config = api.ConsumerConfig()
-    elif not isinstance(config, api.ConsumerConfig):
-        raise TypeError(f"config must be a ConsumerConfig, got {type(config).__name__}")
-    # ADR-42 fields nats-py's dataclass lacks: keyword options, or attributes of a config
-    # that came back from the server (info.config); sent beside the dataclass's own fields
-    params = dict(params)
-    prio = _priority.config_fields(config, params)
-    if params:
-        try:
-            config = config.evolve(**params)
-        except TypeError as exc:
-            raise TypeError(f"unknown consumer option: {exc}") from None
-    check_choices(config, CONSUMER_CHOICES)
-    if config.name is not None:
-        validate_name(config.name, "consumer name")
-    if config.durable_name is not None:
-        validate_name(config.durable_name, "durable name")
-    if config.name and config.durable_name and config.name != config.durable_name:
-        raise ValidationError(
-            f"consumer name {config.name!r} and durable_name {config.durable_name!r} differ: set one, or both equal"
-        )
-    from ..core.connection import validate_subject
-
-    if config.filter_subject:
-        validate_subject(config.filter_subject, "filter subject")
-    for fs in config.filter_subjects or []:
-        validate_subject(fs, "filter subject")
-    if config.filter_subject and config.filter_subjects:
-        raise ValidationError("set filter_subject or filter_subjects, not both")
-    if prio.policy is not None and config.deliver_subject:
-        raise ValidationError("priority groups are for pull consumers only: this config has a deliver_subject")
-    if prio.policy is not None or _priority.of_config(config).policy is not None:
-        config = dataclasses.replace(config)  # a copy: the caller's object is left as it was
-        _priority.attach_config(config, prio)
     return config
 
 
@@ -1098,100 +1048,62 @@ class JetStream:
 
     def create_key_value(self, config: Any = None, **params: Unpack[KeyValueParams]) -> KeyValue:
         """Create a key-value bucket (``bucket=``, ``history=``, ``ttl=``, ...)."""
-        from ..kv.keyvalue import create_key_value
-
-        return create_key_value(self, config, **params)
+        return HOOKS.create_key_value(self, config, **params)
 
     def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
         """Open an existing key-value bucket (raises jssync.BucketNotFoundError)."""
-        from ..kv.keyvalue import key_value
-
-        return key_value(self, bucket, timeout=timeout)
+        return HOOKS.key_value(self, bucket, timeout=timeout)
 
     def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> bool:
         """Delete a key-value bucket and its stream."""
-        from ..kv.keyvalue import delete_key_value
-
-        return delete_key_value(self, bucket, timeout=timeout)
+        return HOOKS.delete_key_value(self, bucket, timeout=timeout)
 
     def update_key_value(self, config: Any = None, **params: Any) -> KeyValue:
         """Update a bucket's whole configuration (``bucket=``, ``history=``, ...), built as on create.
 
         Options left out go back to their defaults. Raises jssync.BucketNotFoundError.
         """
-        from ..kv.keyvalue import update_key_value
-
-        return update_key_value(self, config, **params)
+        return HOOKS.update_key_value(self, config, **params)
 
     def create_or_update_key_value(self, config: Any = None, **params: Any) -> KeyValue:
         """Update the bucket, or create it if it does not exist."""
-        from ..kv.keyvalue import create_or_update_key_value
-
-        return create_or_update_key_value(self, config, **params)
+        return HOOKS.create_or_update_key_value(self, config, **params)
 
     def key_value_store_names(self, *, timeout: float | None = None) -> Iterator[str]:
         """Iterate over the name of every key-value bucket (mirrors included; all pages)."""
-        from ..kv.keyvalue import key_value_store_names
-
-        return key_value_store_names(self, timeout=timeout)
+        return HOOKS.key_value_store_names(self, timeout=timeout)
 
     def key_value_stores(self, *, timeout: float | None = None) -> Iterator[KeyValueStatus]:
         """Iterate over the :class:`jssync.KeyValueStatus` of every key-value bucket (all pages)."""
-        from ..kv.keyvalue import key_value_stores
-
-        return key_value_stores(self, timeout=timeout)
+        return HOOKS.key_value_stores(self, timeout=timeout)
 
     # -- object store (ADR-20; implemented in objectstore/objectstore.py) -------------------------------
 
     def create_object_store(self, config: Any = None, **params: Unpack[ObjectStoreParams]) -> ObjectStore:
         """Create an object store (``bucket=``, ``ttl=``, ``storage=``, ...)."""
-        from ..objectstore.objectstore import create_object_store
-
-        return create_object_store(self, config, **params)
+        return HOOKS.create_object_store(self, config, **params)
 
     def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
         """Open an existing object store (raises jssync.BucketNotFoundError)."""
-        from ..objectstore.objectstore import object_store
-
-        return object_store(self, bucket, timeout=timeout)
+        return HOOKS.object_store(self, bucket, timeout=timeout)
 
     def delete_object_store(self, bucket: str, *, timeout: float | None = None) -> bool:
         """Delete an object store and every object in it."""
-        from ..objectstore.objectstore import delete_object_store
-
-        return delete_object_store(self, bucket, timeout=timeout)
+        return HOOKS.delete_object_store(self, bucket, timeout=timeout)
 
     def object_store_names(self, *, timeout: float | None = None) -> Iterator[str]:
         """Iterate over the name of every object store (all pages)."""
-        from ..objectstore.objectstore import object_store_names
-
-        return object_store_names(self, timeout=timeout)
+        return HOOKS.object_store_names(self, timeout=timeout)
 
     def object_stores(self, *, timeout: float | None = None) -> Iterator[ObjectStoreStatus]:
         """Iterate over the status of every object store (all pages)."""
-        from ..objectstore.objectstore import object_stores
-
-        return object_stores(self, timeout=timeout)
+        return HOOKS.object_stores(self, timeout=timeout)
 
 
 def _nonneg(v: Any, what: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
         raise ValidationError(f"{what} must be an int >= 0, got {v!r}")
     return v
-
-
-_M = TypeVar("_M")
-
-
-def _model(cls: type[_M], resp: Any, what: str) -> _M:
-    """``cls.from_response(resp)``; a reply with missing or mistyped fields raises APIError."""
-    if not isinstance(resp, dict):
-        raise APIError(None, None, f"malformed {what} reply: a JSON {type(resp).__name__}, not an object")
-    try:
-        out: _M = cls.from_response(resp)  # type: ignore[attr-defined]
-        return out
-    except (TypeError, AttributeError, KeyError, ValueError) as exc:
-        raise APIError(None, None, f"malformed {what} reply from the server ({type(exc).__name__}: {exc})") from exc
 
 
 def _stream_model(resp: Any) -> api.StreamInfo:
@@ -1224,54 +1136,7 @@ _RUNNING = concurrent.futures._base.RUNNING
 _FINISHED = concurrent.futures._base.FINISHED
 _DONE_STATES = frozenset((_FINISHED, concurrent.futures._base.CANCELLED,
                           concurrent.futures._base.CANCELLED_AND_NOTIFIED))
-_PLAIN_ACK_KEYS = frozenset(("stream", "seq", "domain", "duplicate"))
 
-
-@dataclasses.dataclass
-class PubAck(api.PubAck):
-    """The server's acknowledgement of a JetStream publish: ``stream``, ``seq``, ``domain``,
-    ``duplicate`` (always a bool: True when the message ID was seen within the stream's
-    duplicate window, so nothing new was stored)."""
-
-    duplicate: bool = False
-
-    def __post_init__(self) -> None:
-        self.duplicate = bool(self.duplicate)
-
-
-#: The server's usual PubAck, byte for byte (a name with an escaped character takes the JSON path).
-_PLAIN_ACK = re.compile(rb'\{"stream":"([^"\\]+)","seq":(\d+)(,"duplicate":true)?\}\Z')
-
-
-def _parse_pub_ack(msg: Msg) -> PubAck:
-    """The PubAck in a publish reply; raises the matching error for an error reply or status."""
-    hdrs = msg.headers
-    if not hdrs:
-        m = _PLAIN_ACK.match(msg.data)
-        if m is not None:
-            return PubAck(m[1].decode(), int(m[2]), None, m[3] is not None)
-        # other plain replies (a domain, an escaped name, another key order): decoded, then
-        # built directly, without nats-py's field-by-field dataclass introspection
-        try:
-            resp = json.loads(msg.data)
-        except (ValueError, TypeError, RecursionError):
-            resp = None
-        if type(resp) is dict and resp.keys() <= _PLAIN_ACK_KEYS:
-            stream = resp.get("stream")
-            seq = resp.get("seq")
-            if type(stream) is str and type(seq) is int:
-                return PubAck(stream, seq, resp.get("domain"), resp.get("duplicate") is True)
-    st = classify(hdrs, msg.data, msg.reply) if hdrs and not msg.data else None
-    if st is not None:
-        if st.code == NO_RESPONDERS:
-            raise NoRespondersError("no stream responded to the publish")
-        from ..base.errors import api_error
-
-        raise api_error(st.code or None, None, st.description or f"status {st.code} in reply to a publish")
-    resp = check_api_response(msg.data)
-    if "stream" not in resp or "seq" not in resp:
-        raise APIError(None, None, f"malformed PubAck: {msg.data[:100]!r}")
-    return _model(PubAck, resp, "PubAck")
 
 
 class _PubAckFuture(concurrent.futures.Future["PubAck"]):
@@ -1615,3 +1480,7 @@ class _AsyncPublisher:
                         )
             finally:
                 self._all_waiters -= 1
+
+
+# Connection.jetstream() (core) builds the context through its hook: core does not import this layer.
+_core_hooks.HOOKS.jetstream = JetStream

@@ -43,7 +43,7 @@ from ..base.errors import (
     ValidationError,
 )
 from ..base.status import END_OF_BATCH, NO_RESPONDERS, NOT_FOUND, REQUEST_TIMEOUT, TOO_MANY_SUBJECTS, Status, classify
-from .streams import StoredMsg
+from .replies import StoredMsg
 
 if TYPE_CHECKING:
     from ..core.msg import Msg

@@ -123,7 +123,7 @@ class Counter:
     def __init__(self, js: JetStream, subject: str, stream: str | None = None) -> None:
         validate_subject(subject, "counter subject", wildcards=False)
         if stream is not None:
-            from .context import validate_name
+            from .params import validate_name
 
             validate_name(stream)
         self._js = js
@@ -305,7 +305,7 @@ class BatchPublisher:
         if not self._msgs:
             raise ValidationError(f"batch {self.batch_id!r} is empty: nothing to commit")
         from ..base.errors import NoRespondersError, TimeoutError
-        from .context import _parse_pub_ack
+        from .replies import _parse_pub_ack
 
         self._state = "committed"
         deadline = Deadline(self.timeout if timeout is None else timeout)

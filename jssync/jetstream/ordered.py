@@ -36,7 +36,7 @@ from ..base.errors import (
 )
 from ..base.status import message_size
 from ..core.msg import Msg
-from .context import validate_name
+from .params import validate_name
 from .pull import (
     BYTES_ONLY_BATCH,
     DEFAULT_EXPIRES,

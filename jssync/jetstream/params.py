@@ -7,13 +7,18 @@ enum value before anything is sent, listing the valid ones.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import enum
+import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from nats.js import api
 
 from ..base.errors import ValidationError
+from ..core.connection import validate_subject
+from . import priority as _priority
 
 if TYPE_CHECKING:  # (evaluated by type checkers only: older nats-py lacks some of these enums)
     from typing import TypeAlias
@@ -174,3 +179,63 @@ def check_choices(config: Any, choices: dict[str, type[enum.Enum]]) -> None:
         raise ValidationError(
             f"{field} must be one of {', '.join(repr(v) for v in valid)} (or jssync.{kind.__name__}), got {value!r}"
         )
+
+
+# -- names, headers and consumer configs (moved down from context.py: push and ordered use them) --
+
+_NAME_BAD = re.compile(r"[.*>\s/\\]")
+
+HDR_MSG_ID = "Nats-Msg-Id"
+HDR_EXPECTED_STREAM = "Nats-Expected-Stream"
+HDR_EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
+HDR_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+HDR_EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+
+
+def validate_name(name: Any, what: str = "stream name") -> str:
+    """Raise ``ValueError`` naming ``name`` if it is not a valid stream or consumer name."""
+    if not isinstance(name, str) or not name:
+        raise ValidationError(f"{what} must be a non-empty string, got {name!r}")
+    if _NAME_BAD.search(name):
+        raise ValidationError(f"invalid {what} {name!r}: it may not contain '.', '*', '>', whitespace, '/' or '\\'")
+    if len(name) > 255:
+        raise ValidationError(f"invalid {what} {name[:20]!r}...: longer than 255 characters")
+    return name
+
+
+def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any]) -> api.ConsumerConfig:
+    if config is None:
+        config = api.ConsumerConfig()
+    elif not isinstance(config, api.ConsumerConfig):
+        raise TypeError(f"config must be a ConsumerConfig, got {type(config).__name__}")
+    # ADR-42 fields nats-py's dataclass lacks: keyword options, or attributes of a config
+    # that came back from the server (info.config); sent beside the dataclass's own fields
+    params = dict(params)
+    prio = _priority.config_fields(config, params)
+    if params:
+        try:
+            config = config.evolve(**params)
+        except TypeError as exc:
+            raise TypeError(f"unknown consumer option: {exc}") from None
+    check_choices(config, CONSUMER_CHOICES)
+    if config.name is not None:
+        validate_name(config.name, "consumer name")
+    if config.durable_name is not None:
+        validate_name(config.durable_name, "durable name")
+    if config.name and config.durable_name and config.name != config.durable_name:
+        raise ValidationError(
+            f"consumer name {config.name!r} and durable_name {config.durable_name!r} differ: set one, or both equal"
+        )
+
+    if config.filter_subject:
+        validate_subject(config.filter_subject, "filter subject")
+    for fs in config.filter_subjects or []:
+        validate_subject(fs, "filter subject")
+    if config.filter_subject and config.filter_subjects:
+        raise ValidationError("set filter_subject or filter_subjects, not both")
+    if prio.policy is not None and config.deliver_subject:
+        raise ValidationError("priority groups are for pull consumers only: this config has a deliver_subject")
+    if prio.policy is not None or _priority.of_config(config).policy is not None:
+        config = dataclasses.replace(config)  # a copy: the caller's object is left as it was
+        _priority.attach_config(config, prio)
+    return config

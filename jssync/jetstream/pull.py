@@ -38,6 +38,7 @@ from ..base.errors import (
     translating,
 )
 from ..base.status import Action, classify, decide, is_user_msg, message_size, pull_request, status_error
+from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
 from ..core.msg import Msg
 from .priority import Pins, PullPriority
@@ -1553,3 +1554,7 @@ def consume(js: JetStream, stream: str, consumer: str, callback: Callable[[Msg],
     cc = ConsumeContext(js, stream, consumer, opts, callback, error_cb, ack_none, prio, pins)._start()
     cc._started()
     return cc
+
+
+# Msg.ack_next() (core) calls this through its hook: core does not import the JetStream layer.
+_core_hooks.HOOKS.ack_next = ack_next

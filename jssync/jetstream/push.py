@@ -123,7 +123,7 @@ def _set_fields(config: api.ConsumerConfig) -> set[str]:
 def _user_config(config: api.ConsumerConfig | None, options: dict[str, Any], idle_heartbeat: float | None,
                  flow_control: bool) -> tuple[api.ConsumerConfig, set[str]]:
     """The configuration the user asked for, and the names of the fields they set."""
-    from .context import _consumer_config
+    from .params import _consumer_config
 
     given = _set_fields(config) if config is not None else set()
     given |= {k for k, v in options.items() if v is not None}
@@ -1032,7 +1032,7 @@ def subscribe(
     """
     from ..base.errors import BadSubjectError
     from ..core.connection import _SUBJECT_BAD, validate_subject
-    from .context import validate_name
+    from .params import validate_name
 
     conn = js.conn
     pending_msgs_limit = options.pop("pending_msgs_limit", 65536)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Unpack
 
 from nats.js import api
 
 from ..base.errors import MessageNotFoundError, ValidationError
 from ..core import natspy as _natspy
+from .replies import StoredMsg
 
 if TYPE_CHECKING:
     from .consumers import Consumer
@@ -19,28 +19,6 @@ if TYPE_CHECKING:
     from .direct import DirectBatch
     from .ordered import OrderedConsumer
     from .params import ConsumerParams
-
-
-@dataclass
-class StoredMsg:
-    """A message read from a stream by sequence or subject.
-
-    Attributes:
-        subject: the subject it was published on.
-        seq: its stream sequence.
-        data: the payload.
-        headers: its headers, or None.
-        time: when the stream stored it (aware UTC datetime), or None.
-    """
-
-    subject: str
-    seq: int
-    data: bytes
-    headers: dict[str, str] | None
-    time: _dt.datetime | None
-
-    def __repr__(self) -> str:
-        return f"StoredMsg(subject={self.subject!r}, seq={self.seq}, data={self.data[:32]!r}, time={self.time})"
 
 
 def parse_header_block(raw: bytes) -> dict[str, str] | None:

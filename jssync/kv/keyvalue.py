@@ -54,6 +54,7 @@ from ..base.errors import (
     WrongLastSequenceError,
 )
 from ..base.status import CONFLICT, NOT_FOUND, PushAction, classify, decide_push
+from ..jetstream import hooks as _js_hooks
 
 if TYPE_CHECKING:
     from ..base.jsack import MsgMetadata
@@ -1311,3 +1312,13 @@ class KeyWatcher(_PushWatcher[Entry]):
             return None
         value = b"" if self._meta_only else msg.data
         return Entry(self._kv.bucket, key, value, meta.sequence.stream, meta.num_pending, meta.timestamp, op)
+
+
+# The JetStream context's bucket calls (js.key_value() ...) reach this layer through its hooks.
+_js_hooks.HOOKS.create_key_value = create_key_value
+_js_hooks.HOOKS.key_value = key_value
+_js_hooks.HOOKS.delete_key_value = delete_key_value
+_js_hooks.HOOKS.update_key_value = update_key_value
+_js_hooks.HOOKS.create_or_update_key_value = create_or_update_key_value
+_js_hooks.HOOKS.key_value_store_names = key_value_store_names
+_js_hooks.HOOKS.key_value_stores = key_value_stores

@@ -54,7 +54,9 @@ from ..base.errors import (
 )
 from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError
 from ..core.connection import Connection, validate_subject
-from ..jetstream.context import JetStream, PubAck, _parse_pub_ack, validate_name
+from ..jetstream.context import JetStream
+from ..jetstream.params import validate_name
+from ..jetstream.replies import PubAck, _parse_pub_ack
 from .codec import (
     HDR_ACK_INBOX,
     HDR_ACK_POLICY,

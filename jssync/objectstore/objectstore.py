@@ -37,6 +37,7 @@ from ..base.errors import (
     ValidationError,
     _Changed,
 )
+from ..jetstream import hooks as _js_hooks
 from ..kv.keyvalue import (
     BucketExistsError,
     BucketNotFoundError,
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
     from ..base.jsack import MsgMetadata
     from ..core.msg import Msg
     from ..jetstream.context import JetStream
-    from ..jetstream.streams import StoredMsg, Stream
+    from ..jetstream.replies import StoredMsg
+    from ..jetstream.streams import Stream
 
 log = logging.getLogger("jssync")
 
@@ -806,3 +808,11 @@ class _ChunkReader(_PushWatcher[bytes]):
     def _item(self, msg: Msg, meta: MsgMetadata) -> bytes | None:
         return msg.data
 
+
+
+# The JetStream context's object store calls (js.object_store() ...) reach this layer through its hooks.
+_js_hooks.HOOKS.create_object_store = create_object_store
+_js_hooks.HOOKS.object_store = object_store
+_js_hooks.HOOKS.delete_object_store = delete_object_store
+_js_hooks.HOOKS.object_store_names = object_store_names
+_js_hooks.HOOKS.object_stores = object_stores

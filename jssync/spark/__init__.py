@@ -302,7 +302,7 @@ class ReadOptions:
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> ReadOptions:
         from ..core.connection import validate_subject
-        from ..jetstream.context import validate_name
+        from ..jetstream.params import validate_name
 
         stream = _opt_str(opts, "stream")
         if stream is None:
@@ -1018,7 +1018,7 @@ class _FastRows:
 
     def __init__(self, conn: Connection, prefix: str, batch: int, partition: int, derive: bool) -> None:
         from ..core.connection import validate_headers
-        from ..jetstream.context import HDR_MSG_ID
+        from ..jetstream.params import HDR_MSG_ID
 
         self._head = f"{prefix}.{batch}.{partition}."
         validate_headers({HDR_MSG_ID: self._head})  # an id adds only digits, dots and hex to it
