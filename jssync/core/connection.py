@@ -40,6 +40,7 @@ from ..base.errors import (
 from ..base.status import is_no_responders
 from . import natspy as _natspy
 from .hooks import HOOKS
+from .internal import ConnectionInternal
 from .loop import IOLoop
 from .msg import ACK_SENT, Msg
 from .natspy import CLOSED as _NC_CLOSED
@@ -420,6 +421,8 @@ class Connection:
             # raised outside the ``except`` so the internal timeout is not the context
             raise self._connect_failure(failure, timeout)
         _live.add(self)
+        #: What the layers above core use of this connection (core/internal.py); not public API.
+        self.internal = ConnectionInternal(self)
 
     def _connect_failure(self, exc: BaseException, timeout: float | None) -> BaseException:
         """The error a failed first connect raises: what failed, where, and what to try."""

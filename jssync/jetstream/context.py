@@ -185,7 +185,7 @@ class JetStream:
             data = json.dumps(payload).encode()
         subject = f"{self.prefix}.{suffix}"
         try:
-            msg = self.conn._request(subject, data, None, self.timeout if timeout is None else timeout)
+            msg = self.conn.internal.request(subject, data, None, self.timeout if timeout is None else timeout)
         except NoRespondersError as exc:
             raise ServiceUnavailableError(
                 503, None, f"JetStream is not available on this account/server (no responders on {subject})"
@@ -677,7 +677,7 @@ class JetStream:
         remaining = deadline.remaining() or 0.001
         reserve = min(0.5, remaining / 4)
         try:
-            msg = self.conn._request(subject, data, headers, max(0.001, remaining - reserve))
+            msg = self.conn.internal.request(subject, data, headers, max(0.001, remaining - reserve))
         except (TimeoutError, NoRespondersError):
             try:
                 self._consumer_info(stream, name, timeout=max(0.001, deadline.remaining() or 0.0))
@@ -843,7 +843,7 @@ class JetStream:
             failed: BaseException | None = None
             try:
                 # _prepare_publish validated everything request() would
-                msg = self.conn._request(subject, data, h, deadline.remaining() or 0.001)
+                msg = self.conn.internal.request(subject, data, h, deadline.remaining() or 0.001)
             except NoRespondersError:
                 if attempt >= retry_attempts or (deadline.remaining() or 0) <= retry_wait * (attempt + 1):
                     failed = NoRespondersError(
@@ -880,7 +880,7 @@ class JetStream:
         if subject not in self._no_ack_looking and len(self._no_ack_looking) < 64:
             self._no_ack_looking.add(subject)
             try:
-                self.conn._pool.submit(self._look_for_no_ack, subject)
+                self.conn.internal.pool.submit(self._look_for_no_ack, subject)
             except Exception:  # the pool is gone: the connection is closing
                 self._no_ack_looking.discard(subject)
         return TimeoutError(
@@ -1213,8 +1213,8 @@ class _PubAckFuture(concurrent.futures.Future["PubAck"]):
         conn = self._conn
 
         def call(fut: concurrent.futures.Future[PubAck]) -> None:
-            pool = conn._pool
-            if conn._loop.in_loop_thread() and not pool._closed:
+            pool = conn.internal.pool
+            if conn.internal.loop.in_loop_thread() and not pool._closed:
                 pool.submit(fn, fut)
             else:
                 fn(fut)

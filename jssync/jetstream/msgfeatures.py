@@ -316,12 +316,12 @@ class BatchPublisher:
             for i, (subject, data, h) in enumerate(msgs):
                 if i == last:
                     h[HDR_BATCH_COMMIT] = "1"
-                    reply = conn._request(subject, data, h, deadline.remaining() or 0.001)
+                    reply = conn.internal.request(subject, data, h, deadline.remaining() or 0.001)
                     self.ack = _parse_pub_ack(reply)
                     return self.ack
                 if i == 0:
                     # the first as a request: a stream without allow_atomic answers with an error
-                    reply = conn._request(subject, data, h, deadline.remaining() or 0.001)
+                    reply = conn.internal.request(subject, data, h, deadline.remaining() or 0.001)
                     if reply.data or reply.headers:
                         _parse_pub_ack(reply)  # raises the refusal
                         raise APIError(None, None, f"unexpected reply to the start of batch {self.batch_id!r}: "

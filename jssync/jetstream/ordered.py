@@ -265,7 +265,7 @@ class OrderedConsumer:
             except Exception:  # noqa: BLE001 - gone already, or the server is away: it expires anyway
                 log.debug("jssync: ordered consumer: could not delete %s", name, exc_info=True)
 
-        js.conn._pool.submit(_delete)
+        js.conn.internal.pool.submit(_delete)
 
     def _reset(self, timeout: float | None = None) -> str:
         old = self._name
@@ -569,7 +569,7 @@ class OrderedConsumeContext(ConsumeContext):
                 return
             self._resetting = True
         log.debug("jssync: ordered consumer on %s: reset (%s)", self.stream, why)
-        self._conn._pool.submit(self._do_reset)
+        self._conn.internal.pool.submit(self._do_reset)
 
     def _do_reset(self) -> None:
         oc = self._oc

@@ -89,7 +89,7 @@ _END = _Control()
 
 def _on_loop(conn: Connection, make_coro: Callable[[], Any]) -> None:
     """Run ``make_coro()`` on the I/O thread without waiting (from any thread, even that one)."""
-    loop = conn._loop
+    loop = conn.internal.loop
     try:
         if loop.in_loop_thread():
             loop.loop.create_task(make_coro())
@@ -105,7 +105,7 @@ def _unsubscribe_soon(conn: Connection, nsub: Any) -> None:
         return
 
     async def _unsub() -> None:
-        if _natspy.sub_closed(nsub) or conn._nc.is_closed:
+        if _natspy.sub_closed(nsub) or conn.internal.nc.is_closed:
             return
         try:
             await nsub.unsubscribe()
@@ -152,7 +152,7 @@ def _wire_header_len(conn: Connection, msg: Msg) -> int:
     if msg.headers is None:
         return 0
     try:
-        n = _natspy.parser_needed(conn._nc) - len(msg.data)
+        n = _natspy.parser_needed(conn.internal.nc) - len(msg.data)
     except Exception:  # pragma: no cover - another nats-py version
         return -1
     return n if n.__class__ is int and n > 10 else -1
@@ -226,7 +226,7 @@ def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
 
     async def _sub() -> Any:
         with translating():
-            nsub = await conn._nc.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)
+            nsub = await conn.internal.nc.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)
         _natspy.set_sub_queue(nsub, sink)
         return nsub
 
@@ -236,7 +236,7 @@ def _acquire_inbox(conn: Connection, sink: Any, deadline: Deadline) -> _Inbox:
 def _release_inbox(conn: Connection, box: _Inbox, reuse: bool) -> None:
     """Give an inbox back: pooled when its pull request is over on the server, else unsubscribed."""
     _natspy.set_sub_queue(box.nsub, _DISCARD)
-    if reuse and not conn._closed and not _natspy.sub_closed(box.nsub):
+    if reuse and not conn.internal.closed and not _natspy.sub_closed(box.nsub):
         with _pools_lock:
             pool = _pools.setdefault(conn, [])
             if len(pool) < _POOL_MAX:
@@ -437,7 +437,7 @@ class FetchResult:
                 return q.get(timeout=deadline.slice())
             except Empty:
                 pass
-            if self._conn._closed:
+            if self._conn.internal.closed:
                 st.error = ConnectionClosedError("the connection closed during the fetch")
                 return _END
             if deadline.expired():
@@ -486,7 +486,7 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
     Blocks only to subscribe a reply inbox when no idle one can be reused.
     """
     conn = js.conn
-    conn._check_open()
+    conn.internal.check_open()
     hb: float | None = None
     if no_wait:
         exp_ns = 0
@@ -513,9 +513,9 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
                             heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait, group=prio.group,
                             min_pending=prio.min_pending, min_ack_pending=prio.min_ack_pending,
                             priority=prio.priority, pin_id=pin)
-    box = _acquire_inbox(conn, state, Deadline(conn._timeout + 5))
+    box = _acquire_inbox(conn, state, Deadline(conn.internal.timeout + 5))
     res = FetchResult(conn, state, box, deadline, hb, on_end)
-    conn._enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
+    conn.internal.enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
     return res
 
 
@@ -526,7 +526,7 @@ def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: flo
     read like a fetch's: messages, then the end-of-request status (404/408), or an error
     status (409 Consumer is push based, ...).
     """
-    conn._check_open()
+    conn.internal.check_open()
     meta = msg.metadata
     if no_wait:
         exp_ns = 0
@@ -535,11 +535,11 @@ def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: flo
         exp_ns = int(timeout * _NS)
         deadline = Deadline(timeout + min(FETCH_GRACE, 0.1 + timeout * 0.1))
     state = _FetchState(batch, 0, False, meta.stream, meta.consumer)
-    box = _acquire_inbox(conn, state, Deadline(conn._timeout + 5))
+    box = _acquire_inbox(conn, state, Deadline(conn.internal.timeout + 5))
     res = FetchResult(conn, state, box, deadline, None)
     body = b"+NXT " + pull_request(batch, expires_ns=exp_ns, no_wait=no_wait)
     try:
-        sent = conn._send_ack(msg, body, True, box.subject)
+        sent = conn.internal.send_ack(msg, body, True, box.subject)
     except BaseException:
         res.stop()
         raise
@@ -654,7 +654,7 @@ class ConsumeContext:
         if error_cb is not None and not callable(error_cb):
             raise TypeError(f"error_cb must be callable, got {type(error_cb).__name__}")
         conn = js.conn
-        conn._check_open()
+        conn.internal.check_open()
         self._js = js
         self._conn = conn
         self.stream = stream
@@ -736,21 +736,21 @@ class ConsumeContext:
 
         async def _sub() -> Any:
             with translating():
-                nsub = await conn._nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
+                nsub = await conn.internal.nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
             _natspy.set_sub_queue(nsub, self)
             return nsub
 
         # callback form: nothing is handed to the callback before consume() returned (the lane
         # counts as running until then), so the callback can use the context it returned
         self._running = self._cb is not None
-        self._nsub = conn.run(_sub(), Deadline(conn._timeout + 5), "subscribe")
-        conn._disconnect_listeners.append(self._on_disc)
-        conn._reconnect_listeners.append(self._on_reconn)
-        with conn._subs_lock:
-            conn._subs.add(self)  # type: ignore[arg-type]  # ended with the connection
+        self._nsub = conn.run(_sub(), Deadline(conn.internal.timeout + 5), "subscribe")
+        conn.internal.disconnect_listeners.append(self._on_disc)
+        conn.internal.reconnect_listeners.append(self._on_reconn)
+        with conn.internal.subs_lock:
+            conn.internal.subs.add(self)  # type: ignore[arg-type]  # ended with the connection
         self._paused = not conn.is_connected
         self._pull()
-        conn._loop.call_soon(self._arm_timer)
+        conn.internal.loop.call_soon(self._arm_timer)
         return self
 
     def _started(self) -> None:
@@ -837,7 +837,7 @@ class ConsumeContext:
             self._report(status_error(st, self.stream, self.consumer))
         self._reset_pending()
         try:
-            self._conn._loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
+            self._conn.internal.loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
         except RuntimeError:  # pragma: no cover - the loop is closing
             pass
 
@@ -875,7 +875,7 @@ class ConsumeContext:
         self._reset_pending()
         self._look_up_consumer()
         try:
-            self._conn._loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
+            self._conn.internal.loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
         except RuntimeError:  # pragma: no cover - the loop is closing
             pass
 
@@ -885,7 +885,7 @@ class ConsumeContext:
             return
         self._looking_up = True
         try:
-            self._conn._pool.submit(self._consumer_gone)
+            self._conn.internal.pool.submit(self._consumer_gone)
         except Exception:  # the pool is closed: the connection is closing
             self._looking_up = False
 
@@ -899,7 +899,7 @@ class ConsumeContext:
                 f"(pulls get no responders; {exc})")
             gone.__cause__ = exc
             try:
-                self._conn._loop.call_soon(self._terminal, gone)
+                self._conn.internal.loop.call_soon(self._terminal, gone)
             except Exception:  # the connection closed meanwhile
                 log.debug("jssync: consume: could not end after the consumer was deleted", exc_info=True)
         except Exception:  # no leader, timeout, closed: pulls go on and the next 503 asks again
@@ -940,7 +940,7 @@ class ConsumeContext:
             nsub: Any = None
             try:
                 with translating():
-                    nsub = await conn._nc.subscribe(inbox, pending_msgs_limit=0, pending_bytes_limit=0)
+                    nsub = await conn.internal.nc.subscribe(inbox, pending_msgs_limit=0, pending_bytes_limit=0)
             except Exception:  # the connection is closing or draining
                 log.debug("jssync: consume %s/%s: new inbox failed", self.stream, self.consumer, exc_info=True)
             if nsub is None:  # keep the old inbox (what it still receives counts as usual again)
@@ -955,7 +955,7 @@ class ConsumeContext:
                 self._inbox = inbox
                 self._nsub = nsub
                 try:
-                    conn._loop.loop.call_later(self._opts.expires + FETCH_GRACE, self._drop_old, old)
+                    conn.internal.loop.loop.call_later(self._opts.expires + FETCH_GRACE, self._drop_old, old)
                 except RuntimeError:  # pragma: no cover - the loop is closing
                     pass
             self._resetting = False
@@ -972,8 +972,8 @@ class ConsumeContext:
 
         async def _drain() -> None:
             try:
-                if not conn._nc.is_closed:
-                    await conn._drain_nsub(nsub, 5.0)
+                if not conn.internal.nc.is_closed:
+                    await conn.internal.drain_nsub(nsub, 5.0)
             except Exception:
                 log.debug("jssync: consume: draining an old inbox failed", exc_info=True)
 
@@ -1047,7 +1047,7 @@ class ConsumeContext:
                                 group=prio.group, min_pending=prio.min_pending,
                                 min_ack_pending=prio.min_ack_pending, priority=prio.priority,
                                 pin_id=pin)
-        self._conn._enqueue((subject, body, inbox, None))
+        self._conn.internal.enqueue((subject, body, inbox, None))
 
     # heartbeat monitor: a timer on the I/O loop, ticking every idle_heartbeat / _TICKS
 
@@ -1056,7 +1056,7 @@ class ConsumeContext:
             return
         self._last_act = self._activity
         self._idle_ticks = 0
-        self._timer = self._conn._loop.loop.call_later(self._hb / _TICKS, self._tick)
+        self._timer = self._conn.internal.loop.loop.call_later(self._hb / _TICKS, self._tick)
 
     def _cancel_timer(self) -> None:
         t = self._timer
@@ -1086,7 +1086,7 @@ class ConsumeContext:
         elif in_flight <= 0:
             self._pull()  # never sit at or below the threshold with nothing in flight
         if self._state is _State.RUNNING and not self._paused and self._timer is None:
-            self._timer = self._conn._loop.loop.call_later(self._hb / _TICKS, self._tick)
+            self._timer = self._conn.internal.loop.loop.call_later(self._hb / _TICKS, self._tick)
 
     def _missed_heartbeat(self) -> None:
         self._report(NoHeartbeatError(
@@ -1116,10 +1116,10 @@ class ConsumeContext:
 
     def _report(self, exc: BaseException) -> None:
         if self._error_cb is None:
-            self._conn._report_error(exc)
+            self._conn.internal.report_error(exc)
         else:
             log.warning("jssync: consume %s/%s: %s: %s", self.stream, self.consumer, type(exc).__name__, exc)
-            self._conn._pool.submit(self._conn._call_user_cb, self._error_cb, exc)
+            self._conn.internal.pool.submit(self._conn.internal.call_user_cb, self._error_cb, exc)
 
     def _detach(self) -> None:
         """Stop pulling for good: no connection listeners, no heartbeat timer (any thread).
@@ -1128,16 +1128,17 @@ class ConsumeContext:
         (:meth:`_server_finished`), so closing the connection meanwhile still ends it.
         """
         conn = self._conn
-        for lst, fn in ((conn._disconnect_listeners, self._on_disc), (conn._reconnect_listeners, self._on_reconn)):
+        for lst, fn in ((conn.internal.disconnect_listeners, self._on_disc),
+                        (conn.internal.reconnect_listeners, self._on_reconn)):
             try:
                 lst.remove(fn)
             except ValueError:
                 pass
-        if conn._loop.in_loop_thread():
+        if conn.internal.loop.in_loop_thread():
             self._cancel_timer()
         else:
             try:
-                conn._loop.call_soon(self._cancel_timer)
+                conn.internal.loop.call_soon(self._cancel_timer)
             except Exception:
                 pass
 
@@ -1169,8 +1170,8 @@ class ConsumeContext:
                 # the current inbox and those of written-off requests (none is added from now on)
                 subs = [n for n in (self._nsub, *self._old) if n is not None]
                 self._old = []
-                if not conn._nc.is_closed:
-                    for res in await asyncio.gather(*(conn._drain_nsub(n, 5.0) for n in subs),
+                if not conn.internal.nc.is_closed:
+                    for res in await asyncio.gather(*(conn.internal.drain_nsub(n, 5.0) for n in subs),
                                                     return_exceptions=True):
                         if isinstance(res, BaseException):
                             raise res
@@ -1180,7 +1181,7 @@ class ConsumeContext:
                 self._server_finished()
 
         try:
-            conn._loop.check()
+            conn.internal.loop.check()
             _on_loop(conn, _run)
         except Error:
             self._server_finished()
@@ -1192,7 +1193,7 @@ class ConsumeContext:
         end = loop.time() + self._opts.expires + FETCH_GRACE
         act = self._activity
         quiet_since = loop.time()
-        while conn._nc.is_connected and self.error is None and self._state is not _State.CLOSED:
+        while conn.internal.nc.is_connected and self.error is None and self._state is not _State.CLOSED:
             if self._bytes_mode:
                 if self._req_b - self._rx_b - self._disc_b <= 0:
                     return
@@ -1211,8 +1212,8 @@ class ConsumeContext:
     def _server_finished(self) -> None:
         """The inbox is unsubscribed (or the connection is gone): end the user side after the buffer."""
         conn = self._conn
-        with conn._subs_lock:
-            conn._subs.discard(self)  # type: ignore[arg-type]
+        with conn.internal.subs_lock:
+            conn.internal.subs.discard(self)  # type: ignore[arg-type]
         with self._lock:
             self._unsubscribed = True
             later = self._nak_later
@@ -1341,8 +1342,8 @@ class ConsumeContext:
                 return
             self._state = _State.CLOSED
         self._detach()
-        with self._conn._subs_lock:
-            self._conn._subs.discard(self)  # type: ignore[arg-type]
+        with self._conn.internal.subs_lock:
+            self._conn.internal.subs.discard(self)  # type: ignore[arg-type]
         self._server_done.set()
         q = self._q
         while True:  # the buffered messages are dropped (their acks could only fail)
@@ -1495,7 +1496,7 @@ class ConsumeContext:
             if self._running:
                 return
             self._running = True
-        self._conn._pool.submit(self._lane)
+        self._conn.internal.pool.submit(self._lane)
 
     def _lane(self) -> None:
         q = self._q
@@ -1507,7 +1508,7 @@ class ConsumeContext:
             budget -= 1
             if not budget:
                 # give the worker back now and then, so other callbacks on the pool get a turn
-                self._conn._pool.submit(self._lane)
+                self._conn.internal.pool.submit(self._lane)
                 return
             try:
                 msg = q.get_nowait()

@@ -444,12 +444,12 @@ class JetStreamSubscription(Subscription):
         """Hand ``exc`` to the subscription's error_cb, else the connection's (any thread)."""
         cb = self._error_cb
         if cb is None:
-            self._conn._report_error(exc)
+            self._conn.internal.report_error(exc)
             return
         log.warning("jssync: %s: %s", type(exc).__name__, exc)
-        pool = self._conn._pool
+        pool = self._conn.internal.pool
         if not pool._closed:
-            pool.submit(self._conn._call_user_cb, cb, exc)
+            pool.submit(self._conn.internal.call_user_cb, cb, exc)
 
     def _deliver(self, msg: Msg) -> None:
         self._last_seen = _monotonic()
@@ -552,7 +552,7 @@ class JetStreamSubscription(Subscription):
                 return
             self._fc_last = subject
             self._fc_replies += 1
-        self._conn._publish_raw(subject, b"")
+        self._conn.internal.publish_raw(subject, b"")
 
     # -- heartbeat alarm (a threading timer) ---------------------------------------------
 
@@ -566,7 +566,7 @@ class JetStreamSubscription(Subscription):
             if self._closed:
                 return
             t = threading.Timer(max(delay, 0.01), self._on_timer)
-            t.name = f"jssync-push-hb-{self._conn._id}"
+            t.name = f"jssync-push-hb-{self._conn.internal.id}"
             t.daemon = True
             self._timer = t
             t.start()
@@ -600,11 +600,11 @@ class JetStreamSubscription(Subscription):
         ``fresh``: the consumer about to be created starts at consumer sequence 1.
         """
         conn = self._conn
-        await conn._sync_pubs()
+        await conn.internal.sync_pubs()
         if fresh:
             self._cseq = 0
         with translating():
-            nsub = await conn._nc.subscribe(subject, queue=queue or "", pending_msgs_limit=0,
+            nsub = await conn.internal.nc.subscribe(subject, queue=queue or "", pending_msgs_limit=0,
                                             pending_bytes_limit=0)
         old = _natspy.sub_queue(nsub)
         inbound = _PushInbound(self, gen)
@@ -626,11 +626,11 @@ class JetStreamSubscription(Subscription):
 
     def _unsubscribe_nats(self, nsub: Any, deadline: Deadline) -> None:
         conn = self._conn
-        if nsub is None or conn._closed:
+        if nsub is None or conn.internal.closed:
             return
 
         async def _unsub() -> None:
-            if _natspy.sub_closed(nsub) or conn._nc.is_closed:
+            if _natspy.sub_closed(nsub) or conn.internal.nc.is_closed:
                 return
             with translating():
                 await nsub.unsubscribe()
@@ -651,7 +651,7 @@ class JetStreamSubscription(Subscription):
                 return
             self._reset_running = True
             self._reset_idle.clear()
-        self._conn._pool.submit(self._reset_job)
+        self._conn.internal.pool.submit(self._reset_job)
 
     def _ready(self) -> None:
         """subscribe() is done: let resets run (one may be waiting)."""
@@ -661,11 +661,11 @@ class JetStreamSubscription(Subscription):
                 self._reset_idle.set()
                 return
             self._reset_idle.clear()
-        self._conn._pool.submit(self._reset_job)
+        self._conn.internal.pool.submit(self._reset_job)
 
     def _wait_reset_idle(self, deadline: Deadline) -> None:
         """Wait (in slices) until no reset is running, so the current consumer is known."""
-        if not self.ordered or self._conn._pool.in_worker():
+        if not self.ordered or self._conn.internal.pool.in_worker():
             return  # on the pool, the reset job may be queued behind this thread: do not wait
         while not self._reset_idle.wait(deadline.slice()):
             if deadline.expired():
@@ -676,7 +676,7 @@ class JetStreamSubscription(Subscription):
         failures = 0
         while True:
             with self._reset_lock:
-                if self._closed or self._conn._closed or not self._reset_wanted:
+                if self._closed or self._conn.internal.closed or not self._reset_wanted:
                     self._reset_running = False
                     self._reset_idle.set()
                     return
@@ -695,7 +695,7 @@ class JetStreamSubscription(Subscription):
                 with self._reset_lock:
                     self._reset_wanted = True
                 end = _monotonic() + _RESET_RETRY_WAIT
-                while _monotonic() < end and not self._closed and not self._conn._closed:
+                while _monotonic() < end and not self._closed and not self._conn.internal.closed:
                     time.sleep(0.05)
 
     def _reset_once(self, gen: int) -> None:
@@ -708,7 +708,7 @@ class JetStreamSubscription(Subscription):
         self._unsubscribe_nats(old_nsub, Deadline(self._timeout if self._timeout is not None else js.timeout))
         # After a slow consumer drop, wait for room: a new consumer would only overflow again.
         while self.pending_msgs >= max(1, self._limit // 2):
-            if self._closed or conn._closed:
+            if self._closed or conn.internal.closed:
                 return
             time.sleep(0.01)
         deadline = Deadline(self._timeout if self._timeout is not None else js.timeout)
@@ -796,7 +796,7 @@ class JetStreamSubscription(Subscription):
                 item = None
             if item is None:
                 # waits outside ``except Empty``: an error raised here has no queue.Empty as context
-                self._conn._loop.check_fork()
+                self._conn.internal.loop.check_fork()
                 item = deadline.get(q)
                 if item is EXPIRED:
                     raise TimeoutError(f"no message on JetStream subscription {self.subject!r} within {timeout}s")
@@ -817,7 +817,7 @@ class JetStreamSubscription(Subscription):
         with self._reset_lock:
             super()._end()
         self._stop_alarm()
-        listeners = self._conn._reconnect_listeners
+        listeners = self._conn.internal.reconnect_listeners
         if self._on_reconnect in listeners:
             try:
                 listeners.remove(self._on_reconnect)
@@ -840,7 +840,7 @@ class JetStreamSubscription(Subscription):
             deadline = Deadline(self._js.timeout)
         try:
             conn = self._conn
-            if not conn._closed and not conn._closing:
+            if not conn.internal.closed and not conn.internal.closing:
                 rem = deadline.remaining()
                 conn.flush(timeout=self._js.timeout if rem is None else max(rem, 0.001))
                 if self._ack_fence and not self._ack_none:
@@ -861,7 +861,7 @@ class JetStreamSubscription(Subscription):
         name = self.consumer_name
         if not self.created_consumer or name is None:
             return
-        if self._conn._closed or self._conn._closing:
+        if self._conn.internal.closed or self._conn.internal.closing:
             log.debug("jssync: connection closed: consumer %s/%s is not deleted", self.stream_name, name)
             return
         self.created_consumer = False
@@ -893,7 +893,7 @@ class JetStreamSubscription(Subscription):
         deadline = Deadline(timeout)
         self._end()
         self._wait_reset_idle(deadline)
-        self._conn._unsubscribe(self, drain=False, timeout=deadline)
+        self._conn.internal.unsubscribe(self, drain=False, timeout=deadline)
         self._delete_consumer(deadline)
 
     def drain(self, timeout: float = 30.0) -> None:
@@ -927,7 +927,7 @@ class JetStreamSubscription(Subscription):
                 self._reset_wanted = False
             self._wait_reset_idle(deadline)
         try:
-            self._conn._unsubscribe(self, drain=True, timeout=deadline)
+            self._conn.internal.unsubscribe(self, drain=True, timeout=deadline)
         except BaseException:
             self._unsubscribe_soon()  # the UNSUB still goes out (Ctrl-C, timeout)
             raise
@@ -1117,8 +1117,8 @@ def subscribe(
             _create(sub, js, stream, name, subject, queue, user, given, ordered, timeout)
     except BaseException:
         sub._end()
-        with conn._subs_lock:
-            conn._subs.discard(sub)
+        with conn.internal.subs_lock:
+            conn.internal.subs.discard(sub)
         try:
             sub._unsubscribe_nats(sub._nsub, Deadline(2.0))
         except Exception:  # noqa: BLE001 - the original error matters
@@ -1129,15 +1129,15 @@ def subscribe(
         sub.heartbeat_alarm = heartbeat_alarm or HEARTBEAT_ALARM_FACTOR * hb
         sub._start_alarm()
     if ordered:
-        conn._reconnect_listeners.append(sub._on_reconnect)
+        conn.internal.reconnect_listeners.append(sub._on_reconnect)
     sub._ready()
     return sub
 
 
 def _register(sub: JetStreamSubscription) -> None:
     conn = sub._conn
-    with conn._subs_lock:
-        conn._subs.add(sub)
+    with conn.internal.subs_lock:
+        conn.internal.subs.add(sub)
 
 
 def _apply_consumer(sub: JetStreamSubscription, cfg: dict[str, Any]) -> None:

@@ -916,7 +916,7 @@ def _abandon_watcher(conn: Connection, holder: _SubHolder, listener: Callable[[]
     after its inactive threshold.
     """
     try:
-        conn._reconnect_listeners.remove(listener)
+        conn.internal.reconnect_listeners.remove(listener)
     except ValueError:
         pass
     sub = holder.sub
@@ -972,7 +972,7 @@ class _PushWatcher(Generic[T]):
         # stop() would keep its subscription and server-side consumer as long as the
         # connection lives): the listener holds it weakly, and a finalizer cleans up.
         self._listener = _weak_listener(self)
-        self._conn._reconnect_listeners.append(self._listener)
+        self._conn.internal.reconnect_listeners.append(self._listener)
         self._finalizer = weakref.finalize(self, _abandon_watcher, self._conn, self._holder, self._listener)
         try:
             info = self._create_first(deadline)
@@ -1139,9 +1139,9 @@ class _PushWatcher(Generic[T]):
             act = decide_push(st)
             if act is PushAction.FLOW_CONTROL or act is PushAction.HEARTBEAT:
                 if st.flow_control:  # flow control request
-                    self._conn._publish_raw(st.flow_control, b"")
+                    self._conn.internal.publish_raw(st.flow_control, b"")
                 if st.stalled:
-                    self._conn._publish_raw(st.stalled, b"")
+                    self._conn.internal.publish_raw(st.stalled, b"")
                 last = st.last_consumer
                 if last > self._cseq:
                     self._reset(f"heartbeat says consumer sequence {last}, last seen {self._cseq}")
@@ -1267,7 +1267,7 @@ class _PushWatcher(Generic[T]):
     def _stop_quietly(self) -> None:
         self._stopped = True
         try:
-            self._conn._reconnect_listeners.remove(self._listener)
+            self._conn.internal.reconnect_listeners.remove(self._listener)
         except ValueError:
             pass
         with self._lock:

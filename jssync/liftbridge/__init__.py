@@ -199,13 +199,13 @@ class Client:
                 raise ValidationError("give servers (and connect options) or connection, not both")
             self._conn = connection
             self._own = False
-            seeds: list[str] = list(connection._urls)
+            seeds: list[str] = list(connection.internal.urls)
         else:
             from ..core.connection import connect
 
             self._conn = connect(servers, **connect_options)
             self._own = True
-            seeds = list(self._conn._urls)
+            seeds = list(self._conn.internal.urls)
         self.timeout = float(timeout)
         self.resubscribe_wait_time = float(resubscribe_wait_time)
         self.replica_max_lag_time = float(replica_max_lag_time)
@@ -237,7 +237,7 @@ class Client:
     def _check_open(self) -> None:
         if self._closed:
             raise ConnectionClosedError("the liftbridge client is closed")
-        self._conn._check_open()
+        self._conn.internal.check_open()
 
     def _deadline(self, timeout: float | None | _Default) -> Deadline:
         if isinstance(timeout, _Default):

@@ -250,9 +250,9 @@ class Subscription:
                     f"{deadline.timeout}s: {last}"
                 ) from last
             _sleep(random.uniform(RETRY_MIN, RETRY_MAX), deadline)
-        self._conn._reconnect_listeners.append(self._on_reconnect)
+        self._conn.internal.reconnect_listeners.append(self._on_reconnect)
         if self._handler is not None:
-            self._lane = SerialLane(self._conn._pool, self._run_handler)
+            self._lane = SerialLane(self._conn.internal.pool, self._run_handler)
             self._thread = threading.Thread(target=self._read_loop, name=f"jssync-lb-sub-{self._id}", daemon=True)
             self._thread.start()
 
@@ -331,7 +331,7 @@ class Subscription:
         """Ask the server to delete a consumer, without waiting (its inactive threshold is the backstop)."""
         if name is None or self._conn.is_closed:
             return
-        self._conn._publish_raw(f"{self._js.prefix}.CONSUMER.DELETE.{self.jetstream_stream}.{name}", b"")
+        self._conn.internal.publish_raw(f"{self._js.prefix}.CONSUMER.DELETE.{self.jetstream_stream}.{name}", b"")
 
     def _drop_current(self) -> None:
         with self._state_lock:
@@ -430,11 +430,11 @@ class Subscription:
         act = decide_push(st)
         if act is PushAction.FLOW_CONTROL:  # answer it now that we reached it
             self._fail_since = None
-            self._conn._publish_raw(st.flow_control, b"")
+            self._conn.internal.publish_raw(st.flow_control, b"")
         elif act is PushAction.HEARTBEAT:
             self._fail_since = None
             if st.stalled:
-                self._conn._publish_raw(st.stalled, b"")
+                self._conn.internal.publish_raw(st.stalled, b"")
             last = st.last_consumer
             if last >= 0 and last != self._cseq:
                 self._reset_reason = f"gap: heartbeat says consumer sequence {last}, have {self._cseq}"
@@ -658,7 +658,7 @@ class Subscription:
                 self._lock.release()
         self._unwatch_deletions()
         try:
-            self._conn._reconnect_listeners.remove(self._on_reconnect)
+            self._conn.internal.reconnect_listeners.remove(self._on_reconnect)
         except ValueError:
             pass
         if self._lane is not None and self._dropping:

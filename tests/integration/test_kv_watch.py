@@ -173,14 +173,14 @@ def test_connection_close_ends_iteration(nats_server, unique):
 
 def test_many_updates_in_order_with_flow_control(kv, js, nc, monkeypatch):
     fc_replies: list[str] = []
-    raw = nc._publish_raw
+    raw = nc.internal.publish_raw  # (push flow control replies go out through conn.internal)
 
     def spy(subject: str, data: bytes) -> None:
         if subject.startswith("$JS.FC."):
             fc_replies.append(subject)
         raw(subject, data)
 
-    monkeypatch.setattr(nc, "_publish_raw", spy)
+    monkeypatch.setattr(nc.internal, "publish_raw", spy)
     with kv.watch(updates_only=True) as w:
         assert w.next(timeout=2) is None
         n = 3000

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import jssync
 
@@ -212,3 +213,94 @@ def test_the_walk_sees_every_kind_of_import(tmp_path: Path) -> None:
     assert not any("connection.py:3" in u for u in ups), ups  # TYPE_CHECKING only: exempt
     circles = cycles(pkg)
     assert len(circles) == 1 and "jssync.core.connection" in circles[0] and "context.py:1" in circles[0], circles
+
+
+# -- Connection's internal interface ------------------------------------------------------------
+
+#: Names an upper layer calls a Connection by (variables, attributes: ``conn``, ``self._conn``, ...).
+_CONN_NAMES = {"conn", "_conn", "connection", "_connection", "nc", "_nc"}
+
+#: Private accesses still allowed, by module: jetstream/context.py's _AsyncPublisher is being
+#: rewritten on the publish-queue branch (issue 22 item 4) and switches to ``conn.internal``
+#: after that merge. Lower a number when you remove accesses; never raise one.
+ALLOWED_PRIVATE: dict[str, int] = {"jetstream/context.py": 25}
+
+
+def connection_private_names(root: Path = PACKAGE) -> set[str]:
+    """Connection's ``_private`` methods and attributes (``self._x`` in its class), dunders excluded."""
+    tree = ast.parse((root / "core" / "connection.py").read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Connection")
+    names = set()
+    for node in ast.walk(cls):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            names.add(node.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _is_connection(expr: ast.expr) -> bool:
+    return (isinstance(expr, ast.Name) and expr.id in _CONN_NAMES) or (
+        isinstance(expr, ast.Attribute) and expr.attr in _CONN_NAMES)
+
+
+def private_connection_accesses(root: Path = PACKAGE) -> dict[str, list[str]]:
+    """Per module outside core/: the places that touch a private member of a Connection."""
+    private = connection_private_names(root)
+    out: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "core":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            member = isinstance(node, ast.Attribute) and node.attr in private and _is_connection(node.value)
+            by_name = (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr")
+                       and len(node.args) >= 2 and _is_connection(node.args[0])
+                       and isinstance(node.args[1], ast.Constant) and node.args[1].value in private)
+            if member or by_name:
+                out.setdefault(str(rel), []).append(f"{rel}:{getattr(node, 'lineno', 0)}: {ast.unparse(node)}")
+    return out
+
+
+def test_upper_layers_use_the_connections_internal_interface() -> None:
+    """Outside core/, a Connection is used through its public API or ``conn.internal`` (core/internal.py)."""
+    found = private_connection_accesses()
+    wrong = []
+    for module, hits in sorted(found.items()):
+        allowed = ALLOWED_PRIVATE.get(module, 0)
+        if len(hits) > allowed:
+            wrong.append(f"{module}: {len(hits)} private Connection accesses (allowed {allowed}); "
+                         "use conn.internal (jssync/core/internal.py):\n    " + "\n    ".join(hits))
+    for module, allowed in ALLOWED_PRIVATE.items():
+        if len(found.get(module, [])) < allowed:
+            wrong.append(f"{module}: {len(found.get(module, []))} private accesses left: lower ALLOWED_PRIVATE "
+                         f"from {allowed}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_internal_interface_offers_what_it_documents(nats_server: Any) -> None:
+    """Every member core/internal.py declares is set, and is the connection's own object or bound method."""
+    from jssync.core.internal import ConnectionInternal
+
+    with jssync.connect(nats_server.url) as nc:
+        ci = nc.internal
+        for name in ConnectionInternal.__slots__:
+            value = getattr(ci, name)
+            if callable(value) and hasattr(value, "__self__"):
+                assert value.__self__ is nc, name
+        assert ci.loop is nc._loop and ci.subs is nc._subs and not ci.closed and not ci.closing
+    assert ci.closed
+
+
+def test_the_private_access_check_can_fail(tmp_path: Path) -> None:
+    pkg = tmp_path / "jssync"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "jetstream").mkdir()
+    (pkg / "core" / "connection.py").write_text(
+        "class Connection:\n    def __init__(self):\n        self._loop = 1\n    def _enqueue(self):\n        pass\n")
+    (pkg / "jetstream" / "pull.py").write_text(
+        "def f(conn, self):\n    conn._enqueue()\n    self._conn._loop\n    getattr(conn, '_loop')\n"
+        "    conn.internal.enqueue()\n    self._other._loop\n")
+    found = private_connection_accesses(pkg)
+    assert sorted(h.split(": ")[0] for h in found["jetstream/pull.py"]) == [
+        "jetstream/pull.py:2", "jetstream/pull.py:3", "jetstream/pull.py:4"], found
