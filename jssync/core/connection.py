@@ -7,7 +7,6 @@ import atexit
 import itertools
 import logging
 import os
-import re
 import select
 import socket
 import ssl
@@ -16,12 +15,11 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from ..base.deadline import Deadline
 from ..base.errors import (
     AuthorizationError,
-    BadHeaderError,
     BadSubjectError,
     ConnectionClosedError,
     Error,
@@ -38,6 +36,14 @@ from ..base.errors import (
     translating,
 )
 from ..base.status import is_no_responders
+from ..base.validate import (
+    _SUBJECT_BAD,
+    _check_data,
+    _encode_headers,
+    _headers_size,
+    validate_headers,
+    validate_subject,
+)
 from . import natspy as _natspy
 from .hooks import HOOKS
 from .internal import ConnectionInternal
@@ -46,6 +52,7 @@ from .msg import ACK_SENT, Msg
 from .natspy import CLOSED as _NC_CLOSED
 from .natspy import STATUS as _NC_STATUS
 from .subscription import Subscription, _Inbound
+from .urls import _check_secret_file, _is_local, _looks_like_seed, _scrub, _split_servers, _url_secrets, redact_url
 from .workers import WorkerPool
 
 if TYPE_CHECKING:
@@ -55,7 +62,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 log = logging.getLogger("jssync")
 
-DEFAULT_URL = "nats://127.0.0.1:4222"
 _ids = itertools.count(1)
 _live: weakref.WeakSet[Connection] = weakref.WeakSet()
 
@@ -83,172 +89,6 @@ _PUB_HIGH_WATER = 65536
 _PUB_HIGH_BYTES = 64 << 20
 #: While not connected the pump leaves the queue alone and looks again after this long.
 _PARKED_POLL = 0.05
-
-_SUBJECT_BAD = re.compile(r"[\s]")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
-
-
-def redact_url(url: str) -> str:
-    """Return ``url`` with any password (or token in the user part) replaced by ``***``."""
-    try:
-        parts = urlsplit(url if "://" in url else "nats://" + url)
-    except ValueError:
-        return "<invalid url>"
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    cred = f"{user}:***" if parts.password is not None else "***"
-    return urlunsplit((parts.scheme, f"{cred}@{host}", parts.path, parts.query, parts.fragment))
-
-
-def _is_local(url: str) -> bool:
-    """True if ``url`` names this machine (loopback or localhost)."""
-    try:
-        host = urlsplit(url if "://" in url else "nats://" + url).hostname or ""
-    except ValueError:
-        return False
-    return host in ("localhost", "::1") or host.startswith("127.")
-
-
-_SEED = re.compile(r"^S[UAONCPX][A-Z2-7]{56}\Z")
-
-
-def _looks_like_seed(value: str) -> bool:
-    """True if ``value`` has the shape of an nkey seed (``S`` + type + base32, 58 characters)."""
-    return bool(_SEED.match(value.strip()))
-
-
-_SEED_IN_TEXT = re.compile(r"\bS[UAONCPX][A-Z2-7]{56}\b")
-_JWT_IN_TEXT = re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
-
-
-def _check_secret_file(path: str, what: str, need_jwt: bool) -> None:
-    """Raise ``ValueError`` naming ``path`` (never its content) unless it holds a seed (and a JWT)."""
-    why = ""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(1 << 20)
-    except OSError as exc:
-        why = exc.strerror or type(exc).__name__
-    if why:
-        raise ValidationError(f"cannot read the {what} {path!r}: {why}")
-    if need_jwt and not _JWT_IN_TEXT.search(text):
-        raise ValidationError(f"the {what} {path!r} holds no user JWT")
-    if not _SEED_IN_TEXT.search(text):
-        raise ValidationError(f"the {what} {path!r} holds no nkey seed")
-
-
-def _scrub(text: str, secrets: Sequence[str]) -> str:
-    """Replace every occurrence of each secret in ``text`` with ``***``."""
-    for secret in secrets:
-        if secret and len(secret) >= 3:
-            text = text.replace(secret, "***")
-    return text
-
-
-def _url_secrets(url: str) -> list[str]:
-    """The password, or the token (a user part without password), in ``url``."""
-    try:
-        parts = urlsplit(url if "://" in url else "nats://" + url)
-        user, password = parts.username, parts.password
-    except ValueError:
-        return []
-    if password is not None:
-        return [password]
-    return [user] if user else []
-
-
-def _split_servers(servers: str | Sequence[str] | None) -> list[str]:
-    if servers is None:
-        servers = os.environ.get("NATS_URL") or DEFAULT_URL
-    if isinstance(servers, str):
-        urls = [s.strip() for s in servers.split(",") if s.strip()]
-    else:
-        urls = [str(s).strip() for s in servers if str(s).strip()]
-    if not urls:
-        raise ValidationError("no server URL given")
-    return urls
-
-
-_valid_subjects: dict[str, bool] = {}
-
-
-def validate_subject(subject: str, what: str = "subject", wildcards: bool = True) -> None:
-    """Raise :class:`jssync.BadSubjectError` naming ``subject`` if it is not a valid subject.
-
-    Valid subjects are remembered (a bounded cache), so repeated publishes to the same
-    subject cost one dict look-up.
-    """
-    ok = _valid_subjects.get(subject)
-    if ok is not None and (ok or wildcards):
-        return
-    _check_subject(subject, what, wildcards)
-    if len(_valid_subjects) > 8192:
-        _valid_subjects.clear()
-    toks = subject.split(".")
-    has_wc = "*" in toks or toks[-1] == ">"
-    _valid_subjects[subject] = not has_wc
-
-
-def _check_subject(subject: str, what: str, wildcards: bool) -> None:
-    if not isinstance(subject, str):
-        raise BadSubjectError(f"{what} must be a str, got {type(subject).__name__}")
-    if not subject or _SUBJECT_BAD.search(subject) or subject.startswith(".") or subject.endswith("."):
-        raise BadSubjectError(f"invalid {what}: {subject!r}")
-    if ".." in subject:
-        raise BadSubjectError(f"invalid {what} (empty token): {subject!r}")
-    if not wildcards:
-        for tok in subject.split("."):
-            if tok in ("*", ">"):
-                raise BadSubjectError(f"{what} may not contain wildcards: {subject!r}")
-    else:
-        # as in nats-server: '>' is a wildcard only as a whole token, and then the last one;
-        # inside a longer token it is a literal character
-        toks = subject.split(".")
-        for i, tok in enumerate(toks):
-            if tok == ">" and i != len(toks) - 1:
-                raise BadSubjectError(f"invalid {what} ('>' must be the last token): {subject!r}")
-
-
-def validate_headers(headers: dict[str, str] | None) -> None:
-    """Raise :class:`jssync.BadHeaderError` naming a bad header name or value (CR/LF, etc.)."""
-    if headers is None:
-        return
-    if not isinstance(headers, dict):
-        raise BadHeaderError(f"headers must be a dict, got {type(headers).__name__}")
-    for k, v in headers.items():
-        if not isinstance(k, str) or not _HEADER_NAME.match(k):
-            raise BadHeaderError(f"invalid header name: {k!r}")
-        if not isinstance(v, str):
-            raise BadHeaderError(f"header {k!r} value must be a str, got {type(v).__name__}")
-        if "\r" in v or "\n" in v:
-            raise BadHeaderError(f"header {k!r} value contains CR or LF: {v!r}")
-
-
-def _encode_headers(headers: dict[str, str]) -> bytes:
-    """Encode a header block (names and values were validated at publish time)."""
-    lines = ["NATS/1.0\r\n"]
-    for k, v in headers.items():
-        lines.append(f"{k}: {v}\r\n")
-    lines.append("\r\n")
-    return "".join(lines).encode()
-
-
-def _headers_size(headers: dict[str, str]) -> int:
-    """Bytes of the encoded header block: the server counts them in max_payload."""
-    return 12 + sum(len(k.encode()) + len(v.encode()) + 4 for k, v in headers.items())
-
-
-def _check_data(data: Any) -> bytes:
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise TypeError(f"data must be bytes, got {type(data).__name__}")
-
 
 class Connection:
     """A connection to NATS with a blocking API.

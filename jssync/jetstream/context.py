@@ -33,9 +33,9 @@ from ..base.errors import (
     name_missing,
 )
 from ..base.status import is_no_responders
+from ..base.validate import _check_data, _headers_size, validate_headers, validate_subject
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
-from ..core.connection import _check_data, _headers_size, validate_headers, validate_subject
 from . import priority as _priority
 from .hooks import HOOKS
 from .params import (  # (names of the context too: validate_name, HDR_*, _consumer_config)
@@ -90,7 +90,7 @@ def _stream_config(config: api.StreamConfig | None, params: Mapping[str, Any]) -
     if config.subjects is not None:
         if isinstance(config.subjects, str):
             raise TypeError("subjects must be a list of subjects, not a str")
-        from ..core.connection import validate_subject
+        from ..base.validate import validate_subject
 
         for s in config.subjects:
             validate_subject(s, "stream subject")

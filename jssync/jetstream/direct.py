@@ -242,7 +242,7 @@ def direct_get(js: JetStream, stream: str, *, seq: int | None = None, last_by_su
         jssync.NoRespondersError: no replica or mirror answered.
         jssync.TimeoutError: no reply in time.
     """
-    from ..core.connection import validate_subject
+    from ..base.validate import validate_subject
 
     t = _timeout(js, timeout)
     req: dict[str, Any] = {}
@@ -516,7 +516,7 @@ def direct_get_batch(js: JetStream, stream: str, subject: str, batch: int, *, se
         jssync.DirectGetNotAllowedError, jssync.StreamNotFoundError: (while iterating) nobody
             answered because the stream does not allow direct gets or does not exist.
     """
-    from ..core.connection import validate_subject
+    from ..base.validate import validate_subject
 
     validate_subject(subject, "subject")
     req: dict[str, Any] = {"batch": _check_positive(batch, "batch")}
@@ -555,7 +555,7 @@ def direct_get_last_for(js: JetStream, stream: str, subjects: list[str], *, up_t
             answered because the stream does not allow direct gets or does not exist.
         TooManySubjectsError: (while iterating) more than 1024 subjects matched.
     """
-    from ..core.connection import validate_subject
+    from ..base.validate import validate_subject
 
     if isinstance(subjects, str) or not isinstance(subjects, list | tuple):
         raise TypeError(f"subjects must be a list of subjects, got {subjects!r}")

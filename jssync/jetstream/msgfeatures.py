@@ -21,7 +21,7 @@ from nats.js import api
 
 from ..base.deadline import Deadline
 from ..base.errors import APIError, JetStreamError, MessageNotFoundError, ValidationError
-from ..core.connection import validate_subject
+from ..base.validate import validate_subject
 
 if TYPE_CHECKING:
     from types import TracebackType

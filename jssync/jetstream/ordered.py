@@ -122,7 +122,7 @@ class OrderedConsumer:
         if isinstance(filter_subjects, str):
             filter_subjects = [filter_subjects]
         if filter_subjects is not None:
-            from ..core.connection import validate_subject
+            from ..base.validate import validate_subject
 
             if not isinstance(filter_subjects, list | tuple):
                 raise TypeError(f"filter_subjects must be a subject or a list of them, got {filter_subjects!r}")

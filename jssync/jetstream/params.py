@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 from nats.js import api
 
 from ..base.errors import ValidationError
-from ..core.connection import validate_subject
+from ..base.validate import validate_subject
 from . import priority as _priority
 
 if TYPE_CHECKING:  # (evaluated by type checkers only: older nats-py lacks some of these enums)

@@ -1031,7 +1031,7 @@ def subscribe(
         jssync.TimeoutError.
     """
     from ..base.errors import BadSubjectError
-    from ..core.connection import _SUBJECT_BAD, validate_subject
+    from ..base.validate import _SUBJECT_BAD, validate_subject
     from .params import validate_name
 
     conn = js.conn

@@ -98,7 +98,7 @@ class Stream:
             raise ValidationError("purge takes seq or keep, not both")
         req: dict[str, Any] = {}
         if subject is not None:
-            from ..core.connection import validate_subject
+            from ..base.validate import validate_subject
 
             validate_subject(subject, "purge subject")
             req["filter"] = subject

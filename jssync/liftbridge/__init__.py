@@ -53,7 +53,8 @@ from ..base.errors import (
     ValidationError,
 )
 from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError
-from ..core.connection import Connection, validate_subject
+from ..base.validate import validate_subject
+from ..core.connection import Connection
 from ..jetstream.context import JetStream
 from ..jetstream.params import validate_name
 from ..jetstream.replies import PubAck, _parse_pub_ack

@@ -311,7 +311,7 @@ def user_headers(headers: Mapping[str, str | bytes] | None) -> dict[str, str]:
             str or bytes, or a ``Nats-*`` value that is not header-safe text.
     """
     from ..base.errors import BadHeaderError
-    from ..core.connection import validate_headers
+    from ..base.validate import validate_headers
 
     if headers is None:
         return {}
@@ -391,7 +391,7 @@ def check_correlation_id(correlation_id: Any) -> str | None:
 
 
 def check_ack_inbox(ack_inbox: Any) -> str | None:
-    from ..core.connection import validate_subject
+    from ..base.validate import validate_subject
 
     if ack_inbox is None:
         return None
@@ -613,7 +613,7 @@ def new_nats_message(
         ValueError, TypeError: a bad argument (named in the message).
         jssync.BadSubjectError, jssync.BadHeaderError.
     """
-    from ..core.connection import validate_subject
+    from ..base.validate import validate_subject
 
     validate_subject(subject, wildcards=False)
     data = check_bytes(value, "value")

@@ -27,7 +27,8 @@ from typing import Any
 
 from ..base.deadline import DEFAULT, Deadline, _Default
 from ..base.errors import BadSubjectError, ConnectionClosedError, Error, ServiceError, ValidationError
-from ..core.connection import Connection, validate_headers, validate_subject
+from ..base.validate import validate_headers, validate_subject
+from ..core.connection import Connection
 from ..core.msg import Msg
 from ..core.subscription import Subscription
 

@@ -301,7 +301,7 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> ReadOptions:
-        from ..core.connection import validate_subject
+        from ..base.validate import validate_subject
         from ..jetstream.params import validate_name
 
         stream = _opt_str(opts, "stream")
@@ -378,7 +378,7 @@ class WriteOptions:
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> WriteOptions:
-        from ..core.connection import validate_subject
+        from ..base.validate import validate_subject
 
         subject = _opt_str(opts, "subject")
         if subject is not None:
@@ -1017,7 +1017,7 @@ class _FastRows:
     MAX_SUBJECTS = 4096
 
     def __init__(self, conn: Connection, prefix: str, batch: int, partition: int, derive: bool) -> None:
-        from ..core.connection import validate_headers
+        from ..base.validate import validate_headers
         from ..jetstream.params import HDR_MSG_ID
 
         self._head = f"{prefix}.{batch}.{partition}."
@@ -1033,7 +1033,7 @@ class _FastRows:
         """The row's headers (its ``Nats-Msg-Id`` or None); raises like ``publish_async``."""
         base = self._subjects.get(subject)
         if base is None:
-            from ..core.connection import validate_subject
+            from ..base.validate import validate_subject
 
             validate_subject(subject, wildcards=False)
             base = hashlib.blake2b(subject.encode(), digest_size=6)

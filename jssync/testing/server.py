@@ -365,8 +365,8 @@ class NatsCluster:
             self._wait_placement(end)
 
     def _wait_placement(self, end: float) -> None:
-        from .. import connect  # late import: the server module is usable without a client
         from ..base.errors import Error
+        from ..core.connection import connect  # late import: the server module is usable without a client
 
         # Right after start-up the nodes also drop duplicate routes, and the meta leader can
         # see a peer as offline for a moment after a placement already worked once: require

@@ -22,7 +22,7 @@ import jssync
 from jssync.base.errors import APIError, check_api_response, permission_error
 from jssync.base.jsack import NotJSMessageError, parse_ack_subject
 from jssync.base.status import Action, Status, classify, decide
-from jssync.core.connection import _encode_headers, validate_headers, validate_subject
+from jssync.base.validate import _encode_headers, validate_headers, validate_subject
 from jssync.jetstream.context import validate_name
 
 pytestmark = pytest.mark.timeout(120)
