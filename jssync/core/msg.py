@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..base.errors import NotJSMessageError, ValidationError
+from ..base.errors import ConnectionClosedError, Error, ForkError, NotJSMessageError, ValidationError
 from ..base.jsack import MsgMetadata, parse_ack_subject
 from .hooks import HOOKS
 
@@ -91,8 +91,6 @@ class Msg:
         Raises:
             jssync.Error: the message has no reply subject.
         """
-        from ..base.errors import Error
-
         if not self.reply:
             raise Error("the message has no reply subject to respond to")
         self._conn.publish(self.reply, data, headers=headers)
@@ -108,8 +106,6 @@ class Msg:
         """
         meta = self._meta
         if meta is None:
-            from ..base.errors import Error
-
             why = ""
             try:
                 meta = self._meta = parse_ack_subject(self.reply)
@@ -124,13 +120,9 @@ class Msg:
         if self._ack_none:
             return None
         if not self.reply:
-            from ..base.errors import Error
-
             raise Error("the message has no reply subject: it cannot be acknowledged")
         conn = self._conn
         if conn._loop.forked:
-            from ..base.errors import ForkError
-
             # the parent's publish queue is never sent from here: the ack would be lost
             raise ForkError(
                 "this message was received by a connection of the parent process and cannot be "
@@ -155,8 +147,6 @@ class Msg:
         conn = self._ack_target()
         if conn is None:
             return
-        from ..base.errors import ConnectionClosedError
-
         with conn._close_lock:  # the ack lock (see Connection._send_ack)
             if self._acked:
                 return
@@ -195,8 +185,6 @@ class Msg:
     def _nak_quiet(self) -> None:
         """nak for jssync's own use (stop): on a closed connection the message is left to
         the server's ack wait instead of raising."""
-        from ..base.errors import ConnectionClosedError
-
         try:
             self._send_ack(_NAK, True)
         except ConnectionClosedError:

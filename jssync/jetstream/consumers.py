@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from nats.js import api
 
 from ..base.deadline import Deadline
-from ..base.errors import PullRequestError, ValidationError
+from ..base.errors import PullRequestError, TimeoutError, ValidationError
 from ..core.msg import Msg
 from .priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
 from .pull import (
@@ -246,8 +246,6 @@ class Consumer:
             if err is not None:  # a warning, a missed heartbeat, the connection closed, ...
                 raise err
             break
-        from ..base.errors import TimeoutError
-
         raise TimeoutError(f"no message from consumer {self.name!r} on stream {self.stream!r} within {timeout}s")
 
     # -- continuous ---------------------------------------------------------------------------

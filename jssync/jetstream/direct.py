@@ -43,6 +43,7 @@ from ..base.errors import (
     ValidationError,
 )
 from ..base.status import END_OF_BATCH, NO_RESPONDERS, NOT_FOUND, REQUEST_TIMEOUT, TOO_MANY_SUBJECTS, Status, classify
+from ..base.validate import validate_subject
 from .replies import StoredMsg
 
 if TYPE_CHECKING:
@@ -242,8 +243,6 @@ def direct_get(js: JetStream, stream: str, *, seq: int | None = None, last_by_su
         jssync.NoRespondersError: no replica or mirror answered.
         jssync.TimeoutError: no reply in time.
     """
-    from ..base.validate import validate_subject
-
     t = _timeout(js, timeout)
     req: dict[str, Any] = {}
     subject = _api_subject(js, stream)
@@ -516,8 +515,6 @@ def direct_get_batch(js: JetStream, stream: str, subject: str, batch: int, *, se
         jssync.DirectGetNotAllowedError, jssync.StreamNotFoundError: (while iterating) nobody
             answered because the stream does not allow direct gets or does not exist.
     """
-    from ..base.validate import validate_subject
-
     validate_subject(subject, "subject")
     req: dict[str, Any] = {"batch": _check_positive(batch, "batch")}
     if seq is not None and start_time is not None:
@@ -555,8 +552,6 @@ def direct_get_last_for(js: JetStream, stream: str, subjects: list[str], *, up_t
             answered because the stream does not allow direct gets or does not exist.
         TooManySubjectsError: (while iterating) more than 1024 subjects matched.
     """
-    from ..base.validate import validate_subject
-
     if isinstance(subjects, str) or not isinstance(subjects, list | tuple):
         raise TypeError(f"subjects must be a list of subjects, got {subjects!r}")
     if not subjects:

@@ -20,8 +20,17 @@ from typing import TYPE_CHECKING, Any
 from nats.js import api
 
 from ..base.deadline import Deadline
-from ..base.errors import APIError, JetStreamError, MessageNotFoundError, ValidationError
+from ..base.errors import (
+    APIError,
+    JetStreamError,
+    MessageNotFoundError,
+    NoRespondersError,
+    TimeoutError,
+    ValidationError,
+)
 from ..base.validate import validate_subject
+from .params import validate_name
+from .replies import _parse_pub_ack
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -123,8 +132,6 @@ class Counter:
     def __init__(self, js: JetStream, subject: str, stream: str | None = None) -> None:
         validate_subject(subject, "counter subject", wildcards=False)
         if stream is not None:
-            from .params import validate_name
-
             validate_name(stream)
         self._js = js
         self.subject = subject
@@ -304,9 +311,6 @@ class BatchPublisher:
             raise ValidationError(f"batch {self.batch_id!r} is {self._state}: it cannot be committed")
         if not self._msgs:
             raise ValidationError(f"batch {self.batch_id!r} is empty: nothing to commit")
-        from ..base.errors import NoRespondersError, TimeoutError
-        from .replies import _parse_pub_ack
-
         self._state = "committed"
         deadline = Deadline(self.timeout if timeout is None else timeout)
         conn = self._js.conn

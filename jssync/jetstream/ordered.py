@@ -26,8 +26,10 @@ from nats.js import api
 from ..base.deadline import Deadline
 from ..base.errors import (
     ConnectionClosedError,
+    ConsumerDeletedError,
     Error,
     JetStreamError,
+    NoHeartbeatError,
     NoRespondersError,
     ServiceUnavailableError,
     StreamNotFoundError,
@@ -35,6 +37,7 @@ from ..base.errors import (
     ValidationError,
 )
 from ..base.status import message_size
+from ..base.validate import validate_subject
 from ..core.msg import Msg
 from .params import validate_name
 from .pull import (
@@ -122,8 +125,6 @@ class OrderedConsumer:
         if isinstance(filter_subjects, str):
             filter_subjects = [filter_subjects]
         if filter_subjects is not None:
-            from ..base.validate import validate_subject
-
             if not isinstance(filter_subjects, list | tuple):
                 raise TypeError(f"filter_subjects must be a subject or a list of them, got {filter_subjects!r}")
             for f in filter_subjects:
@@ -274,8 +275,6 @@ class OrderedConsumer:
         return self._create(timeout)
 
     def _is_recoverable(self, exc: BaseException | None) -> bool:
-        from ..base.errors import ConsumerDeletedError, NoRespondersError
-
         return isinstance(exc, ConsumerDeletedError | NoRespondersError)
 
     # -- one pull request ---------------------------------------------------------------------
@@ -546,8 +545,6 @@ class OrderedConsumeContext(ConsumeContext):
         self._start_reset(str(exc))
 
     def _missed_heartbeat(self) -> None:
-        from ..base.errors import NoHeartbeatError
-
         self._report(NoHeartbeatError(
             f"no heartbeat from the ordered consumer {self.consumer!r} on stream {self.stream!r} "
             f"within {2 * self._hb}s: recreating it"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nats.js import api
 
-from ..base.errors import APIError, NoRespondersError, check_api_response
+from ..base.errors import APIError, NoRespondersError, api_error, check_api_response
 from ..base.status import NO_RESPONDERS, classify
 
 if TYPE_CHECKING:
@@ -75,8 +75,6 @@ def _parse_pub_ack(msg: Msg) -> PubAck:
     if st is not None:
         if st.code == NO_RESPONDERS:
             raise NoRespondersError("no stream responded to the publish")
-        from ..base.errors import api_error
-
         raise api_error(st.code or None, None, st.description or f"status {st.code} in reply to a publish")
     resp = check_api_response(msg.data)
     if "stream" not in resp or "seq" not in resp:

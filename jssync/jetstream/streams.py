@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, Any, Unpack
 from nats.js import api
 
 from ..base.errors import MessageNotFoundError, ValidationError
+from ..base.validate import validate_subject
 from ..core import natspy as _natspy
+from .direct import direct_get, direct_get_batch, direct_get_last_for
+from .ordered import OrderedConsumer
 from .replies import StoredMsg
 
 if TYPE_CHECKING:
@@ -98,8 +101,6 @@ class Stream:
             raise ValidationError("purge takes seq or keep, not both")
         req: dict[str, Any] = {}
         if subject is not None:
-            from ..base.validate import validate_subject
-
             validate_subject(subject, "purge subject")
             req["filter"] = subject
         if seq is not None:
@@ -199,8 +200,6 @@ class Stream:
         Options: ``filter_subjects``, ``deliver_policy``, ``opt_start_seq``,
         ``opt_start_time``, ``replay_policy``, ``inactive_threshold``, ``headers_only``.
         """
-        from .ordered import OrderedConsumer
-
         return OrderedConsumer(self._js, self.name, **options)
 
     # -- Direct Get (ADR-31; implemented in jetstream/direct.py) -------------------------------------
@@ -216,8 +215,6 @@ class Stream:
             jssync.MessageNotFoundError: no such message.
             jssync.DirectGetNotAllowedError: the stream does not allow direct gets.
         """
-        from .direct import direct_get
-
         return direct_get(self._js, self.name, seq=seq, last_by_subject=last_by_subject,
                           next_by_subject=next_by_subject, start_time=start_time, timeout=timeout)
 
@@ -228,8 +225,6 @@ class Stream:
 
         Returns an iterator of :class:`StoredMsg` that ends at the server's end-of-batch marker.
         """
-        from .direct import direct_get_batch
-
         return direct_get_batch(self._js, self.name, subject, batch, seq=seq, start_time=start_time,
                                 max_bytes=max_bytes, timeout=timeout)
 
@@ -237,7 +232,5 @@ class Stream:
                             up_to_time: _dt.datetime | None = None, batch: int | None = None,
                             timeout: float | None = None) -> DirectBatch:
         """Read the last message of each of ``subjects`` (multi_last), as of ``up_to_seq``/``up_to_time``."""
-        from .direct import direct_get_last_for
-
         return direct_get_last_for(self._js, self.name, subjects, up_to_seq=up_to_seq, up_to_time=up_to_time,
                                    batch=batch, timeout=timeout)

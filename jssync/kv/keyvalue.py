@@ -44,6 +44,7 @@ from ..base.errors import (
     KeyNotFoundError,
     KeyValueError,
     KeyWrongLastSequenceError,
+    MessageNotFoundError,
     NoRespondersError,
     ServiceUnavailableError,
     StreamNameInUseError,
@@ -55,6 +56,9 @@ from ..base.errors import (
 )
 from ..base.status import CONFLICT, NOT_FOUND, PushAction, classify, decide_push
 from ..jetstream import hooks as _js_hooks
+from ..jetstream.direct import _no_responders, parse_timestamp, status_error
+from ..jetstream.features import require
+from ..jetstream.streams import Stream
 
 if TYPE_CHECKING:
     from ..base.jsack import MsgMetadata
@@ -427,8 +431,6 @@ def create_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
         InvalidBucketNameError, KeyHistoryTooLargeError, ValueError, TypeError: bad options (nothing sent).
         BucketExistsError: it exists with a different configuration.
     """
-    from ..jetstream.streams import Stream
-
     timeout = params.pop("timeout", None)
     scfg = _stream_config(config, dict(params))
     try:
@@ -598,12 +600,8 @@ class KeyValue:
         return entry
 
     def _get(self, key: str, revision: int | None, timeout: float) -> Entry:
-        from ..base.errors import MessageNotFoundError
-
         subject = self._pre + key
         if revision is None and self._direct:
-            from ..jetstream.direct import parse_timestamp, status_error
-
             conn = self._js.conn
             failed: BaseException | None = None
             try:
@@ -645,8 +643,6 @@ class KeyValue:
         return Entry(self.bucket, key, sm.data, sm.seq, 0, sm.time, _operation(sm.headers))
 
     def _no_responders(self, timeout: float) -> BaseException:
-        from ..jetstream.direct import _no_responders
-
         err = _no_responders(self._js, self._stream.name, timeout)
         if isinstance(err, StreamNotFoundError):
             return BucketNotFoundError(err.code, err.err_code, f"bucket {self.bucket!r} not found")
@@ -768,8 +764,6 @@ class KeyValue:
         self._publish(key, b"", headers, last, timeout)
 
     def _require_ttl(self, timeout: float | None) -> None:
-        from ..jetstream.features import require
-
         require(self._js, "per-message TTL", timeout=self._t(timeout))
 
     def purge_deletes(self, *, older_than: float = 30 * 60, timeout: float | None = None) -> int:

@@ -54,7 +54,7 @@ from ..base.errors import (
 )
 from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError
 from ..base.validate import validate_subject
-from ..core.connection import Connection
+from ..core.connection import Connection, connect
 from ..jetstream.context import JetStream
 from ..jetstream.params import validate_name
 from ..jetstream.replies import PubAck, _parse_pub_ack
@@ -103,6 +103,7 @@ from .meta import (
     MetadataCache,
     PartitionInfo,
     StreamInfo,
+    build_streams,
     partition_from_info,
     replica_active_seconds,
     replica_states,
@@ -202,8 +203,6 @@ class Client:
             self._own = False
             seeds: list[str] = list(connection.internal.urls)
         else:
-            from ..core.connection import connect
-
             self._conn = connect(servers, **connect_options)
             self._own = True
             seeds = list(self._conn.internal.urls)
@@ -425,8 +424,6 @@ class Client:
         except TimeoutError:
             info = None
         if info is None:  # the metadata did not come back in time: describe what we made
-            from .meta import build_streams
-
             items = [{"config": {"name": n, "subjects": [partition_subject(subject, p)],
                                  "num_replicas": replication_factor,
                                  "metadata": {META_STREAM: name, META_SUBJECT: subject, META_PARTITION: str(p),

@@ -28,11 +28,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..base.errors import Error, InvalidAckError, ValidationError
+from ..base.errors import BadHeaderError, Error, InvalidAckError, NoRespondersError, ValidationError, check_api_response
 from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError  # noqa: F401 (re-exported)
 from ..base.errors import NoSuchPartitionError as NoSuchPartitionError
 from ..base.errors import StreamExistsError as StreamExistsError
 from ..base.status import NO_RESPONDERS, classify
+from ..base.validate import validate_headers, validate_subject
 
 if TYPE_CHECKING:
     from ..core.msg import Msg
@@ -310,9 +311,6 @@ def user_headers(headers: Mapping[str, str | bytes] | None) -> dict[str, str]:
         jssync.BadHeaderError: a bad name, a reserved ``Lift-*`` name, a value that is not
             str or bytes, or a ``Nats-*`` value that is not header-safe text.
     """
-    from ..base.errors import BadHeaderError
-    from ..base.validate import validate_headers
-
     if headers is None:
         return {}
     if not isinstance(headers, Mapping):
@@ -391,8 +389,6 @@ def check_correlation_id(correlation_id: Any) -> str | None:
 
 
 def check_ack_inbox(ack_inbox: Any) -> str | None:
-    from ..base.validate import validate_subject
-
     if ack_inbox is None:
         return None
     if not isinstance(ack_inbox, str):
@@ -613,8 +609,6 @@ def new_nats_message(
         ValueError, TypeError: a bad argument (named in the message).
         jssync.BadSubjectError, jssync.BadHeaderError.
     """
-    from ..base.validate import validate_subject
-
     validate_subject(subject, wildcards=False)
     data = check_bytes(value, "value")
     assert data is not None
@@ -747,8 +741,6 @@ def unmarshal_ack(data: Msg | bytes, *, ack_inbox: str | None = None) -> Ack:
         jssync.APIError: the ack is a JetStream error reply (e.g. a failed expectation).
         jssync.NoRespondersError: the 503 "no responders" status (no stream captured it).
     """
-    from ..base.errors import NoRespondersError, check_api_response
-
     if isinstance(data, bytes | bytearray | memoryview):
         payload = bytes(data)
     else:

@@ -27,6 +27,7 @@ from ..base.deadline import Deadline
 from ..base.errors import (
     BadObjectMetaError,
     DigestMismatchError,
+    MaxPayloadError,
     MessageNotFoundError,
     ObjectAlreadyExistsError,
     ObjectChangedError,
@@ -39,8 +40,10 @@ from ..base.errors import (
 )
 from ..jetstream import hooks as _js_hooks
 from ..kv.keyvalue import (
+    _BUCKET_RE,
     BucketExistsError,
     BucketNotFoundError,
+    _bucket_names,
     _PushWatcher,
     validate_bucket,
 )
@@ -277,15 +280,11 @@ def object_store(js: JetStream, bucket: str, *, timeout: float | None = None) ->
 
 def object_store_names(js: JetStream, *, timeout: float | None = None) -> Iterator[str]:
     """Iterate over the name of every object store (streams ``OBJ_<bucket>``)."""
-    from ..kv.keyvalue import _bucket_names
-
     return _bucket_names(js, "OBJ_", timeout)
 
 
 def object_stores(js: JetStream, *, timeout: float | None = None) -> Iterator[ObjectStoreStatus]:
     """Iterate over the status of every object store (one stream list, all pages)."""
-    from ..kv.keyvalue import _BUCKET_RE
-
     for info in js.streams(timeout=timeout):
         name = info.config.name or ""
         if name.startswith("OBJ_") and _BUCKET_RE.match(name[4:]):
@@ -423,8 +422,6 @@ class ObjectStore:
             raise BadObjectMetaError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
         conn = self._js.conn
         if size > conn.max_payload:
-            from ..base.errors import MaxPayloadError
-
             raise MaxPayloadError(f"chunk_size {size} is over the server's max_payload of {conn.max_payload}")
         reader: IO[bytes]
         if isinstance(data, bytes | bytearray | memoryview):
