@@ -18,7 +18,7 @@ import jssync
 from jssync.server import NatsServer
 
 if TYPE_CHECKING:
-    from jssync._kv import KeyValue
+    from jssync import KeyValue
 
 
 def watch_config(kv: KeyValue, settings: dict[str, bytes], ready: threading.Event,

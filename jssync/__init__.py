@@ -21,11 +21,8 @@ from nats.js.api import (
 )
 
 from . import micro  # the submodule jssync.micro
-from ._connection import Connection, connect
-from ._consumers import Consumer
-from ._deadline import DEFAULT, Default
-from ._direct import DirectBatch
-from ._errors import (
+from .base.deadline import DEFAULT, Default
+from .base.errors import (
     APIError,
     AuthorizationError,
     BadHeaderError,
@@ -67,9 +64,35 @@ from ._errors import (
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
-from ._jetstream import JetStream, PubAck
-from ._jsack import MsgMetadata, SequencePair
-from ._kv import (
+from .base.jsack import MsgMetadata, SequencePair
+from .core.connection import Connection, connect
+from .core.msg import Msg
+from .core.request_many import RequestMany
+from .core.subscription import Subscription
+from .jetstream.consumers import Consumer
+from .jetstream.context import JetStream
+from .jetstream.direct import DirectBatch
+from .jetstream.msgfeatures import BatchPublisher, Counter, CounterEntry
+from .jetstream.ordered import OrderedConsumeContext, OrderedConsumer
+from .jetstream.pull import ConsumeContext, FetchResult
+from .jetstream.push import (
+    ConsumerConfigMismatchError,
+    ConsumerIsPullBasedError,
+    ConsumerSequenceMismatchError,
+    DeliverGroupError,
+    DuplicateSubscriptionError,
+    HeartbeatAlarmError,
+    InvalidJSAckError,
+    JetStreamSubscription,
+    MultipleStreamsMatchError,
+    PushSubscribeError,
+    QueueGroupOptionError,
+    StatusError,
+    SubjectMismatchError,
+)
+from .jetstream.replies import PubAck, StoredMsg
+from .jetstream.streams import Stream
+from .kv.keyvalue import (
     BadBucketError,
     BucketExistsError,
     BucketNotFoundError,
@@ -87,9 +110,7 @@ from ._kv import (
     KeyWatcher,
     KeyWrongLastSequenceError,
 )
-from ._msg import Msg
-from ._msgfeatures import BatchPublisher, Counter, CounterEntry
-from ._objectstore import (
+from .objectstore.objectstore import (
     BadObjectMetaError,
     DigestMismatchError,
     ObjectAlreadyExistsError,
@@ -101,26 +122,6 @@ from ._objectstore import (
     ObjectStoreStatus,
     ObjectWatcher,
 )
-from ._ordered import OrderedConsumeContext, OrderedConsumer
-from ._pull import ConsumeContext, FetchResult
-from ._push import (
-    ConsumerConfigMismatchError,
-    ConsumerIsPullBasedError,
-    ConsumerSequenceMismatchError,
-    DeliverGroupError,
-    DuplicateSubscriptionError,
-    HeartbeatAlarmError,
-    InvalidJSAckError,
-    JetStreamSubscription,
-    MultipleStreamsMatchError,
-    PushSubscribeError,
-    QueueGroupOptionError,
-    StatusError,
-    SubjectMismatchError,
-)
-from ._request_many import RequestMany
-from ._streams import StoredMsg, Stream
-from ._subscription import Subscription
 
 __version__ = "0.1.0"
 
@@ -250,7 +251,7 @@ __all__ = [
 
 def _own_module() -> None:
     """Make jssync's own classes and functions print as ``jssync.X`` (``jssync.TimeoutError``
-    in a traceback, not ``jssync._errors.TimeoutError``), as httpx does. The nats-py types
+    in a traceback, not ``jssync.base.errors.TimeoutError``), as httpx does. The nats-py types
     re-exported here (``StreamConfig``, ...) keep their module."""
     here = globals()
     for name in __all__:

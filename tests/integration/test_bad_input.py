@@ -92,13 +92,15 @@ def _still_healthy(nc: jssync.Connection) -> None:
 
 #: Why some junk is not turned into a jssync error yet (reported, not fixed here): the layer
 #: that turns API replies into models (nats-py's ``from_response`` called from
-#: jssync/_jetstream.py, ``Stream(...)`` in jssync/_streams.py, ``JetStream._paged``) trusts
+#: jssync/jetstream/context.py, ``Stream(...)`` in jssync/jetstream/streams.py, ``JetStream._paged``) trusts
 #: the reply's fields, so a JSON object with missing or mistyped fields raises
 #: TypeError/AttributeError instead of jssync.APIError.
 KNOWN_BUG = ("a JSON object reply with missing or mistyped fields raises TypeError/AttributeError from the "
-             "reply-to-model conversion (jssync/_jetstream.py, jssync/_streams.py, nats-py from_response) "
+             "reply-to-model conversion (jssync/jetstream/context.py, jssync/jetstream/streams.py, "
+             "nats-py from_response) "
              "instead of jssync.APIError")
-_CONVERSION_FILES = ("nats/js/api.py", "jssync/_jetstream.py", "jssync/_streams.py", "jssync/_consumers.py")
+_CONVERSION_FILES = ("nats/js/api.py", "jssync/jetstream/context.py", "jssync/jetstream/streams.py",
+                     "jssync/jetstream/consumers.py")
 
 
 def _from_nats_py_api(exc: BaseException) -> bool:

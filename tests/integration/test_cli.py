@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from jssync._cli import main
+from jssync.cli import main
 
 pytestmark = pytest.mark.timeout(60)
 

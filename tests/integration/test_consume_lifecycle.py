@@ -341,7 +341,7 @@ def test_ordered_callback_stop_does_not_skip_the_message_the_lane_holds(js, stre
 def test_no_callback_before_consume_returned(js, stream, monkeypatch):
     """The callback used to run as soon as the first message arrived, possibly before
     consume() had returned the context it closes over (KeyError in a user's closure)."""
-    from jssync._pull import ConsumeContext
+    from jssync.jetstream.pull import ConsumeContext
 
     publish(js, f"{stream.name}.m", 5)
     c = durable(stream)

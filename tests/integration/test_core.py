@@ -402,7 +402,7 @@ def test_reconnect_after_server_restart(tmp_path):
 
 
 def test_repr_has_no_password(nats_server):
-    from jssync._connection import redact_url
+    from jssync.core.urls import redact_url
 
     assert redact_url("nats://bob:hunter2@h:4222") == "nats://bob:***@h:4222"
     assert redact_url("nats://tok@h:4222") == "nats://***@h:4222"

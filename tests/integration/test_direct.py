@@ -11,14 +11,14 @@ import pytest
 from nats.js import api
 
 import jssync
-from jssync._direct import (
+from jssync.jetstream.direct import (
     BadRequestError,
     DirectBatch,
     TooManySubjectsError,
     format_time,
     parse_timestamp,
 )
-from jssync._streams import Stream
+from jssync.jetstream.streams import Stream
 
 from ..conftest import wait_for
 

@@ -314,7 +314,7 @@ def test_the_io_thread_never_waits_for_a_caller_holding_the_read_lock(pair):
     import asyncio
     import select
 
-    from jssync._deadline import Deadline
+    from jssync.base.deadline import Deadline
 
     srv, nc = pair
     got = threading.Event()
@@ -341,7 +341,7 @@ def test_a_parser_reset_stops_direct_reads_until_it_is_between_messages_again(pa
     async def reset() -> None:
         nc._nc._ps.reset()
 
-    from jssync._deadline import Deadline
+    from jssync.base.deadline import Deadline
 
     nc._loop.run(reset(), Deadline(2.0), "reset")
     assert nc._rd_synced is False

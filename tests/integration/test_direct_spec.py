@@ -14,8 +14,8 @@ import time
 import pytest
 
 import jssync
-from jssync import _objectstore
-from jssync._objectstore import create_object_store, delete_object_store
+from jssync.objectstore import objectstore as _objectstore
+from jssync.objectstore.objectstore import create_object_store, delete_object_store
 
 from ..conftest import wait_for
 

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import jssync
-from jssync._objectstore import create_object_store, delete_object_store
+from jssync.objectstore.objectstore import create_object_store, delete_object_store
 from jssync.server import NatsCluster
 
 from ..conftest import FACTOR, wait_for

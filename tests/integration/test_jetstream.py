@@ -464,7 +464,7 @@ def test_domain_and_api_prefix():
 
 
 def test_api_error_hierarchy():
-    from jssync._errors import api_error
+    from jssync.base.errors import api_error
 
     e = api_error(404, 10059, "stream not found")
     assert isinstance(e, jssync.StreamNotFoundError) and isinstance(e, jssync.NotFoundError)

@@ -12,7 +12,7 @@ import pytest
 from nats.js.api import StreamSource, SubjectTransform
 
 import jssync
-from jssync._msgfeatures import MAX_BATCH_MESSAGES
+from jssync.jetstream.msgfeatures import MAX_BATCH_MESSAGES
 from tests.conftest import wait_for
 
 
@@ -414,7 +414,7 @@ class _Reply:
 def test_pub_ack_with_val_and_batch_fields(data, want):
     """The server's replies as seen in the experiments: ``val`` and ``batch``/``count`` survive
     the fast path (they fall through to the JSON path)."""
-    from jssync._jetstream import _parse_pub_ack
+    from jssync.jetstream.context import _parse_pub_ack
 
     ack = _parse_pub_ack(_Reply(data))  # type: ignore[arg-type]
     assert (ack.stream, ack.seq, ack.domain, ack.val, ack.batch_id, ack.batch_size) == want
@@ -428,7 +428,7 @@ def test_pub_ack_with_val_and_batch_fields(data, want):
 ])
 def test_pub_ack_error_with_stream_and_seq(data, err_code):
     """Feature errors carry ``stream`` and ``seq: 0`` too: still an error, not a PubAck."""
-    from jssync._jetstream import _parse_pub_ack
+    from jssync.jetstream.context import _parse_pub_ack
 
     with pytest.raises(jssync.APIError) as info:
         _parse_pub_ack(_Reply(data))  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import pytest
 from nats.js import api
 
 import jssync
-from jssync._kv import (
+from jssync.kv.keyvalue import (
     BadBucketError,
     BucketExistsError,
     BucketNotFoundError,

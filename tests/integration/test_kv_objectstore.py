@@ -12,8 +12,8 @@ import pytest
 from nats.js import api
 
 import jssync
-from jssync._kv import BucketExistsError, BucketNotFoundError, InvalidBucketNameError
-from jssync._objectstore import (
+from jssync.kv.keyvalue import BucketExistsError, BucketNotFoundError, InvalidBucketNameError
+from jssync.objectstore.objectstore import (
     BadObjectMetaError,
     DigestMismatchError,
     ObjectAlreadyExistsError,

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 import jssync
-import jssync._kv as kvmod
-from jssync._kv import Entry, KeyValueOp, KeyWatcher
+import jssync.kv.keyvalue as kvmod
+from jssync.kv.keyvalue import Entry, KeyValueOp, KeyWatcher
 from tests.conftest import FACTOR, wait_for
 from tests.proxy import TcpProxy
 

@@ -8,8 +8,8 @@ import time
 import pytest
 
 import jssync
-import jssync._kv as kvmod
-from jssync._kv import Entry, KeyValueOp, KeyWatcher
+import jssync.kv.keyvalue as kvmod
+from jssync.kv.keyvalue import Entry, KeyValueOp, KeyWatcher
 from jssync.server import NatsServer
 
 from ..conftest import FACTOR, wait_for
@@ -173,14 +173,14 @@ def test_connection_close_ends_iteration(nats_server, unique):
 
 def test_many_updates_in_order_with_flow_control(kv, js, nc, monkeypatch):
     fc_replies: list[str] = []
-    raw = nc._publish_raw
+    raw = nc.internal.publish_raw  # (push flow control replies go out through conn.internal)
 
     def spy(subject: str, data: bytes) -> None:
         if subject.startswith("$JS.FC."):
             fc_replies.append(subject)
         raw(subject, data)
 
-    monkeypatch.setattr(nc, "_publish_raw", spy)
+    monkeypatch.setattr(nc.internal, "publish_raw", spy)
     with kv.watch(updates_only=True) as w:
         assert w.next(timeout=2) is None
         n = 3000

@@ -73,7 +73,7 @@ def test_partition_naming_and_subjects():
     assert partition_subject("foo", 0) == "foo"
     assert partition_subject("foo", 3) == "foo.3"
     assert partition_stream_name("foo-stream", 2) == "foo-stream-2"
-    from jssync._liftbridge_codec import parse_partition_stream_name
+    from jssync.liftbridge.codec import parse_partition_stream_name
 
     assert parse_partition_stream_name("foo-stream-12") == ("foo-stream", 12)
     assert parse_partition_stream_name("a-1-0") == ("a-1", 0)
@@ -160,8 +160,8 @@ def test_unmarshal_ack_of_bytes():
 
 
 def test_lean_ack_parse_agrees_with_the_full_parser():
-    from jssync._jsack import parse_ack_subject
-    from jssync._liftbridge_sub import _ack_numbers
+    from jssync.base.jsack import parse_ack_subject
+    from jssync.liftbridge.sub import _ack_numbers
 
     for reply in ("$JS.ACK.S-0.c1.1.42.7.1700000000123456789.3",
                   "$JS.ACK.dom.HASH.S-0.c1.1.42.7.1700000000123456789.3.rand",
@@ -174,7 +174,7 @@ def test_lean_ack_parse_agrees_with_the_full_parser():
 
 
 def test_metadata_keeps_leaderless_partitions():
-    from jssync._liftbridge_meta import build_streams, partition_from_info
+    from jssync.liftbridge.meta import build_streams, partition_from_info
 
     def item(p, leader):
         return {"config": {"name": f"S-{p}", "subjects": ["s" if p == 0 else f"s.{p}"], "num_replicas": 3,
@@ -202,7 +202,7 @@ def test_resilient_retry(client):
             raise jssync.NoRespondersError("no responders")
         return "ok"
 
-    from jssync._deadline import Deadline
+    from jssync.base.deadline import Deadline
 
     assert client._retry("flaky", flaky, Deadline(5)) == "ok" and len(calls) == 3
     assert all(t <= client._attempt_timeout for t in calls)

@@ -12,7 +12,7 @@ import pytest
 from nats.js import api
 
 import jssync
-from jssync._kv import InvalidBucketNameError, KeyWrongLastSequenceError
+from jssync.kv.keyvalue import InvalidBucketNameError, KeyWrongLastSequenceError
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -210,7 +210,7 @@ def test_server_before_api_levels_is_level_0(nc, unique):
 
 
 def test_feature_table_is_one_place():
-    from jssync._features import FEATURES
+    from jssync.jetstream.features import FEATURES
 
     assert FEATURES["consumer reset"] == (4, "2.14")
     assert FEATURES["per-message TTL"] == (1, "2.11")
@@ -349,7 +349,7 @@ def test_purge_with_expected_last_revision(js, unique):
 
 
 def test_cli_kv_ls_lists_buckets(nats_server, js, unique, capsys):
-    from jssync._cli import main
+    from jssync.cli import main
 
     a, b = f"ca{unique}", f"cb{unique}"
     js.create_key_value(bucket=a, storage="memory", history=2)

@@ -1,4 +1,4 @@
-"""The nats-py adapter (jssync/_natspy.py): a nats-py that changes an internal costs a fast path, not delivery.
+"""The nats-py adapter (jssync/core/natspy.py): a nats-py that changes an internal costs a fast path, not delivery.
 
 Each test simulates a nats-py whose internals moved: a new keyword in its ``Msg``
 construction call, a renamed parser attribute, a renamed parser state. The connection
@@ -18,7 +18,7 @@ import nats.aio.client
 import pytest
 
 import jssync
-from jssync import _natspy
+from jssync.core import natspy as _natspy
 from tests.conftest import echo, wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -119,10 +119,10 @@ def test_only_the_adapter_touches_natspy_internals() -> None:
     pkg = pathlib.Path(jssync.__file__).parent
     offenders = []
     for path in sorted(pkg.rglob("*.py")):
-        if path.name == "_natspy.py":
+        if path.name == "natspy.py":
             continue
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if PRIVATE.search(line):
                 offenders.append(f"{path.relative_to(pkg)}:{n}: {line.strip()}")
-    assert offenders == [], "private nats-py names outside jssync/_natspy.py:\n" + "\n".join(offenders)
-    assert PRIVATE.search((pkg / "_natspy.py").read_text(encoding="utf-8"))  # (the pattern finds them)
+    assert offenders == [], "private nats-py names outside jssync/core/natspy.py:\n" + "\n".join(offenders)
+    assert PRIVATE.search((pkg / "core" / "natspy.py").read_text(encoding="utf-8"))  # (the pattern finds them)

@@ -182,7 +182,7 @@ def test_validation_errors_are_jssync_errors(js):
 
 def test_no_plain_value_error_is_raised_in_jssync():
     left = []
-    for path in sorted((ROOT / "jssync").glob("*.py")):
+    for path in sorted((ROOT / "jssync").rglob("*.py")):
         for i, line in enumerate(path.read_text().splitlines(), 1):
             if "raise ValueError(" in line:
                 left.append(f"{path.name}:{i}: {line.strip()}")
@@ -242,7 +242,7 @@ def test_ctrl_c_in_asyncio_run_interrupts_a_blocking_call(nats_server, call):
 def test_deadline_slice_notices_task_cancellation():
     import asyncio
 
-    from jssync._deadline import Deadline
+    from jssync.base.deadline import Deadline
 
     took: list[float] = []
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import jssync
-from jssync._ordered import OrderedConsumeContext, OrderedConsumer
+from jssync.jetstream.ordered import OrderedConsumeContext, OrderedConsumer
 from tests.conftest import FACTOR, wait_for
 
 pytestmark = pytest.mark.timeout(60)

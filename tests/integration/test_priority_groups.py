@@ -9,7 +9,7 @@ import time
 import pytest
 
 import jssync
-from jssync._status import PullRequestError
+from jssync.base.status import PullRequestError
 from tests.conftest import FACTOR, wait_for
 
 pytestmark = pytest.mark.timeout(90)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import jssync
-import jssync._connection as connmod
+import jssync.core.connection as connmod
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(120)

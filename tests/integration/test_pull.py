@@ -8,8 +8,8 @@ import time
 import pytest
 
 import jssync
-from jssync._pull import ConsumeContext, FetchResult
-from jssync._status import PullRequestError, message_size
+from jssync.base.status import PullRequestError, message_size
+from jssync.jetstream.pull import ConsumeContext, FetchResult
 from tests.conftest import FACTOR, wait_for
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import jssync
-from jssync._status import PullRequestError
+from jssync.base.status import PullRequestError
 from tests.conftest import FACTOR, wait_for
 from tests.proxy import TcpProxy
 

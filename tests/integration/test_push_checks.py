@@ -7,7 +7,7 @@ import threading
 import pytest
 
 import jssync
-from jssync._push import (
+from jssync.jetstream.push import (
     ConsumerConfigMismatchError,
     ConsumerIsPullBasedError,
     DeliverGroupError,

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import jssync
-from jssync._push import (
+from jssync.jetstream.push import (
     ConsumerSequenceMismatchError,
     HeartbeatAlarmError,
     StatusError,

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import jssync
-from jssync._loop import IOLoop
+from jssync.core.loop import IOLoop
 from jssync.server import NatsServer, ServerError
 
 from ..conftest import FACTOR, wait_for

@@ -336,7 +336,7 @@ def test_starting_time_lookup_never_skips_data_on_a_failed_pull(monkeypatch, uni
     """_seq_at_time gives last_seq + 1 only when nothing is stored at or after the time: a pull
     that got no answer (here: the user may create consumers but not pull) raises instead of
     starting the read after the end of the stream."""
-    from jssync._consumers import Consumer
+    from jssync.jetstream.consumers import Consumer
     from jssync.server import NatsServer
 
     name = f"T{unique}"

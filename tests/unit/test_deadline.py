@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from freezegun import freeze_time
 
-from jssync._deadline import Deadline
-from jssync._errors import TimeoutError
+from jssync.base.deadline import Deadline
+from jssync.base.errors import TimeoutError
 
 
 def test_none_never_expires():
@@ -32,7 +32,7 @@ def test_negative_rejected():
 def test_wait_future_timeout_has_no_internal_context():
     import concurrent.futures
 
-    from jssync._loop import wait_future
+    from jssync.core.loop import wait_future
 
     fut: concurrent.futures.Future[int] = concurrent.futures.Future()
     with pytest.raises(TimeoutError) as ei:
@@ -44,8 +44,8 @@ def test_wait_future_timeout_has_no_internal_context():
 def test_wait_future_cancelled_is_connection_closed_without_context():
     import concurrent.futures
 
-    from jssync._errors import ConnectionClosedError
-    from jssync._loop import wait_future
+    from jssync.base.errors import ConnectionClosedError
+    from jssync.core.loop import wait_future
 
     fut: concurrent.futures.Future[int] = concurrent.futures.Future()
     fut.cancel()
@@ -57,7 +57,7 @@ def test_wait_future_cancelled_is_connection_closed_without_context():
 def test_deadline_get_returns_expired_sentinel():
     from queue import SimpleQueue
 
-    from jssync._deadline import EXPIRED
+    from jssync.base.deadline import EXPIRED
 
     q: SimpleQueue[int] = SimpleQueue()
     q.put(1)

@@ -1,4 +1,4 @@
-"""One error module: every exception class of jssync is defined in jssync/_errors.py (issue 19)."""
+"""One error module: every exception class of jssync is defined in jssync/base/errors.py (issue 19)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import inspect
 from pathlib import Path
 
 import jssync
-import jssync._errors as errors
+import jssync.base.errors as errors
 
 PACKAGE = Path(jssync.__file__).parent
 
@@ -17,7 +17,7 @@ PACKAGE = Path(jssync.__file__).parent
 def _exception_classes_defined(path: Path) -> list[str]:
     """Names of the classes ``path`` defines (at any depth) that derive from BaseException.
 
-    A base is an exception if it is a builtin exception, a class of ``jssync._errors``, or a
+    A base is an exception if it is a builtin exception, a class of ``jssync.base.errors``, or a
     class defined earlier in the same file that is one.
     """
     tree = ast.parse(path.read_text(), str(path))
@@ -39,9 +39,9 @@ def _exception_classes_defined(path: Path) -> list[str]:
 
 
 def test_no_module_but_errors_defines_an_exception():
-    offenders = [hit for path in sorted(PACKAGE.glob("*.py")) if path.name != "_errors.py"
+    offenders = [hit for path in sorted(PACKAGE.rglob("*.py")) if path.name != "errors.py"
                  for hit in _exception_classes_defined(path)]
-    assert offenders == [], "define these in jssync/_errors.py and import them from there"
+    assert offenders == [], "define these in jssync/base/errors.py and import them from there"
 
 
 def test_the_check_finds_an_exception_class(tmp_path):
@@ -54,7 +54,7 @@ def test_the_check_finds_an_exception_class(tmp_path):
 
 
 def test_errors_imports_nothing_from_jssync_at_run_time():
-    tree = ast.parse((PACKAGE / "_errors.py").read_text())
+    tree = ast.parse((PACKAGE / "base" / "errors.py").read_text())
     for node in tree.body:  # top level only: the TYPE_CHECKING block is skipped below
         if isinstance(node, ast.ImportFrom):
             assert node.level == 0 and not (node.module or "").startswith("jssync"), ast.unparse(node)
@@ -65,14 +65,14 @@ def test_errors_imports_nothing_from_jssync_at_run_time():
 
 
 def test_old_homes_still_offer_the_same_classes():
-    """``from jssync._kv import KeyNotFoundError`` (and the like) is the class in _errors."""
+    """``from jssync.kv.keyvalue import KeyNotFoundError`` (and the like) is the class in _errors."""
     for module, names in {
-        "jssync._kv": ["KeyNotFoundError", "KeyDeletedError", "BucketNotFoundError", "KeyValueError"],
-        "jssync._push": ["PushSubscribeError", "StatusError", "HeartbeatAlarmError"],
-        "jssync._objectstore": ["ObjectStoreError", "ObjectNotFoundError", "ObjectChangedError"],
-        "jssync._direct": ["BadRequestError", "TooManySubjectsError"],
-        "jssync._status": ["PullRequestError"],
-        "jssync._jsack": ["NotJSMessageError"],
+        "jssync.kv.keyvalue": ["KeyNotFoundError", "KeyDeletedError", "BucketNotFoundError", "KeyValueError"],
+        "jssync.jetstream.push": ["PushSubscribeError", "StatusError", "HeartbeatAlarmError"],
+        "jssync.objectstore.objectstore": ["ObjectStoreError", "ObjectNotFoundError", "ObjectChangedError"],
+        "jssync.jetstream.direct": ["BadRequestError", "TooManySubjectsError"],
+        "jssync.base.status": ["PullRequestError"],
+        "jssync.base.jsack": ["NotJSMessageError"],
         "jssync.micro": ["ServiceError"],
         "jssync.server": ["ServerError"],
         "jssync.liftbridge": ["StreamExistsError", "NoSuchPartitionError", "InvalidAckError"],

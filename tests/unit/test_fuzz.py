@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import jssync
-from jssync._connection import _encode_headers, validate_headers, validate_subject
-from jssync._errors import APIError, check_api_response, permission_error
-from jssync._jetstream import validate_name
-from jssync._jsack import NotJSMessageError, parse_ack_subject
-from jssync._status import Action, Status, classify, decide
+from jssync.base.errors import APIError, check_api_response, permission_error
+from jssync.base.jsack import NotJSMessageError, parse_ack_subject
+from jssync.base.status import Action, Status, classify, decide
+from jssync.base.validate import _encode_headers, validate_headers, validate_subject
+from jssync.jetstream.context import validate_name
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -360,7 +360,7 @@ def test_permission_error_never_raises(text):
 
 @pytest.mark.parametrize("key", ["k\n", "a.b\n", "\n"])
 def test_kv_keys_and_bucket_names_with_a_trailing_newline_are_refused(key):
-    from jssync._kv import validate_bucket, validate_key, validate_key_filter
+    from jssync.kv.keyvalue import validate_bucket, validate_key, validate_key_filter
 
     with pytest.raises(jssync.InvalidKeyError, match="invalid key"):
         validate_key(key)
@@ -380,7 +380,7 @@ def test_kv_keys_and_bucket_names_with_a_trailing_newline_are_refused(key):
 @settings(max_examples=300, deadline=None)
 def test_pub_ack_fast_path_matches_the_json_path(name, seq, duplicate, domain, ascii_only):
     """The byte-pattern PubAck parser gives what JSON decoding gives, for any stream name."""
-    from jssync._jetstream import _parse_pub_ack
+    from jssync.jetstream.context import _parse_pub_ack
 
     class _Reply:
         headers = None

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from jssync._jsack import NotJSMessageError, parse_ack_subject
+from jssync.base.jsack import NotJSMessageError, parse_ack_subject
 
 
 def test_v1_subject():

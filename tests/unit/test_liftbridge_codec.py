@@ -61,7 +61,7 @@ def test_new_nats_message_replies_to_exactly_the_ack_inbox():
 
 
 def test_unmarshal_ack_carries_the_correlation_id():
-    from jssync._liftbridge_codec import forwarded_ack
+    from jssync.liftbridge.codec import forwarded_ack
 
     ack = Ack(stream="s", partition=1, partition_subject="foo.1", msg_subject="foo", offset=4, key=b"k",
               ack_inbox="in", correlation_id="x.y z", ack_policy=AckPolicy.ALL,

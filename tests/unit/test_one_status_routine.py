@@ -1,4 +1,4 @@
-"""STYLE.md: one status routine. Only jssync/_status.py reads a message's Status header.
+"""STYLE.md: one status routine. Only jssync/base/status.py reads a message's Status header.
 
 Every other module hands a candidate status to ``_status.classify`` (after the cheap inline
 ``"Status" not in h`` pre-check on hot paths) and looks at the :class:`Status` it returns.
@@ -27,8 +27,8 @@ _RAW_CODE = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'][1-5]\d\d["']""")
 
 def _offenders(pattern: re.Pattern[str]) -> list[str]:
     out = []
-    for path in sorted(PKG.glob("*.py")):
-        if path.name == "_status.py":
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name == "status.py":
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             code = line.split("#", 1)[0]
@@ -40,13 +40,13 @@ def _offenders(pattern: re.Pattern[str]) -> list[str]:
 def test_only_status_module_reads_status_headers():
     # writing a parsed header block (out["Status"] = code) is not reading one
     offenders = [o for o in _offenders(_READ) if not re.search(r"""\[["']\w+["']\]\s*=[^=]""", o)]
-    assert offenders == [], "status headers read outside jssync/_status.py (use _status.classify):\n" + "\n".join(
+    assert offenders == [], "status headers read outside jssync/base/status.py (use _status.classify):\n" + "\n".join(
         offenders)
 
 
 def test_no_inline_status_code_strings():
     offenders = _offenders(_RAW_CODE)
-    assert offenders == [], "status codes compared as strings outside jssync/_status.py:\n" + "\n".join(offenders)
+    assert offenders == [], "status codes compared as strings outside jssync/base/status.py:\n" + "\n".join(offenders)
 
 
 def test_the_patterns_catch_the_old_forms():

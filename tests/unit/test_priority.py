@@ -7,7 +7,15 @@ import threading
 import pytest
 from nats.js import api
 
-from jssync._priority import NO_PRIORITY, Pins, PriorityConfig, config_fields, from_reply, pull_options, wire_fields
+from jssync.jetstream.priority import (
+    NO_PRIORITY,
+    Pins,
+    PriorityConfig,
+    config_fields,
+    from_reply,
+    pull_options,
+    wire_fields,
+)
 
 
 def test_config_fields_from_keywords_and_from_a_returned_config():

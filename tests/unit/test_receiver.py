@@ -1,4 +1,4 @@
-"""The one receiving base: jssync._natspy.Receiver is the only thing that plays nats-py's queue.
+"""The one receiving base: jssync.core.natspy.Receiver is the only thing that plays nats-py's queue.
 
 nats-py puts a subscription's messages on ``sub._pending_queue`` (an asyncio.Queue); jssync
 replaces that queue, and only with a Receiver. These tests read nats-py's own source for
@@ -19,8 +19,8 @@ import pytest
 from nats.aio.subscription import Subscription as NatsSubscription
 
 import jssync
-from jssync import _natspy
-from jssync._natspy import Receiver
+from jssync.core import natspy as _natspy
+from jssync.core.natspy import Receiver
 
 _DIRECT = re.compile(r"_pending_queue\.(\w+)")
 _ALIAS = re.compile(r"^\s*([\w.]+)(?:\s*:\s*[^=]+)?\s*=\s*[\w.]+\._pending_queue\s*$", re.M)

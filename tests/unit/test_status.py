@@ -7,7 +7,7 @@ import json
 import pytest
 
 import jssync
-from jssync._status import (
+from jssync.base.status import (
     Action,
     PullRequestError,
     PushAction,
@@ -182,7 +182,7 @@ def test_message_size_like_the_server():
 
 
 def test_ordered_ack_tokens():
-    from jssync._ordered import _ack_tokens
+    from jssync.jetstream.ordered import _ack_tokens
 
     assert _ack_tokens("$JS.ACK.S.C.1.10.5.1700000000000000000.0") == ("C", 10, 5)
     assert _ack_tokens("$JS.ACK._.HASH.S.C.2.11.6.1700000000000000000.3.tok") == ("C", 11, 6)

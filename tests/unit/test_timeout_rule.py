@@ -1,6 +1,6 @@
 """One timeout rule (docs/threading.md "The timeout rule"): ``timeout=None`` means no limit,
 everywhere; leaving ``timeout`` out means the call's default, spelled with the typed sentinel
-``jssync.DEFAULT`` and resolved by ``jssync._deadline.resolve_timeout``. Checked on every public
+``jssync.DEFAULT`` and resolved by ``jssync.base.deadline.resolve_timeout``. Checked on every public
 ``timeout`` parameter (signatures, docstrings) and on the source, no server."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import jssync
-from jssync._deadline import DEFAULT, Default, resolve_timeout
+from jssync.base.deadline import DEFAULT, Default, resolve_timeout
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,137 @@
+"""One deadline for a whole blocking operation, in monotonic time."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from queue import Empty, SimpleQueue
+from typing import Any, Final
+
+from .errors import TimeoutError, ValidationError
+
+#: The longest a blocking wait sleeps before it looks again (so Ctrl-C gets through).
+SLICE = 0.1
+
+
+class Default(enum.Enum):
+    """The type of :data:`DEFAULT`, the value of an argument left out.
+
+    ``timeout: float | None | Default = DEFAULT``: leaving ``timeout`` out means the
+    call's default (e.g. the JetStream context's timeout); ``None`` means no limit.
+    """
+
+    DEFAULT = "DEFAULT"
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+#: An argument left out: the call's default (see :func:`resolve_timeout`).
+DEFAULT: Final = Default.DEFAULT
+
+def resolve_timeout(timeout: float | None | Default, default: float | None) -> float | None:
+    """The one reading of a ``timeout`` argument (docs/threading.md "The timeout rule").
+
+    :data:`DEFAULT` (left out) gives ``default``, the call's own default; ``None`` is no
+    limit; a number is itself (a negative one raises :class:`jssync.ValidationError`).
+    """
+    if isinstance(timeout, Default):
+        return default
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                or not timeout >= 0):
+        raise ValidationError(f"timeout must be a number >= 0 or None (no limit), got {timeout!r}")
+    return timeout
+
+
+#: What :meth:`Deadline.get` returns when the deadline passed with nothing to get.
+EXPIRED: Any = object()
+
+_UNSET: Any = object()
+
+
+class Deadline:
+    """A point in monotonic time by which an operation must finish.
+
+    ``Deadline(None)`` never expires.
+
+    Every wait slice (:meth:`slice`) also notices a Ctrl-C that asyncio turned into a
+    cancellation: a blocking call made from a coroutine (inside ``asyncio.run``) blocks the
+    event loop, so asyncio's SIGINT handler can only mark the task as cancelling. The next
+    slice sees that and raises :class:`asyncio.CancelledError` in the calling coroutine.
+    """
+
+    __slots__ = ("_cancels", "_end", "_task", "timeout")
+
+    def __init__(self, timeout: float | None) -> None:
+        if timeout is not None and timeout < 0:
+            raise ValidationError(f"timeout must be >= 0 or None, got {timeout!r}")
+        self.timeout = timeout
+        self._end = None if timeout is None else time.monotonic() + timeout
+        self._task: Any = _UNSET
+        self._cancels = 0
+
+    def remaining(self) -> float | None:
+        """Seconds left (never below 0), or None for no limit."""
+        if self._end is None:
+            return None
+        return max(0.0, self._end - time.monotonic())
+
+    def left(self, floor: float = 0.001) -> float | None:
+        """What is left, as the ``timeout`` of a call made within this deadline.
+
+        At least ``floor`` seconds (a call given 0 might not even try); None for no limit.
+        """
+        if self._end is None:
+            return None
+        return max(floor, self._end - time.monotonic())
+
+    def expired(self) -> bool:
+        return self._end is not None and time.monotonic() >= self._end
+
+    def slice(self, limit: float = SLICE) -> float:
+        """The time to wait next: at most ``limit``, at most what is left.
+
+        Raises:
+            asyncio.CancelledError: this runs in an asyncio task (a blocking call made
+                from a coroutine) that was cancelled since the first slice, e.g. by
+                Ctrl-C inside ``asyncio.run``.
+        """
+        task = self._task
+        if task is _UNSET:  # the first slice of this wait: look the task up once
+            try:
+                task = asyncio.current_task()
+            except RuntimeError:  # no event loop runs in this thread
+                task = None
+            self._task = task
+            if task is not None:
+                self._cancels = task.cancelling()
+        if task is not None and task.cancelling() > self._cancels:
+            raise asyncio.CancelledError("cancelled (Ctrl-C?) during a blocking jssync call")
+        rem = self.remaining()
+        return limit if rem is None else min(limit, rem)
+
+    def get(self, q: SimpleQueue[Any]) -> Any:
+        """The next item of ``q``, waiting in slices; :data:`EXPIRED` once the deadline passed.
+
+        The wait happens outside any ``except`` block, so an exception raised by the caller
+        (or by Ctrl-C during the wait) carries no ``queue.Empty`` as its context.
+        """
+        while True:
+            item = _get(q, self.slice())
+            if item is not EXPIRED:
+                return item
+            if self.expired():
+                return EXPIRED
+
+    def check(self, what: str = "operation") -> None:
+        """Raise :class:`jssync.TimeoutError` if the deadline has passed."""
+        if self.expired():
+            raise TimeoutError(f"{what} timed out after {self.timeout}s")
+
+
+def _get(q: SimpleQueue[Any], timeout: float) -> Any:
+    try:
+        return q.get(timeout=timeout)
+    except Empty:
+        return EXPIRED

@@ -1,0 +1,93 @@
+"""Checks of what a caller hands over before anything is sent: subjects, headers, payloads.
+
+Split out of core/connection.py so every layer can check its input without importing the
+connection: ``validate_subject``, ``validate_headers``, ``_check_data``, and the header block's
+encoding and size (``_encode_headers``, ``_headers_size``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import BadHeaderError, BadSubjectError
+
+_SUBJECT_BAD = re.compile(r"[\s]")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+
+
+_valid_subjects: dict[str, bool] = {}
+
+
+def validate_subject(subject: str, what: str = "subject", wildcards: bool = True) -> None:
+    """Raise :class:`jssync.BadSubjectError` naming ``subject`` if it is not a valid subject.
+
+    Valid subjects are remembered (a bounded cache), so repeated publishes to the same
+    subject cost one dict look-up.
+    """
+    ok = _valid_subjects.get(subject)
+    if ok is not None and (ok or wildcards):
+        return
+    _check_subject(subject, what, wildcards)
+    if len(_valid_subjects) > 8192:
+        _valid_subjects.clear()
+    toks = subject.split(".")
+    has_wc = "*" in toks or toks[-1] == ">"
+    _valid_subjects[subject] = not has_wc
+
+
+def _check_subject(subject: str, what: str, wildcards: bool) -> None:
+    if not isinstance(subject, str):
+        raise BadSubjectError(f"{what} must be a str, got {type(subject).__name__}")
+    if not subject or _SUBJECT_BAD.search(subject) or subject.startswith(".") or subject.endswith("."):
+        raise BadSubjectError(f"invalid {what}: {subject!r}")
+    if ".." in subject:
+        raise BadSubjectError(f"invalid {what} (empty token): {subject!r}")
+    if not wildcards:
+        for tok in subject.split("."):
+            if tok in ("*", ">"):
+                raise BadSubjectError(f"{what} may not contain wildcards: {subject!r}")
+    else:
+        # as in nats-server: '>' is a wildcard only as a whole token, and then the last one;
+        # inside a longer token it is a literal character
+        toks = subject.split(".")
+        for i, tok in enumerate(toks):
+            if tok == ">" and i != len(toks) - 1:
+                raise BadSubjectError(f"invalid {what} ('>' must be the last token): {subject!r}")
+
+
+def validate_headers(headers: dict[str, str] | None) -> None:
+    """Raise :class:`jssync.BadHeaderError` naming a bad header name or value (CR/LF, etc.)."""
+    if headers is None:
+        return
+    if not isinstance(headers, dict):
+        raise BadHeaderError(f"headers must be a dict, got {type(headers).__name__}")
+    for k, v in headers.items():
+        if not isinstance(k, str) or not _HEADER_NAME.match(k):
+            raise BadHeaderError(f"invalid header name: {k!r}")
+        if not isinstance(v, str):
+            raise BadHeaderError(f"header {k!r} value must be a str, got {type(v).__name__}")
+        if "\r" in v or "\n" in v:
+            raise BadHeaderError(f"header {k!r} value contains CR or LF: {v!r}")
+
+
+def _encode_headers(headers: dict[str, str]) -> bytes:
+    """Encode a header block (names and values were validated at publish time)."""
+    lines = ["NATS/1.0\r\n"]
+    for k, v in headers.items():
+        lines.append(f"{k}: {v}\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode()
+
+
+def _headers_size(headers: dict[str, str]) -> int:
+    """Bytes of the encoded header block: the server counts them in max_payload."""
+    return 12 + sum(len(k.encode()) + len(v.encode()) + 4 for k, v in headers.items())
+
+
+def _check_data(data: Any) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"data must be bytes, got {type(data).__name__}")

@@ -1,0 +1,1322 @@
+"""The ``jssync`` command line (also ``python -m jssync``).
+
+Everyday jobs against a NATS server: streams, consumers, publish/subscribe/request, key-value,
+a local server, and the demo. Tables for people, ``--json`` for scripts. Options, environment
+variables and context files follow the ``nats`` CLI (docs/cli.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import math
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, BinaryIO, TextIO
+
+from .base.errors import ValidationError, _ConfigError, _Stop
+
+# -- output helpers ----------------------------------------------------------------------------
+
+
+def _jsonable(obj: Any) -> Any:
+    import dataclasses
+    import datetime as _dt
+    import enum
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {k: _jsonable(v) for k, v in dataclasses.asdict(obj).items() if v is not None}
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, _dt.datetime):
+        return obj.isoformat()
+    if isinstance(obj, bytes):
+        rec: dict[str, Any] = {}
+        _put_payload(rec, "data", obj)
+        return rec if "data_encoding" in rec else rec["data"]
+    return obj
+
+
+def _print_json(obj: Any, out: TextIO) -> None:
+    """One result: one JSON document (indented)."""
+    out.write(json.dumps(_jsonable(obj), indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _print_record(rec: dict[str, Any], out: TextIO) -> None:
+    """A message or an entry: one compact JSON object on one line (JSON Lines)."""
+    out.write(json.dumps(rec, default=str) + "\n")
+    out.flush()
+
+
+def _put_payload(rec: dict[str, Any], field: str, data: bytes) -> None:
+    """``rec[field]`` = the payload as text when it is UTF-8, else base64 with ``FIELD_encoding: base64``."""
+    try:
+        rec[field] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        rec[field] = base64.b64encode(data).decode("ascii")
+        rec[f"{field}_encoding"] = "base64"
+
+
+def _get_payload(rec: dict[str, Any], field: str) -> bytes:
+    """The payload of a record written by :func:`_put_payload` (text, or base64 when marked)."""
+    value = rec.get(field)
+    if value is None:
+        return b""
+    if not isinstance(value, str):
+        raise ValidationError(f"{field!r} must be a string, got {type(value).__name__}")
+    enc = rec.get(f"{field}_encoding")
+    if enc is None:
+        return value.encode("utf-8")
+    if enc != "base64":
+        raise ValidationError(f"unknown {field}_encoding {enc!r} (only 'base64')")
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError as exc:
+        raise ValidationError(f"{field!r} is marked base64 but is not: {exc}") from None
+
+
+def _msg_record(subject: str, data: bytes, headers: dict[str, str] | None, **extra: Any) -> dict[str, Any]:
+    """The one JSON shape of a message: subject, extra fields, data (+ data_encoding), headers."""
+    rec: dict[str, Any] = {"subject": subject, **extra}
+    _put_payload(rec, "data", data)
+    rec["headers"] = headers or None
+    return rec
+
+
+def _entry_record(e: Any) -> dict[str, Any]:
+    """The one JSON shape of a key-value entry."""
+    rec: dict[str, Any] = {"bucket": e.bucket, "key": e.key, "revision": e.revision,
+                           "operation": getattr(e.operation, "value", e.operation) or "PUT",
+                           "created": e.created.isoformat() if e.created else None}
+    _put_payload(rec, "value", e.value or b"")
+    return rec
+
+
+def _table(rows: list[list[Any]], headers: list[str], out: TextIO) -> None:
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [len(h) for h in headers]
+    for r in cells:
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(c))
+    line = "  ".join(h.ljust(widths[i]) for i, h in enumerate(headers))
+    out.write(line.rstrip() + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    for r in cells:
+        out.write("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() + "\n")
+
+
+class Progress:
+    """A small progress bar on stderr (only drawn on a terminal, or when forced)."""
+
+    def __init__(self, total: int | None, label: str, enabled: bool | None = None) -> None:
+        self.total = total
+        self.label = label
+        self.done = 0
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._last = 0.0
+        self._start = time.monotonic()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and (now - self._last > 0.1 or (self.total and self.done >= self.total)):
+            self._last = now
+            self._draw()
+
+    def _draw(self) -> None:
+        rate = self.done / max(1e-6, time.monotonic() - self._start)
+        if self.total:
+            frac = min(1.0, self.done / self.total)
+            bar = "#" * int(frac * 30)
+            sys.stderr.write(f"\r{self.label} [{bar:<30}] {self.done}/{self.total} {rate:,.0f}/s")
+        else:
+            sys.stderr.write(f"\r{self.label} {self.done} {rate:,.0f}/s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self._draw()
+            sys.stderr.write("\n")
+
+
+def _parse_headers(items: list[str] | None) -> dict[str, str] | None:
+    if not items:
+        return None
+    out = {}
+    for it in items:
+        k, sep, v = it.partition(":")
+        if not sep:
+            raise SystemExit(f"jssync: bad header {it!r}: use Name:Value")
+        out[k.strip()] = v.strip()
+    return out
+
+
+# -- settings: flag > environment > context (the nats CLI's) ----------------------------------------
+
+#: setting -> (environment variable, key in a nats CLI context file)
+_SOURCES: dict[str, tuple[str | None, str | None]] = {
+    "server": ("NATS_URL", "url"),
+    "user": ("NATS_USER", "user"),
+    "password": ("NATS_PASSWORD", "password"),
+    "token": (None, "token"),
+    "creds": ("NATS_CREDS", "creds"),
+    "nkey": ("NATS_NKEY", "nkey"),
+    "tlscert": ("NATS_CERT", "cert"),
+    "tlskey": ("NATS_KEY", "key"),
+    "tlsca": ("NATS_CA", "ca"),
+    "timeout": ("NATS_TIMEOUT", None),
+}
+_FILE_SETTINGS = ("creds", "nkey", "tlscert", "tlskey", "tlsca")
+_DEFAULT_SERVER = "nats://127.0.0.1:4222"
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration(text: str) -> float:
+    """Seconds from ``2.5`` or a Go duration as the nats CLI takes it (``500ms``, ``5s``, ``1m30s``)."""
+    t = str(text).strip()
+    if re.fullmatch(r"\d+(?:\.\d*)?|\.\d+", t):
+        secs = float(t)
+    else:
+        pos, secs = 0, 0.0
+        for m in _DURATION_PART.finditer(t):
+            if m.start() != pos:
+                break
+            secs += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+            pos = m.end()
+        if pos != len(t) or not t:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a duration (seconds, or e.g. 500ms, 5s, 1m)")
+    if not math.isfinite(secs) or secs <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration")
+    return secs
+
+
+def _ttl(text: str) -> float | str:
+    """A message TTL: ``never``, or a duration (checked to be >= 1s by the publish)."""
+    return "never" if str(text).strip().lower() == "never" else _duration(text)
+
+
+def _config_home() -> Path:
+    """Where the nats CLI keeps its configuration: $XDG_CONFIG_HOME, else ~/.config."""
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return Path(xdg) if xdg else Path(os.path.expanduser("~")) / ".config"
+
+
+def _load_context(name: str | None) -> dict[str, Any]:
+    """The settings of nats CLI context ``name`` (None: the selected one, if any)."""
+    root = _config_home() / "nats"
+    if name is None:
+        try:
+            name = (root / "context.txt").read_text().strip()
+        except OSError:
+            return {}
+        if not name:
+            return {}
+        how = f"selected in {root / 'context.txt'}"
+    else:
+        how = "given with --context or NATS_CONTEXT"
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        raise _ConfigError(f"bad context name {name!r} ({how})")
+    path = root / "context" / f"{name}.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise _ConfigError(f"no context {name!r} ({how}): {path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise _ConfigError(f"cannot read context {name!r} from {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise _ConfigError(f"context {name!r} in {path} is not a JSON object")
+    if data.get("nsc") and not data.get("creds"):
+        raise _ConfigError(f"context {name!r} looks its credentials up with nsc, which jssync cannot: "
+                           "set \"creds\" to the .creds file")
+    return data
+
+
+def _context_value(ctx: dict[str, Any], key: str, setting: str) -> str | None:
+    v = ctx.get(key)
+    if v in (None, ""):
+        return None
+    v = str(v)
+    if setting in _FILE_SETTINGS:
+        if v.startswith("file://"):
+            v = v[len("file://"):]
+        elif "://" in v:
+            raise _ConfigError(f"the context's {key!r} is {v.split('://')[0]}://..., jssync reads only files")
+        v = os.path.expanduser(v)
+    return v
+
+
+#: the options every command takes, before or after its name: (flags, argparse keywords)
+_GLOBAL_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("-s", "--server"), {"metavar": "URL", "help": "server URL(s), comma-separated "
+                                                     f"(default: $NATS_URL, the context's, or {_DEFAULT_SERVER})"}),
+    (("--user",), {"help": "user name ($NATS_USER)"}),
+    (("--password",), {"help": "password ($NATS_PASSWORD)"}),
+    (("--token",), {"help": "authentication token"}),
+    (("--creds",), {"metavar": "FILE", "help": "user credentials (.creds) file ($NATS_CREDS)"}),
+    (("--nkey",), {"metavar": "FILE", "help": "user nkey seed file ($NATS_NKEY)"}),
+    (("--tlscert",), {"metavar": "FILE", "help": "TLS client certificate ($NATS_CERT)"}),
+    (("--tlskey",), {"metavar": "FILE", "help": "TLS client private key ($NATS_KEY)"}),
+    (("--tlsca",), {"metavar": "FILE", "help": "TLS certificate authority chain ($NATS_CA)"}),
+    (("--context",), {"metavar": "NAME", "help": "nats CLI context to use ($NATS_CONTEXT; default: the "
+                                                 "selected one)"}),
+    (("--timeout",), {"type": _duration, "metavar": "DURATION",
+                      "help": "timeout of each operation: seconds or e.g. 500ms, 5s ($NATS_TIMEOUT; default 5s)"}),
+    (("--connect-timeout",), {"type": _duration, "metavar": "DURATION",
+                              "help": "timeout of the first connect (default 2s)"}),
+    (("--json",), {"action": "store_true", "help": "machine-readable JSON output"}),
+    (("--progress",), {"action": "store_true", "help": "always draw progress bars on stderr"}),
+    (("-v", "--verbose"), {"action": "store_true", "help": "log debug output"}),
+]
+
+
+def _add_global_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("global options (before or after the command)")
+    for flags, kw in _GLOBAL_OPTIONS:
+        g.add_argument(*flags, default=argparse.SUPPRESS, **kw)
+
+
+def _resolve(args: argparse.Namespace, connects: bool) -> None:
+    """Fill in every global setting: the flag, else the environment, else the context, else the default."""
+    for flag in ("json", "progress", "verbose"):
+        setattr(args, flag, getattr(args, flag, False))
+    if not hasattr(args, "connect_timeout"):
+        args.connect_timeout = 2.0
+    if not connects:
+        return
+    ctx_name = getattr(args, "context", None) or os.environ.get("NATS_CONTEXT") or None
+    ctx = _load_context(ctx_name)
+    for setting, (env, key) in _SOURCES.items():
+        if hasattr(args, setting):
+            continue
+        value: str | None = (os.environ.get(env) or None) if env else None
+        if value is not None and setting == "timeout":
+            try:
+                setattr(args, setting, _duration(value))
+            except argparse.ArgumentTypeError as exc:
+                raise _ConfigError(f"{env}: {exc}") from None
+            continue
+        if value is None and key is not None:
+            value = _context_value(ctx, key, setting)
+        setattr(args, setting, value)
+    if args.timeout is None:
+        args.timeout = 5.0
+    if args.server is None:
+        args.server = _DEFAULT_SERVER
+
+
+def _tls(args: argparse.Namespace) -> Any:
+    """An ``ssl.SSLContext`` from --tlscert/--tlskey/--tlsca (or theirs), or None."""
+    if not (args.tlscert or args.tlskey or args.tlsca):
+        return None
+    import ssl
+
+    if bool(args.tlscert) != bool(args.tlskey):
+        raise _ConfigError("a TLS client certificate needs its key: give both --tlscert and --tlskey "
+                           "(or NATS_CERT and NATS_KEY)")
+    try:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=args.tlsca or None)
+        if args.tlscert:
+            ctx.load_cert_chain(args.tlscert, args.tlskey)
+    except (OSError, ssl.SSLError) as exc:
+        files = ", ".join(f"{k} {v}" for k, v in (("ca", args.tlsca), ("cert", args.tlscert),
+                                                    ("key", args.tlskey)) if v)
+        raise _ConfigError(f"cannot use the TLS files ({files}): {exc}") from None
+    return ctx
+
+
+def _connect(args: argparse.Namespace) -> Any:
+    import jssync
+
+    opts: dict[str, Any] = {"name": "jssync-cli", "timeout": args.connect_timeout}
+    for k in ("user", "password", "token", "creds"):
+        v = getattr(args, k, None)
+        if v:
+            opts[k] = v
+    if args.nkey:
+        opts["nkeys_seed"] = args.nkey
+    tls = _tls(args)
+    if tls is not None:
+        opts["tls"] = tls
+    return jssync.connect(args.server, **opts)
+
+
+def _with_js(fn: Callable[[Any, Any, argparse.Namespace, TextIO], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        with _connect(args) as nc:
+            js = nc.jetstream(timeout=args.timeout)
+            return fn(nc, js, args, sys.stdout)
+
+    return run
+
+
+# -- stream ------------------------------------------------------------------------------------
+
+
+def _stream_ls(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    infos = list(js.streams(subject=args.subject))
+    if args.json:
+        _print_json(infos, out)
+        return 0
+    rows = [[i.config.name, ",".join(i.config.subjects or []), i.state.messages, i.state.bytes,
+             i.state.first_seq, i.state.last_seq, getattr(i.config.storage, "value", i.config.storage)]
+            for i in infos]
+    _table(rows, ["NAME", "SUBJECTS", "MESSAGES", "BYTES", "FIRST", "LAST", "STORAGE"], out)
+    return 0
+
+
+def _stream_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    info = js.stream(args.name).info(subjects_filter=args.subjects)
+    if args.json:
+        _print_json(info, out)
+        return 0
+    c, s = info.config, info.state
+    rows = [
+        ["name", c.name], ["subjects", ",".join(c.subjects or [])],
+        ["storage", getattr(c.storage, "value", c.storage)], ["retention", getattr(c.retention, "value", c.retention)],
+        ["replicas", c.num_replicas], ["max_msgs", c.max_msgs], ["max_bytes", c.max_bytes],
+        ["max_age", c.max_age], ["messages", s.messages], ["bytes", s.bytes],
+        ["first_seq", s.first_seq], ["last_seq", s.last_seq], ["consumers", s.consumer_count],
+    ]
+    if s.subjects:
+        rows.append(["subjects_count", json.dumps(s.subjects)])
+    _table(rows, ["FIELD", "VALUE"], out)
+    return 0
+
+
+def _stream_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    params: dict[str, Any] = {"name": args.name, "subjects": args.subjects.split(",") if args.subjects else
+                              [f"{args.name}.>"], "storage": args.storage, "retention": args.retention,
+                              "num_replicas": args.replicas}
+    if args.max_msgs is not None:
+        params["max_msgs"] = args.max_msgs
+    if args.max_bytes is not None:
+        params["max_bytes"] = args.max_bytes
+    if args.max_age is not None:
+        params["max_age"] = args.max_age
+    if args.allow_direct:
+        params["allow_direct"] = True
+    st = js.create_stream(**params)
+    if args.json:
+        _print_json(st.cached_info, out)
+    else:
+        out.write(f"created stream {st.name}\n")
+    return 0
+
+
+def _stream_rm(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    js.delete_stream(args.name)
+    if args.json:
+        _print_json({"deleted": args.name}, out)
+    else:
+        out.write(f"deleted stream {args.name}\n")
+    return 0
+
+
+def _stream_purge(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    n = js.stream(args.name).purge(subject=args.subject, seq=args.seq, keep=args.keep)
+    if args.json:
+        _print_json({"purged": n}, out)
+    else:
+        out.write(f"purged {n} messages from {args.name}\n")
+    return 0
+
+
+def _stored_record(m: Any, stream: str) -> dict[str, Any]:
+    return _msg_record(m.subject, m.data, m.headers, seq=m.seq, time=m.time.isoformat() if m.time else None,
+                       stream=stream)
+
+
+def _stream_get(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    st = js.stream(args.name)
+    m = st.get_msg(args.seq) if args.seq is not None else st.get_msg(last_by_subject=args.last_by_subject)
+    if args.json:
+        _print_record(_stored_record(m, args.name), out)
+    else:
+        out.write(f"seq {m.seq} on {m.subject} at {m.time}\n")
+        if m.headers:
+            for k, v in m.headers.items():
+                out.write(f"{k}: {v}\n")
+        out.write(m.data.decode(errors="replace") + "\n")
+    return 0
+
+
+def _iter_stream(st: Any, first: int, last: int) -> Iterable[Any]:
+    """Every stored message with first <= seq <= last (skips deleted sequences)."""
+    import jssync
+
+    seq = first
+    while seq <= last:
+        try:
+            m = st.get_msg(seq, next_by_subject=">")
+        except jssync.MessageNotFoundError:
+            return
+        if m.seq > last:
+            return
+        yield m
+        seq = m.seq + 1
+
+
+def _stream_export(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    st = js.stream(args.name)
+    state = st.info().state
+    prog = Progress(state.messages, f"export {args.name}", True if args.progress else None)
+    n = 0
+    dest: TextIO = sys.stdout if args.file == "-" else open(args.file, "w")  # noqa: SIM115
+    try:
+        for m in _iter_stream(st, state.first_seq, state.last_seq):
+            _print_record(_stored_record(m, args.name), dest)
+            n += 1
+            prog.update()
+    finally:
+        prog.close()
+        if dest is not sys.stdout:
+            dest.close()
+    if args.file != "-":
+        if args.json:
+            _print_json({"exported": n, "stream": args.name, "file": args.file}, out)
+        else:
+            out.write(f"exported {n} messages from {args.name} to {args.file}\n")
+    return 0
+
+
+def _stream_import(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    import threading
+
+    import jssync
+
+    src: TextIO = sys.stdin if args.file == "-" else open(args.file)  # noqa: SIM115
+    lines = src.readlines()
+    if src is not sys.stdin:
+        src.close()
+    where = "stdin" if args.file == "-" else args.file
+    records = []
+    for i, line in enumerate(lines, 1):  # all of it is read and checked before anything is sent
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or not isinstance(rec.get("subject"), str):
+                raise ValidationError("not a message record (an object with a \"subject\")")
+            subject = f"{args.subject_prefix}.{rec['subject']}" if args.subject_prefix else rec["subject"]
+            records.append((i, subject, _get_payload(rec, "data"), rec.get("headers") or None, rec.get("stream")))
+        except ValueError as exc:
+            raise ValidationError(f"line {i} of {where}: {exc}") from None
+    prog = Progress(len(records), f"import {args.name or ''}".strip(), True if args.progress else None)
+    futs: list[tuple[Any, tuple[int, str, str | None]]] = []  # (Future, where it came from)
+    no_stream = threading.Event()  # an asynchronous publish found no stream (e.g. deleted meanwhile)
+
+    def check(fut: Any) -> None:
+        if isinstance(fut.exception(), jssync.NoRespondersError):
+            no_stream.set()
+
+    captured: set[str] = set()
+    missing: tuple[int, str, str | None] | None = None
+    sent = 0
+    try:
+        for i, subject, data, headers, stream in records:
+            if no_stream.is_set():
+                break
+            if subject not in captured:  # the first message on a subject is sent and acknowledged first
+                try:
+                    js.publish(subject, data, headers=headers)
+                except jssync.NoRespondersError:
+                    missing = (i, subject, stream)
+                    break
+                captured.add(subject)
+            else:
+                fut = js.publish_async(subject, data, headers=headers)
+                fut.add_done_callback(check)
+                futs.append((fut, (i, subject, stream)))
+            sent += 1
+            prog.update()
+        js.publish_async_completed(timeout=max(30.0, len(futs) / 1000))
+    finally:
+        prog.close()
+    failed = [(f.exception(), origin) for f, origin in futs if f.exception() is not None]
+    sent -= len(failed)
+    if missing is None:
+        missing = next((origin for exc, origin in failed if isinstance(exc, jssync.NoRespondersError)), None)
+    if missing is not None:
+        i, subject, stream = missing
+        pattern = f"{args.subject_prefix}.>" if args.subject_prefix else subject
+        sys.stderr.write(f"jssync: no stream captures subject {subject!r} (line {i} of {where}); stopped there "
+                         f"after {sent} messages: create the stream first, e.g. jssync stream add "
+                         f"{stream or 'NAME'} --subjects {pattern!r}\n")
+        return 1
+    if failed:
+        sys.stderr.write(f"jssync: {len(failed)} publishes failed, first: {failed[0][0]}\n")
+        return 1
+    if args.json:
+        _print_json({"imported": sent}, out)
+    else:
+        out.write(f"imported {sent} messages\n")
+    return 0
+
+
+# -- consumer ----------------------------------------------------------------------------------
+
+
+def _consumer_json(info: Any) -> dict[str, Any]:
+    """A consumer info as JSON, with the ADR-42 fields nats-py's dataclasses lack."""
+    doc: dict[str, Any] = _jsonable(info)
+    cfg = doc.get("config")
+    if isinstance(cfg, dict):
+        for key in ("priority_policy", "priority_groups", "priority_timeout"):
+            value = getattr(info.config, key, None)
+            if value is not None:
+                cfg[key] = value
+    if getattr(info, "priority_groups", None):
+        doc["priority_groups"] = info.priority_groups
+    return doc
+
+
+def _consumer_ls(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    infos = list(js.consumers(args.stream))
+    if args.json:
+        _print_json([_consumer_json(i) for i in infos], out)
+        return 0
+    rows = [[i.name, getattr(i.config.ack_policy, "value", i.config.ack_policy),
+             i.config.filter_subject or ",".join(i.config.filter_subjects or []), i.num_pending,
+             i.num_ack_pending, i.num_redelivered] for i in infos]
+    _table(rows, ["NAME", "ACK", "FILTER", "PENDING", "ACK_PENDING", "REDELIVERED"], out)
+    return 0
+
+
+def _consumer_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    info = js.consumer(args.stream, args.name).info()
+    if args.json:
+        _print_json(_consumer_json(info), out)
+        return 0
+    rows = [["name", info.name], ["stream", info.stream_name],
+            ["ack_policy", getattr(info.config.ack_policy, "value", info.config.ack_policy)],
+            ["deliver_policy", getattr(info.config.deliver_policy, "value", info.config.deliver_policy)],
+            ["filter", info.config.filter_subject or ",".join(info.config.filter_subjects or [])],
+            ["delivered", f"consumer {info.delivered.consumer_seq} / stream {info.delivered.stream_seq}"],
+            ["ack_floor", f"consumer {info.ack_floor.consumer_seq} / stream {info.ack_floor.stream_seq}"],
+            ["num_pending", info.num_pending], ["num_ack_pending", info.num_ack_pending],
+            ["num_redelivered", info.num_redelivered]]
+    policy = getattr(info.config, "priority_policy", None)
+    if policy:
+        rows.append(["priority_policy", policy])
+        rows.append(["priority_groups", ",".join(getattr(info.config, "priority_groups", None) or [])])
+        if getattr(info.config, "priority_timeout", None):
+            rows.append(["priority_timeout", f"{info.config.priority_timeout}s"])
+        for st in getattr(info, "priority_groups", None) or []:
+            if isinstance(st, dict) and st.get("pinned_client_id"):
+                rows.append([f"pinned ({st.get('group')})", f"{st['pinned_client_id']} since {st.get('pinned_ts')}"])
+    _table(rows, ["FIELD", "VALUE"], out)
+    return 0
+
+
+def _consumer_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    params: dict[str, Any] = {"durable_name": args.name, "ack_policy": args.ack, "deliver_policy": args.deliver}
+    if args.filter:
+        fs = args.filter.split(",")
+        if len(fs) == 1:
+            params["filter_subject"] = fs[0]
+        else:
+            params["filter_subjects"] = fs
+    if args.max_deliver is not None:
+        params["max_deliver"] = args.max_deliver
+    given = [(pol, groups) for pol, groups in (("pinned_client", args.pinned_groups),
+                                               ("overflow", args.overflow_groups),
+                                               ("prioritized", args.prioritized_groups)) if groups]
+    if len(given) > 1:
+        raise ValidationError("give one of --pinned-groups, --overflow-groups, --prioritized-groups")
+    if args.pinned_ttl is not None and not args.pinned_groups:
+        raise ValidationError("--pinned-ttl goes with --pinned-groups")
+    if given:
+        params["priority_policy"] = given[0][0]
+        params["priority_groups"] = given[0][1].split(",")
+        if args.pinned_ttl is not None:
+            params["priority_timeout"] = args.pinned_ttl
+    c = js.create_consumer(args.stream, **params)
+    if args.json:
+        _print_json(_consumer_json(c.cached_info), out)
+    else:
+        out.write(f"created consumer {args.stream}/{c.name}\n")
+    return 0
+
+
+def _consumer_unpin(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    js.consumer(args.stream, args.name).unpin(args.group)
+    if args.json:
+        _print_json({"unpinned": f"{args.stream}/{args.name}", "group": args.group}, out)
+    else:
+        out.write(f"unpinned group {args.group} of consumer {args.stream}/{args.name}\n")
+    return 0
+
+
+def _consumer_rm(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    js.delete_consumer(args.stream, args.name)
+    if args.json:
+        _print_json({"deleted": f"{args.stream}/{args.name}"}, out)
+    else:
+        out.write(f"deleted consumer {args.stream}/{args.name}\n")
+    return 0
+
+
+def _consumer_next(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    c = js.consumer(args.stream, args.name)
+    got = 0
+    res = c.fetch(args.count, expires=args.wait, group=args.group, min_pending=args.min_pending,
+                  min_ack_pending=args.min_ack_pending, priority=args.priority)
+    for msg in res:
+        got += 1
+        if not args.no_ack:
+            msg.ack_sync()
+        md = msg.metadata
+        if args.json:
+            _print_record(_msg_record(msg.subject, msg.data, msg.headers, stream=md.stream,
+                                      stream_seq=md.sequence.stream, consumer_seq=md.sequence.consumer,
+                                      num_delivered=md.num_delivered, num_pending=md.num_pending), out)
+        else:
+            out.write(f"[{md.sequence.stream}] {msg.subject}: {msg.data.decode(errors='replace')}\n")
+    if res.error is not None:  # e.g. 409 Exceeded MaxRequestBatch: say why it ended early
+        sys.stderr.write(f"jssync: the pull ended early: {res.error}\n")
+    if not got:
+        sys.stderr.write("jssync: no messages\n")
+        return 1
+    return 0
+
+
+# -- core --------------------------------------------------------------------------------------
+
+
+def _read_payloads(src: BinaryIO, send_on: str) -> list[bytes]:
+    """The bytes of ``src`` as they are: one payload (``eof``), or one per line (``newline``; LF or CRLF)."""
+    data = src.read()
+    if send_on == "eof":
+        return [data]
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+
+
+def _pub(args: argparse.Namespace) -> int:
+    if args.file and args.force_stdin:
+        raise ValidationError("give --file or --force-stdin, not both")
+    if (args.file or args.force_stdin) and args.data is not None:
+        raise ValidationError("give the message as DATA or with --file/--force-stdin, not both")
+    headers = _parse_headers(args.header)
+    if args.ttl is not None and not args.js:
+        raise ValidationError("--ttl needs --js: the message TTL is kept by the JetStream stream")
+    if args.file or args.force_stdin:
+        path = "-" if args.force_stdin else args.file
+        send_on = args.send_on or ("eof" if args.force_stdin else "newline")
+        if path == "-":
+            payloads = _read_payloads(sys.stdin.buffer, send_on)
+        else:
+            with open(path, "rb") as f:
+                payloads = _read_payloads(f, send_on)
+    else:
+        payloads = [(args.data or "").encode()] * args.count
+    with _connect(args) as nc:
+        prog = Progress(len(payloads), f"publish {args.subject}", True if args.progress else None)
+        try:
+            if args.js:
+                js = nc.jetstream(timeout=args.timeout)
+                if len(payloads) == 1:
+                    ack = js.publish(args.subject, payloads[0], headers=headers, msg_id=args.msg_id, ttl=args.ttl)
+                    prog.update()
+                    if args.json:
+                        _print_json(ack, sys.stdout)
+                    else:
+                        sys.stdout.write(f"stored in {ack.stream} seq {ack.seq}"
+                                         f"{' (duplicate)' if ack.duplicate else ''}\n")
+                    return 0
+                for p in payloads:
+                    js.publish_async(args.subject, p, headers=headers, ttl=args.ttl)
+                    prog.update()
+                js.publish_async_completed(timeout=max(30.0, len(payloads) / 1000))
+            else:
+                for p in payloads:
+                    nc.publish(args.subject, p, headers=headers)
+                    prog.update()
+                nc.flush(timeout=args.timeout)
+        finally:
+            prog.close()
+        if args.json:
+            _print_json({"published": len(payloads), "subject": args.subject}, sys.stdout)
+        else:
+            sys.stdout.write(f"published {len(payloads)} message(s) on {args.subject}\n")
+    return 0
+
+
+def _show_msg(n: int, msg: Any, out: TextIO) -> None:
+    """A received message for people, as the nats CLI shows it: subject, reply, headers, payload."""
+    reply = f' with reply "{msg.reply}"' if msg.reply else ""
+    out.write(f'[#{n}] Received on "{msg.subject}"{reply}\n')
+    for k, v in (msg.headers or {}).items():
+        out.write(f"{k}: {v}\n")
+    if msg.headers:
+        out.write("\n")
+    out.write(msg.data.decode(errors="replace") + "\n\n")
+
+
+def _sub(args: argparse.Namespace) -> int:
+    import jssync
+
+    with _connect(args) as nc:
+        sub = nc.subscribe(args.subject, queue=args.queue)
+        n = 0
+        try:
+            while args.count == 0 or n < args.count:
+                try:
+                    msg = sub.next_msg(timeout=args.wait)
+                except jssync.TimeoutError:
+                    break
+                n += 1
+                if args.json:
+                    _print_record(_msg_record(msg.subject, msg.data, msg.headers, reply=msg.reply or None),
+                                  sys.stdout)
+                else:
+                    _show_msg(n, msg, sys.stdout)
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            pass
+    return 0 if n else 1
+
+
+def _req(args: argparse.Namespace) -> int:
+    with _connect(args) as nc:
+        msg = nc.request(args.subject, (args.data or "").encode(), headers=_parse_headers(args.header),
+                         timeout=args.timeout)
+        if args.json:
+            _print_record(_msg_record(msg.subject, msg.data, msg.headers), sys.stdout)
+        else:
+            sys.stdout.write(msg.data.decode(errors="replace") + "\n")
+    return 0
+
+
+# -- micro services (ADR-32) ------------------------------------------------------------------
+
+
+def _micro_docs(nc: Any, verb: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every service instance's answer to ``$SRV.<VERB>[.NAME[.ID]]``, sorted by name and id."""
+    import jssync
+    from jssync import micro
+
+    name = getattr(args, "service", None)
+    sid = getattr(args, "id", None)
+    if name is not None:
+        micro._check_name(name, "service name")
+    if sid is not None:
+        micro._check_name(sid, "service id")
+    docs = []
+    try:
+        for msg in nc.request_many(micro.control_subject(verb, name, sid), max_wait=args.wait,
+                                   stall=min(0.5, args.wait / 2)):
+            try:
+                doc = json.loads(msg.data)
+            except ValueError:
+                continue  # not a service's answer
+            if isinstance(doc, dict) and isinstance(doc.get("name"), str):
+                docs.append(doc)
+    except jssync.NoRespondersError:
+        pass  # no service listens
+    docs.sort(key=lambda d: (str(d.get("name")), str(d.get("id"))))
+    return docs
+
+
+def _no_service(args: argparse.Namespace) -> int:
+    which = f"{args.service}" + (f" with id {args.id}" if args.id else "")
+    sys.stderr.write(f"jssync: no service {which} answered within {args.wait}s\n")
+    return 1
+
+
+def _micro_ls(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    docs = _micro_docs(nc, "INFO", args)
+    if args.json:
+        _print_json(docs, out)
+        return 0
+    if not docs:
+        out.write("no services found\n")
+        return 0
+    _table([[d.get("name"), d.get("version"), d.get("id"), len(d.get("endpoints") or []),
+             d.get("description") or ""] for d in docs],
+           ["NAME", "VERSION", "ID", "ENDPOINTS", "DESCRIPTION"], out)
+    return 0
+
+
+def _micro_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    docs = _micro_docs(nc, "INFO", args)
+    if args.json:
+        _print_json(docs, out)
+    else:
+        for i, d in enumerate(docs):
+            if i:
+                out.write("\n")
+            meta = d.get("metadata") or {}
+            _table([["name", d.get("name")], ["id", d.get("id")], ["version", d.get("version")],
+                    ["description", d.get("description") or ""],
+                    ["metadata", ", ".join(f"{k}={v}" for k, v in sorted(meta.items()))]], ["FIELD", "VALUE"], out)
+            out.write("\n")
+            _table([[e.get("name"), e.get("subject"), e.get("queue_group") or "-",
+                     ", ".join(f"{k}={v}" for k, v in sorted((e.get("metadata") or {}).items()))]
+                    for e in d.get("endpoints") or []], ["ENDPOINT", "SUBJECT", "QUEUE_GROUP", "METADATA"], out)
+    return 0 if docs else _no_service(args)
+
+
+def _ns(v: Any) -> str:
+    """Integer nanoseconds for people."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return "-"
+    if v < 1_000:
+        return f"{v:.0f}ns"
+    if v < 1_000_000:
+        return f"{v / 1e3:.1f}us"
+    if v < 1_000_000_000:
+        return f"{v / 1e6:.1f}ms"
+    return f"{v / 1e9:.2f}s"
+
+
+def _micro_stats(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    docs = _micro_docs(nc, "STATS", args)
+    if args.json:
+        _print_json(docs, out)
+    elif docs:
+        _table([[d.get("name"), d.get("id"), e.get("name"), e.get("num_requests"), e.get("num_errors"),
+                 _ns(e.get("processing_time")), _ns(e.get("average_processing_time")), e.get("last_error") or "-"]
+                for d in docs for e in d.get("endpoints") or []],
+               ["SERVICE", "ID", "ENDPOINT", "REQUESTS", "ERRORS", "PROCESSING", "AVERAGE", "LAST_ERROR"], out)
+    return 0 if docs else _no_service(args)
+
+
+# -- key-value ---------------------------------------------------------------------------------
+
+
+def _kv(args: argparse.Namespace) -> int:
+    import jssync
+
+    with _connect(args) as nc:
+        js = nc.jetstream(timeout=args.timeout)
+        out = sys.stdout
+        if args.kv_cmd == "add":
+            js.create_key_value(bucket=args.bucket, history=args.history)
+            if args.json:
+                _print_json({"bucket": args.bucket, "history": args.history}, out)
+            else:
+                out.write(f"created bucket {args.bucket}\n")
+            return 0
+        if args.kv_cmd == "ls" and args.bucket is None:
+            return _kv_buckets(js, args, out)
+        kv = js.key_value(args.bucket)
+        if args.kv_cmd == "get":
+            e = kv.get(args.key)
+            if args.json:
+                _print_record(_entry_record(e), out)
+            else:
+                out.write((e.value or b"").decode(errors="replace") + "\n")
+        elif args.kv_cmd == "put":
+            rev = kv.put(args.key, (args.value or "").encode())
+            if args.json:
+                _print_json({"bucket": args.bucket, "key": args.key, "revision": rev}, out)
+            else:
+                out.write(f"revision {rev}\n")
+        elif args.kv_cmd == "del":
+            kv.delete(args.key)
+            if args.json:
+                _print_json({"deleted": args.key, "bucket": args.bucket}, out)
+            else:
+                out.write(f"deleted {args.key}\n")
+        elif args.kv_cmd == "ls":
+            try:
+                keys = sorted(kv.keys())
+            except jssync.Error as exc:
+                if "no keys" not in str(exc).lower():
+                    raise
+                keys = []
+            if args.json:
+                _print_json(keys, out)
+            else:
+                for k in keys:
+                    out.write(k + "\n")
+        elif args.kv_cmd == "watch":
+            n = 0
+            w = kv.watch(args.key or ">")
+            try:
+                for e in w:
+                    if e is None:
+                        continue
+                    n += 1
+                    if args.json:
+                        _print_record(_entry_record(e), out)
+                    else:
+                        op = getattr(e.operation, "value", e.operation) or "PUT"
+                        out.write(f"[{e.revision}] {op} {e.key}: {(e.value or b'').decode(errors='replace')}\n")
+                        out.flush()
+                    if args.count and n >= args.count:
+                        break
+            except KeyboardInterrupt:
+                pass
+            finally:
+                stop = getattr(w, "stop", None)
+                if stop is not None:
+                    stop()
+    return 0
+
+
+def _kv_buckets(js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """``kv ls`` without a bucket: every bucket, as ``nats kv ls`` lists them."""
+    rows = []
+    for st in sorted(js.key_value_stores(), key=lambda x: x.bucket):
+        mirror = st.stream_info.config.mirror
+        rows.append({"bucket": st.bucket, "values": st.values, "bytes": st.bytes, "history": st.history,
+                     "ttl": st.ttl, "storage": getattr(st.storage, "value", st.storage),
+                     "replicas": st.replicas, "mirror": mirror.name[3:] if mirror and mirror.name else None,
+                     "description": st.stream_info.config.description})
+    if args.json:
+        _print_json(rows, out)
+        return 0
+    _table([[r["bucket"], r["values"], r["bytes"], r["history"], r["ttl"] or "-", r["storage"],
+             r["mirror"] or "-"] for r in rows],
+           ["BUCKET", "VALUES", "BYTES", "HISTORY", "TTL", "STORAGE", "MIRROR"], out)
+    return 0
+
+
+# -- demo and server ---------------------------------------------------------------------------
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import jssync
+    from jssync.server import NatsServer
+
+    out = print
+    out("jssync demo: starting a local nats-server with JetStream ...")
+    with NatsServer(jetstream=True) as srv:
+        out(f"  server running at {srv.url}")
+        with jssync.connect(srv.url, name="jssync-demo") as nc:
+            out(f"  connected: {nc!r}")
+            sub = nc.subscribe("demo.hello")
+            nc.publish("demo.hello", b"hello from jssync", headers={"Demo": "1"})
+            msg = sub.next_msg(timeout=2.0)
+            out(f"  core pub/sub: got {msg.data!r} with headers {msg.headers}")
+            nc.subscribe("demo.echo", callback=lambda m: m.respond(b"echo: " + m.data))
+            reply = nc.request("demo.echo", b"ping", timeout=2.0)
+            out(f"  request/reply: {reply.data!r}")
+            _demo_js(nc, args.count)
+        out("  connection closed")
+    out("demo finished: server stopped")
+    return 0
+
+
+def _demo_js(nc: Any, count: int) -> None:
+    js = nc.jetstream()
+    stream = js.create_stream(name="DEMO", subjects=["demo.orders.*"], storage="memory")
+    print(f"  created stream {stream.name}")
+    t0 = time.perf_counter()
+    for i in range(count):
+        js.publish_async(f"demo.orders.{i % 3}", f"order {i}".encode())
+    js.publish_async_completed(timeout=30.0)
+    print(f"  published {count} messages with publish_async in {time.perf_counter() - t0:.3f}s")
+    consumer = stream.create_consumer(durable_name="DEMO_WORKER", ack_policy="explicit")
+    if not hasattr(consumer, "consume"):  # pragma: no cover - until consuming lands
+        print(f"  consumer {consumer.name} has {consumer.info().num_pending} messages pending")
+        js.delete_stream("DEMO")
+        return
+    got = 0
+    t0 = time.perf_counter()
+    with consumer.consume(max_messages=500) as messages:
+        for m in messages:
+            m.ack()
+            got += 1
+            if got == count:
+                messages.stop()
+    print(f"  consumed and acked {got} messages in {time.perf_counter() - t0:.3f}s")
+    last = stream.get_msg(last_by_subject="demo.orders.0")
+    print(f"  last message on demo.orders.0: seq={last.seq} data={last.data!r}")
+    js.delete_stream("DEMO")
+    print("  deleted stream DEMO")
+
+
+def _server(args: argparse.Namespace) -> int:
+    from jssync.server import NatsServer
+
+    # SIGTERM, SIGHUP and SIGINT all stop the server the same way: the nats-server child is stopped and
+    # the temporary directory (with the store, unless --store-dir) removed. A signal that comes before
+    # there is anything to clean up is held until there is; one that comes while stopping is ignored.
+    state: dict[str, Any] = {"armed": False, "stopping": False, "signal": None}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if state["stopping"]:
+            return
+        state["signal"] = signum
+        if state["armed"]:
+            state["stopping"] = True
+            raise _Stop(signum)
+
+    sigs = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    old = {sig: signal.signal(sig, on_signal) for sig in sigs}
+    srv: NatsServer | None = None
+    try:
+        srv = NatsServer(jetstream=True, port=args.port, store_dir=args.store_dir)
+        state["armed"] = True
+        if state["signal"] is not None:
+            state["stopping"] = True
+            raise _Stop(state["signal"])
+        srv.start()
+        kind = "kept" if args.store_dir else "temporary: removed on exit"
+        print(f"nats-server running at {srv.url}, store {srv.store_dir} ({kind}); Ctrl-C to stop", flush=True)
+        while srv.running:
+            time.sleep(0.2)
+        sys.stderr.write(f"jssync: nats-server exited:\n{srv.logs()[-2000:]}\n")
+        return 1
+    except _Stop:
+        return 0
+    finally:
+        state["stopping"] = True
+        if srv is not None:
+            srv.stop()
+            srv.cleanup()
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+# -- parser ------------------------------------------------------------------------------------
+
+
+def _add(group: Any, name: str, **kw: Any) -> argparse.ArgumentParser:
+    """A (sub)command that also takes every global option."""
+    x: argparse.ArgumentParser = group.add_parser(name, **kw)
+    _add_global_options(x)
+    return x
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jssync", description="jssync: NATS JetStream from the command line",
+        epilog="Settings come from the flag, else the environment (NATS_URL, NATS_USER, ...), else the "
+               "nats CLI context (--context NAME, else the selected one).")
+    _add_global_options(p)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = _add(sub, "demo", help="run the quick start against a local server it starts")
+    d.add_argument("--count", type=int, default=10000, help="messages to publish and consume")
+    d.set_defaults(func=_demo, _local=True)
+    s = _add(sub, "server", help="run a local nats-server with JetStream",
+             description="Run a local nats-server with JetStream on 127.0.0.1 until Ctrl-C, SIGTERM or SIGHUP. "
+                         "Its store is a temporary directory, removed when it stops, unless --store-dir is given.")
+    s.add_argument("--port", type=int, default=4222)
+    s.add_argument("--store-dir", metavar="DIR",
+                   help="keep the JetStream store in DIR between runs (default: a temporary directory, "
+                        "removed on exit)")
+    s.set_defaults(func=_server, _local=True)
+
+    st = _add(sub, "stream", help="manage streams").add_subparsers(dest="stream_cmd", required=True)
+    x = _add(st, "ls", help="list streams")
+    x.add_argument("--subject", help="only streams that capture this subject")
+    x.set_defaults(func=_with_js(_stream_ls))
+    x = _add(st, "info", help="show a stream")
+    x.add_argument("name")
+    x.add_argument("--subjects", metavar="FILTER", help="also count messages per subject (e.g. '>')")
+    x.set_defaults(func=_with_js(_stream_info))
+    x = _add(st, "add", help="create a stream")
+    x.add_argument("name")
+    x.add_argument("--subjects", help="comma-separated subjects (default NAME.>)")
+    x.add_argument("--storage", choices=["file", "memory"], default="file")
+    x.add_argument("--retention", choices=["limits", "interest", "workqueue"], default="limits")
+    x.add_argument("--replicas", type=int, default=1)
+    x.add_argument("--max-msgs", type=int)
+    x.add_argument("--max-bytes", type=int)
+    x.add_argument("--max-age", type=float, help="seconds")
+    x.add_argument("--allow-direct", action="store_true")
+    x.set_defaults(func=_with_js(_stream_add))
+    x = _add(st, "rm", help="delete a stream")
+    x.add_argument("name")
+    x.set_defaults(func=_with_js(_stream_rm))
+    x = _add(st, "purge", help="purge a stream")
+    x.add_argument("name")
+    x.add_argument("--subject")
+    x.add_argument("--seq", type=int)
+    x.add_argument("--keep", type=int)
+    x.set_defaults(func=_with_js(_stream_purge))
+    x = _add(st, "get", help="read one stored message")
+    x.add_argument("name")
+    x.add_argument("seq", type=int, nargs="?")
+    x.add_argument("--last-by-subject")
+    x.set_defaults(func=_with_js(_stream_get), _spill=(("seq", int),))
+    x = _add(st, "export", help="write every message to a JSON Lines file")
+    x.add_argument("name")
+    x.add_argument("file", help="output file, - for stdout")
+    x.set_defaults(func=_with_js(_stream_export))
+    x = _add(st, "import", help="publish every message of a JSON Lines file")
+    x.add_argument("file", help="input file, - for stdin")
+    x.add_argument("--name", help="label for the progress bar")
+    x.add_argument("--subject-prefix", help="prepend this token to every subject")
+    x.set_defaults(func=_with_js(_stream_import))
+
+    co = _add(sub, "consumer", help="manage consumers").add_subparsers(dest="consumer_cmd", required=True)
+    x = _add(co, "ls", help="list consumers of a stream")
+    x.add_argument("stream")
+    x.set_defaults(func=_with_js(_consumer_ls))
+    x = _add(co, "info", help="show a consumer")
+    x.add_argument("stream")
+    x.add_argument("name")
+    x.set_defaults(func=_with_js(_consumer_info))
+    x = _add(co, "add", help="create a durable pull consumer")
+    x.add_argument("stream")
+    x.add_argument("name")
+    x.add_argument("--filter", help="comma-separated filter subjects")
+    x.add_argument("--ack", choices=["explicit", "all", "none"], default="explicit")
+    x.add_argument("--deliver", choices=["all", "last", "new", "last_per_subject"], default="all")
+    x.add_argument("--max-deliver", type=int)
+    x.add_argument("--pinned-groups", metavar="GROUPS",
+                   help="priority groups (comma-separated) of a pinned_client consumer (ADR-42)")
+    x.add_argument("--pinned-ttl", type=_duration, metavar="DURATION",
+                   help="how long the pinned client may go without pulling before another is pinned")
+    x.add_argument("--overflow-groups", metavar="GROUPS", help="priority groups of an overflow consumer")
+    x.add_argument("--prioritized-groups", metavar="GROUPS", help="priority groups of a prioritized consumer")
+    x.set_defaults(func=_with_js(_consumer_add))
+    x = _add(co, "rm", help="delete a consumer")
+    x.add_argument("stream")
+    x.add_argument("name")
+    x.set_defaults(func=_with_js(_consumer_rm))
+    x = _add(co, "next", help="fetch (and ack) messages from a pull consumer")
+    x.add_argument("stream")
+    x.add_argument("name")
+    x.add_argument("--count", type=int, default=1)
+    x.add_argument("--wait", type=float, default=5.0, help="seconds to wait for messages")
+    x.add_argument("--no-ack", action="store_true")
+    x.add_argument("--group", help="the priority group to pull from (consumers with priority groups)")
+    x.add_argument("--min-pending", type=int, help="overflow: only when this many messages are pending")
+    x.add_argument("--min-ack-pending", type=int,
+                   help="overflow: only when this many messages are waiting for an ack")
+    x.add_argument("--priority", type=int, help="prioritized: 0 (first) to 9")
+    x.set_defaults(func=_with_js(_consumer_next))
+    x = _add(co, "unpin", help="unpin the pinned client of a priority group")
+    x.add_argument("stream")
+    x.add_argument("name")
+    x.add_argument("group")
+    x.set_defaults(func=_with_js(_consumer_unpin))
+
+    x = _add(sub, "pub", help="publish (core, or --js with a PubAck)")
+    x.add_argument("subject")
+    x.add_argument("data", nargs="?")
+    x.add_argument("--js", "-J", "--jetstream", action="store_true",
+                   help="publish to JetStream and wait for the PubAck(s)")
+    x.add_argument("--count", type=int, default=1)
+    x.add_argument("--file", help="publish the bytes of this file (- for stdin): one message per line, "
+                                  "or all of it with --send-on eof")
+    x.add_argument("--force-stdin", action="store_true",
+                   help="publish the bytes of stdin (all of it, or per line with --send-on newline)")
+    x.add_argument("--send-on", choices=["newline", "eof"],
+                   help="one message per line, or one of the whole input (default: newline for --file, "
+                        "eof for --force-stdin)")
+    x.add_argument("-H", "--header", action="append", help="Name:Value (repeatable)")
+    x.add_argument("--msg-id")
+    x.add_argument("--ttl", type=_ttl, metavar="DURATION",
+                   help="with --js: the stream removes the message after this long (>= 1s, or 'never'; "
+                        "the stream needs allow_msg_ttl)")
+    x.set_defaults(func=_pub, _spill=(("data", str),))
+    x = _add(sub, "sub", help="subscribe and print messages")
+    x.add_argument("subject")
+    x.add_argument("--queue")
+    x.add_argument("--count", type=int, default=0, help="stop after N messages (0: until idle/Ctrl-C)")
+    x.add_argument("--wait", type=float, default=3600.0, help="stop after this many idle seconds")
+    x.set_defaults(func=_sub)
+    x = _add(sub, "req", help="send a request and print the reply")
+    x.add_argument("subject")
+    x.add_argument("data", nargs="?")
+    x.add_argument("-H", "--header", action="append")
+    x.set_defaults(func=_req, _spill=(("data", str),))
+
+    mi = _add(sub, "micro", help="find and watch micro services (ADR-32)").add_subparsers(dest="micro_cmd",
+                                                                                          required=True)
+    for name, hlp, fn, need in (("ls", "list the running services (each instance)", _micro_ls, False),
+                                ("info", "show a service's instances and endpoints", _micro_info, True),
+                                ("stats", "show a service's request counts and times per endpoint", _micro_stats,
+                                 True)):
+        x = _add(mi, name, help=hlp)
+        if need:
+            x.add_argument("service")
+            x.add_argument("id", nargs="?", help="only this instance")
+        else:
+            x.add_argument("service", nargs="?", help="only instances of this service")
+        x.add_argument("--wait", type=_duration, default=2.0, metavar="DURATION",
+                       help="how long to wait for services to answer (default 2s; it ends sooner "
+                            "once answers stop coming)")
+        x.set_defaults(func=_with_js(fn), _spill=(("id", str),) if need else (("service", str),))
+
+    kv = _add(sub, "kv", help="key-value buckets").add_subparsers(dest="kv_cmd", required=True)
+    x = _add(kv, "add", help="create a bucket")
+    x.add_argument("bucket")
+    x.add_argument("--history", type=int, default=1)
+    x.set_defaults(func=_kv)
+    for name, hlp in (("get", "read a key"), ("del", "delete a key")):
+        x = _add(kv, name, help=hlp)
+        x.add_argument("bucket")
+        x.add_argument("key")
+        x.set_defaults(func=_kv)
+    x = _add(kv, "put", help="write a key")
+    x.add_argument("bucket")
+    x.add_argument("key")
+    x.add_argument("value")
+    x.set_defaults(func=_kv)
+    x = _add(kv, "ls", help="list the keys of a bucket, or every bucket")
+    x.add_argument("bucket", nargs="?", help="the bucket whose keys to list (default: list the buckets)")
+    x.set_defaults(func=_kv, _spill=(("bucket", str),))
+    x = _add(kv, "watch", help="print changes")
+    x.add_argument("bucket")
+    x.add_argument("key", nargs="?")
+    x.add_argument("--count", type=int, default=0, help="stop after N updates")
+    x.set_defaults(func=_kv, _spill=(("key", str),))
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse like the nats CLI: global options anywhere, optional arguments also after the options."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse fills an optional positional (pub's DATA) with nothing when an option follows the required
+    # ones (`pub SUBJ --js hello`): hand such left-over words to it.
+    for name, convert in getattr(args, "_spill", ()):
+        if extra and getattr(args, name) is None and not extra[0].startswith("-"):
+            word = extra.pop(0)
+            try:
+                setattr(args, name, convert(word))
+            except ValueError:
+                parser.error(f"argument {name}: invalid {convert.__name__} value: {word!r}")
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (errors print one line on stderr)."""
+    args = parse_args(argv)
+    import jssync
+
+    try:
+        _resolve(args, connects=not getattr(args, "_local", False))
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                            format="%(levelname)s %(name)s: %(message)s")
+        rc: int = args.func(args)
+    except (ValueError, TypeError) as exc:  # bad input, jssync.ValidationError too: a usage error
+        sys.stderr.write(f"jssync: {exc}\n")
+        return 2
+    except jssync.Error as exc:
+        sys.stderr.write(f"jssync: {type(exc).__name__}: {exc}\n")
+        return 1
+    except OSError as exc:
+        sys.stderr.write(f"jssync: {exc}\n")
+        return 1
+    return rc
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1805 @@
+"""The blocking Connection: nats-py on a background I/O thread."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import logging
+import os
+import select
+import socket
+import ssl
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
+
+from ..base.deadline import Deadline
+from ..base.errors import (
+    AuthorizationError,
+    BadSubjectError,
+    ConnectionClosedError,
+    Error,
+    MaxPayloadError,
+    NoRespondersError,
+    NoServersError,
+    PermissionDeniedError,
+    ReconnectBufferExceededError,
+    SubscriptionClosedError,
+    TimeoutError,
+    ValidationError,
+    _OffLoopError,
+    translate,
+    translating,
+)
+from ..base.status import is_no_responders
+from ..base.validate import (
+    _SUBJECT_BAD,
+    _check_data,
+    _encode_headers,
+    _headers_size,
+    validate_headers,
+    validate_subject,
+)
+from . import natspy as _natspy
+from .hooks import HOOKS
+from .internal import ConnectionInternal
+from .loop import IOLoop
+from .msg import ACK_SENT, Msg
+from .natspy import CLOSED as _NC_CLOSED
+from .natspy import STATUS as _NC_STATUS
+from .subscription import Subscription, _Inbound
+from .urls import _check_secret_file, _is_local, _looks_like_seed, _scrub, _split_servers, _url_secrets, redact_url
+from .workers import WorkerPool
+
+if TYPE_CHECKING:
+    from ..jetstream.context import JetStream
+    from .request_many import RequestMany
+
+T = TypeVar("T")
+log = logging.getLogger("jssync")
+
+_ids = itertools.count(1)
+_live: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+#: Most publishes handed to the I/O thread in one loop turn.
+_PUMP_BATCH = 4096
+#: How long a drain waits for the server to confirm its UNSUB (callers bound it further).
+_DRAIN_FLUSH_TIMEOUT = 10.0
+#: Payload bytes encoded into one chunk at most (large messages: smaller bursts, fewer copies).
+_BURST_BYTES = 1 << 20
+#: Largest burst written straight to the socket from the wake-up callback.
+_DIRECT_MAX = 256
+#: Direct writes stop while the socket's write buffer holds more than this.
+_DIRECT_BUFFER_LIMIT = 1 << 20
+#: Requests up to this size may be written to the socket by the caller's thread.
+_DIRECT_SEND_MAX = 64 * 1024
+#: How long a caller that wrote its request itself watches the socket for the reply.
+_STEAL_WINDOW = 0.005
+#: Bytes a caller peeks at first when it looks for its reply on the socket ...
+_STEAL_PEEK_FIRST = 4096
+#: ... and at most, when the reply is longer.
+_STEAL_PEEK = 65536
+#: Publishes queued before ``publish`` waits for the I/O thread to catch up.
+_PUB_HIGH_WATER = 65536
+#: ... or this many payload bytes (estimated as queue length x the new message's size).
+_PUB_HIGH_BYTES = 64 << 20
+#: While not connected the pump leaves the queue alone and looks again after this long.
+_PARKED_POLL = 0.05
+
+class Connection:
+    """A connection to NATS with a blocking API.
+
+    One daemon I/O thread per connection runs an asyncio loop with the nats-py client;
+    callbacks run on a pool of ``callback_workers`` daemon threads. Every method is
+    thread-safe. Use :func:`jssync.connect` to make one.
+    """
+
+    def __init__(
+        self,
+        servers: str | Sequence[str] | None = None,
+        *,
+        name: str | None = None,
+        timeout: float = 2.0,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        creds: str | os.PathLike[str] | None = None,
+        nkeys_seed: str | os.PathLike[str] | None = None,
+        tls: ssl.SSLContext | None = None,
+        tls_hostname: str | None = None,
+        max_reconnect_attempts: int = -1,
+        reconnect_time_wait: float = 2.0,
+        ping_interval: float = 120.0,
+        max_outstanding_pings: int = 2,
+        no_echo: bool = False,
+        inbox_prefix: str = "_INBOX",
+        error_cb: Callable[[Exception], Any] | None = None,
+        disconnected_cb: Callable[[], Any] | None = None,
+        reconnected_cb: Callable[[], Any] | None = None,
+        closed_cb: Callable[[], Any] | None = None,
+        callback_workers: int = 4,
+        reconnect_buffer_size: int | None = None,
+    ) -> None:
+        self._urls = _split_servers(servers)
+        if reconnect_buffer_size is not None and (
+                not isinstance(reconnect_buffer_size, int) or isinstance(reconnect_buffer_size, bool)
+                or reconnect_buffer_size < 0):
+            raise ValidationError(f"reconnect_buffer_size must be None or an int >= 0, got {reconnect_buffer_size!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
+        if tls is not None and not isinstance(tls, ssl.SSLContext):
+            raise TypeError("tls must be an ssl.SSLContext")
+        secrets = [password or "", token or ""]
+        secrets += [p for u in self._urls for p in _url_secrets(u)]
+        seed_opt: tuple[str, str] | None = None
+        if nkeys_seed is not None:
+            seed = os.fspath(nkeys_seed)
+            if _looks_like_seed(seed):
+                seed_opt = ("nkeys_seed_str", seed.strip())
+                secrets.append(seed.strip())
+            elif os.path.isfile(seed):
+                _check_secret_file(seed, "nkeys_seed file", need_jwt=False)
+                seed_opt = ("nkeys_seed", seed)
+            else:
+                # never echo the value: it may be a mistyped seed
+                raise ValidationError("nkeys_seed is neither an nkey seed (S...) nor the path of a readable seed file")
+        if creds is not None:
+            _check_secret_file(os.fspath(creds), "creds file", need_jwt=True)
+        #: Credentials to scrub from error texts and log lines.
+        self._secrets = tuple(s for s in secrets if s)
+        self._id = next(_ids)
+        self.name = name
+        self._timeout = timeout
+        self._error_cb = error_cb
+        self._disconnected_cb = disconnected_cb
+        self._reconnected_cb = reconnected_cb
+        self._closed_cb = closed_cb
+        self._closing = False
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._subs: set[Subscription] = set()
+        self._subs_lock = threading.Lock()
+        self._pool = WorkerPool(f"jssync-{self._id}", callback_workers, self._report_error)
+        self._loop = IOLoop(f"jssync-io-{self._id}")
+        # publish pump state
+        self._pubq: deque[tuple[str, bytes, str, dict[str, str] | None]] = deque()
+        self._pump_scheduled = False
+        self._pump_task: asyncio.Task[None] | None = None
+        self._pump_idle: asyncio.Event | None = None
+        self._pub_room = threading.Event()
+        self._pub_room.set()
+        # while not connected: the pump is parked (_park) and what is queued stays queued
+        self._park_timer: asyncio.TimerHandle | None = None
+        self._stale_check = False  # on resuming: drop requests whose caller gave up (_drop_stale)
+        # reconnect_buffer_size: payload bytes accepted since the connection was lost
+        self._offline_limit = reconnect_buffer_size
+        self._offline_lock = threading.Lock()
+        self._offline_used = 0
+        self._offline_refused = False
+        self._max_payload = 1024 * 1024
+        # Direct writes from a caller's thread (see _install_direct / _try_direct_send). The
+        # lock orders every write to the socket and every "pop from _pubq, then write".
+        self._wlock = threading.RLock()
+        self._direct_transport: Any = None
+        self._direct_sock: Any = None
+        self._direct_rest = b""
+        self._direct_checked: Any = None  # the transport _install_direct last looked at
+        # Direct reads (see _install_reader / _steal_reply): every read from the socket
+        # takes _rlock; a caller may take its own reply off the socket when everything
+        # the loop received so far has been parsed up to a message boundary.
+        self._rlock = threading.RLock()
+        self._rd_reader: Callable[[], bool] | None = None  # _natspy.install_reader's idle check
+        # which fast paths into nats-py's internals this nats-py allows (set by _make_client)
+        self._caps: dict[str, bool] = {}
+        self._msg_class: type[Msg] = Msg
+        self._header_parser: Callable[[bytes], Any] | None = None
+        self._rd_fed = 0  # bytes the loop received on that reader (since the last sync)
+        self._rd_parsed = 0  # ... of which nats-py's parser has finished with
+        self._rd_synced = False
+        self._mux_head: bytes | None = None  # b"MSG <reply prefix>"
+        self._mux_sid: bytes | None = None
+        # request/reply multiplexer: one wildcard inbox subscription, replies routed by token
+        self._mux_prefix: str | None = None
+        self._mux_lock = threading.Lock()
+        self._replies: dict[str, Callable[[Msg], None]] = {}
+        self._tokens = itertools.count(1)
+        self._disconnect_listeners: list[Callable[[], None]] = []
+        self._reconnect_listeners: list[Callable[[], None]] = []
+        # permission watches: key -> (operation, lower-cased subject, callback run on the I/O thread)
+        self._perm_watch: dict[int, tuple[str, str, Callable[[PermissionDeniedError], None]]] = {}
+        self._perm_keys = itertools.count(1)
+        self._last_connect_error: BaseException | None = None
+
+        opts: dict[str, Any] = dict(
+            servers=self._urls,
+            name=name,
+            connect_timeout=max(1, int(timeout or 2)),
+            reconnect_time_wait=reconnect_time_wait,
+            max_reconnect_attempts=max_reconnect_attempts,
+            ping_interval=ping_interval,
+            max_outstanding_pings=max_outstanding_pings,
+            no_echo=no_echo,
+            inbox_prefix=inbox_prefix,
+            allow_reconnect=True,
+            error_cb=self._on_error,
+            disconnected_cb=self._on_disconnected,
+            reconnected_cb=self._on_reconnected,
+            closed_cb=self._on_closed,
+        )
+        if user is not None:
+            opts["user"] = user
+        if password is not None:
+            opts["password"] = password
+        if token is not None:
+            opts["token"] = token
+        if creds is not None:
+            opts["user_credentials"] = os.fspath(creds)
+        if seed_opt is not None:
+            opts[seed_opt[0]] = seed_opt[1]
+        if tls is not None:
+            opts["tls"] = tls
+        if tls_hostname is not None:
+            opts["tls_hostname"] = tls_hostname
+        self._connect_opts = opts
+        self._refused: set[str] = set()
+        self._failed_url: str | None = None
+        failure: BaseException | None = None
+        try:
+            self._nc = self._loop.run(self._make_client(), None)
+            self._fast = self._caps["pump_buffer"]
+            self._loop.run(self._connect(), Deadline(timeout), "connect")
+        except BaseException as exc:
+            self._teardown(0.5)
+            if not isinstance(exc, Error) or isinstance(exc, ConnectionClosedError):
+                raise
+            failure = exc
+        if failure is not None:
+            # raised outside the ``except`` so the internal timeout is not the context
+            raise self._connect_failure(failure, timeout)
+        _live.add(self)
+        #: What the layers above core use of this connection (core/internal.py); not public API.
+        self.internal = ConnectionInternal(self)
+
+    def _connect_failure(self, exc: BaseException, timeout: float | None) -> BaseException:
+        """The error a failed first connect raises: what failed, where, and what to try."""
+        urls = ", ".join(redact_url(u) for u in self._urls)
+        if isinstance(exc, TimeoutError):
+            last = self._last_connect_error
+            why = f" (last error: {self._describe(last)})" if last is not None else ""
+            return NoServersError(f"could not connect to {urls} within {timeout}s{why}")
+        if isinstance(exc, AuthorizationError):
+            where = redact_url(self._failed_url) if self._failed_url else urls
+            said = _scrub(str(exc.__cause__ or exc), self._secrets).removeprefix("nats: ")
+            new = AuthorizationError(f"authorization failed at {where} using {self._auth_method()}: "
+                                     f"the server said {said}")
+            new.__cause__ = exc.__cause__
+            return new
+        if isinstance(exc, NoServersError):
+            exc.__context__ = exc.__cause__ = None  # "connection refused" says it all
+        return exc
+
+    def _auth_method(self) -> str:
+        """How this connection authenticates, without any secret (for error texts)."""
+        o = self._connect_opts
+        if "user_credentials" in o:
+            return f"the creds file {o['user_credentials']!r}"
+        if "nkeys_seed" in o:
+            return f"the nkey seed file {o['nkeys_seed']!r}"
+        if "nkeys_seed_str" in o:
+            return "an nkey seed"
+        if "token" in o:
+            return "a token"
+        if "user" in o:
+            return f"user {o['user']!r} with a password" if "password" in o else f"user {o['user']!r}"
+        for u in self._urls:
+            parts = urlsplit(u if "://" in u else "nats://" + u)
+            if parts.password is not None:
+                return f"user {parts.username!r} with a password (from the URL)"
+            if parts.username:
+                return "a token (from the URL)"
+        return "no credentials (the server requires some)"
+
+    def _refused_error(self) -> NoServersError:
+        urls = ", ".join(redact_url(u) for u in self._urls)
+        hint = ""
+        if all(_is_local(u) for u in self._urls):
+            hint = "; is a server running there? `jssync server` starts one (JetStream on 127.0.0.1:4222)"
+        return NoServersError(f"could not connect to {urls}: connection refused{hint}")
+
+    def _describe(self, exc: BaseException) -> str:
+        """``Type: message`` of ``exc`` with every credential of this connection scrubbed."""
+        text = str(exc) or type(exc).__name__
+        return _scrub(f"{type(exc).__name__}: {text}", self._secrets)
+
+    async def _make_client(self) -> Any:
+        import nats.aio.client
+
+        nc = nats.aio.client.Client()
+        why = _natspy.check(nc)
+        self._msg_class, why["msg_class"] = _natspy.install_msg_class(nc, Msg, self)
+        self._caps = _natspy.warn_disabled(why)
+        self._header_parser = _natspy.header_parser(nc) if self._caps["reply_headers"] else None
+        self._pump_idle = asyncio.Event()
+        self._pump_idle.set()
+        return nc
+
+    async def _connect(self) -> None:
+        # nats-py retries the first connect forever with max_reconnect_attempts=-1; our
+        # deadline bounds it. Errors during the first connect are only logged at debug.
+        self._connecting = True
+        try:
+            await self._nc.connect(**self._connect_opts)
+        except Exception as exc:
+            new = translate(exc)
+            if new is exc:
+                raise
+            raise new from exc
+        finally:
+            self._connecting = False
+        self._max_payload = self._nc.max_payload
+        self._install_direct()
+
+    # -- reprs, properties -----------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("connected" if self.is_connected else "disconnected")
+        url = self.connected_url or ",".join(redact_url(u) for u in self._urls)
+        return f"<jssync.Connection {url} {state}>"
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def is_connected(self) -> bool:
+        return not self._closed and bool(self._nc.is_connected)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed or self._closing
+
+    @property
+    def is_reconnecting(self) -> bool:
+        return not self._closed and bool(self._nc.is_reconnecting)
+
+    @property
+    def connected_url(self) -> str | None:
+        """The URL of the server connected to, with no password in it; None when disconnected."""
+        u = self._nc.connected_url if not self._closed else None
+        if u is None:
+            return None
+        return redact_url(u.geturl())
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The INFO the server sent, as a dict."""
+        return _natspy.server_info(self._nc)
+
+    @property
+    def max_payload(self) -> int:
+        return self._max_payload
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: in/out messages and bytes, reconnects, errors."""
+        return dict(self._nc.stats)
+
+    @property
+    def client(self) -> Any:
+        """The underlying nats-py client (use it only through :meth:`run`)."""
+        return self._nc
+
+    # -- callbacks ---------------------------------------------------------------------------
+
+    def _report_error(self, exc: BaseException) -> None:
+        """Log ``exc`` and hand it to the user's error callback on the worker pool."""
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            return
+        log.warning("jssync: %s: %s", type(exc).__name__, _scrub(str(exc), self._secrets))
+        cb = self._error_cb
+        if cb is not None and not self._pool._closed:
+            if self._pool.in_worker():
+                try:
+                    cb(exc)  # type: ignore[arg-type]
+                except Exception:
+                    log.exception("error_cb raised")
+            else:
+                self._pool.submit(self._call_user_cb, cb, exc)
+
+    @staticmethod
+    def _call_user_cb(cb: Callable[..., Any], *args: Any) -> None:
+        try:
+            cb(*args)
+        except Exception:
+            log.exception("jssync: user callback %r raised", cb)
+
+    async def _on_error(self, exc: Exception) -> None:
+        if not self._loop.in_loop_thread():
+            raise _OffLoopError  # nats-py's header parser run by a caller (_parse_reply_headers)
+        import nats.errors as ne
+
+        if getattr(self, "_connecting", False):
+            self._last_connect_error = exc
+            log.debug("jssync: connect attempt failed: %s", self._describe(exc))
+            server = getattr(self._nc, "_current_server", None)
+            url = server.uri.geturl() if server is not None and getattr(server, "uri", None) else None
+            if isinstance(exc, ne.AuthorizationError) or "authorization" in str(exc).lower():
+                # Raising here ends nats-py's first-connect loop: wrong credentials will not
+                # get better by retrying.
+                self._failed_url = url
+                raise exc
+            if isinstance(exc, ConnectionRefusedError):
+                self._refused.add(url or str(len(self._refused)))
+                pool = getattr(self._nc, "_server_pool", None) or self._urls
+                if len(self._refused) >= len(pool):
+                    # every server refused: nothing listens there, so waiting out the
+                    # connect timeout would not help
+                    raise self._refused_error()
+            return
+
+        if isinstance(exc, ne.SlowConsumerError):
+            return  # already reported by the subscription
+        err = translate(exc)
+        if isinstance(err, PermissionDeniedError) and self._notify_permission(err):
+            # a waiting subscribe/request raises it on its caller's thread: report it once
+            log.debug("jssync: %s (raised by the waiting call)", _scrub(str(err), self._secrets))
+            return
+        self._report_error(err)
+
+    # -- permission violations -----------------------------------------------------------
+
+    def _watch_permission(self, operation: str, subject: str, fn: Callable[[PermissionDeniedError], None]) -> int:
+        """Call ``fn(err)`` on the I/O thread when the server refuses ``operation`` on ``subject``.
+
+        ``operation`` is ``"publish"`` or ``"subscribe"``. Returns a key for
+        :meth:`_unwatch_permission`. Cheap (one dict insert); any thread.
+        """
+        key = next(self._perm_keys)
+        self._perm_watch[key] = (operation, subject.lower(), fn)
+        return key
+
+    def _unwatch_permission(self, key: int) -> None:
+        self._perm_watch.pop(key, None)
+
+    def _notify_permission(self, err: PermissionDeniedError) -> bool:
+        """On the I/O thread: hand a permissions -ERR to the calls waiting on its subject.
+
+        Returns True if a waiting call took it (that call raises it on its own thread).
+        """
+        if err.subject is None or not self._perm_watch:
+            return False
+        subject = err.subject.lower()
+        taken = False
+        for op, subj, fn in list(self._perm_watch.values()):
+            if subj == subject and op == err.operation:
+                taken = True
+                try:
+                    fn(err)
+                except Exception:  # pragma: no cover - watchers are tiny
+                    log.debug("permission watcher failed", exc_info=True)
+        return taken
+
+    async def _check_sub_permission(self, nsub: Any, subject: str, denied: list[PermissionDeniedError],
+                                    key: int) -> None:
+        """On the loop, after a SUB: PING/PONG, then raise if a permissions -ERR named ``subject``.
+
+        The server answers in order, so a refusal of the SUB arrives before the PONG.
+        ``denied`` is filled by the watch ``key`` (registered before the SUB was sent).
+        Skipped while disconnected (the SUB goes out on reconnect; a refusal then goes to
+        error_cb).
+        """
+        try:
+            if self._nc.is_connected and not denied:
+                try:
+                    await self._ordered_flush(max(0.5, min(self._timeout or 2.0, 5.0)))
+                except Exception as exc:
+                    log.debug("could not confirm the subscription on %r: %s", subject, exc)
+        finally:
+            self._unwatch_permission(key)
+        if denied:
+            try:
+                await nsub.unsubscribe()
+            except Exception:
+                log.debug("could not remove the refused subscription", exc_info=True)
+            raise PermissionDeniedError(
+                f"permission denied: the server refused the subscription to {subject!r}",
+                operation="subscribe", subject=subject,
+            ) from denied[0]
+
+    async def _on_disconnected(self) -> None:
+        if getattr(self, "_connecting", False):
+            return
+        log.info("jssync: disconnected")
+        for fn in list(self._disconnect_listeners):
+            try:
+                fn()
+            except Exception:  # one bad listener must not skip the others
+                log.exception("jssync: connection listener %r raised", fn)
+        if self._disconnected_cb is not None:
+            self._pool.submit(self._call_user_cb, self._disconnected_cb)
+
+    async def _on_reconnected(self) -> None:
+        log.info("jssync: reconnected to %s", self.connected_url)
+        with self._offline_lock:  # reconnect_buffer_size counts afresh for the next outage
+            self._offline_used = 0
+            self._offline_refused = False
+        for fn in list(self._reconnect_listeners):
+            try:
+                fn()
+            except Exception:  # one bad listener must not skip the others
+                log.exception("jssync: connection listener %r raised", fn)
+        if self._reconnected_cb is not None:
+            self._pool.submit(self._call_user_cb, self._reconnected_cb)
+
+    async def _on_closed(self) -> None:
+        if getattr(self, "_connecting", False):
+            return
+        if self._closed_cb is not None:
+            self._pool.submit(self._call_user_cb, self._closed_cb)
+
+    # -- running things on the loop ------------------------------------------------------
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None | Deadline, what: str = "operation") -> T:
+        """Run a coroutine on the I/O thread and wait for it (see :meth:`IOLoop.run`)."""
+        if self._closed:
+            coro.close()
+            raise ConnectionClosedError("the connection is closed")
+        return self._loop.run(coro, timeout, what)
+
+    def _check_open(self) -> None:
+        self._loop.check()
+        if self._closed or self._closing:
+            raise ConnectionClosedError("the connection is closed")
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def publish(
+        self,
+        subject: str,
+        data: bytes = b"",
+        *,
+        reply: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Publish a message. Buffered: returns at once, without waiting for the I/O thread.
+
+        Publishes are handed to the I/O thread in bursts (one wake-up per burst). When
+        65536 publishes or about 64 MiB of payload are waiting, the call blocks until the
+        I/O thread has caught up (to half of that); it never drops. While disconnected
+        the messages wait in the same queue, in order, and go out after the reconnect (a
+        publisher blocks at the same bound, at most 15 x the connect timeout, then raises
+        :class:`jssync.TimeoutError`); with ``reconnect_buffer_size`` set, a publish that
+        would pass it raises at once instead. Use :meth:`flush` to wait until the server
+        has them.
+
+        Raises:
+            jssync.BadSubjectError, jssync.BadHeaderError: invalid subject, reply or header.
+            jssync.MaxPayloadError: ``data`` is over the server's max_payload.
+            jssync.ReconnectBufferExceededError: disconnected, and ``reconnect_buffer_size``
+                is used up (nothing was queued).
+            jssync.ConnectionClosedError, jssync.ForkError.
+        """
+        validate_subject(subject)
+        if reply:
+            validate_subject(reply, "reply subject")
+        if headers is not None:
+            validate_headers(headers)
+        data = _check_data(data)
+        size = len(data) if headers is None else len(data) + _headers_size(headers)
+        if size > self._max_payload:
+            raise MaxPayloadError(
+                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
+                f"of {self._max_payload} bytes"
+            )
+        self._check_open()
+        if self._offline_limit is not None and not self._nc.is_connected:
+            self._offline_check(size, subject)
+        self._enqueue((subject, data, reply or "", headers))
+
+    def _offline_check(self, size: int, subject: str) -> None:
+        """While not connected, with ``reconnect_buffer_size`` set: count ``size`` bytes against it.
+
+        Raises :class:`jssync.ReconnectBufferExceededError` when they do not fit, and
+        reports the first refusal of each outage to ``error_cb``.
+        """
+        limit = self._offline_limit
+        assert limit is not None
+        with self._offline_lock:
+            if self._nc.is_connected:
+                return
+            if self._offline_used + size <= limit:
+                self._offline_used += size
+                return
+            first = not self._offline_refused
+            self._offline_refused = True
+        err = ReconnectBufferExceededError(
+            f"not connected, and the messages waiting for the reconnect would pass reconnect_buffer_size "
+            f"({limit} bytes): {size} bytes on {subject!r} refused"
+        )
+        if first:
+            self._report_error(err)
+        raise err
+
+    def _publish_raw(self, subject: str, data: bytes) -> None:
+        """Publish without validation (acks, flow control replies)."""
+        if self._closed:
+            return
+        self._enqueue((subject, data, "", None))
+
+    def _send_ack(self, msg: Msg, payload: bytes, terminal: bool, reply: str = "") -> bool:
+        """Queue an ack of ``msg`` (on its reply subject) and update its ack state, atomically.
+
+        "Written" for an ack means: accepted into this connection's outgoing queue while
+        the connection is open. :meth:`close` takes the same lock to start closing and then
+        writes that queue before closing the socket, so an ack either raises here or is in
+        the queue that close writes. Under the lock: nothing is sent when a terminal ack
+        was already written (or a double ack is waiting for its confirmation); a terminal
+        ack marks the message acked. Of concurrent acks of one message exactly one
+        terminal ack is sent. ``reply``: the ack's own reply subject (+NXT). Returns
+        whether the ack was queued.
+
+        Raises:
+            jssync.ConnectionClosedError: the connection is closed or closing (nothing sent).
+        """
+        q = self._pubq
+        n = len(q)
+        if n and (n >= _PUB_HIGH_WATER or n * len(payload) >= _PUB_HIGH_BYTES) \
+                and not self._loop.in_loop_thread():
+            self._wait_pub_room(len(payload))  # (not under the lock: it may block)
+        lock = self._close_lock
+        lock.acquire()
+        try:
+            if msg._acked:
+                return False
+            if self._closing or self._closed or getattr(self._nc, _NC_STATUS) == _NC_CLOSED:
+                raise ConnectionClosedError("the connection is closed: the ack was not sent")
+            q.append((msg.reply, payload, reply, None))
+            if terminal:
+                msg._acked = ACK_SENT
+        finally:
+            lock.release()
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            try:
+                self._loop.loop.call_soon_threadsafe(self._kick_pump)
+            except RuntimeError:
+                self._pump_scheduled = False
+        return True
+
+    def _enqueue(self, item: tuple[str, bytes, str, dict[str, str] | None],
+                 deadline: Deadline | None = None) -> None:
+        """Queue ``item``; at the queue's bound wait for room (see :meth:`_wait_pub_room`).
+
+        ``deadline``: the caller's own (a request's timeout), when shorter than the bound's.
+        """
+        q = self._pubq
+        n = len(q)
+        # Bounded by count, and by bytes estimated as count x this message's size (one
+        # multiplication instead of a shared byte counter that every thread would update).
+        if n and (n >= _PUB_HIGH_WATER or n * len(item[1]) >= _PUB_HIGH_BYTES) \
+                and not self._loop.in_loop_thread():
+            self._wait_pub_room(len(item[1]), deadline)
+        q.append(item)
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            try:
+                self._loop.loop.call_soon_threadsafe(self._kick_pump)
+            except RuntimeError:
+                self._pump_scheduled = False
+
+    def _wait_pub_room(self, size: int, within: Deadline | None = None) -> None:
+        """Block until the publish queue is down to half its count and byte limits.
+
+        The I/O thread sets ``_pub_room`` after every burst it takes off the queue. Waits
+        at most 15 x the connect timeout, or until ``within`` (a request's own deadline)
+        when that comes first.
+        """
+        if self._pool.in_worker() or self._closed:
+            return  # never block a callback on the I/O thread's progress
+        q = self._pubq
+        half_n, half_b = _PUB_HIGH_WATER // 2, _PUB_HIGH_BYTES // 2
+        deadline = Deadline(self._timeout * 15 if self._timeout else None)
+        if within is not None:
+            left, own = within.remaining(), deadline.remaining()
+            if left is not None and (own is None or left < own):
+                deadline = within
+        while len(q) >= half_n or len(q) * size >= half_b:
+            self._check_open()
+            self._pub_room.clear()
+            if len(q) < half_n and len(q) * size < half_b:
+                return
+            self._pub_room.wait(deadline.slice())
+            deadline.check("publish (waiting for the outgoing buffer)")
+
+    def _kick_pump(self) -> None:
+        # On the loop thread. A small burst while connected and with nothing queued in
+        # nats-py is encoded and written to the socket right here (lowest latency for
+        # requests and acks); anything else goes through the pump task. While not
+        # connected nothing leaves the queue (see _park).
+        self._pump_scheduled = False
+        if self._pump_task is not None and not self._pump_task.done():
+            return
+        q = self._pubq
+        nc = self._nc
+        if not nc.is_connected:
+            self._park()
+            return
+        if self._fast and len(q) <= _DIRECT_MAX and not _natspy.pending(nc) and not self._stale_check:
+            try:
+                writer = _natspy.io_writer(nc)
+                if writer.transport is not self._direct_checked:
+                    self._install_direct()  # a new transport (reconnect): look at it once
+                if writer.transport.get_write_buffer_size() < _DIRECT_BUFFER_LIMIT:
+                    with self._wlock:
+                        chunk = self._encode_burst(_DIRECT_MAX)
+                        if chunk:
+                            writer.write(chunk)
+                    if not q:
+                        return
+            except Exception:  # pragma: no cover - fall back to the pump
+                log.debug("direct write failed; using the pump", exc_info=True)
+        assert self._pump_idle is not None
+        self._pump_idle.clear()
+        self._pump_task = self._loop.loop.create_task(self._pump())
+
+    def _encode_burst(self, limit: int) -> bytes:
+        """Pop up to ``limit`` queued publishes (and about 1 MiB of payload) as one protocol chunk.
+
+        The byte cap keeps large payloads from being joined and copied in huge chunks.
+        """
+        q = self._pubq
+        parts: list[bytes] = []
+        add = parts.append
+        n = 0
+        nbytes = 0
+        while q and n < limit and nbytes < _BURST_BYTES:
+            subject, data, reply, headers = q.popleft()
+            n += 1
+            nbytes += len(data)
+            if headers is None:
+                if reply:
+                    add(f"PUB {subject} {reply} {len(data)}\r\n".encode())
+                else:
+                    add(f"PUB {subject} {len(data)}\r\n".encode())
+                add(data)
+            else:
+                hdr = _encode_headers(headers)
+                add(f"HPUB {subject} {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode())
+                add(hdr)
+                add(data)
+            add(b"\r\n")
+        st = self._nc.stats
+        st["out_msgs"] += n
+        st["out_bytes"] += nbytes
+        self._pub_room.set()
+        return b"".join(parts)
+
+    def _park(self) -> None:
+        """On the loop, not connected: leave the queue as it is and look again in a moment.
+
+        The publishes wait in ``_pubq`` (bounded as always: publishers block at its limit)
+        instead of going to nats-py, whose reconnect buffer is small and refuses past it.
+        """
+        self._stale_check = True
+        if self._park_timer is None:
+            self._park_timer = self._loop.loop.call_later(_PARKED_POLL, self._unpark)
+
+    def _unpark(self) -> None:
+        # on the loop: resume the pump once connected again
+        self._park_timer = None
+        q = self._pubq
+        if not q or self._closed or self._closing:
+            return  # (close() drops what is left)
+        if self._nc.is_closed:
+            # nats-py gave up reconnecting (max_reconnect_attempts): nothing queued can go out
+            n = len(q)
+            q.clear()
+            self._pub_room.set()
+            self._report_error(ConnectionClosedError(
+                f"the connection closed (no more reconnect attempts): {n} queued message(s) dropped"))
+            return
+        self._kick_pump()
+
+    def _drop_stale(self) -> None:
+        """On the loop, resuming after a disconnect: drop queued requests whose caller gave up.
+
+        A request, ``js.publish`` or ``publish_async`` that timed out while its message
+        waited for the reconnect has reported its failure; sending it afterwards could
+        store a message its caller treats as not stored. Such a message's reply subject
+        is on the multiplexer, and its token is gone from ``_replies``.
+        """
+        prefix = self._mux_prefix
+        q = self._pubq
+        if prefix is None or not q:
+            return
+        replies = self._replies
+        plen = len(prefix)
+        with self._wlock:  # (a direct send checks the queue under it)
+            n = len(q)
+            kept = []
+            for _ in range(n):
+                item = q.popleft()
+                reply = item[2]
+                if reply.startswith(prefix) and reply[plen:] not in replies:
+                    continue
+                kept.append(item)
+            q.extendleft(reversed(kept))
+        if len(kept) < n:
+            log.debug("jssync: %d request(s) that timed out while disconnected not sent", n - len(kept))
+
+    async def _pump(self) -> None:
+        """On the loop: hand queued publishes to nats-py, a burst at a time, while connected.
+
+        A burst is encoded into one chunk and appended to nats-py's outgoing buffer with
+        one flush kick (or, with a nats-py without that buffer, each goes through
+        ``nc.publish``). When the connection is lost the pump parks (see :meth:`_park`).
+        """
+        q = self._pubq
+        nc = self._nc
+        try:
+            if self._stale_check:
+                self._stale_check = False
+                self._drop_stale()
+            while q:
+                if not nc.is_connected:
+                    self._park()
+                    break
+                if self._fast:
+                    with self._wlock:
+                        chunk = self._encode_burst(_PUMP_BATCH)
+                        over = _natspy.buffer_append(nc, chunk)
+                    try:
+                        await _natspy.flush_pending(nc, over)
+                    except Exception as exc:  # pragma: no cover - nats-py reports socket errors itself
+                        log.debug("flush kick failed: %s", exc)
+                else:
+                    n = 0
+                    while q and n < _PUMP_BATCH and nc.is_connected:
+                        subject, data, reply, headers = q.popleft()
+                        n += 1
+                        try:
+                            await nc.publish(subject, data, reply=reply, headers=headers)
+                        except Exception as exc:
+                            if nc.is_closed:
+                                q.clear()
+                                break
+                            self._report_error(translate(exc))
+                    self._pub_room.set()  # (the fast branch's _encode_burst sets it)
+                if q:
+                    await asyncio.sleep(0)
+        finally:
+            self._pub_room.set()
+            assert self._pump_idle is not None
+            self._pump_idle.set()
+
+    def _install_direct(self) -> None:
+        """On the loop: let callers' threads write small requests straight to the socket.
+
+        Only for a plain TCP connection through asyncio's selector transport. Every write
+        to that transport (nats-py's and ours) then goes through ``_wlock``, and so does
+        closing its socket, so a caller holding the lock may ``send`` on the socket itself
+        when nothing else is waiting to be written: that saves the wake-up of this thread
+        on every request/reply round trip. A partial send leaves the rest in
+        ``_direct_rest``, which the next write on the loop puts first.
+        """
+        with self._wlock:
+            self._direct_transport = None
+            self._direct_sock = None
+            self._direct_rest = b""  # a remainder belongs to the transport it was cut on
+            try:
+                self._direct_checked, t, sock = _natspy.socket_transport(self._nc)
+                if t is None or not self._caps["direct_write"]:
+                    return
+                orig_write = t.write
+            except Exception:  # noqa: BLE001 - another transport (websocket...): no direct path
+                return
+            wlock = self._wlock
+
+            def write(data: Any) -> None:
+                with wlock:
+                    rest = self._direct_rest
+                    if rest and self._direct_transport is t:
+                        self._direct_rest = b""
+                        data = rest + bytes(data)
+                    orig_write(data)
+
+            def writelines(chunks: Any) -> None:
+                write(b"".join(chunks))
+
+            rlock = self._rlock
+
+            def hook(orig_lost: Callable[[Any], None]) -> Callable[[Any], None]:
+                def lost(exc: Any) -> None:
+                    with wlock, rlock:  # (this order everywhere both are taken)
+                        if self._direct_transport is t:
+                            self._direct_transport = None
+                            self._direct_sock = None
+                            self._direct_rest = b""
+                            self._rd_synced = False
+                    orig_lost(exc)
+                return lost
+
+            t.write = write
+            t.writelines = writelines
+            _natspy.hook_connection_lost(t, hook)
+            self._install_reader(t)
+            self._direct_transport = t
+            self._direct_sock = sock
+
+    def _install_reader(self, t: Any) -> None:
+        """On the loop: let a caller that wrote its request itself also read its reply.
+
+        The transport's reads go through ``_rlock`` and count the bytes received; nats-py's
+        parser counts the bytes it finished with. When the two agree and the parser sits
+        between messages, the socket's next byte starts a message, and a caller holding
+        ``_rlock`` may take a reply meant for it off the socket (see ``_steal_reply``).
+        The counting is nats-py internals: ``_natspy.install_reader``.
+        """
+        with self._rlock:
+            self._rd_reader = None
+            self._rd_synced = False
+            if not hasattr(os, "eventfd") or not self._caps["direct_read"]:
+                return
+            self._rd_reader = _natspy.install_reader(self, t)
+
+    def _fast_paths(self) -> dict[str, bool]:
+        """Which shortcuts into nats-py's internals are active on this connection.
+
+        Each is checked against the nats-py it runs on when the connection is made
+        (``_natspy.check``) and, where that check fails, the connection logs one ``jssync``
+        warning naming it and takes nats-py's public path instead (correct, slower). A
+        test requires every one on a supported nats-py (tests/integration/test_fast_paths.py).
+        On a plain TCP connection on Linux all are True; ``direct_write`` and
+        ``direct_read`` are off under TLS (the SSL layer owns the socket) and while
+        disconnected (re-armed on the first write after the reconnect).
+
+        - ``pump_buffer``: queued publishes are encoded in bursts into nats-py's outgoing
+          buffer, not one ``nc.publish`` each.
+        - ``direct_write``: a caller's thread writes a small request straight to the socket
+          (``_install_direct``).
+        - ``direct_read``: that caller may also read its reply off the socket
+          (``_install_reader``; needs ``os.eventfd``).
+        - ``reply_headers``: a reply read that way has its headers parsed by nats-py's own
+          header parser (else such a reply is left to the I/O thread).
+        - ``wire_header_len``: a pulled message's header size is read from nats-py's parser,
+          not rebuilt from the header dict (see ``_pull._wire_header_len``).
+        - ``msg_class``: nats-py builds every message as this connection's ``Msg`` subclass
+          with exactly the keywords jssync knows (else through a constructor that also
+          takes, and ignores, keywords a newer nats-py passes).
+        """
+        nc = self._nc
+        return {
+            "pump_buffer": bool(self._fast),
+            "direct_write": self._direct_sock is not None,
+            "direct_read": self._rd_reader is not None and _natspy.reader_counted(nc),
+            "reply_headers": self._header_parser is not None,
+            "wire_header_len": self._caps["wire_header_len"],
+            "msg_class": self._caps["msg_class"] and _natspy.message_class(nc) is self._msg_class,
+        }
+
+    def _flush_direct_rest(self) -> None:
+        # on the loop: write what a caller's partial send left over
+        with self._wlock:
+            t = self._direct_transport
+            if self._direct_rest and t is not None and not t.is_closing():
+                t.write(b"")
+
+    def _try_direct_send(self, subject: str, data: bytes, reply: str, headers: dict[str, str] | None) -> bool:
+        """On a caller's thread: send one message on the socket if nothing is queued before it.
+
+        Returns False (nothing sent) when the message must go through the queue instead.
+        """
+        if self._direct_sock is None or self._pubq or len(data) > _DIRECT_SEND_MAX:
+            return False
+        nc = self._nc
+        with self._wlock:
+            sock = self._direct_sock
+            t = self._direct_transport
+            if (sock is None or self._pubq or self._direct_rest or _natspy.pending(nc) or not nc.is_connected
+                    or t.get_write_buffer_size() or t.is_closing()):
+                return False
+            pt = self._pump_task
+            if pt is not None and not pt.done():
+                return False
+            if headers is None:
+                buf = f"PUB {subject} {reply} {len(data)}\r\n".encode() + data + b"\r\n"
+            else:
+                hdr = _encode_headers(headers)
+                buf = (f"HPUB {subject} {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode()
+                       + hdr + data + b"\r\n")
+            try:
+                n = sock.send(buf)
+                # at once, before anything that could be interrupted (Ctrl-C): a lost
+                # remainder would leave a truncated message on the wire
+                self._direct_rest = buf[n:]
+            except (BlockingIOError, InterruptedError):
+                n = 0
+                self._direct_rest = buf
+            except OSError:
+                return False  # the loop sees the broken socket too; queue it for after the reconnect
+            st = nc.stats
+            st["out_msgs"] += 1
+            st["out_bytes"] += len(data)
+            if n < len(buf):
+                try:
+                    self._loop.loop.call_soon_threadsafe(self._flush_direct_rest)
+                except RuntimeError:  # pragma: no cover - the loop is closing
+                    pass
+            return True
+
+    async def _sync_pubs(self) -> None:
+        """On the loop: wait until every publish queued so far was handed to nats-py.
+
+        While not connected it returns at once (or as soon as the pump parks): the queue
+        goes out after the reconnect. (nats-py sends the subscriptions first on a
+        reconnect, so a SUB cannot be ordered after the queued publishes anyway.)
+        """
+        if self._pubq and self._nc.is_connected:
+            self._pump_scheduled = False
+            self._kick_pump()
+        if self._pump_task is not None and not self._pump_task.done():
+            assert self._pump_idle is not None
+            await self._pump_idle.wait()
+
+    async def _ordered_flush(self, timeout: float) -> None:
+        """On the loop: PING/PONG once everything nats-py buffered is on the socket.
+
+        nats-py writes its PING straight to the socket, ahead of commands still in its
+        buffer (e.g. a SUB just made), so the PONG could come back before the server saw
+        them. Writing the buffer first keeps the order.
+        """
+        nc = self._nc
+        if not nc.is_connected and not nc.is_closed:
+            # nats-py's flush returns at once while reconnecting; wait for the connection
+            # (the PING must reach the server) within the same timeout.
+            end = asyncio.get_running_loop().time() + timeout
+            await self._wait_connected(end, timeout)
+            timeout = max(0.001, end - asyncio.get_running_loop().time())
+        if self._fast and nc.is_connected:
+            try:
+                _natspy.write_pending(nc)
+            except Exception:  # pragma: no cover - nats-py's flusher reports socket errors
+                log.debug("could not write the buffer before PING", exc_info=True)
+        await nc.flush(timeout=timeout)
+
+    async def _wait_connected(self, end: float, timeout: float) -> None:
+        """On the loop: return once connected (or closed); TimeoutError at loop time ``end``."""
+        nc = self._nc
+        loop = asyncio.get_running_loop()
+        while not nc.is_connected and not nc.is_closed:
+            left = end - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"flush timed out after {timeout}s: not connected")
+            await asyncio.sleep(min(0.05, left))
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Send everything published so far and wait for the server to confirm (PING/PONG).
+
+        Blocks up to ``timeout`` seconds. While disconnected it waits for the reconnect
+        and for what was queued meanwhile to go out, within the same ``timeout``.
+
+        Raises:
+            jssync.TimeoutError: no PONG in time (or still not connected).
+            jssync.ConnectionClosedError.
+        """
+        self._check_open()
+
+        async def _flush() -> None:
+            loop = asyncio.get_running_loop()
+            end = loop.time() + max(timeout, 0.001)
+            while True:
+                await self._sync_pubs()
+                nc = self._nc
+                if not self._pubq or nc.is_connected or nc.is_closed:
+                    break
+                # not connected: the rest of the queue waits for the reconnect
+                await self._wait_connected(end, timeout)
+            with translating():
+                await self._ordered_flush(max(end - loop.time(), 0.001))
+
+        self.run(_flush(), Deadline(timeout + 0.5), "flush")
+
+    # -- request/reply -------------------------------------------------------------------
+
+    def request(
+        self,
+        subject: str,
+        data: bytes = b"",
+        *,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = 2.0,
+    ) -> Msg:
+        """Send a request and wait for the first reply.
+
+        Blocks up to ``timeout`` seconds (None: no limit).
+
+        Raises:
+            jssync.TimeoutError: no reply in time.
+            jssync.NoRespondersError: nobody listens on ``subject``.
+            jssync.PermissionDeniedError: the server refused the publish to ``subject`` or
+                the subscription to the reply inbox (raised as soon as the refusal arrives).
+            jssync.ReconnectBufferExceededError: disconnected, and ``reconnect_buffer_size``
+                is used up.
+            jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
+        """
+        validate_subject(subject, wildcards=False)
+        validate_headers(headers)
+        data = _check_data(data)
+        size = len(data) if headers is None else len(data) + _headers_size(headers)
+        if size > self._max_payload:
+            raise MaxPayloadError(
+                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
+                f"of {self._max_payload} bytes"
+            )
+        return self._request(subject, data, headers, timeout)
+
+    def _request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float | None) -> Msg:
+        """``request`` without argument validation (internal callers compose their subjects)."""
+        self._check_open()
+        if self._offline_limit is not None and not self._nc.is_connected:
+            self._offline_check(len(data) if headers is None else len(data) + _headers_size(headers), subject)
+        if ".CONSUMER.MSG.NEXT." in subject:
+            return self._request_own_inbox(subject, data, headers, timeout)
+        if self._loop.in_loop_thread():
+            raise RuntimeError("a blocking jssync call was made on the connection's I/O thread")
+        deadline = Deadline(timeout)
+        prefix = self._mux_prefix or self._start_mux(deadline)
+        token = str(next(self._tokens))
+        waiter = _Waiter()
+        self._replies[token] = waiter.set
+        wkey = self._watch_permission("publish", subject, waiter.fail)
+        try:
+            if self._try_direct_send(subject, data, prefix + token, headers):
+                # Watch the socket only when this is the one request waiting: every caller
+                # watching is woken by every reply, so with many threads in requests each
+                # reply woke them all (the I/O thread, awake anyway, delivers instead).
+                if self._rd_reader is not None and len(self._replies) == 1:
+                    self._watch_for_reply(waiter, token, deadline)
+            else:
+                self._enqueue((subject, data, prefix + token, headers), deadline)
+            msg = waiter.wait(deadline, self)
+        finally:
+            self._replies.pop(token, None)
+            self._perm_watch.pop(wkey, None)
+        if msg is None:
+            if waiter.exc is not None:
+                raise PermissionDeniedError(
+                    f"permission denied: the server refused the request's publish to {subject!r}",
+                    operation="publish", subject=subject,
+                ) from waiter.exc
+            raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s")
+        hdrs = msg.headers
+        if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
+            raise NoRespondersError(f"no responders are available for the request on {subject!r}")
+        return msg
+
+    def _watch_for_reply(self, waiter: _Waiter, token: str, deadline: Deadline) -> None:
+        """On a caller's thread, right after it wrote its request: watch the socket briefly.
+
+        When the reply is the next thing on the socket, read it here and hand it to
+        ``waiter`` (saves this thread's wake-up by the I/O thread). Returns once the
+        waiter is filled, something else arrived, or ``_STEAL_WINDOW`` passed; the caller
+        then waits on the waiter as usual.
+        """
+        sock = self._direct_sock
+        if sock is None:
+            return
+        sfd = sock.fileno()
+        if sfd < 0:
+            return  # closed meanwhile
+        wfd = _wake_fd()
+        left = deadline.remaining()
+        window = Deadline(_STEAL_WINDOW if left is None else min(_STEAL_WINDOW, left))
+        poller = select.poll()  # (not select(): no limit on the descriptor's number)
+        poller.register(sfd, select.POLLIN)
+        poller.register(wfd, select.POLLIN)
+        waiter.wake_fd = wfd
+        try:
+            while not waiter._done:
+                try:
+                    ready = poller.poll((window.remaining() or 0.0) * 1000.0)
+                except OSError:
+                    return
+                if not ready:
+                    return
+                if any(fd == wfd for fd, _ in ready):
+                    try:
+                        os.eventfd_read(wfd)
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        return
+                    if len(ready) == 1:
+                        continue  # the waiter was filled (or an old wake-up): look again
+                if waiter._done:
+                    return
+                msg = self._steal_reply(sock, token)
+                # the multiplexer's entry decides who delivers the reply (never two threads)
+                if msg is not None and self._replies.pop(token, None) is not None:
+                    waiter.set(msg)
+                return
+        finally:
+            waiter.wake_fd = -1
+
+    def _steal_reply(self, sock: Any, token: str) -> Msg | None:
+        """Read the reply for ``token`` off the socket if it is the next message there."""
+        head = self._mux_head
+        if head is None:
+            return None
+        tok = token.encode()
+        with self._rlock:
+            reader = self._rd_reader
+            if (reader is None or not self._rd_synced or self._rd_fed != self._rd_parsed or not reader()
+                    or self._direct_sock is not sock):
+                return None
+            try:
+                b = sock.recv(_STEAL_PEEK_FIRST, socket.MSG_PEEK)
+            except OSError:
+                return None
+            hmsg = b[:1] == b"H"  # HMSG: a reply with headers (Direct Get, KV, a 503)
+            if hmsg:
+                head = b"H" + head
+            hl = len(head)
+            tl = hl + len(tok)
+            if not b.startswith(head) or b[hl:tl] != tok or b[tl:tl + 1] != b" ":
+                return None
+            i = b.find(b"\r\n", tl)
+            if i < 0:
+                return None
+            # MSG: <sid> <size>; HMSG: <sid> <header size> <size> (no reply subject either way)
+            parts = b[tl + 1:i].split(b" ")
+            if len(parts) != (3 if hmsg else 2) or parts[0] != self._mux_sid \
+                    or not all(p.isdigit() for p in parts[1:]):
+                return None
+            n = int(parts[-1])  # payload bytes, headers included
+            hn = int(parts[1]) if hmsg else 0
+            end = i + 4 + n
+            if len(b) < end and len(b) == _STEAL_PEEK_FIRST and end <= _STEAL_PEEK:
+                try:
+                    b = sock.recv(end, socket.MSG_PEEK)
+                except OSError:
+                    return None
+            if hn > n or len(b) < end or b[end - 2:end] != b"\r\n":
+                return None
+            hdrs = None
+            if hn:
+                hdrs = self._parse_reply_headers(b[i + 2:i + 2 + hn])
+                if hdrs is None:
+                    return None
+            # consume exactly the peeked message: it is in the socket's buffer, and nobody
+            # else reads while we hold the lock
+            got = 0
+            while got < end:
+                try:
+                    got += len(sock.recv(end - got))
+                except (BlockingIOError, InterruptedError):  # pragma: no cover - cannot happen
+                    continue
+                except OSError:
+                    # the socket broke mid-message: the connection is lost anyway
+                    self._rd_synced = False
+                    return None
+        nc = self._nc
+        st = nc.stats
+        st["in_msgs"] += 1
+        st["in_bytes"] += n - hn
+        msg: Msg = self._msg_class(subject=f"{self._mux_prefix}{token}", reply="", data=b[i + 2 + hn:i + 2 + n],
+                                   headers=hdrs or None, _client=nc, _sid=int(parts[0]))
+        return msg
+
+    def _parse_reply_headers(self, raw: bytes) -> dict[str, str] | None:
+        """nats-py's own header parsing, run to completion here; None if it cannot be.
+
+        Returns ``{}`` for a header block with nothing in it. For a malformed block nats-py
+        calls the error callback, which refuses to run off the I/O thread
+        (``_OffLoopError``): then the I/O thread reads the message instead, as usual.
+        """
+        parse = self._header_parser
+        if parse is None:
+            return None
+        coro = parse(raw)
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            return done.value or {}
+        except Exception:  # noqa: BLE001 - leave it to the I/O thread
+            return None
+        coro.close()
+        return None
+
+    def _request_own_inbox(self, subject: str, data: bytes, headers: dict[str, str] | None,
+                           timeout: float | None) -> Msg:
+        # JetStream delivers pulled messages with their stream subject, not the reply
+        # inbox, so the multiplexer cannot route them: use a one-off subscription.
+        inbox = self.new_inbox()
+        denied: list[PermissionDeniedError] = []
+        holder: list[Subscription] = []
+
+        def on_denied(err: PermissionDeniedError) -> None:
+            denied.append(err)
+            if holder:
+                holder[0]._end()
+
+        keys = (self._watch_permission("publish", subject, on_denied),
+                self._watch_permission("subscribe", inbox, on_denied))
+        try:
+            sub = self._make_subscription(inbox, None, None, 16, check_permissions=False)
+            holder.append(sub)
+            try:
+                if denied:
+                    sub._end()
+                deadline = Deadline(timeout)
+                self._enqueue((subject, data, inbox, headers), deadline)
+                timed_out = False
+                try:
+                    msg = sub.next_msg(deadline.remaining())  # (None: no limit)
+                except TimeoutError:
+                    timed_out = True  # raised below, outside this handler: no context
+                except SubscriptionClosedError:
+                    if not denied:
+                        raise
+                    err = denied[0]
+                    what = f"publish to {subject!r}" if err.operation == "publish" else f"subscription to {inbox!r}"
+                    raise PermissionDeniedError(
+                        f"permission denied: the server refused the request's {what}",
+                        operation=err.operation, subject=subject if err.operation == "publish" else inbox,
+                    ) from err
+                if timed_out:
+                    raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s")
+            finally:
+                sub.unsubscribe()
+        finally:
+            for k in keys:
+                self._perm_watch.pop(k, None)
+        hdrs = msg.headers
+        if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
+            raise NoRespondersError(f"no responders are available for the request on {subject!r}")
+        return msg
+
+    def _start_mux(self, deadline: Deadline) -> str:
+        """Subscribe to ``<inbox>.*`` once; replies are routed to waiters on the I/O thread."""
+        with self._mux_lock:
+            if self._mux_prefix is not None:
+                return self._mux_prefix
+            prefix = self.new_inbox() + "."
+            replies = self._replies
+
+            class _Mux(_natspy.Receiver):
+                __slots__ = ()
+
+                def put_nowait(self, msg: Msg) -> None:
+                    fn = replies.pop(msg.subject[len(prefix):], None)
+                    if fn is not None:
+                        fn(msg)
+
+            async def _sub() -> None:
+                denied: list[PermissionDeniedError] = []
+                key = self._watch_permission("subscribe", prefix + "*", denied.append)
+                try:
+                    with translating():
+                        nsub = await _natspy.subscribe(self._nc, prefix + "*", _Mux())
+                except BaseException:
+                    self._unwatch_permission(key)
+                    raise
+                self._mux_sid = str(_natspy.sub_sid(nsub)).encode()
+                try:
+                    await self._check_sub_permission(nsub, prefix + "*", denied, key)
+                except PermissionDeniedError as exc:
+                    raise PermissionDeniedError(
+                        f"permission denied: the server refused the subscription to the reply inbox "
+                        f"{prefix + '*'!r} that requests need; allow subscribe on "
+                        f"'{prefix.split('.')[0]}.>' (or connect with another inbox_prefix)",
+                        operation="subscribe", subject=prefix + "*",
+                    ) from exc.__cause__
+
+            self.run(_sub(), deadline, "request")
+            self._mux_head = b"MSG " + prefix.encode()
+            self._mux_prefix = prefix
+            return prefix
+
+    def _request_cb(
+        self, subject: str, data: bytes, headers: dict[str, str] | None, on_reply: Callable[[Msg], None]
+    ) -> str:
+        """Send a request whose reply is handed to ``on_reply`` on the I/O thread; returns the token.
+
+        No validation; the caller drops ``self._replies[token]`` when it gives up.
+        """
+        prefix = self._mux_prefix or self._start_mux(Deadline(self._timeout + 5))
+        token = str(next(self._tokens))
+        self._replies[token] = on_reply
+        self._enqueue((subject, data, prefix + token, headers))
+        return token
+
+    def new_inbox(self) -> str:
+        """Return a new unique inbox subject."""
+        return str(self._nc.new_inbox())
+
+    # -- request many (ADR-47) ------------------------------------------------------------
+
+    def request_many(
+        self,
+        subject: str,
+        data: bytes = b"",
+        *,
+        headers: dict[str, str] | None = None,
+        max_wait: float = 2.0,
+        max_messages: int | None = None,
+        stall: float | None = None,
+        sentinel: Callable[[Msg], bool] | bool | None = None,
+    ) -> RequestMany:
+        """Send one request and iterate over every reply that comes within the limits.
+
+        ``for msg in nc.request_many("svc.who", max_wait=1.0, stall=0.3): ...`` (or use it
+        as a context manager to remove the reply subscription when leaving early). Returns
+        once the request is handed to the I/O thread (after the reply inbox is subscribed);
+        ``next()`` blocks for the next reply.
+
+        Args:
+            max_wait: seconds of waiting for replies in all (time spent by the application
+                between replies is not counted); then the iteration ends.
+            max_messages: end after this many replies.
+            stall: after the first reply, end when no further reply comes for this long
+                (a stall of at least ``max_wait`` is ignored, as ADR-47 says).
+            sentinel: ``sentinel(msg)`` true ends the iteration (that reply is not
+                yielded); ``True`` means the standard sentinel, an empty payload.
+
+        Raises:
+            ValueError, TypeError: a bad ``max_wait``, ``max_messages``, ``stall`` or ``sentinel``.
+            jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError: before sending.
+            jssync.NoRespondersError, jssync.PermissionDeniedError: from ``next()``.
+        """
+        from . import request_many as _request_many
+
+        validate_subject(subject, wildcards=False)
+        validate_headers(headers)
+        data = _check_data(data)
+        opts = _request_many.check_options(max_wait, max_messages, stall, sentinel)
+        size = len(data) if headers is None else len(data) + _headers_size(headers)
+        if size > self._max_payload:
+            raise MaxPayloadError(
+                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
+                f"of {self._max_payload} bytes"
+            )
+        self._check_open()
+        if self._loop.in_loop_thread():
+            raise RuntimeError("a blocking jssync call was made on the connection's I/O thread")
+        return _request_many.start(self, subject, data, headers, *opts)
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        subject: str,
+        *,
+        queue: str | None = None,
+        callback: Callable[[Msg], Any] | None = None,
+        pending_msgs_limit: int = 65536,
+    ) -> Subscription:
+        """Subscribe to ``subject`` (wildcards allowed), optionally in a queue group.
+
+        Without ``callback``, read messages by iterating the subscription or with
+        ``next_msg``. With it, the callback runs on the worker pool, one message at a time
+        per subscription, in order. Past ``pending_msgs_limit`` unread messages, new ones are
+        dropped and reported to ``error_cb`` as :class:`jssync.SlowConsumerError`.
+
+        Blocks until the server confirmed the SUB with a PING/PONG (at most the connect
+        timeout plus 5 s), so a refusal by the server's permissions is raised here. While
+        disconnected, the SUB is sent on reconnect and a refusal goes to ``error_cb``.
+
+        Raises:
+            jssync.BadSubjectError: invalid subject or queue name.
+            jssync.PermissionDeniedError: the server refused the subscription.
+        """
+        validate_subject(subject)
+        if queue is not None and (not queue or _SUBJECT_BAD.search(queue)):
+            raise BadSubjectError(f"invalid queue group name: {queue!r}")
+        return self._make_subscription(subject, queue, callback, pending_msgs_limit, check_permissions=True)
+
+    def _make_subscription(self, subject: str, queue: str | None, callback: Callable[[Msg], Any] | None,
+                           pending_msgs_limit: int, *, check_permissions: bool) -> Subscription:
+        """``subscribe`` without validation; ``check_permissions`` adds the PING/PONG check."""
+        self._check_open()
+        sub = Subscription(self, subject, queue, callback, pending_msgs_limit)
+
+        async def _sub() -> Any:
+            await self._sync_pubs()
+            if not check_permissions:
+                return await self._subscribe_async(sub)
+            denied: list[PermissionDeniedError] = []
+            key = self._watch_permission("subscribe", subject, denied.append)
+            try:
+                nsub = await self._subscribe_async(sub)
+            except BaseException:
+                self._unwatch_permission(key)
+                raise
+            await self._check_sub_permission(nsub, subject, denied, key)
+            return nsub
+
+        try:
+            sub._nsub = self.run(_sub(), Deadline(self._timeout + 5), "subscribe")
+        except PermissionDeniedError:
+            sub._end()
+            raise
+        with self._subs_lock:
+            self._subs.add(sub)
+        return sub
+
+    async def _subscribe_async(self, sub: Subscription) -> Any:
+        """On the loop: make the nats-py subscription and point it at ``sub``."""
+        with translating():
+            return await _natspy.subscribe(self._nc, sub.subject, _Inbound(sub), sub.queue)
+
+    async def _drain_nsub(self, nsub: Any, timeout: float) -> None:
+        """On the loop: the one drain of a nats-py subscription (core, push, consume).
+
+        Sends UNSUB, waits until the server answered a PING sent after it (so it processed
+        the UNSUB and everything it sent for the subscription before has been read), and
+        only then removes the subscription from nats-py: no message already on the wire is
+        dropped. The subscription is removed even when the flush fails (disconnected, timed
+        out), so a drain always ends.
+        """
+        if nsub is None or _natspy.sub_closed(nsub) or self._nc.is_closed:
+            return
+        try:
+            await _natspy.send_unsubscribe(self._nc, nsub)
+            await self._ordered_flush(timeout)
+        finally:
+            _natspy.remove_sub(self._nc, nsub)
+
+    def _unsubscribe(self, sub: Subscription, drain: bool, timeout: float | Deadline) -> None:
+        with self._subs_lock:
+            self._subs.discard(sub)
+        if self._closed or self._loop.forked:
+            return
+        nsub = sub._nsub
+
+        async def _unsub() -> None:
+            if nsub is None or _natspy.sub_closed(nsub) or self._nc.is_closed:
+                return
+            with translating():
+                if drain:
+                    await self._drain_nsub(nsub, _DRAIN_FLUSH_TIMEOUT)
+                else:
+                    await nsub.unsubscribe()
+
+        if self._loop.in_loop_thread():
+            self._loop.loop.create_task(_unsub())
+            return
+        self.run(_unsub(), timeout, "unsubscribe")
+
+    # -- JetStream -------------------------------------------------------------------------
+
+    def jetstream(
+        self,
+        *,
+        domain: str | None = None,
+        api_prefix: str | None = None,
+        timeout: float = 5.0,
+        max_pending: int = 4000,
+    ) -> JetStream:
+        """Return a JetStream context on this connection (no I/O)."""
+        return HOOKS.jetstream(self, domain=domain, api_prefix=api_prefix, timeout=timeout, max_pending=max_pending)
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Drain every subscription, flush what was published, then close.
+
+        Blocks up to ``timeout`` seconds.
+        """
+        if self._closed or self._closing:
+            return
+        deadline = Deadline(timeout)
+        with self._subs_lock:
+            subs = list(self._subs)
+        for sub in subs:
+            try:
+                rem = deadline.remaining()
+                sub.drain(timeout=30.0 if rem is None else rem)
+            except Error as exc:
+                self._report_error(exc)
+        self.close(timeout=max(0.5, deadline.remaining() or 0.5))
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush what was published, close the connection and stop its threads.
+
+        Idempotent. Blocks up to ``timeout`` seconds; never raises for a closed connection.
+        Subscription iterators end. While disconnected it does not wait for a reconnect:
+        what is still queued is dropped (logged as a warning) and the ``publish_async``
+        Futures still waiting fail with :class:`jssync.ConnectionClosedError` at once;
+        call :meth:`flush` first to wait for the reconnect.
+        """
+        with self._close_lock:  # (also the ack lock: see _send_ack)
+            if self._closed or self._closing:
+                return
+            self._closing = True
+        if self._loop.forked:
+            self._closed = True
+            return
+        deadline = Deadline(timeout)
+        if not self._loop.in_loop_thread():
+            try:
+
+                async def _close() -> None:
+                    # not while disconnected: close does not wait for a reconnect
+                    if self._nc.is_connected:
+                        try:
+                            await asyncio.wait_for(self._sync_pubs(), max(0.1, (deadline.remaining() or 1) - 0.2))
+                        except Exception:
+                            log.debug("could not hand over every publish before close", exc_info=True)
+                    q = self._pubq
+                    if q:
+                        log.warning("jssync: close: %d queued message(s) dropped (not sent before close)", len(q))
+                        q.clear()
+                        self._pub_room.set()
+                    await self._nc.close()
+
+                self._loop.run(_close(), deadline, "close")
+            except BaseException as exc:  # noqa: BLE001 - closing goes on
+                if isinstance(exc, KeyboardInterrupt):
+                    self._teardown(0.5)
+                    raise
+                log.debug("error while closing: %s", exc)
+        self._teardown(deadline.remaining() or 0.5)
+
+    def _teardown(self, timeout: float) -> None:
+        self._closed = True
+        self._closing = False
+        with self._subs_lock:
+            subs = list(self._subs)
+            self._subs.clear()
+        for sub in subs:
+            sub._end()
+        self._loop.stop(timeout)
+        self._pool.stop(min(timeout, 1.0))
+        _live.discard(self)
+
+
+_spare_wake_fds: list[tuple[int, int]] = []  # (pid, fd), see _WakeFd
+_getpid = os.getpid  # (kept for __del__ at interpreter shutdown)
+
+
+class _WakeFd:
+    """A thread's eventfd (see ``_watch_for_reply``).
+
+    Never closed: the I/O thread may still write to it just after the thread is done with
+    it, and a closed number could by then belong to another file. When its thread ends it
+    goes back to ``_spare_wake_fds`` for the next thread.
+    """
+
+    __slots__ = ("fd", "pid")
+
+    def __init__(self, fd: int | None = None) -> None:
+        self.fd: int = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if fd is None else fd
+        self.pid = os.getpid()
+
+    def __del__(self) -> None:
+        try:
+            if self.pid == _getpid():
+                _spare_wake_fds.append((self.pid, self.fd))
+        except Exception:  # noqa: BLE001 - interpreter shutdown: module globals may be gone
+            pass
+
+
+_tls = threading.local()
+
+
+def _wake_fd() -> int:
+    w: _WakeFd | None = getattr(_tls, "wake", None)
+    if w is None or w.pid != _getpid():  # first use on this thread, or a forked child
+        if w is not None:
+            w.pid = -1  # the parent's: not a spare of this process
+        fd = None
+        if _spare_wake_fds:
+            try:
+                pid, spare = _spare_wake_fds.pop()
+            except IndexError:
+                pass
+            else:
+                if pid == _getpid():
+                    fd = spare  # (a parent's spare is dropped: it is shared with the parent)
+        w = _tls.wake = _WakeFd(fd)
+    return w.fd
+
+
+def _wake(fd: int) -> None:
+    try:
+        os.eventfd_write(fd, 1)
+    except OSError:
+        pass
+
+
+class _Waiter:
+    """A one-shot slot a user thread waits on (in 0.1 s slices) until the I/O thread fills it.
+
+    ``set`` (a reply) and ``fail`` (a permissions -ERR) run on the I/O thread, ``set`` also
+    on the waiting thread itself when it read its reply off the socket (only whoever popped
+    the multiplexer's entry calls it); the first one wins. While the waiting thread polls,
+    ``wake_fd`` is its eventfd, signalled after either.
+    """
+
+    __slots__ = ("_lock", "msg", "exc", "_done", "wake_fd")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.msg: Msg | None = None
+        self.exc: BaseException | None = None
+        self._done = False
+        self.wake_fd = -1  # an eventfd the waiting thread selects on, while it does
+
+    def set(self, msg: Msg) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.msg = msg
+        self._release()
+
+    def fail(self, exc: BaseException) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.exc = exc
+        self._release()
+
+    def _release(self) -> None:
+        self._lock.release()
+        fd = self.wake_fd
+        if fd >= 0:
+            _wake(fd)
+
+    def wait(self, deadline: Deadline, conn: Connection) -> Msg | None:
+        lock = self._lock
+        while True:
+            if lock.acquire(timeout=deadline.slice()):
+                return self.msg
+            if deadline.expired():
+                return None
+            if conn._closed:
+                raise ConnectionClosedError("the connection closed while waiting for a reply")
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for conn in list(_live):
+        try:
+            if not conn._loop.forked:
+                conn.close(timeout=2.0)
+        except BaseException:  # noqa: BLE001
+            pass
+
+
+def connect(servers: str | Sequence[str] | None = None, **options: Any) -> Connection:
+    """Connect to NATS and return a :class:`Connection`.
+
+    ``servers`` is one URL, a comma-separated string of URLs, or a list of URLs; the
+    default is ``$NATS_URL``, else ``nats://127.0.0.1:4222``. Options: ``name``,
+    ``timeout`` (seconds for the first connect, default 2.0), ``user``, ``password``,
+    ``token``, ``creds`` (a .creds file), ``nkeys_seed`` (a seed file or the seed),
+    ``tls`` (an ``ssl.SSLContext``), ``max_reconnect_attempts`` (-1: forever),
+    ``reconnect_time_wait``, ``error_cb``, ``disconnected_cb``, ``reconnected_cb``,
+    ``closed_cb`` (all run on the worker pool), ``callback_workers`` (default 4),
+    ``reconnect_buffer_size`` (payload bytes that publishes and requests may queue while
+    disconnected; default None: no limit of its own, publishers block at the publish
+    queue's bound; past it a publish raises :class:`jssync.ReconnectBufferExceededError`
+    at once and the first refusal of each outage goes to ``error_cb``).
+
+    Blocks until connected or ``timeout`` passes. Works from any thread, including one
+    that runs an asyncio event loop (Jupyter).
+
+    Raises:
+        jssync.NoServersError: no server could be reached in time (the message names the
+            last connect error, e.g. a TLS certificate problem).
+        jssync.AuthorizationError: the credentials were refused.
+        ValueError: ``nkeys_seed`` or ``creds`` cannot be used (the message names the file,
+            never a credential).
+
+    No credential (password, token, seed, JWT) appears in a repr, a log line or an
+    exception message.
+    """
+    return Connection(servers, **options)

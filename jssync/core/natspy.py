@@ -1,0 +1,451 @@
+"""The one adapter for nats-py's internals: every private nats-py name jssync uses is here.
+
+jssync runs on nats-py's public API; a few shortcuts into its internals make the hot
+paths fast. Each shortcut is a *fast path* with a public fallback. At connect,
+:func:`check` finds out which ones work on the nats-py installed; a fast path that does
+not is disabled with one ``jssync`` logger warning naming it, and the connection takes
+nats-py's public path there instead (correct, slower). No module other than this one
+reads or writes a private nats-py attribute (tests/integration/test_natspy_adapter.py
+greps for them).
+
+The fast paths (the names ``Connection._fast_paths`` reports):
+
+- ``pump_buffer``: queued publishes are encoded in bursts into nats-py's outgoing buffer
+  (:func:`buffer_append`, :func:`flush_pending`), not one ``nc.publish`` each.
+- ``direct_write``: a caller's thread writes a small request straight to the socket
+  (:func:`socket_transport`, :func:`hook_connection_lost`).
+- ``direct_read``: that caller may also read its reply off the socket (:func:`install_reader`).
+- ``reply_headers``: a reply read that way has its headers parsed by nats-py's own parser
+  (:func:`header_parser`).
+- ``wire_header_len``: a pulled message's header size is read from nats-py's parser
+  (:func:`parser_needed`).
+- ``msg_class``: nats-py builds every message as the connection's ``Msg`` subclass with
+  exactly the keywords jssync knows; when nats-py passes one more, the class installed
+  instead takes (and ignores) any further keyword (:func:`install_msg_class`).
+
+Besides these the adapter holds the accesses jssync cannot do without (a subscription's
+message queue, which only a :class:`Receiver` replaces, UNSUB without removing the
+subscription, the server's INFO).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import inspect
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import nats.aio.client
+
+from ..base.errors import ValidationError
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .msg import Msg
+
+log = logging.getLogger("jssync")
+
+#: The fast paths, in the order ``Connection._fast_paths`` lists them.
+FAST_PATHS = ("pump_buffer", "direct_write", "direct_read", "reply_headers", "wire_header_len", "msg_class")
+
+# The names read on nats-py's objects (one place to change when nats-py renames one).
+_PARSER = "_ps"  # Client: the protocol parser
+_STATE = "state"  # Parser: where it is in the protocol
+
+#: The parser's state between messages (nats.protocol.parser.AWAITING_CONTROL_LINE).
+_IDLE: int | None
+try:
+    from nats.protocol.parser import AWAITING_CONTROL_LINE as _IDLE
+except ImportError:  # pragma: no cover - another nats-py: direct reads stay off
+    _IDLE = None
+
+#: Where the client keeps its status, and its closed status (``getattr(nc, STATUS) == CLOSED``
+#: is ``nc.is_closed`` without the property call, for the ack path).
+STATUS = "_status"
+CLOSED: int = nats.aio.client.Client.CLOSED
+
+#: The keywords jssync's Msg takes (nats-py's ``Client._build_message`` passes these).
+_MSG_KEYWORDS = frozenset({"subject", "reply", "data", "headers", "_client", "_sid"})
+
+
+# ----------------------------------------------------------------------------- the check
+
+
+def check(nc: Any) -> dict[str, str | None]:
+    """Which fast paths work on ``nc``'s nats-py: path name -> None (usable) or why not.
+
+    Run once per connection, before it connects. ``direct_write`` and ``direct_read``
+    also depend on the transport (TLS, reconnects): this checks what nats-py provides;
+    the connection arms them per transport.
+    """
+    why: dict[str, str | None] = dict.fromkeys(FAST_PATHS)
+    missing = [n for n in ("_pending", "_pending_data_size", "_max_pending_size", "_flush_pending", "_transport")
+               if not hasattr(nc, n)]
+    if missing:
+        why["pump_buffer"] = f"nats-py's Client has no {', '.join(missing)}"
+        why["direct_write"] = "it needs pump_buffer"
+    ps = getattr(nc, _PARSER, None)
+    if ps is None:
+        why["direct_read"] = why["wire_header_len"] = f"nats-py's Client has no parser attribute {_PARSER!r}"
+    else:
+        if not isinstance(getattr(ps, "needed", None), int):
+            why["wire_header_len"] = "nats-py's parser has no 'needed' count"
+        if _IDLE is None or not hasattr(ps, _STATE) or not isinstance(getattr(ps, "buf", None), bytearray):
+            why["direct_read"] = f"nats-py's parser has no {_STATE!r} (or no AWAITING_CONTROL_LINE, or no buf)"
+        elif not callable(getattr(ps, "parse", None)) or not callable(getattr(ps, "reset", None)):
+            why["direct_read"] = "nats-py's parser has no parse/reset"
+    if why["direct_write"] is not None and why["direct_read"] is None:
+        why["direct_read"] = "it needs direct_write"
+    if not inspect.iscoroutinefunction(getattr(nc, "_process_headers", None)):
+        why["reply_headers"] = "nats-py's Client has no coroutine _process_headers"
+    return why
+
+
+def warn_disabled(why: dict[str, str | None]) -> dict[str, bool]:
+    """Log one warning per disabled fast path (naming it); return path -> enabled."""
+    for name, reason in why.items():
+        if reason is not None:
+            log.warning("jssync: fast path %r disabled on this nats-py (%s): using nats-py's public path",
+                        name, reason)
+    return {name: reason is None for name, reason in why.items()}
+
+
+# ----------------------------------------------------------------------------- messages
+
+
+def install_msg_class(nc: Any, base: type[Msg], conn: Connection) -> tuple[type[Msg], str | None]:
+    """Make nats-py build every message as ``conn``'s subclass of ``base``.
+
+    Returns the class and None, or, when nats-py's construction call passes a keyword
+    jssync's Msg does not take, a class that accepts (and ignores) further keywords and
+    the reason the ``msg_class`` fast path is off. The check builds one message the way
+    nats-py does (``Client._build_message``); without that method it compares the
+    keywords of nats-py's own ``Msg``.
+    """
+    fast: type[Msg] = type("Msg", (base,), {"__slots__": (), "_conn": conn})
+    nc.msg_class = fast
+    why: str | None = None
+    build = getattr(nc, "_build_message", None)
+    if build is not None:
+        try:
+            build(1, b"_jssync.check", b"", b"", None)
+        except TypeError as exc:
+            why = f"nats-py builds its Msg with a keyword jssync does not know ({exc})"
+    else:
+        try:
+            from nats.aio.msg import Msg as NatsMsg
+
+            extra = sorted(set(inspect.signature(NatsMsg).parameters) - _MSG_KEYWORDS)
+        except Exception as exc:  # noqa: BLE001 - cannot tell: take the tolerant class
+            extra = [f"? ({type(exc).__name__})"]
+        if extra:
+            why = f"nats-py's Msg takes keyword(s) jssync does not know: {', '.join(extra)}"
+    if why is None:
+        return fast, None
+    init = base.__init__
+
+    def __init__(self: Msg, subject: str = "", reply: str = "", data: bytes = b"",
+                 headers: dict[str, str] | None = None, _client: Any = None, _sid: int | None = None,
+                 **_new: Any) -> None:
+        init(self, subject, reply, data, headers, _client, _sid)
+
+    tolerant: type[Msg] = type("Msg", (base,), {"__slots__": (), "_conn": conn, "__init__": __init__})
+    nc.msg_class = tolerant
+    return tolerant, why
+
+
+def message_class(nc: Any) -> Any:
+    """The class nats-py builds messages with."""
+    return getattr(nc, "msg_class", None)
+
+
+# ----------------------------------------------------------------------------- subscriptions
+
+
+class Receiver:
+    """The one base of everything that stands in for a nats-py subscription's message queue.
+
+    nats-py puts each message of a subscription on ``sub._pending_queue`` (an
+    ``asyncio.Queue``) with ``put_nowait``, on the I/O thread. jssync swaps that queue for
+    a subclass of this class (:func:`set_sub_queue` takes nothing else), whose
+    ``put_nowait`` is the one hook: it sorts or hands on the message right there, so no
+    loop task and no wake-up per message. ``put_nowait`` may raise ``asyncio.QueueFull``
+    to drop the message; nats-py then reports a ``SlowConsumerError`` to the error callback.
+
+    jssync subscribes without nats-py's pending limits (:func:`subscribe`), so nats-py
+    never checks the queue's size against one. The rest of the ``asyncio.Queue`` methods
+    nats-py's own code may call (its drain, ``unsubscribe(limit)``, ``next_msg``, message
+    iterators, ``pending_msgs``; tests/unit/test_receiver.py lists them from nats-py's
+    source) are implemented here once, as a queue that is always empty: every message was
+    handed on when it was put, so nats-py's drain has nothing to wait for and its readers
+    find nothing.
+    """
+
+    __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.put_nowait is Receiver.put_nowait:
+            raise TypeError(f"{cls.__name__} must define put_nowait (the delivery hook)")
+
+    def put_nowait(self, msg: Msg) -> None:
+        """The delivery hook (I/O thread): take one message; subclasses define it."""
+        raise NotImplementedError
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True
+
+    def get_nowait(self) -> Msg:
+        raise asyncio.QueueEmpty
+
+    async def get(self) -> Msg:
+        # nothing ever stays in this queue: wait until cancelled, as on an empty queue
+        await asyncio.get_running_loop().create_future()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def task_done(self) -> None:
+        return None
+
+    async def join(self) -> None:
+        return None
+
+
+def sub_queue(nsub: Any) -> Any:
+    """The queue nats-py hands a subscription's messages to (``put_nowait``)."""
+    return nsub._pending_queue
+
+
+def set_sub_queue(nsub: Any, sink: Receiver) -> None:
+    """Point a nats-py subscription's deliveries at ``sink``.
+
+    Whatever nats-py already put on its own queue (a fresh subscription's) is handed to
+    ``sink`` first, in order.
+    """
+    if not isinstance(sink, Receiver):
+        raise TypeError(f"a subscription's queue must be a jssync Receiver, got {type(sink).__name__}")
+    old = nsub._pending_queue
+    nsub._pending_queue = sink
+    if isinstance(old, asyncio.Queue):
+        while not old.empty():
+            try:
+                sink.put_nowait(old.get_nowait())
+            except asyncio.QueueFull:
+                pass
+
+
+async def subscribe(nc: Any, subject: str, sink: Receiver, queue: str | None = None) -> Any:
+    """Subscribe ``subject`` (in ``queue`` group) with deliveries going to ``sink``.
+
+    nats-py's pending limits are off: ``sink`` decides what a slow consumer is.
+    """
+    nsub = await nc.subscribe(subject, queue=queue or "", pending_msgs_limit=0, pending_bytes_limit=0)
+    set_sub_queue(nsub, sink)
+    return nsub
+
+
+def sub_sid(nsub: Any) -> int:
+    """The subscription's id (the sid in the server's MSG lines)."""
+    sid: int = nsub._id
+    return sid
+
+
+def sub_closed(nsub: Any) -> bool:
+    """True once the subscription was unsubscribed or removed."""
+    return bool(nsub._closed)
+
+
+async def send_unsubscribe(nc: Any, nsub: Any) -> None:
+    """Send UNSUB for ``nsub`` and keep the subscription (its messages still arrive)."""
+    await nc._send_unsubscribe(nsub._id)
+
+
+def remove_sub(nc: Any, nsub: Any) -> None:
+    """Mark ``nsub`` closed and forget it (no more deliveries), with nothing sent."""
+    nsub._closed = True
+    nc._remove_sub(nsub._id)
+
+
+def server_info(nc: Any) -> dict[str, Any]:
+    """The INFO the server sent, as a dict (empty before the first connect)."""
+    return dict(getattr(nc, "_server_info", None) or {})
+
+
+# ----------------------------------------------------------------------------- times
+
+
+def to_utc_iso(date: _dt.datetime) -> str:
+    """``date`` as RFC 3339 in UTC (a naive datetime counts as UTC), as the server wants it."""
+    date = date.replace(tzinfo=_dt.UTC) if date.tzinfo is None else date.astimezone(_dt.UTC)
+    return date.isoformat().replace("+00:00", "Z").replace(".000000", "")
+
+
+def parse_utc_iso(text: str) -> _dt.datetime:
+    """Parse the server's RFC 3339 time (nanoseconds allowed) into an aware UTC datetime.
+
+    Raises ``ValueError`` for anything else.
+    """
+    s = text.strip()
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    date, dot, rest = s.partition(".")
+    if dot:
+        i = 0
+        while i < len(rest) and rest[i].isdigit():
+            i += 1
+        if i == 0:
+            raise ValidationError(f"bad time {text!r}")
+        s = f"{date}.{rest[:i][:6].ljust(6, '0')}{rest[i:]}"
+    when = _dt.datetime.fromisoformat(s)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.UTC)
+    return when.astimezone(_dt.UTC)
+
+
+# ----------------------------------------------------------------------------- the pump
+
+
+def pending(nc: Any) -> Any:
+    """nats-py's outgoing buffer (a list of chunks; empty when nothing waits)."""
+    return nc._pending
+
+
+def buffer_append(nc: Any, chunk: bytes) -> bool:
+    """Append ``chunk`` to nats-py's outgoing buffer; True when it is now over its limit."""
+    nc._pending.append(chunk)
+    nc._pending_data_size += len(chunk)
+    return bool(nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size)
+
+
+async def flush_pending(nc: Any, force: bool) -> None:
+    """Kick nats-py's flusher (``force``: write now)."""
+    await nc._flush_pending(force_flush=force)
+
+
+def write_pending(nc: Any) -> None:
+    """Write nats-py's outgoing buffer to its transport now and empty it."""
+    if nc._pending:
+        nc._transport.writelines(nc._pending[:])
+        nc._pending = []
+        nc._pending_data_size = 0
+
+
+# ----------------------------------------------------------------------------- the transport
+
+
+def io_writer(nc: Any) -> Any:
+    """The stream writer nats-py writes to (its ``.transport`` is the socket's transport)."""
+    return nc._transport._io_writer
+
+
+def socket_transport(nc: Any) -> tuple[Any, Any, Any]:
+    """``(checked, t, sock)``: the writer's transport as seen now, and, on a plain TCP
+    connection through asyncio's selector transport, that transport and its socket
+    (else None, None). Raises when nats-py's transport is not the one this knows.
+    """
+    tr = nc._transport
+    checked = tr._io_writer.transport
+    if tr._io_writer is not tr._bare_io_writer:
+        return checked, None, None  # TLS: the SSL layer owns the socket
+    t = tr._io_writer.transport
+    sock = t._sock
+    if type(t).__name__ != "_SelectorSocketTransport" or t.is_closing():
+        return checked, None, None
+    return checked, t, sock
+
+
+def hook_connection_lost(t: Any, wrap: Callable[[Callable[[Any], None]], Callable[[Any], None]]) -> None:
+    """Replace the selector transport's connection-lost step with ``wrap(original)``."""
+    t._call_connection_lost = wrap(t._call_connection_lost)
+
+
+def header_parser(nc: Any) -> Callable[[bytes], Any] | None:
+    """nats-py's header parser (a coroutine function of the raw block), or None."""
+    f = getattr(nc, "_process_headers", None)
+    return f if inspect.iscoroutinefunction(f) else None
+
+
+def parser_needed(nc: Any) -> int:
+    """While nats-py hands a message over: the MSG/HMSG line's total size (headers + payload)."""
+    n: int = getattr(nc, _PARSER).needed
+    return n
+
+
+def reader_counted(nc: Any) -> bool:
+    """True once :func:`install_reader` counts this client's parsed bytes."""
+    return bool(getattr(getattr(nc, _PARSER, None), "_jssync_counted", False))
+
+
+def install_reader(conn: Connection, t: Any) -> Callable[[], bool] | None:
+    """Count what the transport ``t`` reads and what nats-py's parser finished with.
+
+    The transport's reads go through ``conn._rlock`` and add to ``conn._rd_fed``; after
+    each parse, when the reader's buffer and the parser are empty and the parser sits
+    between messages, ``conn._rd_parsed`` catches up and ``conn._rd_synced`` is set.
+    Returns a function telling whether nats-py holds nothing half-read (call it under
+    ``conn._rlock``), or None when this nats-py or transport cannot be counted; the
+    connection keeps it as ``_rd_reader``.
+    """
+    nc = conn._nc
+    try:
+        reader = nc._transport._io_reader
+        ps = getattr(nc, _PARSER)
+        orig_read = t._read_ready_cb
+        if not isinstance(reader._buffer, bytearray) or not isinstance(ps.buf, bytearray):
+            return None
+        getattr(ps, _STATE)
+        if _IDLE is None:
+            return None
+    except Exception:  # noqa: BLE001 - another nats-py: no direct reads
+        return None
+    rlock = conn._rlock
+    idle_state = _IDLE
+    state = _STATE
+
+    def idle() -> bool:
+        return not reader._buffer and not ps.buf and getattr(ps, state) == idle_state
+
+    def read_ready() -> None:
+        # never wait for a caller that is looking at the socket (it may be a signal
+        # handler's thread, stuck until the handler returns): the data is still
+        # there, and the selector calls this again on its next turn
+        if not rlock.acquire(False):
+            return
+        try:
+            n = len(reader._buffer)
+            orig_read()
+            conn._rd_fed += len(reader._buffer) - n
+        finally:
+            rlock.release()
+
+    t._read_ready_cb = read_ready
+    if not getattr(ps, "_jssync_counted", False):
+        orig_parse = ps.parse
+        orig_reset = ps.reset
+
+        def reset() -> None:
+            # nats-py drops a half-parsed message (force_reconnect, stale PINGs)
+            # while the socket may still hold its rest: no direct reads until the
+            # parser has been seen between messages again
+            with rlock:
+                conn._rd_synced = False
+                orig_reset()
+
+        ps.reset = reset
+
+        async def parse(data: bytes = b"") -> None:
+            await orig_parse(data)
+            r = conn._rd_reader  # (the idle check of the transport now read)
+            if r is not None and r():
+                conn._rd_parsed = conn._rd_fed  # everything received so far is parsed
+                conn._rd_synced = True
+            else:
+                conn._rd_parsed += len(data)
+
+        ps.parse = parse
+        ps._jssync_counted = True
+    return idle

@@ -1,0 +1,100 @@
+"""Server URLs and the secrets in them: the server list, redacted URLs, secrets scrubbed from texts.
+
+Split out of connection.py; only the connection uses these (``redact_url`` is also what it shows
+in ``repr`` and error texts).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from ..base.errors import ValidationError
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with any password (or token in the user part) replaced by ``***``."""
+    try:
+        parts = urlsplit(url if "://" in url else "nats://" + url)
+    except ValueError:
+        return "<invalid url>"
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    cred = f"{user}:***" if parts.password is not None else "***"
+    return urlunsplit((parts.scheme, f"{cred}@{host}", parts.path, parts.query, parts.fragment))
+
+
+def _is_local(url: str) -> bool:
+    """True if ``url`` names this machine (loopback or localhost)."""
+    try:
+        host = urlsplit(url if "://" in url else "nats://" + url).hostname or ""
+    except ValueError:
+        return False
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+_SEED = re.compile(r"^S[UAONCPX][A-Z2-7]{56}\Z")
+
+
+def _looks_like_seed(value: str) -> bool:
+    """True if ``value`` has the shape of an nkey seed (``S`` + type + base32, 58 characters)."""
+    return bool(_SEED.match(value.strip()))
+
+
+_SEED_IN_TEXT = re.compile(r"\bS[UAONCPX][A-Z2-7]{56}\b")
+_JWT_IN_TEXT = re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+
+
+def _check_secret_file(path: str, what: str, need_jwt: bool) -> None:
+    """Raise ``ValueError`` naming ``path`` (never its content) unless it holds a seed (and a JWT)."""
+    why = ""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 20)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    if why:
+        raise ValidationError(f"cannot read the {what} {path!r}: {why}")
+    if need_jwt and not _JWT_IN_TEXT.search(text):
+        raise ValidationError(f"the {what} {path!r} holds no user JWT")
+    if not _SEED_IN_TEXT.search(text):
+        raise ValidationError(f"the {what} {path!r} holds no nkey seed")
+
+
+def _scrub(text: str, secrets: Sequence[str]) -> str:
+    """Replace every occurrence of each secret in ``text`` with ``***``."""
+    for secret in secrets:
+        if secret and len(secret) >= 3:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The password, or the token (a user part without password), in ``url``."""
+    try:
+        parts = urlsplit(url if "://" in url else "nats://" + url)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return []
+    if password is not None:
+        return [password]
+    return [user] if user else []
+
+
+def _split_servers(servers: str | Sequence[str] | None) -> list[str]:
+    if servers is None:
+        servers = os.environ.get("NATS_URL") or DEFAULT_URL
+    if isinstance(servers, str):
+        urls = [s.strip() for s in servers.split(",") if s.strip()]
+    else:
+        urls = [str(s).strip() for s in servers if str(s).strip()]
+    if not urls:
+        raise ValidationError("no server URL given")
+    return urls

@@ -1,0 +1,293 @@
+"""Consumer: a handle on one (pull) consumer of a stream, and ADR-37's fetch/next/consume."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from nats.js import api
+
+from ..base.deadline import DEFAULT, Deadline, Default
+from ..base.errors import PullRequestError, TimeoutError, ValidationError
+from ..core.msg import Msg
+from .priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
+from .pull import (
+    BYTES_ONLY_BATCH,
+    DEFAULT_EXPIRES,
+    ConsumeContext,
+    ConsumeOptions,
+    FetchResult,
+    _pos_float,
+    _pos_int,
+    consume,
+    fetch,
+    validate_fetch,
+)
+
+if TYPE_CHECKING:
+    from .context import JetStream
+
+
+class Consumer:
+    """A handle on one consumer. Made by :meth:`JetStream.consumer` / ``create_consumer``.
+
+    Read messages with :meth:`fetch`, :meth:`fetch_bytes`, :meth:`fetch_no_wait`,
+    :meth:`next` (one pull request each) or :meth:`consume` (continuous, buffered).
+    Thread-safe.
+    """
+
+    def __init__(self, js: JetStream, stream: str, info: api.ConsumerInfo) -> None:
+        self._js = js
+        self.stream = stream
+        self._info = info
+        self.name: str = info.name
+        self._pins = Pins()  # pinned_client (ADR-42): the pin id the server gave, per group
+
+    def __repr__(self) -> str:
+        return f"<jssync.Consumer {self.stream!r}/{self.name!r}>"
+
+    @property
+    def cached_info(self) -> api.ConsumerInfo:
+        """The info from when this handle was made or last refreshed (no I/O)."""
+        return self._info
+
+    def info(self, *, timeout: float | None | Default = DEFAULT) -> api.ConsumerInfo:
+        """Fetch the consumer's info (refreshes :attr:`cached_info`).
+
+        Raises:
+            jssync.ConsumerNotFoundError, jssync.StreamNotFoundError.
+        """
+        self._info = self._js._consumer_info(self.stream, self.name, timeout)
+        return self._info
+
+    def delete(self, *, timeout: float | None | Default = DEFAULT) -> bool:
+        """Delete this consumer on the server."""
+        return self._js.delete_consumer(self.stream, self.name, timeout=timeout)
+
+    def reset(self, seq: int | None = None, *, timeout: float | None | Default = DEFAULT) -> int:
+        """Reset this consumer's delivery state (ADR-60; nats-server 2.14+).
+
+        Returns the stream sequence delivery restarts at and refreshes :attr:`cached_info`
+        with the state the server reports. See :meth:`JetStream.reset_consumer`.
+
+        Raises:
+            ValueError: ``seq`` not an int >= 1 (nothing is sent).
+            jssync.NotSupportedError: the server is older than 2.14 (nothing is sent).
+            jssync.ConsumerNotFoundError, jssync.APIError.
+        """
+        reset_seq, info = self._js._reset_consumer(self.stream, self.name, seq, timeout)
+        self._info = info
+        return reset_seq
+
+    @property
+    def priority(self) -> PriorityConfig:
+        """The consumer's priority group settings (ADR-42) from :attr:`cached_info` (no I/O).
+
+        ``policy`` (``overflow``, ``pinned_client``, ``prioritized`` or None), ``groups``,
+        ``timeout`` (pinned_client: seconds).
+        """
+        return of(self._info)
+
+    def pin_id(self, group: str) -> str | None:
+        """The pin id the server gave this handle for ``group`` (pinned_client), or None (no I/O).
+
+        Set by the first message that arrives with a ``Nats-Pin-Id`` header; cleared when a
+        pull carrying it is answered with 423 (another client is pinned now) or by :meth:`unpin`.
+        """
+        return self._pins.get(group)
+
+    def unpin(self, group: str, *, timeout: float | None | Default = DEFAULT) -> None:
+        """Unpin the client pinned to ``group`` (ADR-42 ``pinned_client``; nats-server 2.11+).
+
+        The server picks a new pinned client among the waiting pulls of the group, which may
+        be this one: the pin id this handle holds for ``group`` is forgotten.
+
+        Raises:
+            ValueError: ``group`` is not a valid group name, not one of the consumer's groups,
+                or the consumer's policy is not ``pinned_client`` (nothing is sent).
+            jssync.NotSupportedError, jssync.APIError, jssync.ConsumerNotFoundError.
+        """
+        prio = self.priority
+        validate_group(group, "group")
+        if prio.policy != "pinned_client":
+            raise ValidationError(f"unpin needs a consumer with priority_policy 'pinned_client'; "
+                             f"consumer {self.name!r} has {prio.policy!r}")
+        if prio.groups is not None and group not in prio.groups:
+            raise ValidationError(f"group={group!r} is not one of consumer {self.name!r}'s priority groups "
+                             f"{list(prio.groups)!r}")
+        self._js.unpin_consumer(self.stream, self.name, group, timeout=timeout)
+        self._pins.clear(group)
+
+    def _prio(self, group: str | None, min_pending: int | None, min_ack_pending: int | None,
+              priority: int | None) -> PullPriority | None:
+        return pull_options(self.priority, self.name, group, min_pending, min_ack_pending, priority)
+
+    @property
+    def _ack_none(self) -> bool:
+        cfg = self._info.config
+        pol = cfg.ack_policy if cfg is not None else None
+        return pol is not None and (pol == api.AckPolicy.NONE or str(pol) == "none")
+
+    # -- one pull request ---------------------------------------------------------------------
+
+    def fetch(
+        self,
+        max_messages: int | None = None,
+        *,
+        max_bytes: int | None = None,
+        expires: float = DEFAULT_EXPIRES,
+        idle_heartbeat: float | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+    ) -> FetchResult:
+        """Send one pull request for up to ``max_messages`` messages (and/or ``max_bytes``).
+
+        Returns an iterator that yields each message as it arrives and ends when the
+        request ends: the batch is complete, or ``expires`` seconds passed (then with fewer
+        messages, or none). Its ``.error`` says why it ended when that was not normal.
+        ``idle_heartbeat`` (seconds) asks the server for heartbeats while the request waits;
+        it is on (5 s) by default when ``expires`` is over 30 s.
+
+        Priority groups (ADR-42; see docs/consuming.md): ``group`` names the consumer's
+        group (required when it has any); ``min_pending`` / ``min_ack_pending`` (``overflow``
+        policy) and ``priority`` (``prioritized``, 0 to 9). With ``pinned_client`` the pull
+        carries the pin id this handle holds; a 423 (another client is pinned) ends the
+        request with ``.error`` set and clears the id, so the next pull is a standby candidate.
+
+        Blocks only to subscribe a reply inbox (none is idle); the iteration blocks up to
+        ``expires`` + 1 s in all.
+
+        Raises:
+            ValueError: a bad argument (nothing is sent).
+            jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError,
+            jssync.PullRequestError (400), jssync.NoRespondersError (no such consumer):
+            raised by the iteration.
+        """
+        batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
+        prio = self._prio(group, min_pending, min_ack_pending, priority)
+        return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
+                     idle_heartbeat=idle_heartbeat, ack_none=self._ack_none, prio=prio, pins=self._pins)
+
+    def fetch_bytes(
+        self,
+        max_bytes: int,
+        *,
+        max_messages: int | None = None,
+        expires: float = DEFAULT_EXPIRES,
+        idle_heartbeat: float | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+    ) -> FetchResult:
+        """Like :meth:`fetch`, limited to ``max_bytes`` bytes (counted as the server does).
+
+        The request asks for a large batch (1,000,000 messages) unless ``max_messages`` is
+        given. The iteration ends cleanly when the next message would not fit
+        (409 Message Size Exceeds MaxBytes).
+        """
+        _pos_int(max_bytes, "max_bytes")
+        batch, mb = validate_fetch(BYTES_ONLY_BATCH if max_messages is None else max_messages, max_bytes,
+                                   expires, idle_heartbeat)
+        prio = self._prio(group, min_pending, min_ack_pending, priority)
+        return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
+                     idle_heartbeat=idle_heartbeat, ack_none=self._ack_none, prio=prio, pins=self._pins)
+
+    def fetch_no_wait(self, max_messages: int, *, max_bytes: int | None = None, group: str | None = None,
+                      min_pending: int | None = None, min_ack_pending: int | None = None,
+                      priority: int | None = None) -> FetchResult:
+        """Fetch up to ``max_messages`` messages that are available now; never waits for new ones.
+
+        The iteration ends as soon as the server has sent what it has (404 No Messages when
+        there is nothing), at most the context's timeout.
+        """
+        batch, mb = validate_fetch(max_messages, max_bytes, DEFAULT_EXPIRES, None)
+        prio = self._prio(group, min_pending, min_ack_pending, priority)
+        return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, no_wait=True,
+                     ack_none=self._ack_none, prio=prio, pins=self._pins)
+
+    def next(self, timeout: float = DEFAULT_EXPIRES, *, idle_heartbeat: float | None = None,
+             group: str | None = None, min_pending: int | None = None, min_ack_pending: int | None = None,
+             priority: int | None = None) -> Msg:
+        """Pull one message, waiting up to ``timeout`` seconds for it.
+
+        The pull request is sent when ``next`` is called and expires on the server after
+        ``timeout``. Priority group options as for :meth:`fetch`; when the pull is answered
+        with 423 (pinned_client: another client is pinned now) the pin id is cleared and
+        the pull is sent again, without it, for the time left.
+
+        Raises:
+            jssync.TimeoutError: no message within ``timeout``.
+            jssync.PullRequestError: the server ended the pull with a warning (409 Exceeded ...)
+                or 400.
+            jssync.NoHeartbeatError: no heartbeat within 2 x ``idle_heartbeat``.
+            jssync.ConnectionClosedError: the connection closed meanwhile.
+            jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError, jssync.NoRespondersError.
+        """
+        timeout = _pos_float(timeout, "timeout")
+        validate_fetch(1, None, timeout, idle_heartbeat)
+        prio = self._prio(group, min_pending, min_ack_pending, priority)
+        deadline = Deadline(timeout)
+        left = timeout
+        while True:
+            res = fetch(self._js, self.stream, self.name, 1, expires=left, idle_heartbeat=idle_heartbeat,
+                        ack_none=self._ack_none, grace=min(1.0, 0.1 + left * 0.1), prio=prio, pins=self._pins)
+            for msg in res:
+                return msg
+            err = res.error
+            if isinstance(err, PullRequestError) and err.code == 423:
+                # pin lost: the id is cleared; pull again (a standby candidate) for the time left
+                left = deadline.remaining() or 0.0
+                if left >= 0.01 and (idle_heartbeat is None or idle_heartbeat <= left / 2):
+                    continue
+                break
+            if err is not None:  # a warning, a missed heartbeat, the connection closed, ...
+                raise err
+            break
+        raise TimeoutError(f"no message from consumer {self.name!r} on stream {self.stream!r} within {timeout}s")
+
+    # -- continuous ---------------------------------------------------------------------------
+
+    def consume(
+        self,
+        callback: Callable[[Msg], Any] | None = None,
+        *,
+        error_cb: Callable[[BaseException], Any] | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float = DEFAULT_EXPIRES,
+        idle_heartbeat: float | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+    ) -> ConsumeContext:
+        """Consume continuously, keeping a buffer of pulled messages (ADR-37 "Consume").
+
+        Without ``callback`` the result is an iterator (use it as a context manager);
+        with it, ``callback(msg)`` runs on the connection's worker pool, one message at a
+        time, in order. The buffer holds up to ``max_messages`` (default 500) messages or
+        ``max_bytes`` bytes (exclusive options); a new pull request is sent when the
+        pending count falls to ``threshold_messages`` / ``threshold_bytes`` (default half).
+        Each pull request expires after ``expires`` seconds (default 30, at least 1) and
+        asks for heartbeats every ``idle_heartbeat`` seconds (default half of expires,
+        0.5 to 30). Warnings go to ``error_cb`` (default: the connection's) and the
+        ``jssync`` logger. Priority group options as for :meth:`fetch`, sent with every pull;
+        with ``pinned_client`` a 423 clears the pin id and a new pull goes out at once
+        without it (this consume stays a standby candidate; not reported as an error).
+
+        Blocks until the reply inbox is subscribed (at most the connect timeout + 5 s).
+
+        Raises:
+            ValueError: bad or conflicting options (nothing is sent).
+            TypeError: ``callback`` or ``error_cb`` is not callable.
+        """
+        opts = ConsumeOptions(max_messages, max_bytes, expires, idle_heartbeat, threshold_messages,
+                              threshold_bytes)
+        prio = self._prio(group, min_pending, min_ack_pending, priority)
+        return consume(self._js, self.stream, self.name, callback, error_cb, opts, self._ack_none, prio,
+                       self._pins)

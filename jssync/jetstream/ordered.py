@@ -1,0 +1,627 @@
+"""Ordered consumers (ADR-17 on the ADR-37 pull API): every stream message once, in order.
+
+An :class:`OrderedConsumer` reads a stream through an ephemeral, ack-none, in-memory,
+single-replica pull consumer that it owns. It checks the consumer sequence of every
+message; on a gap, a missed heartbeat, a reconnect, or when the consumer is deleted or
+stops answering, it drops the consumer and creates a new one that starts at the stream
+sequence after the last message it accepted; with deliver_policy ``last_per_subject``,
+while the initial values (the last message per subject) are still being read, the new one
+asks for the last per subject again and passes over those delivered already.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from queue import Empty
+from typing import TYPE_CHECKING, Any
+
+from nats.js import api
+
+from ..base.deadline import DEFAULT, Deadline, Default
+from ..base.errors import (
+    ConnectionClosedError,
+    ConsumerDeletedError,
+    Error,
+    JetStreamError,
+    NoHeartbeatError,
+    NoRespondersError,
+    ServiceUnavailableError,
+    StreamNotFoundError,
+    TimeoutError,
+    ValidationError,
+)
+from ..base.status import message_size
+from ..base.validate import validate_subject
+from ..core.msg import Msg
+from .params import validate_name
+from .pull import (
+    BYTES_ONLY_BATCH,
+    DEFAULT_EXPIRES,
+    ConsumeContext,
+    ConsumeOptions,
+    FetchResult,
+    _Control,
+    _FetchState,
+    _pos_float,
+    _pos_int,
+    _State,
+    _wire_header_len,
+    fetch,
+    validate_fetch,
+)
+
+if TYPE_CHECKING:
+    from .context import JetStream
+
+log = logging.getLogger("jssync")
+
+_POLICIES = {p.value: p for p in api.DeliverPolicy}
+_REPLAY = {p.value: p for p in api.ReplayPolicy}
+DEFAULT_INACTIVE_THRESHOLD = 300.0
+
+
+def _ack_tokens(reply: str) -> tuple[str, int, int] | None:
+    """(consumer name, stream sequence, consumer sequence) from a JSAck v1/v2 subject, or None."""
+    toks = reply.split(".")
+    n = len(toks)
+    try:
+        if n == 9:
+            return toks[3], int(toks[5]), int(toks[6])
+        if n >= 11:
+            return toks[5], int(toks[7]), int(toks[8])
+    except ValueError:
+        return None
+    return None
+
+
+class OrderedConsumer:
+    """Reads a stream in order, each message exactly once, recovering by itself.
+
+    Made with :meth:`jssync.Stream.ordered_consumer`. Use :meth:`fetch`,
+    :meth:`fetch_bytes`, :meth:`fetch_no_wait`, :meth:`next` or :meth:`consume` as on
+    a :class:`jssync.Consumer`; messages are never acknowledged (ack policy none).
+    One operation at a time: a new fetch ends the previous one (its messages not taken
+    yet are read again), and fetching while a consume runs raises
+    :class:`jssync.JetStreamError`. The ephemeral consumer is removed by the server
+    after ``inactive_threshold`` seconds without use. Thread-safe.
+
+    Args:
+        filter_subjects: a subject or list of subjects to read (default: all).
+        deliver_policy: where to start (``"all"``, ``"last"``, ``"new"``,
+            ``"by_start_sequence"``, ``"by_start_time"``, ``"last_per_subject"``). With
+            ``"last_per_subject"``, a consumer re-created while the initial values are read
+            asks for the last per subject again and passes over those delivered already.
+        opt_start_seq: first stream sequence (implies ``by_start_sequence``).
+        opt_start_time: first time, an aware datetime (implies ``by_start_time``).
+        replay_policy: ``"instant"`` (default) or ``"original"``.
+        inactive_threshold: seconds before the server drops an unused consumer (default 300).
+        headers_only: deliver headers without payloads.
+        name_prefix: prefix of the consumer names (default: random).
+    """
+
+    def __init__(
+        self,
+        js: JetStream,
+        stream_name: str,
+        *,
+        filter_subjects: str | list[str] | None = None,
+        deliver_policy: api.DeliverPolicy | str | None = None,
+        opt_start_seq: int | None = None,
+        opt_start_time: _dt.datetime | None = None,
+        replay_policy: api.ReplayPolicy | str | None = None,
+        inactive_threshold: float | None = None,
+        headers_only: bool | None = None,
+        name_prefix: str | None = None,
+    ) -> None:
+        validate_name(stream_name)
+        self._js = js
+        self.stream = stream_name
+        if isinstance(filter_subjects, str):
+            filter_subjects = [filter_subjects]
+        if filter_subjects is not None:
+            if not isinstance(filter_subjects, list | tuple):
+                raise TypeError(f"filter_subjects must be a subject or a list of them, got {filter_subjects!r}")
+            for f in filter_subjects:
+                validate_subject(f, "filter subject")
+        self._filters = list(filter_subjects or [])
+        if deliver_policy is not None and not isinstance(deliver_policy, api.DeliverPolicy):
+            if deliver_policy not in _POLICIES:
+                raise ValidationError(f"unknown deliver_policy {deliver_policy!r}; one of {sorted(_POLICIES)}")
+            deliver_policy = _POLICIES[deliver_policy]
+        if opt_start_seq is not None:
+            _pos_int(opt_start_seq, "opt_start_seq")
+            if deliver_policy not in (None, api.DeliverPolicy.BY_START_SEQUENCE):
+                raise ValidationError(f"opt_start_seq needs deliver_policy by_start_sequence, not {deliver_policy}")
+            deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        if opt_start_time is not None:
+            if not isinstance(opt_start_time, _dt.datetime):
+                raise TypeError(f"opt_start_time must be a datetime, got {opt_start_time!r}")
+            if deliver_policy not in (None, api.DeliverPolicy.BY_START_TIME):
+                raise ValidationError(f"opt_start_time needs deliver_policy by_start_time, not {deliver_policy}")
+            deliver_policy = api.DeliverPolicy.BY_START_TIME
+        if deliver_policy is api.DeliverPolicy.BY_START_SEQUENCE and opt_start_seq is None:
+            raise ValidationError("deliver_policy by_start_sequence needs opt_start_seq")
+        if deliver_policy is api.DeliverPolicy.BY_START_TIME and opt_start_time is None:
+            raise ValidationError("deliver_policy by_start_time needs opt_start_time")
+        if replay_policy is not None and not isinstance(replay_policy, api.ReplayPolicy):
+            if replay_policy not in _REPLAY:
+                raise ValidationError(f"unknown replay_policy {replay_policy!r}; one of {sorted(_REPLAY)}")
+            replay_policy = _REPLAY[replay_policy]
+        self._policy = deliver_policy or api.DeliverPolicy.ALL
+        self._opt_start_seq = opt_start_seq
+        self._opt_start_time = opt_start_time
+        self._replay = replay_policy
+        self._inactive = DEFAULT_INACTIVE_THRESHOLD if inactive_threshold is None else _pos_float(
+            inactive_threshold, "inactive_threshold")
+        self._headers_only = bool(headers_only) if headers_only is not None else None
+        if name_prefix is not None:
+            validate_name(name_prefix, "name_prefix")
+        self._prefix = name_prefix or f"OC_{uuid.uuid4().hex[:16].upper()}"
+        self._serial = itertools.count(1)
+        self._lock = threading.RLock()
+        #: the consumer in use, and where it stands
+        self._name: str | None = None
+        self._expected = 1  # next consumer sequence
+        #: next stream sequence to start a new consumer at (0: use the configured start)
+        self._next_seq = 0
+        self._needs_reset = False
+        #: last_per_subject: True while the initial values (the last per subject when the
+        #: consumer was created) are read; _initial_left of them are still to come
+        self._initial = self._policy is api.DeliverPolicy.LAST_PER_SUBJECT
+        self._initial_left = 0
+        self._passed = 0  # messages passed over as delivered already (fetch/next)
+        self._fetch: FetchResult | None = None
+        self._consume: OrderedConsumeContext | None = None
+
+    def __repr__(self) -> str:
+        return f"<jssync.OrderedConsumer {self.stream!r} consumer={self._name!r} next_seq={self._next_seq}>"
+
+    @property
+    def name(self) -> str | None:
+        """The name of the ephemeral consumer in use (None before the first read)."""
+        return self._name
+
+    # -- the consumer -------------------------------------------------------------------------
+
+    def _config(self, name: str) -> api.ConsumerConfig:
+        cfg = api.ConsumerConfig(
+            name=name,
+            ack_policy=api.AckPolicy.NONE,
+            max_deliver=1,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=self._inactive,
+            replay_policy=self._replay,
+            headers_only=self._headers_only,
+        )
+        if len(self._filters) == 1:
+            cfg.filter_subject = self._filters[0]
+        elif self._filters:
+            cfg.filter_subjects = list(self._filters)
+        if self._initial:
+            # (again) the last per subject: those before _next_seq were delivered already
+            cfg.deliver_policy = api.DeliverPolicy.LAST_PER_SUBJECT
+        elif self._next_seq > 0:
+            cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+            cfg.opt_start_seq = self._next_seq
+        else:
+            cfg.deliver_policy = self._policy
+            cfg.opt_start_seq = self._opt_start_seq
+            cfg.opt_start_time = self._opt_start_time
+        return cfg
+
+    def _create(self, timeout: float | None | Default = DEFAULT) -> str:
+        """Create the next consumer (blocking); returns its name."""
+        name = f"{self._prefix}_{next(self._serial)}"
+        cons = self._js.create_consumer(self.stream, self._config(name), timeout=timeout)
+        info = cons.cached_info
+        if self._next_seq == 0 and self._policy is not api.DeliverPolicy.LAST_PER_SUBJECT:
+            # pin the start: a later reset must not move it (e.g. with deliver_policy "new")
+            floor = info.delivered.stream_seq if info.delivered is not None else 0
+            if floor:
+                self._next_seq = floor + 1
+            elif self._policy is api.DeliverPolicy.ALL:
+                self._next_seq = 1
+        if self._initial:
+            # all it has pending now is initial (it delivers them first, in stream order)
+            left = int(info.num_pending or 0) + int(getattr(info.delivered, "consumer_seq", 0) or 0)
+            self._initial_left = left
+            if left == 0:
+                self._initial_done(info)
+        self._name = name
+        self._expected = 1
+        self._needs_reset = False
+        return name
+
+    def _initial_done(self, info: api.ConsumerInfo | None = None) -> None:
+        """The initial values are read: a later consumer starts at the next stream sequence."""
+        self._initial = False
+        if self._next_seq == 0 and info is not None:
+            # none matched: what is stored later comes after the consumer's start (1 on an empty stream)
+            self._next_seq = int(getattr(info.delivered, "stream_seq", 0) or 0) + 1
+
+    def _initial_msg(self, sseq: int) -> bool:
+        """While the initial values are read (I/O thread, under the sequence check's lock):
+        count one; True when it was delivered already (by a consumer this one replaced)."""
+        self._initial_left -= 1
+        if self._initial_left <= 0:
+            self._initial = False
+        return sseq < self._next_seq
+
+    def _delete_soon(self, name: str | None) -> None:
+        """Delete a consumer we no longer use, in the background (best effort)."""
+        if name is None:
+            return
+        js = self._js
+
+        def _delete() -> None:
+            try:
+                js.delete_consumer(self.stream, name, timeout=2.0)
+            except Exception:  # noqa: BLE001 - gone already, or the server is away: it expires anyway
+                log.debug("jssync: ordered consumer: could not delete %s", name, exc_info=True)
+
+        js.conn.internal.pool.submit(_delete)
+
+    def _reset(self, timeout: float | None | Default = DEFAULT) -> str:
+        old = self._name
+        self._name = None
+        self._delete_soon(old)
+        return self._create(timeout)
+
+    def _is_recoverable(self, exc: BaseException | None) -> bool:
+        return isinstance(exc, ConsumerDeletedError | NoRespondersError)
+
+    # -- one pull request ---------------------------------------------------------------------
+
+    def _start_fetch(self, batch: int, max_bytes: int, expires: float | None, idle_heartbeat: float | None,
+                     no_wait: bool, grace: float | None = None,
+                     create_timeout: float | None | Default = DEFAULT) -> FetchResult:
+        with self._lock:
+            if self._consume is not None and not self._consume.closed:
+                raise JetStreamError("this ordered consumer is consuming: stop the consume before fetching")
+            prev = self._fetch
+            if prev is not None:
+                prev.stop()
+            if self._name is None or self._needs_reset:
+                self._reset(create_timeout)
+            assert self._name is not None
+            kw: dict[str, Any] = {}
+            if grace is not None:
+                kw["grace"] = grace
+            ctl = _FetchControl(self, self._name)
+            res = fetch(self._js, self.stream, self._name, batch, max_bytes=max_bytes, expires=expires,
+                        idle_heartbeat=idle_heartbeat, no_wait=no_wait, ack_none=True,
+                        check=ctl.check, on_end=ctl.on_end, **kw)
+            self._fetch = res
+            return res
+
+    def fetch(self, max_messages: int | None = None, *, max_bytes: int | None = None,
+              expires: float = DEFAULT_EXPIRES, idle_heartbeat: float | None = None) -> FetchResult:
+        """Like :meth:`jssync.Consumer.fetch`, in stream order.
+
+        Blocks to create the ephemeral consumer when there is none (or it must be replaced).
+        A missing or deleted consumer does not raise: the fetch ends and the next one
+        recreates it.
+        """
+        batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
+        return self._start_fetch(batch, mb, expires, idle_heartbeat, False)
+
+    def fetch_bytes(self, max_bytes: int, *, max_messages: int | None = None, expires: float = DEFAULT_EXPIRES,
+                    idle_heartbeat: float | None = None) -> FetchResult:
+        """Like :meth:`jssync.Consumer.fetch_bytes`, in stream order."""
+        _pos_int(max_bytes, "max_bytes")
+        batch, mb = validate_fetch(BYTES_ONLY_BATCH if max_messages is None else max_messages, max_bytes,
+                                   expires, idle_heartbeat)
+        return self._start_fetch(batch, mb, expires, idle_heartbeat, False)
+
+    def fetch_no_wait(self, max_messages: int, *, max_bytes: int | None = None) -> FetchResult:
+        """Like :meth:`jssync.Consumer.fetch_no_wait`, in stream order."""
+        batch, mb = validate_fetch(max_messages, max_bytes, DEFAULT_EXPIRES, None)
+        return self._start_fetch(batch, mb, None, None, True)
+
+    def next(self, timeout: float = DEFAULT_EXPIRES, *, idle_heartbeat: float | None = None) -> Msg:
+        """The next message in stream order, waiting up to ``timeout`` seconds.
+
+        Recreating the consumer is retried within ``timeout`` while the server does not
+        answer (it is restarting, the connection is down, JetStream is unavailable).
+
+        Raises:
+            jssync.TimeoutError: no message within ``timeout``.
+        """
+        timeout = _pos_float(timeout, "timeout")
+        validate_fetch(1, None, timeout, idle_heartbeat)
+        deadline = Deadline(timeout)
+        failed = 0
+        last: Error | None = None
+        while True:
+            left = deadline.remaining() or 0.0
+            if left <= 0.001:
+                break
+            passed = self._passed
+            try:
+                res = self._start_fetch(1, 0, left, idle_heartbeat if idle_heartbeat and idle_heartbeat <= left / 2
+                                        else None, False, grace=min(1.0, 0.1 + left * 0.1),
+                                        create_timeout=min(self._js.timeout, left))
+            except (TimeoutError, ServiceUnavailableError, NoRespondersError) as exc:
+                # a create lost with a server going down, or no JetStream yet: not the caller's timeout
+                failed += 1
+                last = exc
+                log.debug("jssync: ordered consumer on %s: recreating failed (%s), retrying", self.stream, exc)
+                time.sleep(min(deadline.remaining() or 0.0, 0.05 * 2 ** min(failed, 5)))
+                continue
+            for msg in res:
+                return msg
+            if not self._needs_reset and self._passed == passed:
+                break
+        raise TimeoutError(
+            f"no message from the ordered consumer on stream {self.stream!r} within {timeout}s"
+        ) from last
+
+    # -- continuous ---------------------------------------------------------------------------
+
+    def consume(
+        self,
+        callback: Callable[[Msg], Any] | None = None,
+        *,
+        error_cb: Callable[[BaseException], Any] | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float = DEFAULT_EXPIRES,
+        idle_heartbeat: float | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+    ) -> OrderedConsumeContext:
+        """Like :meth:`jssync.Consumer.consume`, in stream order, recovering by itself.
+
+        Recoveries (gaps, missed heartbeats, reconnects, the consumer deleted) are not
+        errors: the consume goes on from the next stream sequence. Missed heartbeats are
+        still reported to ``error_cb`` as warnings. It ends with an error only when the
+        stream is deleted (:class:`jssync.StreamNotFoundError`).
+
+        Blocks until the first ephemeral consumer is created and its inbox subscribed.
+
+        Raises:
+            ValueError: bad or conflicting options.
+            jssync.JetStreamError: another consume of this ordered consumer is running.
+            jssync.StreamNotFoundError: the stream does not exist.
+        """
+        opts = ConsumeOptions(max_messages, max_bytes, expires, idle_heartbeat, threshold_messages,
+                              threshold_bytes)
+        with self._lock:
+            if self._consume is not None and not self._consume.closed:
+                raise JetStreamError("this ordered consumer is already consuming: stop it first")
+            if self._fetch is not None:
+                self._fetch.stop()
+                self._fetch = None
+            if self._name is None or self._needs_reset:
+                self._reset()
+            assert self._name is not None
+            cc = OrderedConsumeContext(self, opts, callback, error_cb)
+            self._consume = cc
+            cc._start()
+        cc._started()
+        return cc
+
+
+class _FetchControl:
+    """The sequence check of one ordered fetch (I/O thread) and its end (user thread)."""
+
+    __slots__ = ("oc", "name", "lock", "ended")
+
+    def __init__(self, oc: OrderedConsumer, name: str) -> None:
+        self.oc = oc
+        self.name = name
+        self.lock = threading.Lock()
+        self.ended = False
+
+    def check(self, msg: Msg) -> bool | None:
+        oc = self.oc
+        t = _ack_tokens(msg.reply)
+        with self.lock:
+            if self.ended:
+                return False
+            if t is None or t[0] != self.name or t[2] != oc._expected:
+                oc._needs_reset = True
+                return False
+            oc._expected = t[2] + 1
+            if oc._initial and oc._initial_msg(t[1]):
+                oc._passed += 1
+                return None  # delivered already: passed over
+            oc._next_seq = t[1] + 1
+            return True
+
+    def on_end(self, state: _FetchState) -> None:
+        oc = self.oc
+        with self.lock:
+            self.ended = True
+            # messages accepted but never taken are read again by the next operation
+            first = None
+            while True:
+                try:
+                    item = state.q.get_nowait()
+                except Empty:
+                    break
+                if first is None and item.__class__ is not _Control:
+                    first = item
+        if first is not None:
+            t = _ack_tokens(first.reply)
+            if t is not None:
+                oc._next_seq = t[1]
+            oc._needs_reset = True
+        if not (state.done and state.clean) or state.error is not None:
+            oc._needs_reset = True
+        if oc._is_recoverable(state.error):
+            state.raise_error = False
+            state.error = None
+
+
+class OrderedConsumeContext(ConsumeContext):
+    """A running ordered consume (see :class:`ConsumeContext` and :class:`OrderedConsumer`)."""
+
+    def __init__(self, oc: OrderedConsumer, opts: ConsumeOptions, callback: Callable[[Msg], Any] | None,
+                 error_cb: Callable[[BaseException], Any] | None) -> None:
+        assert oc._name is not None
+        super().__init__(oc._js, oc.stream, oc._name, opts, callback, error_cb, ack_none=True)
+        self._oc = oc
+        self._resets = 0
+
+    @property
+    def resets(self) -> int:
+        """How many times the ephemeral consumer was recreated during this consume."""
+        return self._resets
+
+    # I/O thread: every message on the inbox
+
+    def put_nowait(self, msg: Msg) -> None:
+        self._activity += 1
+        h = msg.headers
+        if h is None or msg.data or "Status" not in h:
+            oc = self._oc
+            t = _ack_tokens(msg.reply)
+            with self._lock:
+                if self._resetting or (self._state is not _State.RUNNING and self._state is not _State.DRAINING):
+                    return
+                if t is None or t[0] != self.consumer:
+                    return  # a late message of a consumer we dropped
+                if t[2] != oc._expected:
+                    gap = True
+                else:
+                    gap = False
+                    oc._expected = t[2] + 1
+                    self._rx += 1
+                    size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(
+                        self._conn, msg)) if self._bytes_mode else 0
+                    self._rx_b += size
+                    if oc._initial and oc._initial_msg(t[1]):
+                        # delivered already (by a consumer this one replaced): it took its place
+                        # in a pull request but is never taken, so it is discounted at once
+                        self._disc += 1
+                        self._disc_b += size
+                        return
+                    oc._next_seq = t[1] + 1
+                    if self._bytes_mode:
+                        self._sizes.append(size)
+                    msg._ack_none = True
+                    self._q.put(msg)
+            if gap:
+                self._start_reset(f"gap: consumer sequence {t[2]} where {oc._expected} was expected")
+            elif self._cb is not None and not self._running:
+                self._kick_lane()
+            return
+        if self._resetting:
+            return
+        self._status(msg)
+
+    def _written_off_msg(self, msg: Msg) -> None:
+        """A message on the inbox of written-off pull requests (see ConsumeContext._reset_pending).
+
+        One the consumer in use delivers in order was written off as never to come: it
+        counts as requested again, then goes through :meth:`put_nowait`. Anything else (a
+        dropped consumer's message or status, a status of a written-off request) is ignored.
+        """
+        h = msg.headers
+        if h is None or msg.data or "Status" not in h:
+            t = _ack_tokens(msg.reply)
+            with self._lock:
+                if (t is not None and t[0] == self.consumer and t[2] == self._oc._expected
+                        and not self._resetting):
+                    self._disc -= 1
+                    if self._bytes_mode:
+                        self._disc_b -= message_size(msg.subject, msg.reply, h, msg.data,
+                                                     _wire_header_len(self._conn, msg))
+            self.put_nowait(msg)
+        else:
+            self._activity += 1
+
+    def _terminal(self, exc: BaseException) -> None:
+        self._start_reset(str(exc))
+
+    def _no_responders(self, exc: BaseException) -> None:
+        self._start_reset(str(exc))
+
+    def _missed_heartbeat(self) -> None:
+        self._report(NoHeartbeatError(
+            f"no heartbeat from the ordered consumer {self.consumer!r} on stream {self.stream!r} "
+            f"within {2 * self._hb}s: recreating it"
+        ))
+        self._start_reset("missed heartbeats")
+
+    def _reconnected(self) -> None:
+        self._paused = False
+        if self._state is not _State.RUNNING:
+            return
+        self._start_reset("reconnected")
+        self._cancel_timer()
+        self._arm_timer()
+
+    def _start_reset(self, why: str) -> None:
+        """Drop the current consumer and make a new one (the work runs on the worker pool)."""
+        with self._lock:
+            if self._resetting or self._state is not _State.RUNNING:
+                return
+            self._resetting = True
+        log.debug("jssync: ordered consumer on %s: reset (%s)", self.stream, why)
+        self._conn.internal.pool.submit(self._do_reset)
+
+    def _do_reset(self) -> None:
+        oc = self._oc
+        attempt = 0
+        while self._state is _State.RUNNING:
+            try:
+                with oc._lock:
+                    name = oc._reset(timeout=self._js.timeout)
+            except StreamNotFoundError as exc:
+                self._fail(exc)
+                return
+            except ConnectionClosedError:
+                return
+            except Error as exc:
+                attempt += 1
+                if attempt == 1 or attempt % 10 == 0:
+                    self._report(exc)
+                end = time.monotonic() + min(2.0, 0.1 * 2 ** min(attempt, 5))
+                while self._state is _State.RUNNING and time.monotonic() < end:
+                    time.sleep(0.05)
+                continue
+            with self._lock:
+                if self._state is not _State.RUNNING:
+                    return
+                self.consumer = name
+                self._next_subject = f"{self._js.prefix}.CONSUMER.MSG.NEXT.{self.stream}.{name}"
+                self._disc = self._req - self._rx
+                self._disc_b = self._req_b - self._rx_b
+                self._resetting = False
+                self._resets += 1
+            self._pull()
+            return
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            self._resetting = False
+        super()._terminal(exc)
+
+    def _not_handed_over(self, msg: Msg) -> None:
+        # ack none: nothing to nak; the next read starts at the first message not handed over
+        # (the lane may hold one it took just before stop(): it counts, whichever runs first)
+        t = _ack_tokens(msg.reply)
+        if t is not None:
+            oc = self._oc
+            with self._lock:  # the lock put_nowait moves _next_seq under (never held for long)
+                oc._next_seq = min(oc._next_seq, t[1])
+
+    def stop(self) -> None:
+        super().stop()
+        oc = self._oc
+        with oc._lock:
+            oc._needs_reset = True
+
+    def drain(self, timeout: float | None | Default = DEFAULT) -> None:
+        with self._oc._lock:
+            self._oc._needs_reset = True
+        super().drain(timeout)

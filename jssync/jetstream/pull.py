@@ -1,0 +1,1532 @@
+"""Pull consumers (ADR-37): fetch, fetch_bytes, fetch_no_wait, next and consume.
+
+Messages reach the user without an event-loop hop per message: nats-py hands each one
+(on the I/O thread) to an object standing in for its subscription queue
+(``put_nowait``), which sorts it (user message or status, see :mod:`jssync.base.status`)
+and puts user messages on a ``queue.SimpleQueue`` the user thread reads (or the
+callback lane reads, on the worker pool). Pull requests and acks go out through the
+connection's publish burst queue.
+
+``consume`` keeps ADR-37's counts without a per-message lock: the pull lock guards
+only the counters that change when a pull request is sent or a status arrives; the
+user thread counts the messages it took (``itertools.count``, atomic) and sends the
+next pull request when the pending count falls to the threshold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator
+from enum import Enum
+from queue import Empty, SimpleQueue
+from typing import TYPE_CHECKING, Any
+
+from ..base.deadline import DEFAULT, Deadline, Default
+from ..base.errors import (
+    ConnectionClosedError,
+    ConsumerDeletedError,
+    Error,
+    NoHeartbeatError,
+    NotFoundError,
+    TimeoutError,
+    ValidationError,
+    translating,
+)
+from ..base.status import Action, classify, decide, is_user_msg, message_size, pull_request, status_error
+from ..core import hooks as _core_hooks
+from ..core import natspy as _natspy
+from ..core.msg import Msg
+from .priority import Pins, PullPriority
+
+if TYPE_CHECKING:
+    from ..core.connection import Connection
+    from .context import JetStream
+
+log = logging.getLogger("jssync")
+
+#: Batch size of pull requests limited by bytes only (ADR-37: "a large number").
+BYTES_ONLY_BATCH = 1_000_000
+#: consume defaults (ADR-37 "Defaults and constraints").
+DEFAULT_MAX_MESSAGES = 500
+DEFAULT_EXPIRES = 30.0
+MIN_EXPIRES = 1.0
+MIN_HEARTBEAT = 0.5
+MAX_HEARTBEAT = 30.0
+#: fetch turns heartbeats on by default for requests that expire later than this.
+FETCH_HEARTBEAT_AFTER = 30.0
+FETCH_DEFAULT_HEARTBEAT = 5.0
+#: How long a fetch waits past its expiry for the server's end-of-request status.
+FETCH_GRACE = 1.0
+#: drain/stop: the pulls in flight count as done sending once nothing arrived for this long.
+_QUIET = 0.5
+#: Idle fetch inboxes kept per connection for reuse.
+_POOL_MAX = 8
+#: consume's heartbeat monitor checks this many times per idle_heartbeat (warns 2x to 2.1x late).
+_TICKS = 10
+#: Inboxes of written-off pull requests a consume keeps at most (each for ``expires`` + 1 s).
+_MAX_OLD_INBOXES = 16
+#: Messages a callback lane handles before it yields its worker to other jobs.
+_LANE_BUDGET = 512
+_NS = 1_000_000_000
+
+
+class _Control:
+    """An item on a message queue that is not a message: the end, or an error to raise."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException | None = None) -> None:
+        self.exc = exc
+
+
+_END = _Control()
+
+
+def _on_loop(conn: Connection, make_coro: Callable[[], Any]) -> None:
+    """Run ``make_coro()`` on the I/O thread without waiting (from any thread, even that one)."""
+    loop = conn.internal.loop
+    try:
+        if loop.in_loop_thread():
+            loop.loop.create_task(make_coro())
+        else:
+            loop.call_soon(lambda: loop.loop.create_task(make_coro()))
+    except Exception:  # the loop is gone: the connection closed
+        log.debug("jssync: could not schedule on the I/O loop", exc_info=True)
+
+
+def _unsubscribe_soon(conn: Connection, nsub: Any) -> None:
+    """Send UNSUB for a nats-py subscription without waiting."""
+    if nsub is None:
+        return
+
+    async def _unsub() -> None:
+        if _natspy.sub_closed(nsub) or conn.internal.nc.is_closed:
+            return
+        try:
+            await nsub.unsubscribe()
+        except Exception:
+            log.debug("jssync: unsubscribe failed", exc_info=True)
+
+    _on_loop(conn, _unsub)
+
+
+def _check_hb(hb: float, expires: float, what: str) -> None:
+    if not MIN_HEARTBEAT <= hb <= MAX_HEARTBEAT:
+        raise ValidationError(
+            f"{what} idle_heartbeat must be between {MIN_HEARTBEAT} and {MAX_HEARTBEAT} seconds, got {hb!r}"
+        )
+    if hb > expires / 2:
+        raise ValidationError(f"{what} idle_heartbeat ({hb!r}) must be at most half of expires ({expires!r})")
+
+
+def _pos_int(v: Any, what: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValidationError(f"{what} must be an int >= 1, got {v!r}")
+    return v
+
+
+def _pos_float(v: Any, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+        raise ValidationError(f"{what} must be a number of seconds > 0, got {v!r}")
+    return float(v)
+
+
+# ----------------------------------------------------------------------------- fetch
+
+
+def _wire_header_len(conn: Connection, msg: Msg) -> int:
+    """The length of ``msg``'s header block as it came over the wire, or -1 when unknown.
+
+    On the I/O thread, inside nats-py's hand-off of ``msg`` (a subscription queue's
+    ``put_nowait``). nats-py keeps only the parsed headers (a dict: a repeated name keeps
+    one value), so the exact length is read from its parser, which still holds the
+    HMSG/MSG line's total length (headers + payload) while it hands the message over.
+    This is the one place that reads that nats-py internal; any doubt gives -1 (the size
+    is then rebuilt from the dict).
+    """
+    if msg.headers is None:
+        return 0
+    try:
+        n = _natspy.parser_needed(conn.internal.nc) - len(msg.data)
+    except Exception:  # pragma: no cover - another nats-py version
+        return -1
+    return n if n.__class__ is int and n > 10 else -1
+
+
+class _Discard(_natspy.Receiver):
+    """A receiver that drops everything (an idle or abandoned inbox)."""
+
+    __slots__ = ()
+
+    def put_nowait(self, msg: Msg) -> None:
+        return None
+
+
+_DISCARD = _Discard()
+
+
+class _WrittenOff(_natspy.Receiver):
+    """The receiver of a consume inbox whose pull requests were written off.
+
+    Whatever still arrives there comes from requests the counts no longer include (see
+    :meth:`ConsumeContext._reset_pending`); the server tells the inboxes apart by the
+    subscription id of each message.
+    """
+
+    __slots__ = ("cc",)
+
+    def __init__(self, cc: ConsumeContext) -> None:
+        self.cc = cc
+
+    def put_nowait(self, msg: Msg) -> None:
+        self.cc._written_off_msg(msg)
+
+
+class _Inbox:
+    """A reply inbox for fetch requests: one core subscription, reused while clean."""
+
+    __slots__ = ("subject", "nsub")
+
+    def __init__(self, subject: str, nsub: Any) -> None:
+        self.subject = subject
+        self.nsub = nsub
+
+
+_pools: weakref.WeakKeyDictionary[Connection, list[_Inbox]] = weakref.WeakKeyDictionary()
+_pools_lock = threading.RLock()  # re-entrant: a FetchResult finalizer may run inside it
+
+
+def _acquire_inbox(conn: Connection, sink: _natspy.Receiver, deadline: Deadline) -> _Inbox:
+    """An idle inbox of ``conn`` pointed at ``sink``; subscribes a new one when none is idle."""
+    with _pools_lock:
+        pool = _pools.get(conn)
+        while pool:
+            box = pool.pop()
+            if not _natspy.sub_closed(box.nsub):
+                _natspy.set_sub_queue(box.nsub, sink)
+                return box
+    subject = conn.new_inbox()
+
+    async def _sub() -> Any:
+        with translating():
+            return await _natspy.subscribe(conn.internal.nc, subject, sink)
+
+    return _Inbox(subject, conn.run(_sub(), deadline, "subscribe"))
+
+
+def _release_inbox(conn: Connection, box: _Inbox, reuse: bool) -> None:
+    """Give an inbox back: pooled when its pull request is over on the server, else unsubscribed."""
+    _natspy.set_sub_queue(box.nsub, _DISCARD)
+    if reuse and not conn.internal.closed and not _natspy.sub_closed(box.nsub):
+        with _pools_lock:
+            pool = _pools.setdefault(conn, [])
+            if len(pool) < _POOL_MAX:
+                pool.append(box)
+                return
+    _unsubscribe_soon(conn, box.nsub)
+
+
+class _FetchState(_natspy.Receiver):
+    """The I/O-thread side of one fetch: the inbox's receiver, sorts what arrives."""
+
+    __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "received_bytes", "activity", "done",
+                 "clean", "reuse", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "conn",
+                 "pins", "group", "sent_pin", "__weakref__")
+
+    def __init__(self, batch: int, max_bytes: int, ack_none: bool, stream: str, consumer: str,
+                 check: Callable[[Msg], bool | None] | None = None, conn: Connection | None = None,
+                 pins: Pins | None = None, group: str = "", sent_pin: str | None = None) -> None:
+        self.conn = conn
+        # pinned_client (ADR-42): the handle's pin ids, this pull's group and the id it carried
+        self.pins = pins
+        self.group = group
+        self.sent_pin = sent_pin
+        self.q: SimpleQueue[Any] = SimpleQueue()
+        self.batch = batch
+        self.max_bytes = max_bytes
+        self.ack_none = ack_none
+        self.received = 0
+        self.received_bytes = 0
+        self.activity = 0
+        self.done = False
+        self.clean = False
+        self.reuse = False
+        self.error: BaseException | None = None
+        self.raise_error = False
+        self.check = check
+        self.stream = stream
+        self.consumer = consumer
+
+    def put_nowait(self, msg: Msg) -> None:  # the Receiver hook (I/O thread)
+        self.activity += 1
+        if self.done:
+            return
+        h = msg.headers
+        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
+            if self.check is not None:
+                ok = self.check(msg)
+                if not ok:
+                    if ok is None:
+                        self._passed_over(msg)
+                    else:
+                        self._end(False)
+                    return
+            if self.ack_none:
+                msg._ack_none = True
+            if self.pins is not None:
+                self.pins.seen(self.group, h)
+            self.q.put(msg)
+            self.received += 1
+            if self.max_bytes:
+                self.received_bytes += message_size(
+                    msg.subject, msg.reply, h, msg.data,
+                    -1 if self.conn is None else _wire_header_len(self.conn, msg))
+                if self.received_bytes >= self.max_bytes:
+                    self._end(self.received >= self.batch, False)
+                    return
+            if self.received >= self.batch:
+                # with max_bytes the server follows a full batch with 409 Batch Completed: that
+                # inbox is not reused, so the status can never end a later fetch (without
+                # max_bytes nothing follows a full batch, and the inbox is reused)
+                self._end(True, not self.max_bytes)
+            return
+        st = classify(h, msg.data, msg.reply)
+        if st is None:  # pragma: no cover - classify agrees with the test above
+            return
+        act = decide(st)
+        if act is Action.HEARTBEAT:
+            return
+        if act is Action.PIN_LOST and self.pins is not None:
+            # 423: this pull's pin id is stale; the next pull goes without one (a standby candidate)
+            self.pins.lost(self.group, self.sent_pin)
+        if act is not Action.DONE:
+            self.error = status_error(st, self.stream, self.consumer)
+            self.raise_error = act in (Action.ERROR, Action.TERMINAL, Action.NO_RESPONDERS)
+        self._end(True)  # a status is the last thing the server sends for a request
+
+    def _passed_over(self, msg: Msg) -> None:
+        """A message the check passes over: not handed out, but it took its place in the request."""
+        self.batch -= 1
+        if self.max_bytes:
+            self.received_bytes += message_size(
+                msg.subject, msg.reply, msg.headers, msg.data,
+                -1 if self.conn is None else _wire_header_len(self.conn, msg))
+            if self.received_bytes >= self.max_bytes:
+                self._end(self.received >= self.batch, False)
+                return
+        if self.received >= self.batch:
+            self._end(True, not self.max_bytes)
+
+    def _end(self, clean: bool, reuse: bool | None = None) -> None:
+        """The request is over for us; ``reuse``: nothing more can arrive on its inbox (default ``clean``)."""
+        self.done = True
+        self.clean = clean
+        self.reuse = clean if reuse is None else reuse
+        self.q.put(_END)
+
+
+def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
+                  on_end: Callable[[_FetchState], None] | None) -> None:
+    if box is not None:
+        _release_inbox(conn, box, state.done and state.reuse)
+    if on_end is not None:
+        try:
+            on_end(state)
+        except Exception:  # pragma: no cover - a bug in the hook must not break iteration
+            log.exception("jssync: fetch end hook failed")
+
+
+class FetchResult:
+    """The messages of one pull request, as they arrive.
+
+    Iterate it: each message is yielded as soon as it arrives; the iteration ends when the
+    request ends (batch complete, expired, no messages for ``fetch_no_wait``). Afterwards
+    :attr:`error` says why it ended when that was not normal (None otherwise). Errors
+    ADR-37 calls errors (400 Bad Request, 409 Consumer Deleted, 409 Consumer is push
+    based) and a pull nobody answered (503) are raised by the iteration too; warnings
+    (409 Exceeded ...), missed heartbeats and a client-side timeout are only on
+    :attr:`error`. Not meant to be iterated by several threads at once.
+    """
+
+    def __init__(self, conn: Connection, state: _FetchState, box: _Inbox, deadline: Deadline,
+                 heartbeat: float | None, on_end: Callable[[_FetchState], None] | None = None) -> None:
+        self._conn = conn
+        self._state = state
+        self._deadline = deadline
+        self._hb = heartbeat
+        self._ended = False
+        self._finalizer = weakref.finalize(self, _finish_fetch, conn, box, state, on_end)
+
+    def __repr__(self) -> str:
+        s = self._state
+        return f"<jssync.FetchResult {s.stream}/{s.consumer} received={s.received} done={self._ended}>"
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the request ended, when it was not a normal end; None otherwise."""
+        return self._state.error
+
+    @property
+    def received(self) -> int:
+        """Messages received so far."""
+        return self._state.received
+
+    def __iter__(self) -> Iterator[Msg]:
+        return self
+
+    def __next__(self) -> Msg:
+        if self._ended:
+            raise StopIteration
+        try:
+            item = self._state.q.get_nowait()
+        except Empty:
+            item = None
+        if item is None:  # wait outside the except block: what it raises carries no queue.Empty context
+            item = self._wait()
+        if item.__class__ is _Control:
+            self._end()
+            st = self._state
+            if st.raise_error and st.error is not None:
+                st.raise_error = False
+                raise st.error
+            raise StopIteration
+        return item  # type: ignore[no-any-return]
+
+    def _wait(self) -> Any:
+        st = self._state
+        q = st.q
+        deadline = self._deadline
+        hb = self._hb
+        last_act = st.activity
+        idle_since = Deadline(2 * hb) if hb else None
+        while True:
+            try:
+                return q.get(timeout=deadline.slice())
+            except Empty:
+                pass
+            if self._conn.internal.closed:
+                st.error = ConnectionClosedError("the connection closed during the fetch")
+                return _END
+            if deadline.expired():
+                st.error = TimeoutError(
+                    f"the pull request to {st.consumer!r} on stream {st.stream!r} did not end in time"
+                )
+                return _END
+            if idle_since is not None and hb:
+                if st.activity != last_act:
+                    last_act = st.activity
+                    idle_since = Deadline(2 * hb)
+                elif idle_since.expired():
+                    st.error = NoHeartbeatError(
+                        f"no heartbeat from consumer {st.consumer!r} on stream {st.stream!r} "
+                        f"within {2 * hb}s"
+                    )
+                    return _END
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._finalizer()
+
+    def stop(self) -> None:
+        """Stop iterating (messages not yet taken are left unacknowledged)."""
+        if not self._ended:
+            self._state.done = True
+            self._end()
+
+    def __enter__(self) -> FetchResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: int = 0,
+          expires: float | None = DEFAULT_EXPIRES, idle_heartbeat: float | None = None, no_wait: bool = False,
+          ack_none: bool = False, check: Callable[[Msg], bool | None] | None = None,
+          grace: float = FETCH_GRACE, on_end: Callable[[_FetchState], None] | None = None,
+          prio: PullPriority | None = None, pins: Pins | None = None) -> FetchResult:
+    """Send one pull request and return the iterator over its messages (see :class:`FetchResult`).
+
+    ``prio``: the pull's priority group options (ADR-42); ``pins``: the handle's pin ids
+    (pinned_client), sent with the pull and updated from what arrives.
+    Blocks only to subscribe a reply inbox when no idle one can be reused.
+    """
+    conn = js.conn
+    conn.internal.check_open()
+    hb: float | None = None
+    if no_wait:
+        exp_ns = 0
+        deadline = Deadline(js.timeout)
+    else:
+        assert expires is not None
+        if idle_heartbeat is None:
+            if expires > FETCH_HEARTBEAT_AFTER:
+                hb = FETCH_DEFAULT_HEARTBEAT
+        else:
+            hb = idle_heartbeat
+        exp_ns = int(expires * _NS)
+        deadline = Deadline(expires + grace)
+    if prio is None:
+        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn)
+        body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
+                            heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait)
+    else:
+        if not prio.pinned:
+            pins = None
+        pin = pins.get(prio.group) if pins is not None else None
+        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn, pins, prio.group, pin)
+        body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
+                            heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait, group=prio.group,
+                            min_pending=prio.min_pending, min_ack_pending=prio.min_ack_pending,
+                            priority=prio.priority, pin_id=pin)
+    box = _acquire_inbox(conn, state, Deadline(conn.internal.timeout + 5))
+    res = FetchResult(conn, state, box, deadline, hb, on_end)
+    conn.internal.enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
+    return res
+
+
+def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: float) -> list[Msg]:
+    """``Msg.ack_next``: ack ``msg`` with +NXT and collect what the server delivers to the inbox.
+
+    The +NXT body is a pull request (deep dive "Acknowledgement Models"), so the answer is
+    read like a fetch's: messages, then the end-of-request status (404/408), or an error
+    status (409 Consumer is push based, ...).
+    """
+    conn.internal.check_open()
+    meta = msg.metadata
+    if no_wait:
+        exp_ns = 0
+        deadline = Deadline(timeout)
+    else:
+        exp_ns = int(timeout * _NS)
+        deadline = Deadline(timeout + min(FETCH_GRACE, 0.1 + timeout * 0.1))
+    state = _FetchState(batch, 0, False, meta.stream, meta.consumer)
+    box = _acquire_inbox(conn, state, Deadline(conn.internal.timeout + 5))
+    res = FetchResult(conn, state, box, deadline, None)
+    body = b"+NXT " + pull_request(batch, expires_ns=exp_ns, no_wait=no_wait)
+    try:
+        sent = conn.internal.send_ack(msg, body, True, box.subject)
+    except BaseException:
+        res.stop()
+        raise
+    if not sent:  # a terminal ack won the race: nothing was sent
+        res.stop()
+        return []
+    return list(res)
+
+
+def validate_fetch(max_messages: int | None, max_bytes: int | None, expires: float,
+                   idle_heartbeat: float | None) -> tuple[int, int]:
+    """Check fetch arguments; return (batch, max_bytes) as sent. Raises ValueError naming the bad value."""
+    if max_messages is None and max_bytes is None:
+        raise ValidationError("fetch needs max_messages (and/or max_bytes)")
+    batch = BYTES_ONLY_BATCH if max_messages is None else _pos_int(max_messages, "max_messages")
+    mb = 0 if max_bytes is None else _pos_int(max_bytes, "max_bytes")
+    expires = _pos_float(expires, "expires")
+    if idle_heartbeat is not None:
+        _check_hb(_pos_float(idle_heartbeat, "idle_heartbeat"), expires, "fetch")
+    return batch, mb
+
+
+# --------------------------------------------------------------------------- consume
+
+
+class _State(Enum):
+    RUNNING = 1
+    DRAINING = 2
+    STOPPED = 3
+    CLOSED = 4
+
+
+class ConsumeOptions:
+    """Validated consume options (ADR-37 defaults and constraints)."""
+
+    __slots__ = ("max_messages", "max_bytes", "expires", "idle_heartbeat", "threshold_messages",
+                 "threshold_bytes", "bytes_mode")
+
+    def __init__(self, max_messages: int | None = None, max_bytes: int | None = None,
+                 expires: float = DEFAULT_EXPIRES, idle_heartbeat: float | None = None,
+                 threshold_messages: int | None = None, threshold_bytes: int | None = None) -> None:
+        if max_messages is not None and max_bytes is not None:
+            raise ValidationError(
+                f"max_messages ({max_messages!r}) and max_bytes ({max_bytes!r}) are exclusive: set one of them"
+            )
+        self.bytes_mode = max_bytes is not None
+        if self.bytes_mode:
+            self.max_bytes = _pos_int(max_bytes, "max_bytes")
+            self.max_messages = BYTES_ONLY_BATCH
+        else:
+            self.max_bytes = 0
+            self.max_messages = DEFAULT_MAX_MESSAGES if max_messages is None else _pos_int(
+                max_messages, "max_messages")
+        expires = _pos_float(expires, "expires")
+        if expires < MIN_EXPIRES:
+            raise ValidationError(f"expires must be at least {MIN_EXPIRES}s, got {expires!r}")
+        self.expires = expires
+        if idle_heartbeat is None:
+            idle_heartbeat = max(MIN_HEARTBEAT, min(expires / 2, MAX_HEARTBEAT))
+        else:
+            _check_hb(_pos_float(idle_heartbeat, "idle_heartbeat"), expires, "consume")
+        self.idle_heartbeat = float(idle_heartbeat)
+        if threshold_messages is not None:
+            if self.bytes_mode:
+                raise ValidationError("threshold_messages goes with max_messages, not with max_bytes")
+            if not isinstance(threshold_messages, int) or isinstance(threshold_messages, bool) or not (
+                    0 <= threshold_messages <= self.max_messages):
+                raise ValidationError(
+                    f"threshold_messages must be an int between 0 and max_messages ({self.max_messages}), "
+                    f"got {threshold_messages!r}"
+                )
+            self.threshold_messages = threshold_messages
+        else:
+            self.threshold_messages = self.max_messages // 2
+        if threshold_bytes is not None:
+            if not self.bytes_mode:
+                raise ValidationError("threshold_bytes goes with max_bytes, not with max_messages")
+            if not isinstance(threshold_bytes, int) or isinstance(threshold_bytes, bool) or not (
+                    0 <= threshold_bytes <= self.max_bytes):
+                raise ValidationError(
+                    f"threshold_bytes must be an int between 0 and max_bytes ({self.max_bytes}), "
+                    f"got {threshold_bytes!r}"
+                )
+            self.threshold_bytes = threshold_bytes
+        else:
+            self.threshold_bytes = self.max_bytes // 2
+
+
+class ConsumeContext(_natspy.Receiver):
+    """A running ``consume``: the iterator (without a callback) and the handle.
+
+    Iterator form: ``for msg in messages`` yields messages as they come; ``stop()`` ends
+    it at once (every message received and not handed over is nak'ed, so the server
+    redelivers it at once), ``drain()`` stops pulling and ends once every message the
+    server sent was handed over. Callback form: the callback runs on the connection's
+    worker pool, one message at a time, in order, never before ``consume()`` returned;
+    ``stop``/``drain`` as above, ``wait()`` blocks until it is over.
+
+    Terminal conditions (consumer deleted, push consumer) end the iteration by raising
+    :class:`jssync.ConsumerDeletedError` / :class:`jssync.ConsumerIsPushBasedError`
+    (callback form: passed to ``error_cb``, and kept on :attr:`error`). Warnings
+    (missed heartbeats, exceeded limits) go to ``error_cb`` (default: the connection's)
+    and the ``jssync`` logger. Thread-safe.
+    """
+
+    def __init__(self, js: JetStream, stream: str, consumer: str, opts: ConsumeOptions,
+                 callback: Callable[[Msg], Any] | None = None,
+                 error_cb: Callable[[BaseException], Any] | None = None, ack_none: bool = False,
+                 prio: PullPriority | None = None, pins: Pins | None = None) -> None:
+        if callback is not None and not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        if error_cb is not None and not callable(error_cb):
+            raise TypeError(f"error_cb must be callable, got {type(error_cb).__name__}")
+        conn = js.conn
+        conn.internal.check_open()
+        self._js = js
+        self._conn = conn
+        self.stream = stream
+        self.consumer = consumer
+        self._next_subject = f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self._inbox = conn.new_inbox()
+        self._opts = opts
+        self._cb = callback
+        self._error_cb = error_cb
+        self._ack_none = ack_none
+        self._bytes_mode = opts.bytes_mode
+        self._max = opts.max_messages
+        self._max_b = opts.max_bytes
+        self._thr = opts.threshold_messages
+        self._thr_b = opts.threshold_bytes
+        self._hb = opts.idle_heartbeat
+        self._expires_ns = int(opts.expires * _NS)
+        self._hb_ns = int(opts.idle_heartbeat * _NS)
+        self._q: SimpleQueue[Any] = SimpleQueue()
+        self._lock = threading.Lock()
+        self._state = _State.RUNNING
+        # counts (ADR-37): pending = requested - taken - discounted; in flight = requested - received - discounted
+        self._req = 0
+        self._disc = 0
+        self._taken = 0
+        self._rx = 0
+        self._req_b = 0
+        self._disc_b = 0
+        self._taken_b = 0
+        self._rx_b = 0
+        self._count = itertools.count(1)
+        self._activity = 0
+        self._pulls = 0
+        # heartbeat monitor (I/O thread only)
+        self._timer: Any = None
+        self._last_act = 0
+        self._idle_ticks = 0
+        self._tick_n = 0
+        self._repull_act = -1
+        self._paused = False
+        self._hold = False
+        self._resetting = False
+        self._rx_at_pull = 0
+        # pull requests sent to the current inbox and not ended by a status there (under _lock;
+        # a request filled without a status stays counted): none left means none can be alive
+        self._open = 0
+        # subscriptions of inboxes whose pull requests were written off (I/O thread)
+        self._old: list[Any] = []
+        self._size_warned = False
+        self._last_warning = ""
+        # max_bytes mode: the wire size of each buffered message, in queue order (I/O thread appends)
+        self._sizes: deque[int] = deque()
+        # callback lane
+        self._running = False
+        self._cb_thread: int | None = None
+        self._nr_outage = False
+        self._lane_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._server_done = threading.Event()  # the inbox is unsubscribed: nothing more arrives
+        self._winding_down = False
+        self._unsubscribed = False  # under _lock: the inbox is gone, naks go out at once
+        self._nak_later: list[Msg] = []  # under _lock: after stop(), nak'ed once unsubscribed
+        self._looking_up = False
+        self.error: BaseException | None = None
+        self._nsub: Any = None
+        self._on_disc = self._disconnected
+        self._on_reconn = self._reconnected
+        # priority groups (ADR-42): the pull's options; pinned_client: the handle's pin ids and
+        # the last id a pull carried, until a 423 (which makes the pulls in flight with it stale)
+        self._prio = prio
+        self._pins = pins if prio is not None and prio.pinned else None
+        self._group = prio.group if prio is not None else ""
+        self._sent_pin: str | None = None
+
+    # -- start / the I/O thread side ------------------------------------------------------
+
+    def _start(self) -> ConsumeContext:
+        conn = self._conn
+
+        async def _sub() -> Any:
+            with translating():
+                return await _natspy.subscribe(conn.internal.nc, self._inbox, self)
+
+        # callback form: nothing is handed to the callback before consume() returned (the lane
+        # counts as running until then), so the callback can use the context it returned
+        self._running = self._cb is not None
+        self._nsub = conn.run(_sub(), Deadline(conn.internal.timeout + 5), "subscribe")
+        conn.internal.disconnect_listeners.append(self._on_disc)
+        conn.internal.reconnect_listeners.append(self._on_reconn)
+        with conn.internal.subs_lock:
+            conn.internal.subs.add(self)  # type: ignore[arg-type]  # ended with the connection
+        self._paused = not conn.is_connected
+        self._pull()
+        conn.internal.loop.call_soon(self._arm_timer)
+        return self
+
+    def _started(self) -> None:
+        """consume() is returning: let the callback lane run (it waited since _start)."""
+        if self._cb is None:
+            return
+        with self._lane_lock:
+            self._running = False
+        if not self._q.empty():
+            self._kick_lane()
+
+    def put_nowait(self, msg: Msg) -> None:
+        """Called by nats-py on the I/O thread for every message on the inbox (the Receiver hook)."""
+        self._activity += 1
+        h = msg.headers
+        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
+            self._rx += 1
+            if self._pins is not None:
+                self._pins.seen(self._group, h)
+            if self._bytes_mode:
+                size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
+                self._rx_b += size
+                self._sizes.append(size)
+            self._user_msg(msg)
+            return
+        self._status(msg)
+
+    def _user_msg(self, msg: Msg) -> None:
+        state = self._state
+        if state is not _State.RUNNING and state is not _State.DRAINING:
+            if state is _State.STOPPED:
+                self._not_handed_over(msg)
+            return
+        if self._ack_none:
+            msg._ack_none = True
+        self._nr_outage = False
+        self._q.put(msg)
+        if self._cb is not None and not self._running:
+            self._kick_lane()
+
+    def _status(self, msg: Msg) -> None:
+        st = classify(msg.headers, msg.data, msg.reply)
+        if st is None:  # pragma: no cover
+            return
+        act = decide(st)
+        if act is Action.HEARTBEAT:
+            return
+        with self._lock:  # any other status ends one pull request of the current inbox
+            self._open -= 1
+            self._disc += st.pending_msgs
+            self._disc_b += st.pending_bytes
+        if act is Action.DONE:
+            self._last_warning = ""
+            if (self._bytes_mode and st.code == 409 and self._rx == self._rx_at_pull
+                    and "size" in st.description.lower()):
+                # the next message does not fit in max_bytes: do not loop on pull requests
+                self._hold = True
+                if not self._size_warned:
+                    self._size_warned = True
+                    self._report(status_error(st, self.stream, self.consumer))
+                return
+            self._pull()
+            return
+        if act is Action.TERMINAL:
+            self._terminal(status_error(st, self.stream, self.consumer))
+            return
+        if act is Action.NO_RESPONDERS:
+            self._no_responders(status_error(st, self.stream, self.consumer))
+            return
+        if act is Action.RESET:
+            self._report(status_error(st, self.stream, self.consumer))
+            self._reset_pending()
+            self._pull()
+            return
+        if act is Action.PIN_LOST:
+            self._pin_lost(st)
+            return
+        # a warning (409 Exceeded ...) or 400 ended a pull request (ADR-37: consume re-pulls).
+        # Which one is unknown, so every request in flight is written off, and the new one
+        # goes out after a pause: the same request may be
+        # refused again. Reported once until a pull ends normally or the warning changes.
+        if st.description != self._last_warning:
+            self._last_warning = st.description
+            self._report(status_error(st, self.stream, self.consumer))
+        self._reset_pending()
+        try:
+            self._conn.internal.loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
+        except RuntimeError:  # pragma: no cover - the loop is closing
+            pass
+
+    def _pin_lost(self, st: Any) -> None:
+        """423 (pinned_client): the server pinned another client; on the I/O thread.
+
+        The pin id the pulls carried is forgotten; the pulls in flight that carried it are
+        written off (the server answers each with 423) and a new pull goes out at once
+        without an id, so this consume stays a standby candidate. A 423 for a pull whose id
+        was already forgotten changes nothing.
+        """
+        sent = self._sent_pin
+        if sent is None:
+            return
+        if self._pins is not None:
+            self._pins.lost(self._group, sent)
+        with self._lock:
+            self._sent_pin = None
+        log.debug("jssync: consume %s/%s: pin lost (%d %s)", self.stream, self.consumer, st.code, st.description)
+        self._reset_pending()
+        self._pull()
+
+    def _no_responders(self, exc: BaseException) -> None:
+        """Nobody answered a pull (503): the consumer is missing or has no leader right now.
+
+        On the I/O thread. The pull is over on the server, so it no longer counts as pending;
+        a new one goes out after a short wait (ADR-37: re-pull after a status that ends a pull),
+        which ends the stall once a leader is elected. Reported once per outage. The
+        consumer's info is looked up (on the worker pool): when it says the consumer (or its
+        stream) no longer exists, the consume ends with :class:`jssync.ConsumerDeletedError`.
+        """
+        if not self._nr_outage:
+            self._nr_outage = True
+            self._report(exc)
+        self._reset_pending()
+        self._look_up_consumer()
+        try:
+            self._conn.internal.loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
+        except RuntimeError:  # pragma: no cover - the loop is closing
+            pass
+
+    def _look_up_consumer(self) -> None:
+        """Ask (off the I/O thread, one lookup at a time) whether the consumer still exists."""
+        if self._looking_up or self._state is not _State.RUNNING:
+            return
+        self._looking_up = True
+        try:
+            self._conn.internal.pool.submit(self._consumer_gone)
+        except Exception:  # the pool is closed: the connection is closing
+            self._looking_up = False
+
+    def _consumer_gone(self) -> None:
+        """On the worker pool: end the consume when the consumer's info says it is gone."""
+        try:
+            self._js._consumer_info(self.stream, self.consumer, timeout=self._js.timeout)
+        except NotFoundError as exc:
+            gone = ConsumerDeletedError(
+                f"consumer {self.consumer!r} on stream {self.stream!r} no longer exists "
+                f"(pulls get no responders; {exc})")
+            gone.__cause__ = exc
+            try:
+                self._conn.internal.loop.call_soon(self._terminal, gone)
+            except Exception:  # the connection closed meanwhile
+                log.debug("jssync: consume: could not end after the consumer was deleted", exc_info=True)
+        except Exception:  # no leader, timeout, closed: pulls go on and the next 503 asks again
+            log.debug("jssync: consume: consumer info lookup failed", exc_info=True)
+        finally:
+            self._looking_up = False
+
+    def _reset_pending(self) -> None:
+        """Write off the pull requests in flight: they count as gone on the server (I/O thread).
+
+        After a missed heartbeat, a reconnect or a status that ended an unknown one of them,
+        some may still be alive on the server (a paused server, a stalled connection): they
+        may deliver messages and end with a 408 whose pending counts were written off
+        already. So when a request sent to the current inbox may still be open, the next
+        ones go to a new inbox (the pull waits until it is subscribed) and the old inbox's
+        subscription hands what still arrives to :meth:`_written_off_msg`, which counts a
+        message as requested and received, and no status twice. The old subscription is
+        drained ``expires`` + 1 s later, when the requests sent to it have expired.
+        """
+        with self._lock:
+            alive = self._req - self._rx - self._disc > 0 and self._open > 0
+            self._disc = self._req - self._rx
+            self._disc_b = self._req_b - self._rx_b
+            if alive and self._nsub is not None and not self._resetting \
+                    and len(self._old) < _MAX_OLD_INBOXES and not self._winding_down:
+                self._open = 0
+                self._resetting = True  # no pull until the new inbox is subscribed
+            else:
+                return
+        old = self._nsub
+        _natspy.set_sub_queue(old, _WrittenOff(self))
+        self._old.append(old)
+        self._nsub = None
+        conn = self._conn
+        inbox = conn.new_inbox()
+
+        async def _swap() -> None:
+            nsub: Any = None
+            try:
+                with translating():
+                    nsub = await _natspy.subscribe(conn.internal.nc, inbox, _DISCARD)
+            except Exception:  # the connection is closing or draining
+                log.debug("jssync: consume %s/%s: new inbox failed", self.stream, self.consumer, exc_info=True)
+            if nsub is None:  # keep the old inbox (what it still receives counts as usual again)
+                if old in self._old:
+                    self._old.remove(old)
+                    _natspy.set_sub_queue(old, self)
+                    self._nsub = old
+            elif self._winding_down:  # nothing was requested on it: the wind-down drains the old one
+                _unsubscribe_soon(conn, nsub)
+            else:
+                _natspy.set_sub_queue(nsub, self)
+                self._inbox = inbox
+                self._nsub = nsub
+                try:
+                    conn.internal.loop.loop.call_later(self._opts.expires + FETCH_GRACE, self._drop_old, old)
+                except RuntimeError:  # pragma: no cover - the loop is closing
+                    pass
+            self._resetting = False
+            self._pull()
+
+        _on_loop(conn, _swap)
+
+    def _drop_old(self, nsub: Any) -> None:
+        """On the loop: the requests sent to a written-off inbox have expired; drain its subscription."""
+        if nsub not in self._old or self._winding_down:
+            return  # the wind-down drains it
+        self._old.remove(nsub)
+        conn = self._conn
+
+        async def _drain() -> None:
+            try:
+                if not conn.internal.nc.is_closed:
+                    await conn.internal.drain_nsub(nsub, 5.0)
+            except Exception:
+                log.debug("jssync: consume: draining an old inbox failed", exc_info=True)
+
+        _on_loop(conn, _drain)
+
+    def _written_off_msg(self, msg: Msg) -> None:
+        """A message for a written-off pull request (I/O thread): it was alive after all.
+
+        A user message was counted as never to come: now it counts as requested and
+        received (pending one more, in flight unchanged), then goes to the buffer like any
+        other. A status ends or heartbeats a request no longer counted: only a terminal one
+        (consumer deleted, push based) matters.
+        """
+        self._activity += 1
+        h = msg.headers
+        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
+            size = 0
+            if self._bytes_mode:
+                size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
+            with self._lock:
+                self._disc -= 1
+                self._disc_b -= size
+            self._rx += 1
+            if self._bytes_mode:
+                self._rx_b += size
+                self._sizes.append(size)
+            self._user_msg(msg)
+            return
+        st = classify(h, msg.data, msg.reply)
+        if st is not None and decide(st) is Action.TERMINAL:
+            self._terminal(status_error(st, self.stream, self.consumer))
+
+    def _pull(self) -> None:
+        """Send a pull request if the pending count is at or below the threshold (any thread)."""
+        with self._lock:
+            if self._state is not _State.RUNNING or self._paused or self._hold or self._resetting:
+                return
+            if self._bytes_mode:
+                pend_b = self._req_b - self._taken_b - self._disc_b
+                if pend_b > self._thr_b:
+                    return
+                max_bytes = self._max_b - max(pend_b, 0)
+                if max_bytes <= 0:
+                    return
+                batch = BYTES_ONLY_BATCH
+                self._req_b += max_bytes
+            else:
+                pend = self._req - self._taken - self._disc
+                if pend > self._thr:
+                    return
+                batch = self._max - max(pend, 0)
+                if batch <= 0:
+                    return
+                max_bytes = 0
+            self._req += batch
+            self._rx_at_pull = self._rx
+            self._pulls += 1
+            self._open += 1
+            subject = self._next_subject
+            inbox = self._inbox
+            prio = self._prio
+            pin = None
+            if prio is not None and self._pins is not None:
+                pin = self._pins.get(prio.group)
+                if pin is not None:
+                    self._sent_pin = pin
+        if prio is None:
+            body = pull_request(batch, expires_ns=self._expires_ns, max_bytes=max_bytes, heartbeat_ns=self._hb_ns)
+        else:
+            body = pull_request(batch, expires_ns=self._expires_ns, max_bytes=max_bytes, heartbeat_ns=self._hb_ns,
+                                group=prio.group, min_pending=prio.min_pending,
+                                min_ack_pending=prio.min_ack_pending, priority=prio.priority,
+                                pin_id=pin)
+        self._conn.internal.enqueue((subject, body, inbox, None))
+
+    # heartbeat monitor: a timer on the I/O loop, ticking every idle_heartbeat / _TICKS
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None or self._paused or self._state not in (_State.RUNNING, _State.DRAINING):
+            return
+        self._last_act = self._activity
+        self._idle_ticks = 0
+        self._timer = self._conn.internal.loop.loop.call_later(self._hb / _TICKS, self._tick)
+
+    def _cancel_timer(self) -> None:
+        t = self._timer
+        self._timer = None
+        if t is not None:
+            t.cancel()
+
+    def _tick(self) -> None:
+        self._timer = None
+        if self._paused or self._state is not _State.RUNNING:
+            return
+        act = self._activity
+        in_flight = self._req - self._rx - self._disc
+        if act != self._last_act or in_flight <= 0 or self._resetting:
+            self._last_act = act
+            self._idle_ticks = 0
+        else:
+            self._idle_ticks += 1
+            if self._idle_ticks >= 2 * _TICKS:  # 2 x idle_heartbeat without anything (ADR-37)
+                self._idle_ticks = 0
+                self._missed_heartbeat()
+        self._tick_n += 1
+        if self._hold:
+            if self._tick_n % (_TICKS // 2) == 0:  # retry a message too big for max_bytes every hb / 2
+                self._hold = False
+                self._pull()
+        elif in_flight <= 0:
+            self._pull()  # never sit at or below the threshold with nothing in flight
+        if self._state is _State.RUNNING and not self._paused and self._timer is None:
+            self._timer = self._conn.internal.loop.loop.call_later(self._hb / _TICKS, self._tick)
+
+    def _missed_heartbeat(self) -> None:
+        self._report(NoHeartbeatError(
+            f"no heartbeat or message from consumer {self.consumer!r} on stream {self.stream!r} "
+            f"within {2 * self._hb}s"
+        ))
+        if self._repull_act == self._activity:
+            return  # the requests were replaced already and nothing arrived since: do not pile up more
+        self._repull_act = self._activity
+        self._reset_pending()
+        self._pull()
+
+    def _disconnected(self) -> None:
+        self._paused = True
+        self._cancel_timer()
+
+    def _reconnected(self) -> None:
+        self._paused = False
+        if self._state is not _State.RUNNING:
+            return
+        self._reset_pending()
+        self._pull()
+        self._cancel_timer()
+        self._arm_timer()
+
+    # -- terminal, stop, drain ---------------------------------------------------------------
+
+    def _report(self, exc: BaseException) -> None:
+        if self._error_cb is None:
+            self._conn.internal.report_error(exc)
+        else:
+            log.warning("jssync: consume %s/%s: %s: %s", self.stream, self.consumer, type(exc).__name__, exc)
+            self._conn.internal.pool.submit(self._conn.internal.call_user_cb, self._error_cb, exc)
+
+    def _detach(self) -> None:
+        """Stop pulling for good: no connection listeners, no heartbeat timer (any thread).
+
+        The context stays in the connection's subscriptions until its inbox is unsubscribed
+        (:meth:`_server_finished`), so closing the connection meanwhile still ends it.
+        """
+        conn = self._conn
+        for lst, fn in ((conn.internal.disconnect_listeners, self._on_disc),
+                        (conn.internal.reconnect_listeners, self._on_reconn)):
+            try:
+                lst.remove(fn)
+            except ValueError:
+                pass
+        if conn.internal.loop.in_loop_thread():
+            self._cancel_timer()
+        else:
+            try:
+                conn.internal.loop.call_soon(self._cancel_timer)
+            except Exception:
+                pass
+
+    # The end of a consume has two sides: the server side is over once the inbox is
+    # unsubscribed (_server_done: nothing more arrives, and after stop() the rest was
+    # nak'ed), the user side once the iterator reached its end or the callback lane ended
+    # (_closed). After drain() or a terminal error the end marker is queued only once the
+    # server side is over, so the user side ends last; after stop() it ends at once.
+
+    def _wind_down(self, wait: bool) -> None:
+        """Unsubscribe the inbox without losing what is on the wire (drain, stop, terminal; any thread).
+
+        On the I/O thread. With ``wait``, the pulls in flight first finish sending: until
+        none is left (each got all its messages or its ending status), nothing arrived for
+        ``_QUIET`` seconds, the connection is lost, or their expiry passed. Then the shared
+        drain routine (``Connection._drain_nsub``: UNSUB, PING/PONG, remove). Messages
+        arriving meanwhile are buffered (drain) or nak'ed (stop, see :meth:`_user_msg`).
+        """
+        with self._lock:
+            if self._winding_down:
+                return
+            self._winding_down = True
+        conn = self._conn
+
+        async def _run() -> None:
+            try:
+                if wait:
+                    await self._pulls_done_sending()
+                # the current inbox and those of written-off requests (none is added from now on)
+                subs = [n for n in (self._nsub, *self._old) if n is not None]
+                self._old = []
+                if not conn.internal.nc.is_closed:
+                    for res in await asyncio.gather(*(conn.internal.drain_nsub(n, 5.0) for n in subs),
+                                                    return_exceptions=True):
+                        if isinstance(res, BaseException):
+                            raise res
+            except Exception:  # not confirmed (disconnected, timed out): the inbox is removed anyway
+                log.debug("jssync: consume %s/%s: unsubscribe failed", self.stream, self.consumer, exc_info=True)
+            finally:
+                self._server_finished()
+
+        try:
+            conn.internal.loop.check()
+            _on_loop(conn, _run)
+        except Error:
+            self._server_finished()
+
+    async def _pulls_done_sending(self) -> None:
+        """On the loop: wait until the pulls in flight sent what they will send now."""
+        loop = asyncio.get_running_loop()
+        conn = self._conn
+        end = loop.time() + self._opts.expires + FETCH_GRACE
+        act = self._activity
+        quiet_since = loop.time()
+        while conn.internal.nc.is_connected and self.error is None and self._state is not _State.CLOSED:
+            if self._bytes_mode:
+                if self._req_b - self._rx_b - self._disc_b <= 0:
+                    return
+            elif self._req - self._rx - self._disc <= 0:
+                return
+            now = loop.time()
+            if now >= end:
+                return
+            if self._activity != act:
+                act = self._activity
+                quiet_since = now
+            elif now - quiet_since >= _QUIET:
+                return
+            await asyncio.sleep(0.02)
+
+    def _server_finished(self) -> None:
+        """The inbox is unsubscribed (or the connection is gone): end the user side after the buffer."""
+        conn = self._conn
+        with conn.internal.subs_lock:
+            conn.internal.subs.discard(self)  # type: ignore[arg-type]
+        with self._lock:
+            self._unsubscribed = True
+            later = self._nak_later
+            self._nak_later = []
+            stopped = self._state is _State.STOPPED
+        if stopped:
+            # nak what stop() did not hand over, now that no pull can take it back
+            for msg in later:
+                msg._nak_quiet()
+            self._nak_buffered()
+            self._q.put(_END)
+        elif self._cb is None and self.error is not None:
+            self._q.put(_Control(self.error))
+        else:
+            self._q.put(_END)
+        self._server_done.set()
+        if self._cb is not None and not self._running:
+            self._kick_lane()
+
+    def _user_finished(self) -> None:
+        """The iterator reached its end or the callback lane ended (any thread)."""
+        self._closed.set()
+
+    def _terminal(self, exc: BaseException) -> None:
+        """The consumer is gone (I/O thread): end after the buffered messages by raising ``exc``.
+
+        Callback form: ``exc`` goes to the error callback at once, and the lane ends after
+        the buffered messages.
+        """
+        with self._lock:
+            if self._state is _State.STOPPED or self._state is _State.CLOSED or self.error is not None:
+                return
+            self._state = _State.DRAINING
+            self.error = exc
+        self._detach()
+        if self._cb is not None:
+            self._report(exc)
+        self._wind_down(wait=False)
+
+    def stop(self) -> None:
+        """Stop at once: no more messages or callbacks. Idempotent.
+
+        Every message received and not handed to the application is nak'ed, so the server
+        redelivers it at once: the buffered ones now, and those still arriving until the
+        server processed the unsubscribe (the pulls in flight finish sending first, as for
+        :meth:`drain`). Returns without waiting (a callback that is running, or that the
+        lane had already decided to call, finishes; no further one starts; :meth:`wait`
+        returns once the rest was nak'ed and the lane ended).
+        """
+        with self._lock:
+            if self._state is _State.STOPPED or self._state is _State.CLOSED:
+                return
+            self._state = _State.STOPPED
+        self._detach()
+        self._nak_buffered()
+        self._q.put(_END)
+        if self._cb is None:
+            self._user_finished()
+        elif not self._running:
+            self._kick_lane()
+        self._wind_down(wait=True)
+
+    def _nak_buffered(self) -> None:
+        q = self._q
+        while True:
+            try:
+                item = q.get_nowait()
+            except Empty:
+                return
+            if item.__class__ is not _Control:
+                self._not_handed_over(item)
+
+    def _not_handed_over(self, msg: Msg) -> None:
+        """A message received and, after stop(), never handed over: nak it (any thread).
+
+        The nak waits until the inbox is unsubscribed: sent earlier, the server would
+        redeliver the message to a pull of this consume still open, which would only nak
+        it again (counting a delivery each time, towards max_deliver).
+        """
+        if self._ack_none:
+            return
+        with self._lock:
+            if not self._unsubscribed:
+                self._nak_later.append(msg)
+                return
+        msg._nak_quiet()
+
+    def drain(self, timeout: float | None | Default = DEFAULT) -> None:
+        """Stop pulling and end once every message the server sent was delivered. Idempotent.
+
+        No new pull request is sent; the pulls in flight finish sending (until each got all
+        its messages or its ending status, or nothing arrived for 0.5 s), then the inbox is
+        unsubscribed (UNSUB, PING/PONG, removal): every message the server sent before it
+        processed the UNSUB is handed to the application (iterator: before the iteration
+        ends; callback form: through the callback). Acking them is the application's job.
+
+        Without ``timeout`` it starts the drain and returns (use :meth:`wait`). With ``timeout``
+        it blocks until the inbox is unsubscribed and, in callback form, every message went
+        through the callback (``timeout=None``: no limit). Called from this consume's own
+        callback it does not wait (the rest follows once the callback returns).
+
+        Raises:
+            jssync.TimeoutError: ``timeout`` passed first (the drain goes on).
+        """
+        with self._lock:
+            if self._state is _State.RUNNING:
+                self._state = _State.DRAINING
+                start = True
+            else:
+                start = False
+        if start:
+            self._detach()
+            self._wind_down(wait=True)
+        if not isinstance(timeout, Default):
+            if self._cb is not None and self._cb_thread == threading.get_ident():
+                return  # called from our own callback: the lane ends once the callback returns
+            deadline = Deadline(timeout)
+            ev = self._closed if self._cb is not None else self._server_done
+            while not ev.wait(deadline.slice()):
+                deadline.check("consume drain")
+
+    def _end(self) -> None:
+        """The connection closed (any thread): iterators and the callback lane end quietly, at
+        once (the buffered messages are dropped; the server redelivers them after ack_wait)."""
+        with self._lock:
+            if self._state is _State.CLOSED:
+                return
+            self._state = _State.CLOSED
+        self._detach()
+        with self._conn.internal.subs_lock:
+            self._conn.internal.subs.discard(self)  # type: ignore[arg-type]
+        self._server_done.set()
+        q = self._q
+        while True:  # the buffered messages are dropped (their acks could only fail)
+            try:
+                q.get_nowait()
+            except Empty:
+                break
+        q.put(_END)
+        self._closed.set()
+
+    # -- the handle -------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once no more messages are handed to the application: stopped (iterator: at
+        once; callback form: once the running callback returned), drained and every message
+        delivered, or ended by an error."""
+        return self._closed.is_set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until consuming is over, at most ``timeout`` seconds (None: no limit).
+
+        Over means :attr:`closed` and the inbox unsubscribed: after :meth:`stop`, every
+        message received and not handed over was nak'ed by then.
+
+        Raises:
+            jssync.TimeoutError: still running after ``timeout``.
+            RuntimeError: called from this consume's own callback.
+        """
+        if self._cb is not None and self._cb_thread == threading.get_ident() and not self._closed.is_set():
+            raise RuntimeError("wait() was called from this consume's own callback: it would never return")
+        deadline = Deadline(timeout)
+        for ev in (self._closed, self._server_done):
+            while not ev.wait(deadline.slice()):
+                if deadline.expired():
+                    raise TimeoutError(f"consume of {self.consumer!r} still running after {timeout}s")
+
+    @property
+    def pending_messages(self) -> int:
+        """Messages requested and not yet handed to the application (buffered or in flight)."""
+        return max(0, self._req - self._taken - self._disc)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes requested and not yet handed to the application (``max_bytes`` mode)."""
+        return max(0, self._req_b - self._taken_b - self._disc_b)
+
+    @property
+    def pull_requests(self) -> int:
+        """Pull requests sent so far."""
+        return self._pulls
+
+    def __enter__(self) -> ConsumeContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<jssync.ConsumeContext {self.stream}/{self.consumer} {self._state.name.lower()}>"
+
+    # -- iterator form ------------------------------------------------------------------------
+
+    def __iter__(self) -> ConsumeContext:
+        if self._cb is not None:
+            raise TypeError("a consume with a callback cannot be iterated")
+        return self
+
+    def __next__(self) -> Msg:
+        try:
+            msg = self._q.get_nowait()
+        except Empty:
+            msg = None
+        if msg is None:  # wait outside the except block: what it raises carries no queue.Empty context
+            msg = self._wait_msg()
+        if msg.__class__ is _Control:
+            self._q.put(_END)  # other iterating threads end too
+            self._user_finished()
+            exc = msg.exc
+            if exc is not None:
+                msg.exc = None
+                raise exc
+            raise StopIteration
+        if self._bytes_mode:
+            self._take_bytes(msg)
+        else:
+            t = self._taken = next(self._count)
+            if self._req - t - self._disc <= self._thr:
+                self._pull()
+        return msg  # type: ignore[no-any-return]
+
+    def next(self, timeout: float | None = None) -> Msg:
+        """Return the next message, blocking up to ``timeout`` seconds (None: no limit).
+
+        Raises:
+            jssync.TimeoutError: no message in time.
+            StopIteration: consuming is over.
+            jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError.
+        """
+        if self._cb is not None:
+            raise TypeError("next() cannot be used on a consume with a callback")
+        try:
+            msg = self._q.get_nowait()
+        except Empty:
+            msg = None
+        if msg is None:
+            msg = self._wait_msg(Deadline(timeout))
+        if msg.__class__ is _Control:
+            self._q.put(msg)
+            return self.__next__()
+        if self._bytes_mode:
+            self._take_bytes(msg)
+        else:
+            t = self._taken = next(self._count)
+            if self._req - t - self._disc <= self._thr:
+                self._pull()
+        return msg  # type: ignore[no-any-return]
+
+    def _take_bytes(self, msg: Msg) -> None:
+        try:
+            size = self._sizes.popleft()
+        except IndexError:  # pragma: no cover - every buffered message's size was appended
+            size = message_size(msg.subject, msg.reply, msg.headers, msg.data)
+        with self._lock:
+            self._taken += 1
+            self._taken_b += size
+            need = self._req_b - self._taken_b - self._disc_b <= self._thr_b
+        if need:
+            self._pull()
+
+    def _wait_msg(self, deadline: Deadline | None = None) -> Any:
+        q = self._q
+        if deadline is None:
+            deadline = Deadline(None)  # its slices also notice a cancelled asyncio task (Ctrl-C)
+        while True:
+            try:
+                return q.get(timeout=deadline.slice())
+            except Empty:
+                pass
+            if deadline.expired():
+                raise TimeoutError(f"no message from consumer {self.consumer!r} within {deadline.timeout}s")
+            if self._state is _State.RUNNING and not self._bytes_mode and (
+                    self._req - self._taken - self._disc <= self._thr):
+                self._pull()
+
+    # -- callback form: a lane on the worker pool -------------------------------------------
+
+    def _kick_lane(self) -> None:
+        with self._lane_lock:
+            if self._running:
+                return
+            self._running = True
+        self._conn.internal.pool.submit(self._lane)
+
+    def _lane(self) -> None:
+        q = self._q
+        cb = self._cb
+        assert cb is not None
+        count = self._count
+        budget = _LANE_BUDGET
+        while True:
+            budget -= 1
+            if not budget:
+                # give the worker back now and then, so other callbacks on the pool get a turn
+                self._conn.internal.pool.submit(self._lane)
+                return
+            try:
+                msg = q.get_nowait()
+            except Empty:
+                self._running = False
+                if q.empty():
+                    return
+                with self._lane_lock:
+                    if self._running:
+                        return
+                    self._running = True
+                continue
+            if msg.__class__ is _Control:
+                self._user_finished()
+                return  # _running stays True: nothing runs the lane again
+            if self._bytes_mode:
+                self._take_bytes(msg)
+            else:
+                t = self._taken = next(count)
+                if self._req - t - self._disc <= self._thr:
+                    self._pull()
+            self._cb_thread = threading.get_ident()
+            # the state is read last, right before the call: a stop() that returned before it
+            # (even while this lane sent the next pull) keeps the message from the callback
+            state = self._state
+            if state is not _State.RUNNING and state is not _State.DRAINING:
+                self._cb_thread = None
+                if state is _State.STOPPED:
+                    self._not_handed_over(msg)
+                continue  # (closed: dropped)
+            try:
+                cb(msg)
+            except BaseException as exc:  # noqa: BLE001 - reported, consuming goes on
+                log.debug("jssync: consume callback raised", exc_info=True)
+                self._report(exc)
+            finally:
+                self._cb_thread = None
+
+
+def consume(js: JetStream, stream: str, consumer: str, callback: Callable[[Msg], Any] | None,
+            error_cb: Callable[[BaseException], Any] | None, opts: ConsumeOptions,
+            ack_none: bool, prio: PullPriority | None = None, pins: Pins | None = None) -> ConsumeContext:
+    """Start consuming (see :class:`ConsumeContext`)."""
+    cc = ConsumeContext(js, stream, consumer, opts, callback, error_cb, ack_none, prio, pins)._start()
+    cc._started()
+    return cc
+
+
+# Msg.ack_next() (core) calls this through its hook: core does not import the JetStream layer.
+_core_hooks.HOOKS.ack_next = ack_next

@@ -1,0 +1,1206 @@
+"""Push subscriptions following NATS ADR-15, "JetStream Subscribe Workflow".
+
+:func:`subscribe` (used by :meth:`jssync.JetStream.subscribe`) finds the stream, looks
+up or creates the consumer, runs the ADR-15 checks and returns a
+:class:`JetStreamSubscription`. The subscription manages statuses on its own
+("automatic status management"): flow control replies, idle heartbeat monitoring,
+consumer sequence gap detection, error statuses, and, for ordered subscriptions,
+recreating the consumer after a gap.
+
+Status messages are sorted on the connection's I/O thread in
+:meth:`JetStreamSubscription._deliver`, before anything reaches the user's queue, so that
+a user message costs one string prefix test more than a core message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as _dt
+import logging
+import threading
+import time
+from collections.abc import Callable
+from queue import Empty
+from typing import TYPE_CHECKING, Any
+
+from nats.js import api
+
+from ..base.deadline import DEFAULT, EXPIRED, Deadline, Default, resolve_timeout
+from ..base.errors import (
+    ConnectionClosedError,
+    ConsumerConfigMismatchError,
+    ConsumerExistsError,
+    ConsumerIsPullBasedError,
+    ConsumerIsPushBasedError,
+    ConsumerNotFoundError,
+    ConsumerSequenceMismatchError,
+    DeliverGroupError,
+    DuplicateSubscriptionError,
+    Error,
+    HeartbeatAlarmError,
+    InvalidJSAckError,
+    JetStreamError,
+    MultipleStreamsMatchError,
+    PushSubscribeError,
+    QueueGroupOptionError,
+    SlowConsumerError,
+    StatusError,
+    StreamNotFoundError,
+    SubjectMismatchError,
+    SubscriptionClosedError,
+    TimeoutError,
+    ValidationError,
+    translating,
+)
+from ..base.status import PushAction, Status, classify, decide_push
+from ..core import natspy as _natspy
+from ..core.msg import Msg
+from ..core.subscription import _END, Subscription, _Inbound
+
+if TYPE_CHECKING:
+    from ..core.connection import Connection
+    from .context import JetStream
+
+log = logging.getLogger("jssync")
+
+__all__ = [
+    "ConsumerConfigMismatchError",
+    "ConsumerIsPullBasedError",
+    "ConsumerSequenceMismatchError",
+    "DeliverGroupError",
+    "DuplicateSubscriptionError",
+    "HeartbeatAlarmError",
+    "InvalidJSAckError",
+    "JetStreamSubscription",
+    "MultipleStreamsMatchError",
+    "PushSubscribeError",
+    "QueueGroupOptionError",
+    "StatusError",
+    "SubjectMismatchError",
+    "check_consumer",
+    "subscribe",
+]
+
+#: Heartbeat alarm: this many idle heartbeat intervals without any message or status.
+HEARTBEAT_ALARM_FACTOR = 3.0
+#: Idle heartbeat of ordered subscriptions when none is given.
+ORDERED_HEARTBEAT = 5.0
+#: Pause between attempts to recreate an ordered subscription's consumer.
+_RESET_RETRY_WAIT = 1.0
+
+_ACK_PREFIX = "$JS.ACK."
+
+_monotonic = time.monotonic
+
+
+# -- configuration --------------------------------------------------------------------------
+
+#: Fields the ADR-15 config comparison leaves out: names are looked up by, the deliver
+#: subject may change, and groups and filters have checks of their own.
+_NOT_COMPARED = frozenset({
+    "name", "durable_name", "deliver_subject", "deliver_group", "filter_subject", "filter_subjects",
+    "pause_until",
+})
+
+
+def _num(v: Any, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        raise ValidationError(f"{what} must be a number of seconds > 0, got {v!r}")
+    return float(v)
+
+
+_DEFAULTS = api.ConsumerConfig()
+
+
+def _set_fields(config: api.ConsumerConfig) -> set[str]:
+    """The fields of ``config`` that differ from a plain ``ConsumerConfig()`` (which has a few
+    defaults: deliver all, ack explicit, replay instant)."""
+    return {f.name for f in dataclasses.fields(config)
+            if getattr(config, f.name) is not None and getattr(config, f.name) != getattr(_DEFAULTS, f.name)}
+
+
+def _user_config(config: api.ConsumerConfig | None, options: dict[str, Any], idle_heartbeat: float | None,
+                 flow_control: bool) -> tuple[api.ConsumerConfig, set[str]]:
+    """The configuration the user asked for, and the names of the fields they set."""
+    from .params import _consumer_config
+
+    given = _set_fields(config) if config is not None else set()
+    given |= {k for k, v in options.items() if v is not None}
+    cfg = _consumer_config(config, options)
+    cfg = cfg.evolve()  # a copy: never change the caller's object
+    if idle_heartbeat is not None:
+        hb = _num(idle_heartbeat, "idle_heartbeat")
+        if cfg.idle_heartbeat is not None and cfg.idle_heartbeat != hb:
+            raise ValidationError(f"idle_heartbeat={idle_heartbeat!r} differs from config.idle_heartbeat="
+                             f"{cfg.idle_heartbeat!r}")
+        cfg.idle_heartbeat = hb
+        given.add("idle_heartbeat")
+    elif cfg.idle_heartbeat is not None:
+        _num(cfg.idle_heartbeat, "idle_heartbeat")
+    if not isinstance(flow_control, bool):
+        raise TypeError(f"flow_control must be a bool, got {flow_control!r}")
+    if flow_control:
+        cfg.flow_control = True
+        given.add("flow_control")
+    if cfg.flow_control and not cfg.idle_heartbeat:
+        raise ValidationError("flow_control needs idle_heartbeat: the server requires heartbeats with flow control")
+    if cfg.ack_policy is not None and str(_wire(cfg.ack_policy)) not in ("none", "all", "explicit"):
+        raise ValidationError(f"invalid ack_policy {cfg.ack_policy!r}")
+    return cfg, given
+
+
+def _wire(v: Any) -> Any:
+    return v.value if hasattr(v, "value") else v
+
+
+def _parse_time(v: Any) -> Any:
+    if isinstance(v, _dt.datetime):
+        return v if v.tzinfo else v.replace(tzinfo=_dt.UTC)
+    if isinstance(v, str):
+        s = v.replace("Z", "+00:00")
+        if "." in s:  # the server sends nanoseconds; datetime takes microseconds
+            head, _, frac = s.partition(".")
+            digits = "".join(c for c in frac if c.isdigit())
+            rest = frac[len(digits):]
+            s = f"{head}.{digits[:6].ljust(6, '0')}{rest}"
+        try:
+            return _dt.datetime.fromisoformat(s)
+        except ValueError:
+            return v
+    return v
+
+
+def _same(field: str, want: Any, have: Any) -> bool:
+    want = _wire(want)
+    have = _wire(have)
+    if field == "opt_start_time":
+        return bool(_parse_time(want) == _parse_time(have))
+    if field == "metadata":
+        mine = {k: v for k, v in (have or {}).items() if not k.startswith("_nats")}
+        return bool((want or {}) == mine)
+    if field == "sample_freq":
+        return str(want or "").rstrip("%") == str(have or "").rstrip("%")
+    if field == "num_replicas" and not have:
+        return True  # 0: the consumer follows the stream's replicas
+    if not want and not have:
+        return True  # False / 0 / empty and an omitted field
+    if isinstance(want, list) and isinstance(have, list):
+        return [_wire(x) for x in want] == [_wire(x) for x in have]
+    return bool(want == have)
+
+
+def _config_mismatch(user: api.ConsumerConfig, server: dict[str, Any],
+                     given: set[str]) -> tuple[str, Any, Any] | None:
+    """The first field in ``given`` that the user set to a value other than the consumer's, or None."""
+    wire = user.as_dict()
+    for field, want in wire.items():
+        if field not in given or getattr(user, field, None) is None or field in _NOT_COMPARED:
+            continue  # not set by the user (as_dict turns unset durations into 0)
+        have = server.get(field)
+        if not _same(field, want, have):
+            return field, _wire(want), have
+    return None
+
+
+def _raw_info(info: dict[str, Any] | api.ConsumerInfo) -> tuple[dict[str, Any], bool]:
+    if isinstance(info, api.ConsumerInfo):
+        cfg = info.config.as_dict() if info.config is not None else {}
+        return {k: v for k, v in cfg.items() if v is not None}, bool(info.push_bound)
+    return dict(info.get("config") or {}), bool(info.get("push_bound"))
+
+
+def check_consumer(
+    info: dict[str, Any] | api.ConsumerInfo,
+    *,
+    subject: str | None,
+    queue: str | None = None,
+    pull: bool = False,
+    config: api.ConsumerConfig | None = None,
+    compare: set[str] | None = None,
+) -> None:
+    """Run the ADR-15 checks of an existing consumer against the subscription asked for.
+
+    Pure (no I/O). ``info`` is the consumer's info: the raw JSON reply of
+    ``CONSUMER.INFO`` or a :class:`ConsumerInfo`. ``config`` is the configuration asked
+    for; ``compare`` names the fields the user set (default: those of ``config`` that
+    differ from a plain ``ConsumerConfig()``). Only those are compared.
+
+    Raises:
+        SubjectMismatchError: ``subject`` is not the consumer's filter subject.
+        ConsumerIsPullBasedError: a push subscription for a pull consumer.
+        jssync.ConsumerIsPushBasedError: a pull subscription for a push consumer.
+        DuplicateSubscriptionError: the consumer is push bound and has no deliver group,
+            and this is not a queue subscription.
+        DeliverGroupError: queue group and deliver group do not agree.
+        QueueGroupOptionError: a queue subscription for a consumer with flow control or
+            idle heartbeats.
+        ConsumerConfigMismatchError: a field of ``config`` differs from the consumer's.
+    """
+    cfg, push_bound = _raw_info(info)
+    name = (info.get("name") or cfg.get("durable_name")) if isinstance(info, dict) else info.name
+    if subject:
+        filt = cfg.get("filter_subject") or ""
+        filts = cfg.get("filter_subjects") or []
+        if filt and filt != subject:
+            raise SubjectMismatchError(
+                f"subject {subject!r} does not match the filter subject {filt!r} of consumer {name!r}",
+                subject, filt)
+        if filts and subject not in filts:
+            raise SubjectMismatchError(
+                f"subject {subject!r} is not one of the filter subjects {filts!r} of consumer {name!r}",
+                subject, list(filts))
+    deliver = cfg.get("deliver_subject") or ""
+    if pull:
+        if deliver:
+            raise ConsumerIsPushBasedError(
+                f"cannot make a pull subscription for push consumer {name!r} (deliver subject {deliver!r})")
+    else:
+        if not deliver:
+            raise ConsumerIsPullBasedError(
+                f"consumer {name!r} is a pull consumer (no deliver subject): a pull subscription is required")
+        group = cfg.get("deliver_group") or None
+        if queue is None:
+            if group:
+                raise DeliverGroupError(
+                    f"cannot make a non queue subscription for consumer {name!r}: it was created for "
+                    f"queue group {group!r}", queue, group)
+            if push_bound:
+                raise DuplicateSubscriptionError(
+                    f"duplicate subscription: consumer {name!r} is already bound to a subscription on "
+                    f"{deliver!r}")
+        else:
+            if not group:
+                raise DeliverGroupError(
+                    f"cannot make a queue subscription in group {queue!r} for consumer {name!r}: it was "
+                    "created without a deliver group", queue, None)
+            if group != queue:
+                raise DeliverGroupError(
+                    f"cannot make a queue subscription in group {queue!r} for consumer {name!r}: it was "
+                    f"created for queue group {group!r}", queue, group)
+            if cfg.get("flow_control"):
+                raise QueueGroupOptionError(
+                    f"consumer {name!r} has flow control, which is not supported with queue groups")
+            if cfg.get("idle_heartbeat"):
+                raise QueueGroupOptionError(
+                    f"consumer {name!r} has idle heartbeats, which are not supported with queue groups")
+    if config is not None:
+        diff = _config_mismatch(config, cfg, _set_fields(config) if compare is None else compare)
+        if diff is not None:
+            raise ConsumerConfigMismatchError(*diff)
+
+
+# -- the subscription ----------------------------------------------------------------------
+
+
+class _FlowControl:
+    """A flow control request on the user's queue: answered when the user reaches it."""
+
+    __slots__ = ("reply",)
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+
+class _Raise:
+    """An error status on the user's queue: raised by next_msg / iteration when reached."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+#: On a callback lane after a drain: delete the consumer once every callback ran.
+_DELETE = object()
+
+
+class _PushInbound(_Inbound):
+    """Hands messages of one NATS subscription to the JetStream subscription.
+
+    Each NATS subscription of a JetStream subscription has a generation; after an ordered
+    reset, messages still arriving on the old one are dropped here.
+    """
+
+    __slots__ = ("_gen",)
+
+    def __init__(self, sub: JetStreamSubscription, gen: int) -> None:
+        super().__init__(sub)
+        self._gen = gen
+
+    def put_nowait(self, msg: Msg) -> None:
+        sub = self._sub
+        if sub._gen == self._gen:  # type: ignore[attr-defined]
+            sub._deliver(msg)
+
+
+class JetStreamSubscription(Subscription):
+    """A push subscription to a JetStream consumer (ADR-15). Made by :meth:`JetStream.subscribe`.
+
+    Read it like a core :class:`jssync.Subscription` (``for msg in sub``,
+    :meth:`next_msg`) or give ``callback=``. Status messages never reach the
+    application: flow control requests are answered when the application reaches them,
+    heartbeats are watched (an alarm goes to the error callback after 3x the idle
+    heartbeat without traffic), gaps in the consumer sequence are reported to the error
+    callback (not for queue subscriptions), 404 and 408 are ignored, and 409, 503 and
+    unknown statuses are reported to the error callback and raised by :meth:`next_msg`
+    (iterator form). :meth:`unsubscribe` and :meth:`drain` delete the consumer only when
+    this subscription created it. Thread-safe.
+
+    Attributes:
+        stream_name: the stream.
+        consumer_name: the consumer (for ephemerals, the name the server gave it).
+        created_consumer: True when this subscription created the consumer (and deletes
+            it on unsubscribe/drain).
+        ordered: True for an ordered subscription.
+        idle_heartbeat: the consumer's idle heartbeat in seconds, or None.
+        heartbeat_alarm: seconds without traffic before the alarm, or None.
+        alarms: how many heartbeat alarms were raised.
+        resets: how many times an ordered subscription recreated its consumer.
+    """
+
+    def __init__(
+        self,
+        js: JetStream,
+        conn: Connection,
+        deliver_subject: str,
+        queue: str | None,
+        callback: Callable[[Msg], Any] | None,
+        pending_msgs_limit: int,
+        *,
+        stream: str,
+        manual_ack: bool,
+        ordered: bool,
+        error_cb: Callable[[Exception], Any] | None,
+    ) -> None:
+        super().__init__(conn, deliver_subject, queue, callback, pending_msgs_limit)
+        self._js = js
+        self.stream_name = stream
+        self.consumer_name: str | None = None
+        self.created_consumer = False
+        self.ordered = ordered
+        self.idle_heartbeat: float | None = None
+        self.heartbeat_alarm: float | None = None
+        self._auto_ack = callback is not None and not manual_ack
+        self._error_cb = error_cb
+        # I/O thread state
+        self._gen = 0
+        self._ack_none = False
+        self._gaps = queue is None
+        self._cseq: int | None = None  # last consumer sequence received (None: not known yet)
+        self._sseq = 0  # stream sequence of the last message received
+        self._last_seen = _monotonic()
+        # flow control
+        self._fc_lock = threading.Lock()
+        self._fc_last: str | None = None
+        self._fc_replies = 0
+        # heartbeat alarm
+        self._timer: threading.Timer | None = None
+        self._timer_lock = threading.Lock()
+        self.alarms = 0
+        # ordered resets
+        self._reset_lock = threading.Lock()
+        self._reset_wanted = False
+        self._draining = False
+        self._delete_at_end = False  # iterator-form drain: delete the consumer when the reader is done
+        self._ack_fence = ""  # the ack subject of the last JetStream message received
+        # until subscribe() returns, resets wait (it acts as the running reset job)
+        self._reset_running = True
+        self._reset_idle = threading.Event()
+        self._ordered_cfg: api.ConsumerConfig | None = None
+        self._timeout: float | None = js.timeout  # the timeout subscribe() got (None: no limit)
+        self.resets = 0
+
+    def __repr__(self) -> str:
+        q = f" queue={self.queue!r}" if self.queue else ""
+        return (f"<jssync.JetStreamSubscription stream={self.stream_name!r} consumer={self.consumer_name!r}"
+                f"{q} closed={self._closed}>")
+
+    @property
+    def deliver_subject(self) -> str:
+        """The subject the consumer delivers to (changes when an ordered subscription resets)."""
+        return self.subject
+
+    @property
+    def flow_control_replies(self) -> int:
+        """How many flow control requests (or stalled heartbeats) this subscription answered."""
+        return self._fc_replies
+
+    def consumer_info(self, *, timeout: float | None | Default = DEFAULT) -> api.ConsumerInfo:
+        """Fetch the consumer's info from the server.
+
+        Blocks up to ``timeout`` (default: the JetStream context's timeout).
+
+        Raises:
+            jssync.ConsumerNotFoundError: the consumer is gone.
+        """
+        if self.consumer_name is None:
+            raise ConsumerNotFoundError(404, 10014, "the subscription has no consumer yet")
+        return self._js._consumer_info(self.stream_name, self.consumer_name, timeout)
+
+    # -- I/O thread side ---------------------------------------------------------------------
+
+    def _report(self, exc: Exception) -> None:
+        """Hand ``exc`` to the subscription's error_cb, else the connection's (any thread)."""
+        cb = self._error_cb
+        if cb is None:
+            self._conn.internal.report_error(exc)
+            return
+        log.warning("jssync: %s: %s", type(exc).__name__, exc)
+        pool = self._conn.internal.pool
+        if not pool._closed:
+            pool.submit(self._conn.internal.call_user_cb, cb, exc)
+
+    def _deliver(self, msg: Msg) -> None:
+        self._last_seen = _monotonic()
+        if msg.reply.startswith(_ACK_PREFIX):
+            self._ack_fence = msg.reply
+            if self._ack_none:
+                msg._ack_none = True
+            if not self._gaps:
+                self._accept(msg)
+                return
+            try:
+                seq = msg.metadata.sequence
+            except Error as exc:
+                self._report(InvalidJSAckError(str(exc)))
+                self._accept(msg)
+                return
+            lane = self._lane
+            if (len(lane) if lane is not None else self._q.qsize()) >= self._limit:
+                # dropped (reported as a slow consumer); the gap shows with the next message. Only
+                # this thread adds to the queue, so a message that fits here is accepted below.
+                if self.ordered:
+                    self._request_reset("slow consumer drop")
+                self._drop()
+            cseq = seq.consumer
+            last = self._cseq
+            if last is not None and cseq != last + 1:
+                if self.ordered:
+                    self._request_reset("consumer sequence gap")
+                    return
+                self._report(ConsumerSequenceMismatchError(self.subject, self._sseq + 1, cseq, last))
+            Subscription._deliver(self, msg)
+            self._cseq = cseq
+            self._sseq = seq.stream
+            return
+        hdrs = msg.headers
+        if hdrs is not None and not msg.data and "Status" in hdrs:
+            st = classify(hdrs, msg.data, msg.reply)
+            if st is not None:
+                self._on_status(st)
+                return
+        self._accept(msg)  # not a JetStream message: passed on as it is
+
+    def _accept(self, msg: Msg) -> None:
+        lane = self._lane
+        if (len(lane) if lane is not None else self._q.qsize()) >= self._limit:
+            self._drop()
+        Subscription._deliver(self, msg)
+
+    def _drop(self) -> None:
+        """Drop a message: the pending limit is reached (as the core subscription does)."""
+        self._dropped += 1
+        if not self._slow_reported:
+            self._slow_reported = True
+            self._report(SlowConsumerError(self.subject, self._dropped))
+        raise asyncio.QueueFull  # nats-py reports it to its error callback, which ignores it
+
+    def _on_status(self, st: Status) -> None:
+        act = decide_push(st)
+        if act is PushAction.FLOW_CONTROL:  # answered when the application gets to it
+            item = _FlowControl(st.flow_control)
+            if self._lane is not None:
+                self._lane.put(item)
+            else:
+                self._q.put(item)
+            return
+        if act is PushAction.HEARTBEAT:
+            if st.stalled:
+                self._respond_fc(st.stalled)
+            if self._gaps:
+                self._check_heartbeat(st.last_consumer)
+            return
+        if act is PushAction.END:
+            return
+        exc = StatusError(st.code, st.description, self.subject)
+        if self.ordered and act is PushAction.CONSUMER_DELETED:
+            self._request_reset("consumer deleted")
+        self._report(exc)
+        if self._lane is None:
+            self._q.put(_Raise(exc))
+
+    def _check_heartbeat(self, server_cseq: int) -> None:
+        if server_cseq < 0:  # no (readable) Nats-Last-Consumer
+            return
+        last = self._cseq
+        if last is None:
+            self._cseq = server_cseq  # bound to an existing consumer: the first count we see
+            return
+        if server_cseq == last:
+            return
+        if self.ordered:
+            self._request_reset("heartbeat shows a gap")
+            return
+        self._report(ConsumerSequenceMismatchError(self.subject, self._sseq + 1, server_cseq, last))
+        self._cseq = server_cseq  # reported once
+
+    def _respond_fc(self, subject: str) -> None:
+        """Answer a flow control subject, once per subject (any thread)."""
+        with self._fc_lock:
+            if subject == self._fc_last:
+                return
+            self._fc_last = subject
+            self._fc_replies += 1
+        self._conn.internal.publish_raw(subject, b"")
+
+    # -- heartbeat alarm (a threading timer) ---------------------------------------------
+
+    def _start_alarm(self) -> None:
+        if self.heartbeat_alarm is not None:
+            self._last_seen = _monotonic()
+            self._arm(self.heartbeat_alarm)
+
+    def _arm(self, delay: float) -> None:
+        with self._timer_lock:
+            if self._closed:
+                return
+            t = threading.Timer(max(delay, 0.01), self._on_timer)
+            t.name = f"jssync-push-hb-{self._conn.internal.id}"
+            t.daemon = True
+            self._timer = t
+            t.start()
+
+    def _on_timer(self) -> None:
+        alarm = self.heartbeat_alarm
+        if self._closed or alarm is None:
+            return
+        idle = _monotonic() - self._last_seen
+        if idle >= alarm * 0.999:
+            self._last_seen = _monotonic()  # the next alarm comes after another silent period
+            self.alarms += 1
+            self._report(HeartbeatAlarmError(self.subject, self.idle_heartbeat or 0.0, alarm))
+            if self.ordered:
+                self._request_reset("heartbeat alarm")
+            self._arm(alarm)
+        else:
+            self._arm(alarm - idle)
+
+    def _stop_alarm(self) -> None:
+        with self._timer_lock:
+            t, self._timer = self._timer, None
+        if t is not None:
+            t.cancel()
+
+    # -- NATS subscriptions ------------------------------------------------------------------
+
+    async def _nats_subscribe(self, subject: str, queue: str | None, gen: int, fresh: bool) -> Any:
+        """On the loop: subscribe ``subject`` for generation ``gen``.
+
+        ``fresh``: the consumer about to be created starts at consumer sequence 1.
+        """
+        conn = self._conn
+        await conn.internal.sync_pubs()
+        if fresh:
+            self._cseq = 0
+        with translating():
+            return await _natspy.subscribe(conn.internal.nc, subject, _PushInbound(self, gen), queue)
+
+    def _sub_deadline(self) -> Deadline:
+        return Deadline(None if self._timeout is None else self._timeout + 5.0)
+
+    def _subscribe(self, subject: str, queue: str | None, deadline: Deadline, fresh: bool) -> None:
+        self.subject = subject
+        self._nsub = self._conn.run(self._nats_subscribe(subject, queue, self._gen, fresh), deadline,
+                                    "subscribe")
+
+    def _unsubscribe_nats(self, nsub: Any, deadline: Deadline) -> None:
+        conn = self._conn
+        if nsub is None or conn.internal.closed:
+            return
+
+        async def _unsub() -> None:
+            if _natspy.sub_closed(nsub) or conn.internal.nc.is_closed:
+                return
+            with translating():
+                await nsub.unsubscribe()
+
+        conn.run(_unsub(), deadline, "unsubscribe")
+
+    # -- ordered resets --------------------------------------------------------------------
+
+    def _request_reset(self, reason: str) -> None:
+        """Recreate the ordered consumer from the last stream sequence + 1 (any thread, no wait)."""
+        with self._reset_lock:
+            if self._closed or self._draining:
+                return
+            log.debug("jssync: ordered subscription on %s: reset (%s)", self.stream_name, reason)
+            self._gen += 1  # from now on, whatever the old consumer sends is dropped
+            self._reset_wanted = True
+            if self._reset_running:
+                return
+            self._reset_running = True
+            self._reset_idle.clear()
+        self._conn.internal.pool.submit(self._reset_job)
+
+    def _ready(self) -> None:
+        """subscribe() is done: let resets run (one may be waiting)."""
+        with self._reset_lock:
+            if not self._reset_wanted or self._closed:
+                self._reset_running = False
+                self._reset_idle.set()
+                return
+            self._reset_idle.clear()
+        self._conn.internal.pool.submit(self._reset_job)
+
+    def _wait_reset_idle(self, deadline: Deadline) -> None:
+        """Wait (in slices) until no reset is running, so the current consumer is known."""
+        if not self.ordered or self._conn.internal.pool.in_worker():
+            return  # on the pool, the reset job may be queued behind this thread: do not wait
+        while not self._reset_idle.wait(deadline.slice()):
+            if deadline.expired():
+                return
+
+    def _reset_job(self) -> None:
+        """On the worker pool: reset until it worked or the subscription ended."""
+        failures = 0
+        while True:
+            with self._reset_lock:
+                if self._closed or self._conn.internal.closed or not self._reset_wanted:
+                    self._reset_running = False
+                    self._reset_idle.set()
+                    return
+                self._reset_wanted = False
+                gen = self._gen
+            try:
+                self._reset_once(gen)
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - retried, reported once per streak
+                failures += 1
+                if failures == 1:
+                    self._report(exc if isinstance(exc, Error) else JetStreamError(
+                        f"could not reset ordered subscription: {exc}"))
+                else:
+                    log.debug("jssync: ordered reset failed again: %s", exc)
+                with self._reset_lock:
+                    self._reset_wanted = True
+                end = _monotonic() + _RESET_RETRY_WAIT
+                while _monotonic() < end and not self._closed and not self._conn.internal.closed:
+                    time.sleep(0.05)
+
+    def _reset_once(self, gen: int) -> None:
+        js = self._js
+        conn = self._conn
+        base = self._ordered_cfg
+        assert base is not None
+        old_nsub = self._nsub
+        old_name = self.consumer_name
+        self._unsubscribe_nats(old_nsub, Deadline(self._timeout))
+        # After a slow consumer drop, wait for room: a new consumer would only overflow again.
+        while self.pending_msgs >= max(1, self._limit // 2):
+            if self._closed or conn.internal.closed:
+                return
+            time.sleep(0.01)
+        deadline = Deadline(self._timeout)
+        inbox = conn.new_inbox()
+        nsub = conn.run(self._nats_subscribe(inbox, None, gen, True), deadline, "subscribe")
+        cfg = base.evolve(deliver_subject=inbox)
+        if self._sseq > 0:
+            cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+            cfg.opt_start_seq = self._sseq + 1
+            cfg.opt_start_time = None
+        try:
+            consumer = js._upsert_consumer(self.stream_name, cfg, "create", deadline.remaining())
+        except BaseException:
+            self._unsubscribe_nats(nsub, Deadline(1.0))
+            raise
+        with self._reset_lock:  # unsubscribe() sets _closed under this lock: install, or clean up
+            closed = self._closed
+            if not closed:
+                self._nsub = nsub
+                self.subject = inbox
+                self.consumer_name = consumer.name
+                self.resets += 1
+        if closed:
+            self._unsubscribe_nats(nsub, Deadline(1.0))
+            self._try_delete(consumer.name)
+            return
+        self._last_seen = _monotonic()
+        log.debug("jssync: ordered subscription reset to consumer %s from stream sequence %s",
+                  consumer.name, cfg.opt_start_seq or cfg.deliver_policy)
+        if old_name and old_name != consumer.name:
+            self._try_delete(old_name)
+
+    def _try_delete(self, name: str) -> None:
+        try:
+            self._js.delete_consumer(self.stream_name, name, timeout=1.0)
+        except Error as exc:
+            log.debug("jssync: could not delete old ordered consumer %s: %s", name, exc)
+
+    def _on_reconnect(self) -> None:
+        # I/O thread: an ordered consumer (memory storage, R1) may not have survived
+        self._request_reset("reconnect")
+
+    # -- user side -------------------------------------------------------------------------
+
+    def _run_callback(self, item: Any) -> None:
+        if type(item) is _FlowControl:
+            self._respond_fc(item.reply)
+            return
+        if item is _DELETE:
+            self._delete_after_drain()
+            return
+        assert self._callback is not None
+        try:
+            self._callback(item)
+        except Exception as exc:  # noqa: BLE001 - the callback's failure goes to the error callback
+            log.debug("jssync: callback of JetStream subscription %s raised", self.subject, exc_info=True)
+            self._report(exc)
+            return  # not acked: the server redelivers it after ack_wait
+        if self._auto_ack:
+            try:
+                item.ack()
+            except ConnectionClosedError:
+                pass  # closed while the callback ran: the server redelivers it after ack_wait
+
+    def next_msg(self, timeout: float | None = 1.0) -> Msg:
+        """Return the next message, blocking up to ``timeout`` seconds (None: no limit).
+
+        A flow control request met on the way is answered, and the wait goes on for the
+        next message within the same ``timeout``.
+
+        Raises:
+            jssync.TimeoutError: no message in time.
+            jssync.SubscriptionClosedError: the subscription ended and no message is left.
+            StatusError: the server sent an error status (409, 503, unknown) at this point.
+            RuntimeError: the subscription has a callback.
+        """
+        if self._lane is not None:
+            raise RuntimeError("next_msg() cannot be used on a subscription with a callback")
+        q = self._q
+        deadline = Deadline(timeout)
+        while True:
+            try:
+                item = q.get_nowait()
+            except Empty:
+                item = None
+            if item is None:
+                # waits outside ``except Empty``: an error raised here has no queue.Empty as context
+                self._conn.internal.loop.check_fork()
+                item = deadline.get(q)
+                if item is EXPIRED:
+                    raise TimeoutError(f"no message on JetStream subscription {self.subject!r} within {timeout}s")
+            if item is _END:
+                q.put(_END)
+                if self._delete_at_end:
+                    self._delete_after_drain()
+                raise SubscriptionClosedError(f"subscription on {self.subject!r} is closed")
+            t = type(item)
+            if t is _FlowControl:
+                self._respond_fc(item.reply)
+                continue
+            if t is _Raise:
+                raise item.exc
+            return item  # type: ignore[no-any-return]
+
+    def _end(self) -> None:
+        with self._reset_lock:
+            super()._end()
+        self._stop_alarm()
+        listeners = self._conn.internal.reconnect_listeners
+        if self._on_reconnect in listeners:
+            try:
+                listeners.remove(self._on_reconnect)
+            except ValueError:
+                pass
+
+    def _delete_after_drain(self, deadline: Deadline | None = None) -> None:
+        """The drained subscription was read to the end: write the acks, then delete the consumer.
+
+        Runs on the thread that reached the end (the reader, or the callback lane after the
+        last callback), so every ack the application sent before is queued already; they
+        are flushed and fenced (see below) before the delete request. A failure goes to
+        the error callback. ``deadline``: the drain's, when it deletes (default: the
+        context's timeout).
+        """
+        self._delete_at_end = False
+        if not self.created_consumer:
+            return
+        if deadline is None:
+            deadline = Deadline(self._js.timeout)
+        try:
+            conn = self._conn
+            if not conn.internal.closed and not conn.internal.closing:
+                rem = deadline.remaining()
+                conn.flush(timeout=self._js.timeout if rem is None else max(rem, 0.001))
+                if self._ack_fence and not self._ack_none:
+                    # The server applies acks in order, after the PONG: a +WPI (harmless: it
+                    # only restarts one ack timer) answered by the consumer means every ack
+                    # before it was applied, so deleting the consumer loses none of them.
+                    try:
+                        rem = deadline.remaining()
+                        fence_t = 2.0 if rem is None else max(min(2.0, rem), 0.001)
+                        conn.request(self._ack_fence, b"+WPI", timeout=fence_t)
+                    except Error:
+                        log.debug("jssync: no reply to the ack fence before deleting %s", self.consumer_name)
+            self._delete_consumer(deadline)
+        except Error as exc:
+            self._report(exc)
+
+    def _delete_consumer(self, deadline: Deadline) -> None:
+        name = self.consumer_name
+        if not self.created_consumer or name is None:
+            return
+        if self._conn.internal.closed or self._conn.internal.closing:
+            log.debug("jssync: connection closed: consumer %s/%s is not deleted", self.stream_name, name)
+            return
+        self.created_consumer = False
+        try:
+            self._js.delete_consumer(self.stream_name, name, timeout=deadline.remaining())
+        except ConsumerNotFoundError:
+            if not self.ordered:
+                raise
+            # an ordered subscription's consumer is its own business: gone is fine
+
+    def unsubscribe(self, timeout: float = 5.0) -> None:
+        """Remove interest, then delete the consumer if this subscription created it. Idempotent.
+
+        After :meth:`drain` (iterator form) with messages still buffered, it deletes the
+        consumer at once instead of when the reader reaches the end.
+
+        Messages already received stay readable, then iteration ends. Blocks until the
+        UNSUB was handed over and the consumer deleted, at most ``timeout`` seconds.
+
+        Raises:
+            jssync.APIError (e.g. jssync.ConsumerNotFoundError): deleting the consumer failed.
+            jssync.TimeoutError.
+        """
+        if self._closed:
+            if self._delete_at_end:  # drained, not read to the end: give up the rest now
+                self._delete_at_end = False
+                self._delete_consumer(Deadline(timeout))
+            return
+        deadline = Deadline(timeout)
+        self._end()
+        self._wait_reset_idle(deadline)
+        self._conn.internal.unsubscribe(self, drain=False, timeout=deadline)
+        self._delete_consumer(deadline)
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Stop receiving, hand over what arrived already, then delete the consumer if this
+        subscription created it.
+
+        The UNSUB goes out and the server confirms it (PING/PONG) before the subscription is
+        removed, so every message sent before it is handed over. The consumer is deleted
+        only once the buffered messages were taken and their acks written: callback form,
+        after the last callback returned (and its auto-ack); iterator form, when the reader
+        reaches the end of the buffer (``next_msg`` raising SubscriptionClosedError, the
+        ``for`` loop ending), or at once when nothing is buffered. Before deleting, the acks
+        sent so far are flushed to the server. A failure to delete goes to the error
+        callback (it is not raised).
+
+        Blocks until every buffered message went through the callback (callback form) or
+        until the server confirmed the unsubscribe (iterator form, where the rest stays
+        readable), at most ``timeout``.
+
+        Raises:
+            jssync.TimeoutError: the drain did not finish in time (the consumer is deleted
+                once the callbacks are done).
+        """
+        if self._closed:
+            return
+        deadline = Deadline(timeout)
+        self._stop_alarm()
+        if self.ordered:  # no resets from here on
+            with self._reset_lock:
+                self._draining = True
+                self._reset_wanted = False
+            self._wait_reset_idle(deadline)
+        try:
+            self._conn.internal.unsubscribe(self, drain=True, timeout=deadline)
+        except BaseException:
+            self._unsubscribe_soon()  # the UNSUB still goes out (Ctrl-C, timeout)
+            raise
+        lane = self._lane
+        if lane is not None and self.created_consumer:
+            lane.put(_DELETE)
+        elif self.created_consumer:
+            self._delete_at_end = True
+        self._end()
+        if lane is not None:
+            # from this subscription's own callback: the rest (and the delete) follow its return
+            while not lane.in_handler() and not lane.idle.wait(deadline.slice()):
+                deadline.check("JetStream subscription drain")
+            return
+        if self._delete_at_end and self.pending_msgs == 0:
+            self._delete_after_drain(deadline)  # nothing buffered: nobody has to read to the end
+
+
+# -- subscribe ------------------------------------------------------------------------------
+
+
+def _find_stream(js: JetStream, subject: str, timeout: float | None) -> str:
+    try:
+        return js.find_stream_name_by_subject(subject, timeout=timeout)
+    except StreamNotFoundError:
+        raise
+    except JetStreamError as exc:
+        if type(exc) is not JetStreamError:
+            raise
+        many = str(exc)  # more than one stream
+    raise MultipleStreamsMatchError(subject, f"{many}: pass stream= to choose one")
+
+
+def _consumer_info_raw(js: JetStream, stream: str, name: str, timeout: float | None) -> dict[str, Any] | None:
+    try:
+        return js._api(f"CONSUMER.INFO.{stream}.{name}", None, timeout)
+    except ConsumerNotFoundError:
+        return None
+
+
+def subscribe(
+    js: JetStream,
+    subject: str,
+    *,
+    durable: str | None = None,
+    queue: str | None = None,
+    stream: str | None = None,
+    consumer: str | None = None,
+    callback: Callable[[Msg], Any] | None = None,
+    manual_ack: bool = False,
+    ordered: bool = False,
+    idle_heartbeat: float | None = None,
+    flow_control: bool = False,
+    config: api.ConsumerConfig | None = None,
+    **options: Any,
+) -> JetStreamSubscription:
+    """Subscribe to a push consumer following ADR-15 (see :meth:`jssync.JetStream.subscribe`).
+
+    Args:
+        subject: the subject; it finds the stream when ``stream`` is not given, and it is
+            the filter subject of a consumer this call creates. May be empty (``""``) only
+            with ``stream``.
+        durable: a durable consumer name: used when it exists, created when it does not.
+        queue: a queue group; the consumer gets it as its deliver group. Without a
+            consumer name, the queue name is the durable name, so that every member
+            shares one consumer.
+        stream: the stream; found from ``subject`` (``STREAM.NAMES``) when not given.
+        consumer: bind to this existing consumer (an error when it does not exist).
+        callback: run for each message on the worker pool; the message is acked after
+            it returns unless ``manual_ack`` (or the consumer's ack policy is none).
+        manual_ack: do not ack after the callback.
+        ordered: an ordered subscription: an ephemeral consumer (ack none, flow control,
+            heartbeats, memory storage, R1) recreated from the last stream sequence + 1
+            on a gap, a missed heartbeat alarm or a reconnect.
+        idle_heartbeat: seconds between the server's idle heartbeats (consumers this call
+            creates; for an existing consumer it must match).
+        flow_control: enable flow control (needs ``idle_heartbeat``).
+        config: a :class:`ConsumerConfig` with the fields to set.
+        **options: more :class:`ConsumerConfig` fields (``deliver_policy="new"``,
+            ``ack_wait=30``, ``max_ack_pending=1000``, ``replay_policy="original"``,
+            ...) and these subscription options: ``pending_msgs_limit`` (default 65536),
+            ``heartbeat_alarm`` (seconds without traffic before the alarm; default 3x
+            the idle heartbeat), ``error_cb`` (errors of this subscription; default: the
+            connection's), ``timeout`` (for each API call; default: the context's).
+
+    Blocks for the lookups and the consumer creation (each at most ``timeout``).
+
+    Returns:
+        The subscription.
+
+    Raises:
+        ValueError, TypeError, jssync.BadSubjectError: bad arguments (nothing is sent).
+        QueueGroupOptionError: flow control or heartbeats with a queue group.
+        jssync.StreamNotFoundError: no stream captures ``subject``.
+        MultipleStreamsMatchError: more than one does.
+        jssync.ConsumerNotFoundError: ``consumer`` does not exist.
+        SubjectMismatchError, ConsumerIsPullBasedError, DuplicateSubscriptionError,
+        DeliverGroupError, ConsumerConfigMismatchError: an ADR-15 check of an existing
+            consumer failed.
+        jssync.APIError: the consumer could not be created.
+        jssync.TimeoutError.
+    """
+    from ..base.errors import BadSubjectError
+    from ..base.validate import _SUBJECT_BAD, validate_subject
+    from .params import validate_name
+
+    conn = js.conn
+    pending_msgs_limit = options.pop("pending_msgs_limit", 65536)
+    heartbeat_alarm = options.pop("heartbeat_alarm", None)
+    error_cb = options.pop("error_cb", None)
+    timeout = options.pop("timeout", DEFAULT)
+
+    # -- checks that need no server ---------------------------------------------------------
+    if subject:
+        validate_subject(subject)
+    elif stream is None:
+        raise BadSubjectError("a subject is required when no stream is given (it is how the stream is found)")
+    else:
+        subject = ""
+    if stream is not None:
+        validate_name(stream)
+    if durable is not None:
+        validate_name(durable, "durable name")
+    if consumer is not None:
+        validate_name(consumer, "consumer name")
+    if durable is not None and consumer is not None and durable != consumer:
+        raise ValidationError(f"durable={durable!r} and consumer={consumer!r} differ: give one")
+    if queue is not None and (not isinstance(queue, str) or not queue or _SUBJECT_BAD.search(queue)):
+        raise BadSubjectError(f"invalid queue group name: {queue!r}")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable, got {callback!r}")
+    if error_cb is not None and not callable(error_cb):
+        raise TypeError(f"error_cb must be callable, got {error_cb!r}")
+    if not isinstance(pending_msgs_limit, int) or pending_msgs_limit < 1:
+        raise ValidationError(f"pending_msgs_limit must be an int >= 1, got {pending_msgs_limit!r}")
+    if not isinstance(timeout, Default) and timeout is not None:
+        _num(timeout, "timeout")
+    timeout = resolve_timeout(timeout, js.timeout)  # left out: the context's; None: no limit
+    user, given = _user_config(config, options, idle_heartbeat, flow_control)
+    if user.deliver_group is not None and user.deliver_group != queue:
+        raise ValidationError(f"config.deliver_group={user.deliver_group!r} must be given as queue=")
+    if subject and user.filter_subject and user.filter_subject != subject:
+        raise SubjectMismatchError(
+            f"subject {subject!r} differs from config.filter_subject {user.filter_subject!r}",
+            subject, user.filter_subject)
+    if subject and user.filter_subjects:
+        raise ValidationError("filter_subjects cannot be combined with a subject: subscribe with one subject")
+    name = consumer or durable or user.durable_name or user.name
+    if ordered:
+        bad = [k for k, v in (("durable", durable), ("consumer", consumer), ("queue", queue),
+                              ("durable_name", user.durable_name), ("name", user.name),
+                              ("deliver_subject", user.deliver_subject)) if v is not None]
+        if bad:
+            raise ValidationError(f"an ordered subscription cannot have {', '.join(bad)}")
+        if "ack_policy" in given and _wire(user.ack_policy) != "none":
+            raise ValidationError(f"an ordered subscription has ack policy none, not {user.ack_policy!r}")
+        if "max_deliver" in given and user.max_deliver != 1:
+            raise ValidationError(f"an ordered subscription has max_deliver 1, not {user.max_deliver!r}")
+    if queue is not None:
+        if user.flow_control:
+            raise QueueGroupOptionError("flow control is not supported with a queue group")
+        if user.idle_heartbeat:
+            raise QueueGroupOptionError("idle heartbeats are not supported with a queue group")
+        if name is None:
+            name = validate_name(queue, "durable name (the queue name is used as one)")
+    if name is not None and user.durable_name is None and user.name is None:
+        user.durable_name = name
+    if name is not None:
+        validate_name(name, "consumer name")
+    if heartbeat_alarm is not None:
+        heartbeat_alarm = _num(heartbeat_alarm, "heartbeat_alarm")
+
+    # -- the stream, then the consumer (each API call gets ``timeout``) ----------------------
+    if stream is None:
+        stream = _find_stream(js, subject, timeout)
+    sub = JetStreamSubscription(js, conn, "", queue, callback, pending_msgs_limit, stream=stream,
+                                manual_ack=manual_ack, ordered=ordered, error_cb=error_cb)
+    sub._timeout = timeout
+    info: dict[str, Any] | None = None
+    if name is not None and not ordered:
+        info = _consumer_info_raw(js, stream, name, timeout)
+        if info is None and consumer is not None:
+            raise ConsumerNotFoundError(404, 10014, f"consumer {consumer!r} not found on stream {stream!r}")
+    try:
+        if info is not None:
+            _bind(sub, info, subject, queue, user, given)
+        else:
+            _create(sub, js, stream, name, subject, queue, user, given, ordered, timeout)
+    except BaseException:
+        sub._end()
+        with conn.internal.subs_lock:
+            conn.internal.subs.discard(sub)
+        try:
+            sub._unsubscribe_nats(sub._nsub, Deadline(2.0))
+        except Exception:  # noqa: BLE001 - the original error matters
+            log.debug("jssync: could not remove the NATS subscription after a failed subscribe", exc_info=True)
+        raise
+    hb = sub.idle_heartbeat
+    if hb:
+        sub.heartbeat_alarm = heartbeat_alarm or HEARTBEAT_ALARM_FACTOR * hb
+        sub._start_alarm()
+    if ordered:
+        conn.internal.reconnect_listeners.append(sub._on_reconnect)
+    sub._ready()
+    return sub
+
+
+def _register(sub: JetStreamSubscription) -> None:
+    conn = sub._conn
+    with conn.internal.subs_lock:
+        conn.internal.subs.add(sub)
+
+
+def _apply_consumer(sub: JetStreamSubscription, cfg: dict[str, Any]) -> None:
+    """Take what the subscription needs from the consumer's (wire) configuration."""
+    sub._ack_none = _wire(cfg.get("ack_policy")) == "none"
+    hb = cfg.get("idle_heartbeat")
+    sub.idle_heartbeat = hb / 1e9 if hb else None
+
+
+def _bind(sub: JetStreamSubscription, info: dict[str, Any], subject: str, queue: str | None,
+          user: api.ConsumerConfig, given: set[str]) -> None:
+    """Use an existing consumer: the checks, then a NATS subscription on its deliver subject."""
+    check_consumer(info, subject=subject, queue=queue, pull=False, config=user, compare=given)
+    cfg = info.get("config") or {}
+    _apply_consumer(sub, cfg)
+    sub.consumer_name = str(info.get("name") or cfg.get("durable_name"))
+    sub._subscribe(cfg["deliver_subject"], queue, sub._sub_deadline(), fresh=False)
+    _register(sub)
+
+
+def _create(sub: JetStreamSubscription, js: JetStream, stream: str, name: str | None, subject: str,
+            queue: str | None, user: api.ConsumerConfig, given: set[str], ordered: bool,
+            timeout: float | None) -> None:
+    """Create the consumer: the NATS subscription first, then the consumer (ADR-15 order)."""
+    conn = js.conn
+    cfg = user.evolve()
+    if subject:
+        cfg.filter_subject = subject
+    if queue is not None:
+        cfg.deliver_group = queue
+    if ordered:
+        cfg.ack_policy = api.AckPolicy.NONE
+        cfg.max_deliver = 1
+        cfg.flow_control = True
+        cfg.idle_heartbeat = cfg.idle_heartbeat or ORDERED_HEARTBEAT
+        cfg.mem_storage = True
+        cfg.num_replicas = 1
+        sub._ordered_cfg = cfg.evolve()
+    elif cfg.ack_policy is None:
+        cfg.ack_policy = api.AckPolicy.EXPLICIT
+    deliver = cfg.deliver_subject or conn.new_inbox()
+    cfg.deliver_subject = deliver
+    _apply_consumer(sub, cfg.as_dict())
+    sub._subscribe(deliver, queue, sub._sub_deadline(), fresh=True)
+    _register(sub)
+    try:
+        created = js._upsert_consumer(stream, cfg, "create", timeout)
+    except ConsumerExistsError:
+        if name is None:
+            raise
+        _lost_race(sub, js, stream, name, subject, queue, user, given, timeout)
+        return
+    sub.consumer_name = created.name  # for an ephemeral, the name the server gave it
+    sub.created_consumer = True
+
+
+def _lost_race(sub: JetStreamSubscription, js: JetStream, stream: str, name: str, subject: str,
+               queue: str | None, user: api.ConsumerConfig, given: set[str], timeout: float | None) -> None:
+    """The consumer was created by someone else since our lookup: look it up again, run the
+    checks, and move the NATS subscription to its deliver subject (ADR-15)."""
+    info = _consumer_info_raw(js, stream, name, timeout)
+    if info is None:
+        raise ConsumerNotFoundError(404, 10014, f"consumer {name!r} on stream {stream!r} was created and "
+                                    "deleted while subscribing")
+    check_consumer(info, subject=subject, queue=queue, pull=False, config=user, compare=given)
+    if queue is None:
+        raise DuplicateSubscriptionError(
+            f"consumer {name!r} on stream {stream!r} was created by another subscriber at the same time")
+    cfg = info.get("config") or {}
+    old = sub._nsub
+    sub._nsub = None
+    sub._unsubscribe_nats(old, sub._sub_deadline())
+    _apply_consumer(sub, cfg)
+    sub.consumer_name = name
+    sub._subscribe(cfg["deliver_subject"], queue, sub._sub_deadline(), fresh=False)

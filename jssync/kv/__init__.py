@@ -1,0 +1,1 @@
+"""Layer 3 (Key/Value store), built on the JetStream layer."""

@@ -1,0 +1,728 @@
+"""Liftbridge subscriptions on JetStream: an ordered push consumer per partition, resubscribed on failure.
+
+Each subscription reads one partition stream through an ephemeral push consumer with
+ack policy none, flow control and idle heartbeats, delivered to a core subscription on a
+fresh inbox (ADR-17's ordered-consumer pattern). The subscription tracks the consumer
+sequence (gap detection) and the next stream sequence; on a gap, missed heartbeats, a
+reconnect or a lost consumer it deletes the consumer and makes a new one from the next
+stream sequence (the last offset + 1), with jittered waits of 10-500 ms, for up to
+``resubscribe_wait_time`` seconds. Each message is delivered exactly once, in order.
+A consumer-deleted advisory for its consumer (the stream or the consumer was deleted)
+resubscribes at once, so a deleted stream ends the subscription promptly.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nats.js import api
+
+from ..base.deadline import Deadline
+from ..base.errors import (
+    APIError,
+    ConnectionClosedError,
+    Error,
+    NoRespondersError,
+    NoSuchPartitionError,
+    PermissionDeniedError,
+    ServiceUnavailableError,
+    StreamNotFoundError,
+    SubscriptionClosedError,
+    TimeoutError,
+    ValidationError,
+    _Terminal,
+)
+from ..base.status import PushAction, classify, decide_push
+from ..core.workers import SerialLane
+from .codec import Message, StartPosition, message_from, public
+
+if TYPE_CHECKING:
+    from ..core.msg import Msg
+    from ..core.subscription import Subscription as CoreSubscription
+    from ..jetstream.context import JetStream
+
+log = logging.getLogger("jssync")
+
+_ids = itertools.count(1)
+
+#: Jittered wait between resubscribe attempts (the guide: 10 to 500 ms).
+RETRY_MIN = 0.01
+RETRY_MAX = 0.5
+#: Messages handed to the handler lane before the reader waits for it to catch up.
+HANDLER_HIGH_WATER = 1024
+
+Handler = Callable[[Message | None, BaseException | None], Any]
+
+
+@dataclass(frozen=True)
+class StartSpec:
+    """A resolved start position: the JetStream deliver policy and its option."""
+
+    policy: api.DeliverPolicy
+    opt_start_seq: int | None = None
+    opt_start_time: _dt.datetime | None = None
+
+    def describe(self) -> str:
+        if self.opt_start_seq is not None:
+            return f"offset {self.opt_start_seq - 1}"
+        if self.opt_start_time is not None:
+            return f"time {self.opt_start_time.isoformat()}"
+        return str(self.policy.value)
+
+
+def _check_time(t: Any) -> _dt.datetime:
+    if not isinstance(t, _dt.datetime):
+        raise TypeError(f"start_at_time must be a datetime, got {type(t).__name__}")
+    if t.tzinfo is None:
+        raise ValidationError(f"start_at_time must be timezone-aware (e.g. tzinfo=datetime.timezone.utc), got {t!r}")
+    return t.astimezone(_dt.UTC)
+
+
+def _check_delta(d: Any) -> float:
+    if isinstance(d, _dt.timedelta):
+        secs = d.total_seconds()
+    elif isinstance(d, int | float) and not isinstance(d, bool):
+        secs = float(d)
+    else:
+        raise TypeError(f"start_at_time_delta must be a timedelta or seconds, got {type(d).__name__}")
+    if secs < 0:
+        raise ValidationError(f"start_at_time_delta must be >= 0, got {d!r}")
+    return secs
+
+
+def _check_offset(o: Any) -> int:
+    if not isinstance(o, int) or isinstance(o, bool) or o < 0:
+        raise ValidationError(f"start_at_offset must be an int >= 0, got {o!r}")
+    return o
+
+
+def resolve_start(start_at: Any = None, start_at_offset: Any = None, start_at_time: Any = None,
+                  start_at_time_delta: Any = None) -> StartSpec:
+    """Turn the subscribe start options into a :class:`StartSpec`.
+
+    ``start_at`` is a :class:`StartPosition` (or its name), an offset (int), an aware
+    datetime or a timedelta; ``start_at_offset``/``start_at_time``/``start_at_time_delta``
+    are the Liftbridge-named alternatives. At most one position may be given.
+
+    Raises:
+        ValueError, TypeError: conflicting or bad options, naming the value.
+    """
+    given = [(n, v) for n, v in (("start_at_offset", start_at_offset), ("start_at_time", start_at_time),
+                                 ("start_at_time_delta", start_at_time_delta)) if v is not None]
+    if len(given) > 1:
+        raise ValidationError(f"give one start position, got {', '.join(n for n, _ in given)}")
+    if isinstance(start_at, str) and not isinstance(start_at, StartPosition):
+        if start_at.upper() not in StartPosition.__members__:
+            raise ValidationError(f"start_at must be a StartPosition, got {start_at!r}")
+        start_at = StartPosition[start_at.upper()]
+    if isinstance(start_at, StartPosition):
+        if start_at is StartPosition.OFFSET:
+            if start_at_offset is None:
+                raise ValidationError("start_at=StartPosition.OFFSET needs start_at_offset")
+        elif start_at is StartPosition.TIMESTAMP:
+            if start_at_time is None and start_at_time_delta is None:
+                raise ValidationError("start_at=StartPosition.TIMESTAMP needs start_at_time or start_at_time_delta")
+        elif given:
+            raise ValidationError(f"start_at={start_at.name} conflicts with {given[0][0]}={given[0][1]!r}")
+        else:
+            return {
+                StartPosition.NEW_ONLY: StartSpec(api.DeliverPolicy.NEW),
+                StartPosition.EARLIEST: StartSpec(api.DeliverPolicy.ALL),
+                StartPosition.LATEST: StartSpec(api.DeliverPolicy.LAST),
+            }[start_at]
+    elif start_at is not None:
+        if given:
+            raise ValidationError(f"start_at={start_at!r} conflicts with {given[0][0]}")
+        if isinstance(start_at, _dt.datetime):
+            start_at_time = start_at
+        elif isinstance(start_at, _dt.timedelta):
+            start_at_time_delta = start_at
+        elif isinstance(start_at, int) and not isinstance(start_at, bool):
+            start_at_offset = start_at
+        else:
+            raise TypeError(
+                f"start_at must be a StartPosition, an offset, a datetime or a timedelta, got {start_at!r}"
+            )
+    if start_at_offset is not None:
+        return StartSpec(api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=_check_offset(start_at_offset) + 1)
+    if start_at_time is not None:
+        return StartSpec(api.DeliverPolicy.BY_START_TIME, opt_start_time=_check_time(start_at_time))
+    if start_at_time_delta is not None:
+        secs = _check_delta(start_at_time_delta)
+        when = _dt.datetime.now(_dt.UTC) - _dt.timedelta(seconds=secs)
+        return StartSpec(api.DeliverPolicy.BY_START_TIME, opt_start_time=when)
+    return StartSpec(api.DeliverPolicy.NEW)
+
+
+class Subscription:
+    """A subscription to one partition of a Liftbridge stream.
+
+    Made by :meth:`Client.subscribe`. Without a handler, iterate it (``for msg in sub``,
+    ending when it is closed) or call :meth:`next`; with a handler, messages go to
+    ``handler(msg, None)`` on the connection's worker pool, one at a time, in order, and
+    a terminal error goes to ``handler(None, err)`` once. Close it with :meth:`close`
+    (or a ``with`` block). Thread-safe; iterate from one thread at a time.
+
+    Attributes:
+        stream: the Liftbridge stream name.
+        partition: the partition number.
+        jetstream_stream: the JetStream stream read.
+    """
+
+    def __init__(self, js: JetStream, *, stream: str, partition: int, jetstream_stream: str, start: StartSpec,
+                 handler: Handler | None, resubscribe_wait_time: float, idle_heartbeat: float,
+                 on_close: Callable[[Subscription], None] | None = None) -> None:
+        self._js = js
+        self._conn = js.conn
+        self.stream = stream
+        self.partition = partition
+        self.jetstream_stream = jetstream_stream
+        self._start = start
+        self._handler = handler
+        self._resub_wait = resubscribe_wait_time
+        self._hb = idle_heartbeat
+        self._on_close = on_close
+        self._id = next(_ids)
+        self._lock = threading.Lock()  # the reader: one step at a time
+        self._state_lock = threading.Lock()
+        self._closed = False
+        self._dropping = False
+        self._error: BaseException | None = None
+        self._sub: CoreSubscription | None = None
+        self._consumer: str | None = None
+        self._advisory: CoreSubscription | None = None
+        self._cseq = 0
+        self._next_seq: int | None = None
+        self._last_offset: int | None = None
+        self._activity = 0
+        self._activity_at = time.monotonic()
+        self._reset_reason: str | None = None
+        self._fail_since: float | None = None
+        self._attempt_at = 0.0
+        self._last_error: BaseException | None = None
+        self._resubscribes = 0
+        self._thread: threading.Thread | None = None
+        self._lane: SerialLane | None = None
+        self._room = threading.Event()
+        self._room.set()
+        self._done = threading.Event()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (f"<jssync.liftbridge.Subscription {self.stream!r} partition={self.partition} "
+                f"last_offset={self._last_offset} {state}>")
+
+    # -- starting ------------------------------------------------------------------------------
+
+    def _begin(self, deadline: Deadline) -> None:
+        """Create the first consumer (retrying transient failures until ``deadline``); start the handler."""
+        self._watch_deletions()
+        try:
+            self._begin_consumer(deadline)
+        except BaseException:
+            self._unwatch_deletions()
+            raise
+
+    def _begin_consumer(self, deadline: Deadline) -> None:
+        last: BaseException | None = None
+        while True:
+            try:
+                self._create(deadline)
+                break
+            except StreamNotFoundError as exc:
+                raise NoSuchPartitionError(
+                    404, 10059, f"no such partition: stream {self.stream!r} partition {self.partition}"
+                ) from exc
+            except (TimeoutError, NoRespondersError, ServiceUnavailableError) as exc:
+                last = exc
+            rem = deadline.remaining()
+            if rem is not None and rem <= RETRY_MIN:
+                raise TimeoutError(
+                    f"could not subscribe to stream {self.stream!r} partition {self.partition} within "
+                    f"{deadline.timeout}s: {last}"
+                ) from last
+            _sleep(random.uniform(RETRY_MIN, RETRY_MAX), deadline)
+        self._conn.internal.reconnect_listeners.append(self._on_reconnect)
+        if self._handler is not None:
+            self._lane = SerialLane(self._conn.internal.pool, self._run_handler)
+            self._thread = threading.Thread(target=self._read_loop, name=f"jssync-lb-sub-{self._id}", daemon=True)
+            self._thread.start()
+
+    def _create(self, deadline: Deadline) -> None:
+        """Subscribe a fresh inbox and create an ephemeral ordered push consumer delivering to it."""
+        conn = self._conn
+        inbox = conn.new_inbox()
+        sub = conn.subscribe(inbox)
+        try:
+            params: dict[str, Any] = dict(
+                deliver_subject=inbox, ack_policy=api.AckPolicy.NONE, flow_control=True,
+                idle_heartbeat=self._hb, mem_storage=True, num_replicas=1,
+                inactive_threshold=max(5.0, 3 * self._hb), replay_policy=api.ReplayPolicy.INSTANT,
+            )
+            if self._next_seq is not None:
+                params["deliver_policy"] = api.DeliverPolicy.BY_START_SEQUENCE
+                params["opt_start_seq"] = self._next_seq
+            else:
+                params["deliver_policy"] = self._start.policy
+                if self._start.opt_start_seq is not None:
+                    params["opt_start_seq"] = self._start.opt_start_seq
+                if self._start.opt_start_time is not None:
+                    params["opt_start_time"] = self._start.opt_start_time
+            rem = deadline.remaining()
+            cons = self._js.create_consumer(self.jetstream_stream, timeout=None if rem is None else max(rem, 0.05),
+                                            **params)
+        except BaseException:
+            sub.unsubscribe()
+            raise
+        with self._state_lock:
+            closed = self._closed
+            if not closed:
+                self._sub = sub
+                self._consumer = cons.name
+        if closed:
+            sub.unsubscribe()
+            self._delete_consumer(cons.name)
+            return
+        self._cseq = 0
+        if self._next_seq is None:
+            delivered = cons.cached_info.delivered
+            self._next_seq = (delivered.stream_seq if delivered is not None else 0) + 1
+        self._activity = sub.delivered
+        self._activity_at = time.monotonic()
+
+    def _watch_deletions(self) -> None:
+        """Listen for the server's consumer-deleted advisories on the partition stream.
+
+        A push consumer's deliver subject gets nothing when its consumer or stream is
+        deleted (nats-server 2.15: the heartbeats just stop); the advisory
+        ``$JS.EVENT.ADVISORY.CONSUMER.DELETED.<stream>.<consumer>`` is sent at once. Its
+        callback (on the worker pool) only flags the reader, which resubscribes within a
+        0.1 s slice: the stream is gone (:class:`NoSuchPartitionError`) or a new consumer
+        is made. Without permission to subscribe there, missed heartbeats still notice.
+        """
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{self.jetstream_stream}.*"
+        try:
+            self._advisory = self._conn.subscribe(subject, callback=self._on_consumer_deleted)
+        except PermissionDeniedError as exc:
+            log.debug("jssync.liftbridge: no deletion advisories for %s (%s); heartbeats only", subject, exc)
+
+    def _on_consumer_deleted(self, msg: Msg) -> None:
+        name = msg.subject.rpartition(".")[2]
+        if name and name == self._consumer and not self._closed:
+            self._reset_reason = f"its consumer {name} was deleted (advisory)"
+
+    def _unwatch_deletions(self) -> None:
+        adv, self._advisory = self._advisory, None
+        if adv is not None:
+            try:
+                adv.unsubscribe(timeout=1.0)
+            except Error:
+                pass
+
+    def _delete_consumer(self, name: str | None) -> None:
+        """Ask the server to delete a consumer, without waiting (its inactive threshold is the backstop)."""
+        if name is None or self._conn.is_closed:
+            return
+        self._conn.internal.publish_raw(f"{self._js.prefix}.CONSUMER.DELETE.{self.jetstream_stream}.{name}", b"")
+
+    def _drop_current(self) -> None:
+        with self._state_lock:
+            sub, name = self._sub, self._consumer
+            self._sub = None
+            self._consumer = None
+        if sub is not None:
+            try:
+                sub.unsubscribe(timeout=1.0)
+            except Error:
+                pass
+        self._delete_consumer(name)
+
+    def _on_reconnect(self) -> None:
+        # on the I/O thread: only flag it; the reader resubscribes
+        if not self._closed:
+            self._reset_reason = "the connection reconnected"
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _step(self, deadline: Deadline) -> Message | None:
+        """Return the next message; None when closed. Caller holds ``self._lock``.
+
+        Raises:
+            jssync.TimeoutError: ``deadline`` passed first.
+            _Terminal: the subscription failed for good.
+        """
+        while True:
+            if self._closed:
+                return None
+            if self._reset_reason is not None or self._sub is None:
+                self._resubscribe(deadline)
+                continue
+            sub = self._sub
+            msg = None
+            ended = False
+            try:
+                msg = sub.next_msg(timeout=deadline.slice())
+            except TimeoutError:
+                self._check_heartbeat(sub)
+            except SubscriptionClosedError:
+                ended = True
+            # raised outside the handlers: no internal exception as context
+            if ended:
+                if self._closed:
+                    return None
+                if self._conn.is_closed:
+                    raise _Terminal(ConnectionClosedError("the connection closed"))
+                self._reset_reason = "the inbox subscription ended"
+                continue
+            if msg is None:
+                if deadline.expired():
+                    raise TimeoutError(
+                        f"no message on stream {self.stream!r} partition {self.partition} within "
+                        f"{deadline.timeout}s"
+                    )
+                continue
+            m = self._handle(msg, sub)
+            if m is not None:
+                return m
+
+    def _check_heartbeat(self, sub: CoreSubscription) -> None:
+        n = sub.delivered
+        now = time.monotonic()
+        if n != self._activity:
+            self._activity = n
+            self._activity_at = now
+        elif now - self._activity_at > 3 * self._hb:
+            self._reset_reason = f"no heartbeat within {3 * self._hb}s"
+
+    def _handle(self, msg: Msg, sub: CoreSubscription) -> Message | None:
+        self._activity = sub.delivered
+        self._activity_at = time.monotonic()
+        reply = msg.reply
+        if reply.startswith("$JS.ACK."):
+            parsed = _ack_numbers(reply)
+            if parsed is None:
+                meta = msg.metadata  # raises for a malformed ack subject
+                parsed = (meta.sequence.stream, meta.sequence.consumer, meta.timestamp)
+            sseq, cseq, ts = parsed
+            if cseq != self._cseq + 1:
+                self._reset_reason = f"gap: consumer sequence {cseq}, expected {self._cseq + 1}"
+                return None
+            self._cseq = cseq
+            self._fail_since = None
+            assert self._next_seq is not None
+            if sseq < self._next_seq:
+                return None  # already delivered (cannot happen with one consumer; be safe)
+            self._next_seq = sseq + 1
+            self._last_offset = sseq - 1
+            return message_from(msg.subject, msg.data, msg.headers, self.stream, self.partition, sseq, ts)
+        h = msg.headers
+        st = classify(h, msg.data, reply) if h is not None and "Status" in h else None
+        if st is None:
+            return None
+        act = decide_push(st)
+        if act is PushAction.FLOW_CONTROL:  # answer it now that we reached it
+            self._fail_since = None
+            self._conn.internal.publish_raw(st.flow_control, b"")
+        elif act is PushAction.HEARTBEAT:
+            self._fail_since = None
+            if st.stalled:
+                self._conn.internal.publish_raw(st.stalled, b"")
+            last = st.last_consumer
+            if last >= 0 and last != self._cseq:
+                self._reset_reason = f"gap: heartbeat says consumer sequence {last}, have {self._cseq}"
+        else:
+            self._reset_reason = f"status {st.code} {st.description}".strip()
+        return None
+
+    def _resubscribe(self, deadline: Deadline) -> None:
+        """One resubscribe attempt (after its jittered wait, within ``deadline``)."""
+        now = time.monotonic()
+        if self._reset_reason is not None or self._sub is not None:
+            reason = self._reset_reason or "reset"
+            self._reset_reason = None
+            log.info("jssync.liftbridge: resubscribing to %s partition %d from offset %s: %s", self.stream,
+                     self.partition, (self._next_seq or 1) - 1, reason)
+            self._drop_current()
+            if self._fail_since is None:
+                self._fail_since = now
+                self._attempt_at = now  # the first attempt goes at once
+            self._last_error = Error(reason)
+        assert self._fail_since is not None
+        if now - self._fail_since > self._resub_wait:
+            last = self._last_error
+            raise _Terminal(TimeoutError(
+                f"could not resubscribe to stream {self.stream!r} partition {self.partition} within "
+                f"resubscribe_wait_time={self._resub_wait}s (last error: {last})"
+            ))
+        if now < self._attempt_at:
+            _sleep(self._attempt_at - now, deadline)
+            if deadline.expired():
+                raise TimeoutError(
+                    f"no message on stream {self.stream!r} partition {self.partition} within {deadline.timeout}s "
+                    "(resubscribing)"
+                )
+            return
+        if self._closed:
+            return
+        self._attempt_at = time.monotonic() + random.uniform(RETRY_MIN, RETRY_MAX)
+        budget = max(0.2, min(self._js.timeout, self._resub_wait - (now - self._fail_since)))
+        rem = deadline.remaining()
+        if rem is not None:
+            budget = min(budget, max(1.0, rem))
+        try:
+            self._create(Deadline(budget))
+            self._resubscribes += 1
+        except StreamNotFoundError as exc:
+            raise _Terminal(NoSuchPartitionError(
+                404, 10059, f"stream {self.stream!r} partition {self.partition} was deleted"
+            )) from exc
+        except ConnectionClosedError as exc:
+            raise _Terminal(exc) from exc
+        except (TimeoutError, NoRespondersError, ServiceUnavailableError) as exc:
+            self._last_error = exc
+        except APIError as exc:
+            if exc.code is not None and exc.code >= 500:
+                self._last_error = exc
+            else:
+                raise _Terminal(exc) from exc
+
+    # -- iterator form -------------------------------------------------------------------------
+
+    def next(self, timeout: float | None = 5.0) -> Message:
+        """Return the next message, waiting up to ``timeout`` seconds (None: no limit).
+
+        While the subscription resubscribes, the wait can run over ``timeout`` by the
+        time one consumer creation takes (at most the client's timeout).
+
+        Raises:
+            jssync.TimeoutError: no message in time.
+            jssync.SubscriptionClosedError: the subscription is closed.
+            NoSuchPartitionError, jssync.TimeoutError, jssync.ConnectionClosedError ...:
+                the error that ended the subscription (raised once; later calls raise
+                SubscriptionClosedError).
+            RuntimeError: the subscription has a handler.
+        """
+        if self._handler is not None:
+            raise RuntimeError("next() cannot be used on a subscription with a handler")
+        deadline = Deadline(timeout)
+        while not self._lock.acquire(timeout=deadline.slice()):
+            if self._closed:
+                raise self._closed_error()
+            deadline.check("waiting for the subscription")
+        try:
+            m = self._step(deadline)
+        except _Terminal as t:
+            self._lock.release()
+            self._fail(t.exc)
+            raise t.exc from t.exc.__cause__
+        except BaseException:
+            self._lock.release()
+            raise
+        self._lock.release()
+        if m is None:
+            raise self._closed_error()
+        return m
+
+    def _closed_error(self) -> SubscriptionClosedError:
+        return SubscriptionClosedError(
+            f"the subscription to stream {self.stream!r} partition {self.partition} is closed"
+        )
+
+    def __iter__(self) -> Iterator[Message]:
+        return self
+
+    def __next__(self) -> Message:
+        try:
+            return self.next(timeout=None)
+        except SubscriptionClosedError:
+            raise StopIteration from None
+
+    # -- handler form --------------------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        lane = self._lane
+        assert lane is not None
+        err: BaseException | None = None
+        while not self._closed:
+            with self._lock:
+                try:
+                    m = self._step(Deadline(None))
+                except _Terminal as t:
+                    err = t.exc
+                except BaseException as exc:  # noqa: BLE001 - anything else ends the subscription
+                    err = exc
+            if err is not None or m is None:
+                break
+            if len(lane) >= HANDLER_HIGH_WATER:
+                self._room.clear()
+                while len(lane) >= HANDLER_HIGH_WATER // 2 and not self._closed:
+                    self._room.wait(0.1)
+            lane.put(m)
+        if err is not None:
+            with self._state_lock:
+                report = not self._closed
+            if report:
+                lane.put(err)  # after the messages already queued
+            self._fail(err)
+
+    def _run_handler(self, item: Any) -> None:
+        assert self._handler is not None and self._lane is not None
+        if isinstance(item, BaseException):
+            self._handler(None, item)
+        elif not self._dropping:
+            self._handler(item, None)
+        if not self._room.is_set() and len(self._lane) < HANDLER_HIGH_WATER // 2:
+            self._room.set()
+
+    # -- closing -------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once closed (by :meth:`close`, the client, or an error)."""
+        return self._closed
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that ended the subscription, or None."""
+        return self._error
+
+    @property
+    def last_offset(self) -> int | None:
+        """The offset of the last message delivered, or None before the first."""
+        return self._last_offset
+
+    @property
+    def resubscribes(self) -> int:
+        """How many times the consumer was recreated after a failure."""
+        return self._resubscribes
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the subscription and delete its consumer. Idempotent.
+
+        Messages not yet handed out are dropped; a handler call in progress finishes.
+        Blocks until the reader stopped (at most ``timeout``); never raises for a closed
+        subscription.
+        """
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._dropping = True
+        self._shutdown(Deadline(timeout))
+
+    def unsubscribe(self, timeout: float = 5.0) -> None:
+        """Same as :meth:`close`."""
+        self.close(timeout)
+
+    def _fail(self, exc: BaseException) -> None:
+        """End the subscription with ``exc`` (kept as :attr:`error`)."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._error = exc
+        log.warning("jssync.liftbridge: subscription to %s partition %d ended: %s", self.stream, self.partition, exc)
+        self._shutdown(Deadline(5.0))
+
+    def _shutdown(self, deadline: Deadline) -> None:
+        """Stop the reader and release the consumer (once)."""
+        with self._state_lock:
+            if self._done.is_set():
+                return
+            self._done.set()
+        sub = self._sub
+        if sub is not None:
+            sub._end()  # wakes a reader waiting on it
+        me = threading.current_thread()
+        t = self._thread
+        if t is not None and t is not me:
+            while t.is_alive() and not deadline.expired():
+                t.join(deadline.slice())
+        got = False
+        if t is not me:
+            while not (got := self._lock.acquire(timeout=deadline.slice())):
+                if deadline.expired():
+                    break
+        try:
+            self._drop_current()
+        finally:
+            if got:
+                self._lock.release()
+        self._unwatch_deletions()
+        try:
+            self._conn.internal.reconnect_listeners.remove(self._on_reconnect)
+        except ValueError:
+            pass
+        if self._lane is not None and self._dropping:
+            self._lane.clear()
+        self._room.set()
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the subscription is closed (handler form); True if it is.
+
+        Blocks up to ``timeout`` seconds (None: no limit), in 0.1 s slices.
+        """
+        deadline = Deadline(timeout)
+        while not self._done.wait(deadline.slice()):
+            if deadline.expired():
+                return False
+        return True
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+public(Subscription)
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+def _ack_numbers(reply: str) -> tuple[int, int, _dt.datetime | None] | None:
+    """(stream sequence, consumer sequence, timestamp) from a JetStream ack subject (v1 or v2).
+
+    The lean per-message path; None when the subject does not have the expected shape
+    (the caller then uses the full parser, which raises a clear error).
+    """
+    toks = reply.split(".")
+    n = len(toks)
+    if n == 9:
+        s, c, t = toks[5], toks[6], toks[7]
+    elif n >= 11:
+        s, c, t = toks[7], toks[8], toks[9]
+    else:
+        return None
+    if not (s.isdigit() and c.isdigit() and t.isdigit() and s.isascii() and c.isascii() and t.isascii()):
+        return None
+    secs, nanos = divmod(int(t), 1_000_000_000)
+    try:
+        ts: _dt.datetime | None = _EPOCH + _dt.timedelta(seconds=secs, microseconds=nanos // 1000)
+    except OverflowError:  # a timestamp past year 9999: keep the message, drop the time
+        ts = None
+    return int(s), int(c), ts
+
+
+def _sleep(seconds: float, deadline: Deadline) -> None:
+    """Sleep ``seconds`` (at most what ``deadline`` leaves), in slices so Ctrl-C gets through."""
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        rem = deadline.remaining()
+        if rem is not None:
+            left = min(left, rem)
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.1))

@@ -1,0 +1,1289 @@
+"""JetStream as a PySpark data source and sink (the PySpark 4 Python Data Source API).
+
+Register the ``jetstream`` format once per SparkSession, then read and write streams
+with the usual DataFrame API::
+
+    from jssync.spark import register
+
+    register(spark)
+    df = (spark.read.format("jetstream").option("servers", url).option("stream", "ORDERS")
+          .option("subjects", "ORDERS.*").load())     # stream, subject, seq, time, data, headers
+    q = (spark.readStream.format("jetstream").option("servers", url).option("stream", "ORDERS")
+         .load().writeStream...)                       # offsets are stream sequences
+    df.write.format("jetstream").option("servers", url).option("subject", "OUT").save()
+
+Reads split a sequence range into ``numPartitions`` ranges; each Spark task opens its
+own jssync connection and reads its range with an ordered consumer and no-wait pull
+requests (``readMethod=consumer``, the default and the faster) or with batched Direct
+Gets (``readMethod=direct``, for streams with ``allow_direct``). A task whose planned
+range lost messages to the stream's limits, a purge or expiry before it read them fails
+with :class:`DataLossError` (``failOnDataLoss=false``: skips them). Streaming reads take
+``maxMessagesPerTrigger``, ``minMessagesPerTrigger`` and ``maxTriggerDelay`` like Spark's
+Kafka source.
+Writes publish every row with ``publish_async`` and wait for all PubAcks before the
+task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
+(from a column, or derived from the query, batch, partition and row) so retried tasks
+and replayed micro-batches are de-duplicated by the stream's duplicate window.
+
+Everything the executors get (readers, partitions, writers) holds plain option values
+only, never a connection. Needs PySpark 4.2 or newer (``pip install 'jssync[spark]'``)
+and Java 17. See ``docs/spark.md``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import logging
+import math
+import ssl
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from ..base.errors import (
+    ConnectionClosedError,
+    DataLossError,
+    JetStreamError,
+    MessageNotFoundError,
+    SparkWriteError,
+    TimeoutError,
+    ValidationError,
+)
+
+try:
+    import pyspark
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        DataSourceStreamArrowWriter,
+        DataSourceStreamReader,
+        InputPartition,
+        WriterCommitMessage,
+    )
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
+    )
+    from pyspark.sql.types import StructType
+except ImportError as _exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "jssync.spark needs PySpark 4.2 or newer with its SQL extras (pyarrow, pandas): "
+        "pip install 'jssync[spark]' (Spark also needs Java 17, see docs/spark.md)"
+    ) from _exc
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from ..core.connection import Connection
+    from ..core.msg import Msg
+    from ..jetstream.context import JetStream
+    from ..jetstream.streams import Stream
+
+__all__ = [
+    "FORMAT",
+    "SCHEMA",
+    "DataLossError",
+    "JetStreamDataSource",
+    "SparkWriteError",
+    "register",
+]
+
+log = logging.getLogger("jssync.spark")
+
+#: The format name registered by :func:`register`.
+FORMAT = "jetstream"
+
+#: The schema of a read, as a DDL string.
+SCHEMA = "stream string, subject string, seq long, time timestamp, data binary, headers map<string,string>"
+
+_MIN_PYSPARK = (4, 2)
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in v.split(".")[:2]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits or 0))
+    return tuple(out)
+
+
+if _version_tuple(pyspark.__version__) < _MIN_PYSPARK:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f"jssync.spark needs PySpark {_MIN_PYSPARK[0]}.{_MIN_PYSPARK[1]} or newer (found {pyspark.__version__}): "
+        "pip install -U 'jssync[spark]'"
+    )
+
+
+# -- options (pure) ----------------------------------------------------------------------------
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _opt_bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = opts.get(key.lower())
+    if raw is None or raw == "":
+        return default
+    v = str(raw).strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ValidationError(f"option {key!r} must be true or false, got {raw!r}")
+
+
+def _opt_int(opts: Mapping[str, str], key: str, default: int | None, minimum: int = 1) -> int | None:
+    raw = opts.get(key.lower())
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        v = int(str(raw).strip())
+    except ValueError:
+        raise ValidationError(f"option {key!r} must be an integer, got {raw!r}") from None
+    if v < minimum:
+        raise ValidationError(f"option {key!r} must be >= {minimum}, got {raw!r}")
+    return v
+
+
+def _opt_float(opts: Mapping[str, str], key: str, default: float) -> float:
+    raw = opts.get(key.lower())
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        v = float(str(raw).strip())
+    except ValueError:
+        raise ValidationError(f"option {key!r} must be a number of seconds, got {raw!r}") from None
+    if not v > 0 or math.isinf(v):
+        raise ValidationError(f"option {key!r} must be > 0, got {raw!r}")
+    return v
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _opt_duration(opts: Mapping[str, str], key: str, default: float) -> float:
+    """Seconds from ``"30"``, ``"30s"``, ``"500ms"``, ``"15m"`` or ``"1h"``."""
+    raw = opts.get(key.lower())
+    if raw is None or str(raw).strip() == "":
+        return default
+    text = str(raw).strip().lower()
+    num, unit = text, "s"
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            num, unit = text[: -len(suffix)].strip(), suffix
+            break
+    try:
+        v = float(num) * _UNITS[unit]
+    except ValueError:
+        raise ValidationError(f"option {key!r} must be a duration such as 30s, 500ms, 15m or 1h, got {raw!r}") from None
+    if v < 0 or math.isinf(v) or math.isnan(v):
+        raise ValidationError(f"option {key!r} must be >= 0, got {raw!r}")
+    return v
+
+
+def _opt_str(opts: Mapping[str, str], key: str) -> str | None:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return None
+    v = str(raw).strip()
+    return v or None
+
+
+def _parse_time(raw: str, key: str) -> _dt.datetime:
+    """An ISO 8601 time (``2024-05-01T12:00:00Z``; a naive time is taken as UTC)."""
+    try:
+        t = _dt.datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise ValidationError(
+            f"option {key!r} must be an ISO 8601 time such as 2024-05-01T12:00:00Z, got {raw!r}") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.UTC)
+    return t.astimezone(_dt.UTC)
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    """How a task connects: plain values only, so it pickles to the executors."""
+
+    servers: str | None = None
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    creds: str | None = None
+    nkeys_seed: str | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_hostname: str | None = None
+    connect_timeout: float = 5.0
+    timeout: float = 10.0
+    name: str = "jssync-spark"
+
+    def __repr__(self) -> str:  # never show credentials
+        return f"ConnectOptions(servers={self.servers!r}, user={self.user!r}, name={self.name!r})"
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> ConnectOptions:
+        tls_ca = _opt_str(opts, "tlsCaFile")
+        cert = _opt_str(opts, "tlsCertFile")
+        key = _opt_str(opts, "tlsKeyFile")
+        if (cert is None) != (key is None):
+            raise ValidationError("options 'tlsCertFile' and 'tlsKeyFile' go together: set both or neither")
+        return cls(
+            servers=_opt_str(opts, "servers"),
+            user=_opt_str(opts, "user"),
+            password=_opt_str(opts, "password"),
+            token=_opt_str(opts, "token"),
+            creds=_opt_str(opts, "creds"),
+            nkeys_seed=_opt_str(opts, "nkeysSeed"),
+            tls_ca_file=tls_ca,
+            tls_cert_file=cert,
+            tls_key_file=key,
+            tls_hostname=_opt_str(opts, "tlsHostname"),
+            connect_timeout=_opt_float(opts, "connectTimeout", 5.0),
+            timeout=_opt_float(opts, "timeout", 10.0),
+            name=_opt_str(opts, "connectionName") or "jssync-spark",
+        )
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """An SSLContext from the TLS file options, or None when none is set."""
+        if not (self.tls_ca_file or self.tls_cert_file):
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.tls_ca_file)
+        if self.tls_cert_file and self.tls_key_file:
+            ctx.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+        return ctx
+
+    def connect(self, role: str) -> Connection:
+        """Open a jssync connection (blocks up to ``connect_timeout``)."""
+        from ..core.connection import connect
+
+        kw: dict[str, Any] = {"name": f"{self.name}-{role}", "timeout": self.connect_timeout,
+                              "callback_workers": 1}
+        for k in ("user", "password", "token", "creds", "nkeys_seed", "tls_hostname"):
+            v = getattr(self, k)
+            if v is not None:
+                kw[k] = v
+        tls = self.tls_context()
+        if tls is not None:
+            kw["tls"] = tls
+        return connect(self.servers, **kw)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The options of a read (batch or streaming), parsed and checked on the driver."""
+
+    conn: ConnectOptions
+    stream: str
+    subjects: tuple[str, ...] = ()
+    starting_sequence: int | None = None  # None: earliest
+    starting_latest: bool = False
+    starting_time: _dt.datetime | None = None
+    ending_sequence: int | None = None  # None: the stream's last sequence at planning
+    num_partitions: int = 1
+    include_headers: bool = True
+    read_method: str = "consumer"
+    batch_size: int = 1000
+    arrow_batch_size: int = 10_000
+    max_messages_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay: float = 900.0
+    fail_on_data_loss: bool = True
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> ReadOptions:
+        from ..base.validate import validate_subject
+        from ..jetstream.params import validate_name
+
+        stream = _opt_str(opts, "stream")
+        if stream is None:
+            raise ValidationError("option 'stream' is required: the name of the stream to read")
+        validate_name(stream, "option 'stream'")
+        subjects_raw = _opt_str(opts, "subjects") or _opt_str(opts, "subject")
+        subjects: tuple[str, ...] = ()
+        if subjects_raw:
+            subjects = tuple(s.strip() for s in subjects_raw.split(",") if s.strip())
+            for s in subjects:
+                validate_subject(s, "option 'subjects'")
+        start_raw = _opt_str(opts, "startingSequence")
+        time_raw = _opt_str(opts, "startingTime")
+        starting_sequence: int | None = None
+        latest = False
+        if start_raw is not None and time_raw is not None:
+            raise ValidationError("set option 'startingSequence' or 'startingTime', not both")
+        if start_raw is not None:
+            low = start_raw.lower()
+            if low == "earliest":
+                pass
+            elif low == "latest":
+                latest = True
+            else:
+                starting_sequence = _opt_int(opts, "startingSequence", None, 1)
+        starting_time = _parse_time(time_raw, "startingTime") if time_raw is not None else None
+        end_raw = _opt_str(opts, "endingSequence")
+        ending: int | None = None
+        if end_raw is not None and end_raw.lower() != "latest":
+            ending = _opt_int(opts, "endingSequence", None, 0)
+        method = (_opt_str(opts, "readMethod") or "consumer").lower()
+        if method not in ("consumer", "direct"):
+            raise ValidationError(f"option 'readMethod' must be 'consumer' or 'direct', got {method!r}")
+        if method == "direct" and len(subjects) > 1:
+            raise ValidationError("readMethod 'direct' reads one subject filter; use readMethod 'consumer' "
+                             f"for several subjects ({', '.join(subjects)})")
+        max_per = _opt_int(opts, "maxMessagesPerTrigger", None)
+        min_per = _opt_int(opts, "minMessagesPerTrigger", None)
+        if max_per is not None and min_per is not None and min_per > max_per:
+            raise ValidationError(f"option 'minMessagesPerTrigger' ({min_per}) must not be greater than "
+                             f"'maxMessagesPerTrigger' ({max_per})")
+        return cls(
+            conn=ConnectOptions.parse(opts),
+            stream=stream,
+            subjects=subjects,
+            starting_sequence=starting_sequence,
+            starting_latest=latest,
+            starting_time=starting_time,
+            ending_sequence=ending,
+            num_partitions=_opt_int(opts, "numPartitions", 1) or 1,
+            include_headers=_opt_bool(opts, "includeHeaders", True),
+            read_method=method,
+            batch_size=_opt_int(opts, "batchSize", 1000) or 1000,
+            arrow_batch_size=_opt_int(opts, "arrowBatchSize", 10_000) or 10_000,
+            max_messages_per_trigger=max_per,
+            min_messages_per_trigger=min_per,
+            max_trigger_delay=_opt_duration(opts, "maxTriggerDelay", 900.0),
+            fail_on_data_loss=_opt_bool(opts, "failOnDataLoss", True),
+        )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """The options of a write (batch or streaming), parsed and checked on the driver."""
+
+    conn: ConnectOptions
+    subject: str | None = None
+    msg_id_column: str | None = None
+    derive_msg_id: bool = True
+    msg_id_prefix: str | None = None
+    max_pending: int = 4000
+    publish_timeout: float = 30.0
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> WriteOptions:
+        from ..base.validate import validate_subject
+
+        subject = _opt_str(opts, "subject")
+        if subject is not None:
+            validate_subject(subject, "option 'subject'", wildcards=False)
+        return cls(
+            conn=ConnectOptions.parse(opts),
+            subject=subject,
+            msg_id_column=_opt_str(opts, "msgIdColumn"),
+            derive_msg_id=_opt_bool(opts, "deriveMsgId", True),
+            msg_id_prefix=_opt_str(opts, "msgIdPrefix"),
+            max_pending=_opt_int(opts, "maxPending", 4000) or 4000,
+            publish_timeout=_opt_float(opts, "publishTimeout", 30.0),
+        )
+
+
+# -- planning (pure) ---------------------------------------------------------------------------
+
+
+def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
+    """Split the sequences ``first..last`` (inclusive) into at most ``parts`` contiguous ranges.
+
+    The ranges cover every sequence once, in order, and differ in size by at most one.
+    An empty range (``last < first``) gives no ranges.
+    """
+    if parts < 1:
+        raise ValidationError(f"parts must be >= 1, got {parts!r}")
+    total = last - first + 1
+    if total <= 0:
+        return []
+    parts = min(parts, total)
+    size, extra = divmod(total, parts)
+    out: list[tuple[int, int]] = []
+    lo = first
+    for i in range(parts):
+        hi = lo + size - 1 + (1 if i < extra else 0)
+        out.append((lo, hi))
+        lo = hi + 1
+    return out
+
+
+def derive_msg_id(prefix: str, batch: int, partition: int, row: int, subject: str, data: bytes) -> str:
+    """The ``Nats-Msg-Id`` of a row written without an id column.
+
+    Made of the write's ``prefix`` (the streaming query id, or a per-write id), the
+    micro-batch, the Spark partition, the row's index in it, and a short digest of the
+    subject and payload. A retried task or a replayed micro-batch that produces the same
+    rows in the same order produces the same ids (so the stream drops the copies); rows
+    that come in another order get other ids, so they are duplicated rather than lost.
+    """
+    h = hashlib.blake2b(subject.encode(), digest_size=6)
+    h.update(b"\x00")
+    h.update(data)
+    return f"{prefix}.{batch}.{partition}.{row}.{h.hexdigest()}"
+
+
+# -- reading (executors) -------------------------------------------------------------------------
+
+
+@dataclass
+class SequenceRange(InputPartition):
+    """One Spark input partition: the stream sequences ``first..last`` (inclusive).
+
+    ``expected_from``: every message of the range at or after this sequence was stored (or
+    not yet read) when the range was planned: the stream's first sequence at planning for
+    a batch read, the micro-batch's start offset for a streaming read. Sequences from it
+    that are below the stream's first sequence when the task starts were lost
+    (``failOnDataLoss``). 0: no check.
+    """
+
+    first: int
+    last: int
+    expected_from: int = 0
+
+    def __init__(self, first: int, last: int, expected_from: int = 0) -> None:
+        self.first = first
+        self.last = last
+        self.expected_from = expected_from
+
+
+def _parse_reply(reply: str) -> tuple[int, int, int, int]:
+    """``(stream seq, consumer seq, num pending, timestamp ns)`` from a JetStream ack subject."""
+    t = reply.split(".")
+    n = len(t)
+    if n == 9:
+        return int(t[5]), int(t[6]), int(t[8]), int(t[7])
+    if n >= 11:
+        return int(t[7]), int(t[8]), int(t[10]), int(t[9])
+    from ..base.jsack import parse_ack_subject
+
+    md = parse_ack_subject(reply)  # raises a clear error
+    return md.sequence.stream, md.sequence.consumer, md.num_pending, 0  # pragma: no cover
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+class _Columns:
+    """Column lists for one Arrow record batch."""
+
+    __slots__ = ("subjects", "seqs", "times", "datas", "headers")
+
+    def __init__(self) -> None:
+        self.subjects: list[str] = []
+        self.seqs: list[int] = []
+        self.times: list[int] = []
+        self.datas: list[bytes] = []
+        self.headers: list[list[tuple[str, str]] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+
+def schema_type() -> StructType:
+    """The schema of a read as a StructType (the same as :data:`SCHEMA`)."""
+    from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructField, TimestampType
+
+    return StructType([
+        StructField("stream", StringType()),
+        StructField("subject", StringType()),
+        StructField("seq", LongType()),
+        StructField("time", TimestampType()),
+        StructField("data", BinaryType()),
+        StructField("headers", MapType(StringType(), StringType())),
+    ])
+
+
+def _arrow_schema() -> Any:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema_type(), timezone="UTC")
+
+
+def _to_batch(stream: str, cols: _Columns, schema: Any) -> Any:
+    import pyarrow as pa
+
+    n = len(cols)
+    arrays = [
+        pa.array([stream] * n, type=pa.string()),
+        pa.array(cols.subjects, type=pa.string()),
+        pa.array(cols.seqs, type=pa.int64()),
+        pa.array(cols.times, type=pa.int64()).cast(schema.field("time").type),
+        pa.array(cols.datas, type=pa.binary()),
+        pa.array(cols.headers, type=schema.field("headers").type),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+class _RangeReader:
+    """Reads one sequence range of a stream on an executor, with its own connection."""
+
+    #: Pull requests in a row that may return nothing while messages are stored in the range.
+    MAX_EMPTY_PULLS = 10
+
+    def __init__(self, opts: ReadOptions, first: int, last: int, expected_from: int = 0) -> None:
+        self.opts = opts
+        self.first = first
+        self.last = last
+        self.expected_from = expected_from
+        #: Sequences skipped because they were lost (``failOnDataLoss=false``).
+        self.lost = 0
+
+    def _check_lost(self, stream: Stream) -> None:
+        """Fail (or skip and count) the sequences of the range removed since it was planned."""
+        if not self.expected_from:
+            return
+        head = int(stream.cached_info.state.first_seq or 0)
+        lo = max(self.first, self.expected_from)
+        hi = min(self.last, head - 1)
+        if hi < lo:
+            return
+        what = (f"stream {self.opts.stream!r}: sequences {lo}..{hi} of the planned range {self.first}..{self.last} "
+                f"were removed (the stream's limits, a purge or their age) before they were read; "
+                f"the stream now starts at {head}")
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{what}. Set option failOnDataLoss=false to skip them")
+        self.lost += hi - lo + 1
+        log.warning("jssync.spark: %s: skipped %d sequence(s) (failOnDataLoss=false)", what, hi - lo + 1)
+        self.first = hi + 1
+
+    def batches(self) -> Iterator[Any]:
+        """Yield Arrow record batches with every stored message of the range, in sequence order."""
+        if self.last < self.first:
+            return
+        schema = _arrow_schema()
+        conn = self.opts.conn.connect("reader")
+        try:
+            js = conn.jetstream(timeout=self.opts.conn.timeout)
+            stream = js.stream(self.opts.stream)
+            self._check_lost(stream)
+            if self.last < self.first:
+                return
+            limit = self.opts.arrow_batch_size
+            self._cols = _Columns()
+            source = self._direct(stream) if self.opts.read_method == "direct" else self._consumer(stream)
+            for _ in source:
+                if len(self._cols) >= limit:
+                    yield _to_batch(self.opts.stream, self._cols, schema)
+                    self._cols = _Columns()
+            if len(self._cols):
+                yield _to_batch(self.opts.stream, self._cols, schema)
+        finally:
+            conn.close()
+
+    #: Each source appends one message to ``self._cols`` per step and yields None; :meth:`batches`
+    #: turns the columns into a record batch when they are full.
+    _cols: _Columns
+
+    def _consumer(self, stream: Stream) -> Iterator[None]:
+        """Read the range with an ordered consumer (ADR-17) and no-wait pull requests.
+
+        The ordered consumer recovers by itself (gaps, reconnects, a deleted consumer).
+        The read ends at the first message past the range, at a message after which the
+        consumer has nothing pending, or when a pull finds nothing and the stream holds no
+        matching message in the rest of the range: it never waits for messages that do
+        not exist.
+        """
+        opts = self.opts
+        include_headers = opts.include_headers
+        next_seq = self.first
+        last = self.last
+        oc = stream.ordered_consumer(filter_subjects=list(opts.subjects) or None, opt_start_seq=next_seq,
+                                     inactive_threshold=30.0)
+        empty = 0
+        try:
+            while next_seq <= last:
+                want = min(opts.batch_size, last - next_seq + 1)
+                got = 0
+                with oc.fetch_no_wait(want) as res:
+                    for m in res:
+                        got += 1
+                        sseq, _cseq, pending, ts = _parse_reply(m.reply)
+                        if sseq > last:
+                            return
+                        if sseq >= next_seq:
+                            self._add(m, sseq, ts, include_headers)
+                            next_seq = sseq + 1
+                            yield None
+                        if sseq >= last or pending == 0:
+                            return
+                if got:
+                    empty = 0
+                    continue
+                # nothing came: the rest of the range is empty, or the consumer is being replaced
+                if not self._more_in_range(stream, next_seq, last):
+                    return
+                empty += 1
+                if empty > self.MAX_EMPTY_PULLS:
+                    raise TimeoutError(
+                        f"could not read sequences {next_seq}..{last} of stream {opts.stream!r}: "
+                        f"{empty} pull requests in a row returned nothing although messages are stored there"
+                    )
+                time.sleep(min(0.05 * empty, 0.5))
+        finally:
+            name = oc.name
+            if name is not None:
+                try:
+                    stream.delete_consumer(name, timeout=opts.conn.timeout)
+                except Exception:  # noqa: BLE001 - the inactive threshold removes it anyway
+                    pass
+
+    def _more_in_range(self, stream: Stream, seq: int, last: int) -> bool:
+        """True when the stream holds a message matching the filters at a sequence in ``seq..last``."""
+        for subject in self.opts.subjects or (">",):
+            try:
+                m = stream.get_msg(seq, next_by_subject=subject, timeout=self.opts.conn.timeout)
+            except MessageNotFoundError:
+                continue
+            if m.seq <= last:
+                return True
+        return False
+
+    def _add(self, m: Msg, seq: int, ts_ns: int, include_headers: bool) -> None:
+        c = self._cols
+        c.subjects.append(m.subject)
+        c.seqs.append(seq)
+        c.times.append(ts_ns // 1000)
+        c.datas.append(m.data)
+        h = m.headers if include_headers else None
+        c.headers.append(list(h.items()) if h else None)
+
+    def _direct(self, stream: Stream) -> Iterator[None]:
+        opts = self.opts
+        subject = opts.subjects[0] if opts.subjects else ">"
+        include_headers = opts.include_headers
+        next_seq = self.first
+        last = self.last
+        micro = _dt.timedelta(microseconds=1)
+        while next_seq <= last:
+            want = min(opts.batch_size, last - next_seq + 1)
+            with stream.direct_get_batch(subject, want, seq=next_seq, timeout=opts.conn.timeout) as batch:
+                received = 0
+                for sm in batch:
+                    received += 1
+                    if sm.seq > last:
+                        return
+                    c = self._cols
+                    c.subjects.append(sm.subject)
+                    c.seqs.append(sm.seq)
+                    c.times.append((sm.time - _EPOCH) // micro if sm.time is not None else 0)
+                    c.datas.append(sm.data)
+                    h = sm.headers if include_headers else None
+                    c.headers.append(list(h.items()) if h else None)
+                    next_seq = sm.seq + 1
+                    yield None
+                # num_pending is None only from servers before 2.11 (one message per request)
+                if received == 0 or batch.num_pending == 0:
+                    return
+
+
+def read_range(opts: ReadOptions, first: int, last: int, expected_from: int = 0) -> Iterator[Any]:
+    """Yield Arrow record batches with the messages stored at sequences ``first..last``.
+
+    Opens its own connection (closed when the iteration ends or is closed). Deleted and
+    purged sequences are skipped; the read ends at ``last`` (or earlier when the stream
+    has nothing more), never waiting for messages that do not exist.
+
+    With ``expected_from`` (see :class:`SequenceRange`), sequences from it that are below
+    the stream's first sequence when the read starts raise :class:`DataLossError`
+    (``failOnDataLoss``, the default) or are skipped with a warning in the log.
+    """
+    return _RangeReader(opts, first, last, expected_from).batches()
+
+
+# -- planning (driver) ---------------------------------------------------------------------------
+
+
+def _stream_state(js: JetStream, name: str, timeout: float) -> tuple[int, int]:
+    """``(first_seq, last_seq)`` of the stream now."""
+    info = js.stream(name, timeout=timeout).cached_info
+    st = info.state
+    first = int(st.first_seq or 0)
+    last = int(st.last_seq or 0)
+    return max(first, 1), last
+
+
+def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq: int) -> int:
+    """The first stream sequence stored at or after ``when`` (``last_seq + 1`` when there is none).
+
+    Creates an ephemeral ``BY_START_TIME`` consumer (deleted again before returning) and
+    pulls one message with ``no_wait``. Blocks for the stream lookup and the consumer
+    creation (each at most the connection ``timeout``) and for the pull (at most the
+    JetStream context's timeout).
+
+    ``last_seq + 1`` means "nothing at or after ``when``": the consumer has nothing
+    pending, or the pull ended normally without a message (404 No Messages, e.g. the
+    messages were removed after the consumer was created). A pull that ended any other
+    way says nothing about the stream, so it raises rather than start the read after the
+    end of the stream (which would skip data). It is not retried: the pull already waited
+    the whole timeout, and the other endings (a pull the server refuses or never answers,
+    a closed connection) do not go away by themselves within it.
+
+    Raises:
+        jssync.TimeoutError: the pull got no answer in time (e.g. the user may create
+            consumers but not publish to ``$JS.API.CONSUMER.MSG.NEXT``); the cause is chained.
+        jssync.ConnectionClosedError: the connection closed during the pull.
+        jssync.JetStreamError: the pull ended with another status (e.g. a 409 warning);
+            the cause is chained. Errors of the stream lookup, the consumer creation and
+            the errors a pull raises (400, 409 Consumer Deleted, 503) pass through.
+    """
+    from nats.js import api
+
+    stream = js.stream(opts.stream, timeout=opts.conn.timeout)
+    c = stream.create_consumer(
+        timeout=opts.conn.timeout,
+        ack_policy=api.AckPolicy.NONE,
+        deliver_policy=api.DeliverPolicy.BY_START_TIME,
+        opt_start_time=when,
+        inactive_threshold=30.0,
+        mem_storage=True,
+        num_replicas=1,
+    )
+    try:
+        if not (c.cached_info.num_pending or 0):
+            return last_seq + 1
+        res = c.fetch_no_wait(1)
+        for m in res:
+            return _parse_reply(m.reply)[0]
+        err = res.error
+        if err is not None:
+            msg = (f"could not find the first message of stream {opts.stream!r} at or after "
+                   f"startingTime {when.isoformat()}: the pull request ended with {type(err).__name__}: {err}")
+            if isinstance(err, TimeoutError | ConnectionClosedError):
+                raise type(err)(msg) from err
+            raise JetStreamError(msg) from err
+        return last_seq + 1
+    finally:
+        try:
+            c.delete(timeout=opts.conn.timeout)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _start_seq(js: JetStream, opts: ReadOptions, first_seq: int, last_seq: int) -> int:
+    if opts.starting_time is not None:
+        return _seq_at_time(js, opts, opts.starting_time, last_seq)
+    if opts.starting_latest:
+        return last_seq + 1
+    if opts.starting_sequence is not None:
+        return opts.starting_sequence
+    return first_seq
+
+
+def _check_schema(schema: Any) -> None:
+    expected = schema_type()
+    if schema is not None and isinstance(schema, StructType) and schema != expected:
+        raise ValidationError(
+            f"the jetstream source has a fixed schema ({SCHEMA}); got a user schema {schema.simpleString()}"
+        )
+
+
+class JetStreamBatchReader(DataSourceReader):
+    """Batch reads: plans sequence ranges on the driver, reads them on the executors."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.planned: tuple[int, int] | None = None
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Fix the sequence range (one consistent snapshot) and split it into ranges."""
+        opts = self.opts
+        conn = opts.conn.connect("planner")
+        try:
+            js = conn.jetstream(timeout=opts.conn.timeout)
+            first_seq, last_seq = _stream_state(js, opts.stream, opts.conn.timeout)
+            start = _start_seq(js, opts, first_seq, last_seq)
+        finally:
+            conn.close()
+        end = last_seq if opts.ending_sequence is None else min(opts.ending_sequence, last_seq)
+        start = max(start, 1)
+        self.planned = (start, end)
+        ranges = split_range(start, end, opts.num_partitions)
+        if not ranges:
+            return [SequenceRange(1, 0)]
+        # messages below the first sequence at planning were gone before the read: not lost
+        return [SequenceRange(lo, hi, first_seq) for lo, hi in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, SequenceRange)
+        return read_range(self.opts, partition.first, partition.last, partition.expected_from)
+
+
+class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming reads. An offset is ``{"seq": N}``: the next stream sequence to read.
+
+    A micro-batch from ``{"seq": a}`` to ``{"seq": b}`` reads the sequences ``a..b-1``.
+    With ``maxMessagesPerTrigger`` a micro-batch spans at most that many sequences (so
+    at most that many messages). With ``minMessagesPerTrigger`` no micro-batch starts
+    until that many sequences are there, or ``maxTriggerDelay`` has passed since the last
+    micro-batch (or the start of the query); ``trigger(availableNow=True)`` ignores it.
+
+    :meth:`reportLatestOffset` shows up as the source's ``latestOffset`` in every
+    ``StreamingQueryProgress``: ``{"seq": <the stream's last sequence + 1>,
+    "messagesBehind": <sequences after the micro-batch's end>, "lostSequences": <total
+    skipped with failOnDataLoss=false>}``.
+    """
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self._target: int | None = None
+        self._latest: int | None = None
+        self._end: int | None = None
+        self._lost = 0
+        self._last_trigger = time.monotonic()
+        self._conn: Connection | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_conn"] = None  # connections do not travel
+        return state
+
+    def _js(self) -> JetStream:
+        if self._conn is None or self._conn.is_closed:
+            self._conn = self.opts.conn.connect("stream-planner")
+        return self._conn.jetstream(timeout=self.opts.conn.timeout)
+
+    def _state(self) -> tuple[int, int]:
+        first, last = _stream_state(self._js(), self.opts.stream, self.opts.conn.timeout)
+        self._latest = last + 1
+        return first, last
+
+    def initialOffset(self) -> dict[str, int]:
+        js = self._js()
+        first_seq, last_seq = _stream_state(js, self.opts.stream, self.opts.conn.timeout)
+        # a start before the first stored message starts at it (nothing was lost yet)
+        return {"seq": max(1, first_seq, _start_seq(js, self.opts, first_seq, last_seq))}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._state()[1] + 1
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_messages_per_trigger:
+            return ReadMaxRows(self.opts.max_messages_per_trigger)
+        if self.opts.min_messages_per_trigger:
+            return ReadMinRows(self.opts.min_messages_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, int]:
+        first, last = self._state()
+        end = last + 1
+        if self._target is not None:
+            end = min(end, self._target)
+        if self.opts.ending_sequence is not None:
+            end = min(end, self.opts.ending_sequence + 1)
+        if start is None:
+            self._end = end
+            return {"seq": end}
+        begin = int(start["seq"])
+        end = max(end, begin)
+        if self._target is None and limit is not None and not isinstance(limit, ReadAllAvailable):
+            # Spark passes one limit; the minimum comes from the options when the limit is the maximum
+            least = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_messages_per_trigger
+            waited = time.monotonic() - self._last_trigger
+            if least and end - begin < least and waited < self.opts.max_trigger_delay:
+                self._end = begin
+                return {"seq": begin}
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, begin + max(1, int(limit.max_rows)))
+        if end > begin:
+            self._last_trigger = time.monotonic()
+            if not self.opts.fail_on_data_loss and first > begin:
+                self._lost += min(first, end) - begin  # the executors skip these
+        self._end = end
+        return {"seq": end}
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        if self._latest is None:
+            return None
+        behind = self._latest - (self._end if self._end is not None else self._latest)
+        return {"seq": self._latest, "messagesBehind": max(0, behind), "lostSequences": self._lost}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin = int(start["seq"])
+        ranges = split_range(begin, int(end["seq"]) - 1, self.opts.num_partitions)
+        # every sequence from the micro-batch's start is still to be read: gone ones were lost
+        return [SequenceRange(lo, hi, begin) for lo, hi in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, SequenceRange)
+        return read_range(self.opts, partition.first, partition.last, partition.expected_from)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the position lives in Spark's checkpoint, not on the server."""
+
+    def stop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+# -- writing (executors) -------------------------------------------------------------------------
+
+
+@dataclass
+class JetStreamCommitMessage(WriterCommitMessage):
+    """What one write task reports to the driver."""
+
+    partition: int
+    rows: int
+    duplicates: int
+    first_seq: int | None = None
+    last_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class _Columns4Write:
+    data: int
+    subject: int | None
+    headers: int | None
+    msg_id: int | None
+
+
+def _write_columns(names: list[str], opts: WriteOptions) -> _Columns4Write:
+    low = [n.lower() for n in names]
+
+    def idx(name: str | None) -> int | None:
+        if name is None:
+            return None
+        try:
+            return low.index(name.lower())
+        except ValueError:
+            return None
+
+    data = idx("data")
+    if data is None:
+        raise ValidationError(f"the jetstream sink needs a 'data' column (binary or string); the columns are {names}")
+    msg_id = idx(opts.msg_id_column)
+    if opts.msg_id_column is not None and msg_id is None:
+        raise ValidationError(f"option 'msgIdColumn' names {opts.msg_id_column!r}, which is not a column of {names}")
+    return _Columns4Write(data=data, subject=idx("subject"), headers=idx("headers"), msg_id=msg_id)
+
+
+def check_write_schema(schema: StructType, opts: WriteOptions) -> None:
+    """Check on the driver that the DataFrame can be written (raises ValueError naming the problem)."""
+    from pyspark.sql.types import BinaryType, MapType, StringType
+
+    names = [f.name for f in schema.fields]
+    cols = _write_columns(names, opts)
+    f = schema.fields
+    if not isinstance(f[cols.data].dataType, BinaryType | StringType):
+        raise ValidationError(f"column 'data' must be binary or string, not {f[cols.data].dataType.simpleString()}")
+    if cols.subject is None and opts.subject is None:
+        raise ValidationError("set option 'subject' or give the DataFrame a 'subject' column")
+    if cols.subject is not None and not isinstance(f[cols.subject].dataType, StringType):
+        raise ValidationError(f"column 'subject' must be a string, not {f[cols.subject].dataType.simpleString()}")
+    if cols.headers is not None:
+        t = f[cols.headers].dataType
+        if not (isinstance(t, MapType) and isinstance(t.keyType, StringType)
+                and isinstance(t.valueType, StringType)):
+            raise ValidationError(f"column 'headers' must be map<string,string>, not {t.simpleString()}")
+
+
+def _task_info() -> tuple[int, int, dict[str, str | None]]:
+    """``(partition id, attempt number, {local properties we use})`` of the running task."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    if tc is None:  # pragma: no cover - only outside Spark
+        return 0, 0, {}
+    props = {k: tc.getLocalProperty(k) for k in ("sql.streaming.queryId", "streaming.sql.batchId")}
+    return tc.partitionId(), tc.attemptNumber(), props
+
+
+class _FastRows:
+    """The checks and headers of ``JetStream.publish_async`` for a row without headers of its own.
+
+    The subject is checked once per distinct subject (a small cache), the derived
+    ``Nats-Msg-Id`` is built from a prefix checked once and a digest state per subject
+    (the same id as :func:`derive_msg_id`), and the payload plus header block is checked
+    against the server's max_payload; then the row goes straight to the publisher, with
+    the same Future, flow control and PubAck handling as ``publish_async``.
+    """
+
+    __slots__ = ("_head", "_extra", "_derive", "_max_payload", "_subjects")
+
+    #: Distinct subjects remembered as checked (more: checked again, the cache starts over).
+    MAX_SUBJECTS = 4096
+
+    def __init__(self, conn: Connection, prefix: str, batch: int, partition: int, derive: bool) -> None:
+        from ..base.validate import validate_headers
+        from ..jetstream.params import HDR_MSG_ID
+
+        self._head = f"{prefix}.{batch}.{partition}."
+        validate_headers({HDR_MSG_ID: self._head})  # an id adds only digits, dots and hex to it
+        # the header block around the id: "NATS/1.0\r\n", "Nats-Msg-Id: ", CRLFs (27 bytes),
+        # plus what the prefix takes beyond one byte a character in UTF-8
+        self._extra = 27 + len(self._head.encode()) - len(self._head)
+        self._derive = derive
+        self._max_payload = conn.max_payload
+        self._subjects: dict[str, Any] = {}  # subject -> blake2b state after "subject\0"
+
+    def headers(self, subject: str, row: int, data: bytes) -> dict[str, str] | None:
+        """The row's headers (its ``Nats-Msg-Id`` or None); raises like ``publish_async``."""
+        base = self._subjects.get(subject)
+        if base is None:
+            from ..base.validate import validate_subject
+
+            validate_subject(subject, wildcards=False)
+            base = hashlib.blake2b(subject.encode(), digest_size=6)
+            base.update(b"\x00")
+            if len(self._subjects) >= self.MAX_SUBJECTS:
+                self._subjects.clear()
+            self._subjects[subject] = base
+        if not self._derive:
+            size = len(data)
+            hdrs = None
+        else:
+            h = base.copy()
+            h.update(data)
+            msg_id = f"{self._head}{row}.{h.hexdigest()}"
+            size = len(data) + len(msg_id) + self._extra
+            hdrs = {"Nats-Msg-Id": msg_id}
+        if size > self._max_payload:
+            from ..base.errors import MaxPayloadError
+
+            raise MaxPayloadError(
+                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
+                f"of {self._max_payload} bytes"
+            )
+        return hdrs
+
+
+def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch_id: int,
+                  partition: int) -> JetStreamCommitMessage:
+    """Publish every row of ``batches`` (Arrow record batches) and wait for all PubAcks.
+
+    Raises:
+        SparkWriteError: a row could not be published or its PubAck failed.
+    """
+    conn = opts.conn.connect(f"writer-{partition}")
+    rows = 0
+    duplicates = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    inflight: deque[tuple[int, str, Any]] = deque()
+
+    def settle(item: tuple[int, str, Any]) -> None:
+        nonlocal duplicates, first_seq, last_seq
+        row, subj, fut = item
+        try:
+            # done, or its PubAck was taken off the table just now and is being set:
+            # the wait is for that moment only (done() / publish_async_completed said so)
+            ack = fut.result(timeout=5.0)
+        except Exception as exc:  # noqa: BLE001
+            raise SparkWriteError(
+                f"publishing row {row} of partition {partition} to {subj!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        if ack.duplicate:
+            duplicates += 1
+        else:
+            first_seq = ack.seq if first_seq is None else min(first_seq, ack.seq)
+            last_seq = ack.seq if last_seq is None else max(last_seq, ack.seq)
+
+    try:
+        js = conn.jetstream(timeout=opts.publish_timeout, max_pending=opts.max_pending)
+        fast = _FastRows(conn, prefix, batch_id, partition, opts.derive_msg_id)
+        publish = js._async.publish  # for rows _FastRows has checked (see there)
+        timeout = opts.publish_timeout
+        cols: _Columns4Write | None = None
+        for rb in batches:
+            if cols is None:
+                cols = _write_columns(list(rb.schema.names), opts)
+            n = rb.num_rows
+            if n == 0:
+                continue
+            datas = rb.column(cols.data).to_pylist()
+            subjects = rb.column(cols.subject).to_pylist() if cols.subject is not None else None
+            headers = rb.column(cols.headers).to_pylist() if cols.headers is not None else None
+            ids = rb.column(cols.msg_id).to_pylist() if cols.msg_id is not None else None
+            for i in range(n):
+                row = rows
+                rows += 1
+                subj = (subjects[i] if subjects is not None else None) or opts.subject
+                if subj is None:
+                    raise SparkWriteError(
+                        f"row {row} of partition {partition} has no subject (its 'subject' column is null "
+                        "and option 'subject' is not set)"
+                    )
+                d = datas[i]
+                if d is None:
+                    d = b""
+                elif isinstance(d, str):
+                    d = d.encode()
+                h = headers[i] if headers is not None else None
+                try:
+                    if not h and (ids is None or ids[i] is None):
+                        # the common row: no headers of its own, a derived id (or none)
+                        fut = publish(subj, d, fast.headers(subj, row, d), timeout)
+                    else:
+                        hdrs = dict(h) if h else None
+                        if ids is not None and ids[i] is not None:
+                            msg_id: str | None = str(ids[i])
+                        elif opts.derive_msg_id:
+                            msg_id = derive_msg_id(prefix, batch_id, partition, row, subj, d)
+                        else:
+                            msg_id = None
+                        fut = js.publish_async(subj, d, headers=hdrs, msg_id=msg_id, timeout=timeout)
+                except Exception as exc:  # noqa: BLE001 - bad subject, header, payload size
+                    raise SparkWriteError(
+                        f"cannot publish row {row} of partition {partition} to {subj!r}: {type(exc).__name__}: {exc}"
+                    ) from exc
+                inflight.append((row, subj, fut))
+                if not rows & 255:  # look at the settled PubAcks now and then: fail early
+                    while inflight and inflight[0][2].done():
+                        settle(inflight.popleft())
+        try:
+            js.publish_async_completed(timeout=opts.publish_timeout + 5.0)
+        except TimeoutError as exc:
+            raise SparkWriteError(
+                f"partition {partition}: {js.publish_async_pending()} PubAck(s) still missing after "
+                f"{opts.publish_timeout + 5.0}s"
+            ) from exc
+        while inflight:
+            settle(inflight.popleft())
+    finally:
+        conn.close()
+    return JetStreamCommitMessage(partition=partition, rows=rows, duplicates=duplicates, first_seq=first_seq,
+                                  last_seq=last_seq)
+
+
+def _log_commit(messages: Sequence[Any], what: str) -> None:
+    rows = sum(m.rows for m in messages if isinstance(m, JetStreamCommitMessage))
+    dups = sum(m.duplicates for m in messages if isinstance(m, JetStreamCommitMessage))
+    log.info("jssync.spark: %s: %d row(s) published, %d duplicate(s) dropped by the stream", what, rows, dups)
+
+
+class JetStreamBatchWriter(DataSourceArrowWriter):
+    """Batch writes (``df.write.format("jetstream")...save()``)."""
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+        #: The first part of derived message ids: made once per write on the driver, so every
+        #: task attempt of this write derives the same ids.
+        self.prefix = opts.msg_id_prefix or uuid.uuid4().hex[:16]
+
+    def write(self, iterator: Iterator[Any]) -> JetStreamCommitMessage:
+        partition, _attempt, _ = _task_info()
+        return write_batches(self.opts, iterator, self.prefix, 0, partition)
+
+    def commit(self, messages: list[Any]) -> None:
+        _log_commit(messages, "write")
+
+    def abort(self, messages: list[Any]) -> None:
+        log.warning("jssync.spark: write aborted; messages published by finished tasks stay in the stream")
+
+
+class JetStreamStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming writes; derived message ids use the query id, the micro-batch and the partition."""
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+        self.fallback_prefix = opts.msg_id_prefix or uuid.uuid4().hex[:16]
+
+    def write(self, iterator: Iterator[Any]) -> JetStreamCommitMessage:
+        partition, _attempt, props = _task_info()
+        prefix = self.opts.msg_id_prefix or props.get("sql.streaming.queryId") or self.fallback_prefix
+        batch_raw = props.get("streaming.sql.batchId")
+        try:
+            batch_id = int(batch_raw) if batch_raw is not None else 0
+        except ValueError:
+            batch_id = 0
+        return write_batches(self.opts, iterator, prefix, batch_id, partition)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        _log_commit(messages, f"micro-batch {batchId}")
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        log.warning("jssync.spark: micro-batch %s aborted; it is written again (de-duplicated) on replay",
+                    batchId)
+
+
+# -- the data source -----------------------------------------------------------------------------
+
+
+def _plain(options: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+class JetStreamDataSource(DataSource):
+    """The ``jetstream`` format: batch and streaming reads of a stream, batch and streaming writes.
+
+    Register it with :func:`register` (or ``spark.dataSource.register(JetStreamDataSource)``).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return schema_type()
+
+    def reader(self, schema: StructType) -> JetStreamBatchReader:
+        _check_schema(schema)
+        return JetStreamBatchReader(ReadOptions.parse(_plain(self.options)))
+
+    def streamReader(self, schema: StructType) -> JetStreamStreamReader:
+        _check_schema(schema)
+        return JetStreamStreamReader(ReadOptions.parse(_plain(self.options)))
+
+    def writer(self, schema: StructType, overwrite: bool) -> JetStreamBatchWriter:
+        if overwrite:
+            raise ValidationError(
+                "the jetstream sink only appends: use mode('append') (a stream cannot be overwritten)")
+        opts = WriteOptions.parse(_plain(self.options))
+        check_write_schema(schema, opts)
+        return JetStreamBatchWriter(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> JetStreamStreamWriter:
+        opts = WriteOptions.parse(_plain(self.options))
+        check_write_schema(schema, opts)
+        return JetStreamStreamWriter(opts)
+
+
+def _default_append() -> None:
+    """Make ``df.write.format("jetstream")`` start in append mode (idempotent).
+
+    Spark refuses its default save mode (ErrorIfExists) for Python data sources, and
+    appending is the only thing a stream can do; an explicit ``.mode(...)`` after
+    ``format`` still wins.
+    """
+    import functools
+
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    orig = DataFrameWriter.format
+    if getattr(orig, "_jssync_append", False):
+        return
+
+    @functools.wraps(orig)
+    def format(self: Any, source: str) -> Any:  # noqa: A001 - the method's name
+        w = orig(self, source)
+        if isinstance(source, str) and source.lower() == FORMAT:
+            w = w.mode("append")
+        return w
+
+    cast(Any, format)._jssync_append = True  # marks the patched method as ours
+    cast(Any, DataFrameWriter).format = format
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``jetstream`` format on ``spark`` (once per session; again is harmless).
+
+    Also makes ``df.write.format("jetstream")`` default to append mode: Spark's default
+    (ErrorIfExists) is not allowed for Python data sources. Executors import
+    :mod:`jssync.spark` by name, so jssync must be installed where the Python workers run.
+    """
+    spark.dataSource.register(JetStreamDataSource)
+    _default_append()
+

@@ -1,0 +1,1 @@
+"""Testing support: nats-server processes and clusters (``jssync.server``) and the pytest plugin."""
