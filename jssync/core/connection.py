@@ -7,8 +7,6 @@ import atexit
 import itertools
 import logging
 import os
-import select
-import socket
 import ssl
 import threading
 import weakref
@@ -45,6 +43,7 @@ from ..base.validate import (
     validate_subject,
 )
 from . import natspy as _natspy
+from . import sockpath as _sockpath
 from .hooks import HOOKS
 from .internal import ConnectionInternal
 from .loop import IOLoop
@@ -75,14 +74,6 @@ _BURST_BYTES = 1 << 20
 _DIRECT_MAX = 256
 #: Direct writes stop while the socket's write buffer holds more than this.
 _DIRECT_BUFFER_LIMIT = 1 << 20
-#: Requests up to this size may be written to the socket by the caller's thread.
-_DIRECT_SEND_MAX = 64 * 1024
-#: How long a caller that wrote its request itself watches the socket for the reply.
-_STEAL_WINDOW = 0.005
-#: Bytes a caller peeks at first when it looks for its reply on the socket ...
-_STEAL_PEEK_FIRST = 4096
-#: ... and at most, when the reply is longer.
-_STEAL_PEEK = 65536
 #: Publishes queued before ``publish`` waits for the I/O thread to catch up.
 _PUB_HIGH_WATER = 65536
 #: ... or this many payload bytes (estimated as queue length x the new message's size).
@@ -181,27 +172,14 @@ class Connection:
         self._offline_used = 0
         self._offline_refused = False
         self._max_payload = 1024 * 1024
-        # Direct writes from a caller's thread (see _install_direct / _try_direct_send). The
-        # lock orders every write to the socket and every "pop from _pubq, then write".
-        self._wlock = threading.RLock()
-        self._direct_transport: Any = None
-        self._direct_sock: Any = None
-        self._direct_rest = b""
-        self._direct_checked: Any = None  # the transport _install_direct last looked at
-        # Direct reads (see _install_reader / _steal_reply): every read from the socket
-        # takes _rlock; a caller may take its own reply off the socket when everything
-        # the loop received so far has been parsed up to a message boundary.
-        self._rlock = threading.RLock()
-        self._rd_reader: Callable[[], bool] | None = None  # _natspy.install_reader's idle check
+        # The caller-side socket path (jssync/_sockpath.py): a request's caller writes it
+        # and may read its reply itself. Its write lock orders every write to the socket
+        # and every "pop from _pubq, then write".
+        self._sockpath = _sockpath.CallerSocket(self._loop.loop.call_soon_threadsafe)
+        self._wlock = self._sockpath.wlock
         # which fast paths into nats-py's internals this nats-py allows (set by _make_client)
         self._caps: dict[str, bool] = {}
         self._msg_class: type[Msg] = Msg
-        self._header_parser: Callable[[bytes], Any] | None = None
-        self._rd_fed = 0  # bytes the loop received on that reader (since the last sync)
-        self._rd_parsed = 0  # ... of which nats-py's parser has finished with
-        self._rd_synced = False
-        self._mux_head: bytes | None = None  # b"MSG <reply prefix>"
-        self._mux_sid: bytes | None = None
         # request/reply multiplexer: one wildcard inbox subscription, replies routed by token
         self._mux_prefix: str | None = None
         self._mux_lock = threading.Lock()
@@ -322,7 +300,7 @@ class Connection:
         why = _natspy.check(nc)
         self._msg_class, why["msg_class"] = _natspy.install_msg_class(nc, Msg, self)
         self._caps = _natspy.warn_disabled(why)
-        self._header_parser = _natspy.header_parser(nc) if self._caps["reply_headers"] else None
+        self._sockpath.header_parser = _natspy.header_parser(nc) if self._caps["reply_headers"] else None
         self._pump_idle = asyncio.Event()
         self._pump_idle.set()
         return nc
@@ -421,7 +399,7 @@ class Connection:
 
     async def _on_error(self, exc: Exception) -> None:
         if not self._loop.in_loop_thread():
-            raise _OffLoopError  # nats-py's header parser run by a caller (_parse_reply_headers)
+            raise _OffLoopError  # nats-py's header parser run by a caller (_sockpath)
         import nats.errors as ne
 
         if getattr(self, "_connecting", False):
@@ -733,7 +711,7 @@ class Connection:
         if self._fast and len(q) <= _DIRECT_MAX and not _natspy.pending(nc) and not self._stale_check:
             try:
                 writer = _natspy.io_writer(nc)
-                if writer.transport is not self._direct_checked:
+                if writer.transport is not self._sockpath.checked:
                     self._install_direct()  # a new transport (reconnect): look at it once
                 if writer.transport.get_write_buffer_size() < _DIRECT_BUFFER_LIMIT:
                     with self._wlock:
@@ -879,74 +857,12 @@ class Connection:
             self._pump_idle.set()
 
     def _install_direct(self) -> None:
-        """On the loop: let callers' threads write small requests straight to the socket.
+        """On the loop: arm the caller-side socket path on the current transport (``_sockpath``).
 
-        Only for a plain TCP connection through asyncio's selector transport. Every write
-        to that transport (nats-py's and ours) then goes through ``_wlock``, and so does
-        closing its socket, so a caller holding the lock may ``send`` on the socket itself
-        when nothing else is waiting to be written: that saves the wake-up of this thread
-        on every request/reply round trip. A partial send leaves the rest in
-        ``_direct_rest``, which the next write on the loop puts first.
+        Only a plain TCP connection: a caller may then write a small request to the socket
+        itself and read its reply (saves the wake-ups of this thread and the caller's).
         """
-        with self._wlock:
-            self._direct_transport = None
-            self._direct_sock = None
-            self._direct_rest = b""  # a remainder belongs to the transport it was cut on
-            try:
-                self._direct_checked, t, sock = _natspy.socket_transport(self._nc)
-                if t is None or not self._caps["direct_write"]:
-                    return
-                orig_write = t.write
-            except Exception:  # noqa: BLE001 - another transport (websocket...): no direct path
-                return
-            wlock = self._wlock
-
-            def write(data: Any) -> None:
-                with wlock:
-                    rest = self._direct_rest
-                    if rest and self._direct_transport is t:
-                        self._direct_rest = b""
-                        data = rest + bytes(data)
-                    orig_write(data)
-
-            def writelines(chunks: Any) -> None:
-                write(b"".join(chunks))
-
-            rlock = self._rlock
-
-            def hook(orig_lost: Callable[[Any], None]) -> Callable[[Any], None]:
-                def lost(exc: Any) -> None:
-                    with wlock, rlock:  # (this order everywhere both are taken)
-                        if self._direct_transport is t:
-                            self._direct_transport = None
-                            self._direct_sock = None
-                            self._direct_rest = b""
-                            self._rd_synced = False
-                    orig_lost(exc)
-                return lost
-
-            t.write = write
-            t.writelines = writelines
-            _natspy.hook_connection_lost(t, hook)
-            self._install_reader(t)
-            self._direct_transport = t
-            self._direct_sock = sock
-
-    def _install_reader(self, t: Any) -> None:
-        """On the loop: let a caller that wrote its request itself also read its reply.
-
-        The transport's reads go through ``_rlock`` and count the bytes received; nats-py's
-        parser counts the bytes it finished with. When the two agree and the parser sits
-        between messages, the socket's next byte starts a message, and a caller holding
-        ``_rlock`` may take a reply meant for it off the socket (see ``_steal_reply``).
-        The counting is nats-py internals: ``_natspy.install_reader``.
-        """
-        with self._rlock:
-            self._rd_reader = None
-            self._rd_synced = False
-            if not hasattr(os, "eventfd") or not self._caps["direct_read"]:
-                return
-            self._rd_reader = _natspy.install_reader(self, t)
+        self._sockpath.attach(self._nc, self._caps["direct_write"], self._caps["direct_read"])
 
     def _fast_paths(self) -> dict[str, bool]:
         """Which shortcuts into nats-py's internals are active on this connection.
@@ -962,9 +878,9 @@ class Connection:
         - ``pump_buffer``: queued publishes are encoded in bursts into nats-py's outgoing
           buffer, not one ``nc.publish`` each.
         - ``direct_write``: a caller's thread writes a small request straight to the socket
-          (``_install_direct``).
+          (``_sockpath.CallerSocket.send``).
         - ``direct_read``: that caller may also read its reply off the socket
-          (``_install_reader``; needs ``os.eventfd``).
+          (``_sockpath.CallerSocket.watch``; needs ``os.eventfd``).
         - ``reply_headers``: a reply read that way has its headers parsed by nats-py's own
           header parser (else such a reply is left to the I/O thread).
         - ``wire_header_len``: a pulled message's header size is read from nats-py's parser,
@@ -976,62 +892,34 @@ class Connection:
         nc = self._nc
         return {
             "pump_buffer": bool(self._fast),
-            "direct_write": self._direct_sock is not None,
-            "direct_read": self._rd_reader is not None and _natspy.reader_counted(nc),
-            "reply_headers": self._header_parser is not None,
+            "direct_write": self._sockpath.sock is not None,
+            "direct_read": self._sockpath.reader is not None and _natspy.reader_counted(nc),
+            "reply_headers": self._sockpath.header_parser is not None,
             "wire_header_len": self._caps["wire_header_len"],
             "msg_class": self._caps["msg_class"] and _natspy.message_class(nc) is self._msg_class,
         }
-
-    def _flush_direct_rest(self) -> None:
-        # on the loop: write what a caller's partial send left over
-        with self._wlock:
-            t = self._direct_transport
-            if self._direct_rest and t is not None and not t.is_closing():
-                t.write(b"")
 
     def _try_direct_send(self, subject: str, data: bytes, reply: str, headers: dict[str, str] | None) -> bool:
         """On a caller's thread: send one message on the socket if nothing is queued before it.
 
         Returns False (nothing sent) when the message must go through the queue instead.
         """
-        if self._direct_sock is None or self._pubq or len(data) > _DIRECT_SEND_MAX:
+        if self._sockpath.sock is None or self._pubq or len(data) > _sockpath.SEND_MAX:
             return False
         nc = self._nc
-        with self._wlock:
-            sock = self._direct_sock
-            t = self._direct_transport
-            if (sock is None or self._pubq or self._direct_rest or _natspy.pending(nc) or not nc.is_connected
-                    or t.get_write_buffer_size() or t.is_closing()):
-                return False
-            pt = self._pump_task
-            if pt is not None and not pt.done():
-                return False
-            if headers is None:
-                buf = f"PUB {subject} {reply} {len(data)}\r\n".encode() + data + b"\r\n"
-            else:
-                hdr = _encode_headers(headers)
-                buf = (f"HPUB {subject} {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode()
-                       + hdr + data + b"\r\n")
-            try:
-                n = sock.send(buf)
-                # at once, before anything that could be interrupted (Ctrl-C): a lost
-                # remainder would leave a truncated message on the wire
-                self._direct_rest = buf[n:]
-            except (BlockingIOError, InterruptedError):
-                n = 0
-                self._direct_rest = buf
-            except OSError:
-                return False  # the loop sees the broken socket too; queue it for after the reconnect
-            st = nc.stats
-            st["out_msgs"] += 1
-            st["out_bytes"] += len(data)
-            if n < len(buf):
-                try:
-                    self._loop.loop.call_soon_threadsafe(self._flush_direct_rest)
-                except RuntimeError:  # pragma: no cover - the loop is closing
-                    pass
-            return True
+        buf = _sockpath.encode_pub(subject, reply, data, None if headers is None else _encode_headers(headers))
+        if not self._sockpath.send(buf, self._send_blocked):
+            return False
+        st = nc.stats
+        st["out_msgs"] += 1
+        st["out_bytes"] += len(data)
+        return True
+
+    def _send_blocked(self) -> bool:
+        # (under the write lock) something must be written before a caller's message
+        nc = self._nc
+        pt = self._pump_task
+        return bool(self._pubq or _natspy.pending(nc) or not nc.is_connected or (pt is not None and not pt.done()))
 
     async def _sync_pubs(self) -> None:
         """On the loop: wait until every publish queued so far was handed to nats-py.
@@ -1159,7 +1047,7 @@ class Connection:
                 # Watch the socket only when this is the one request waiting: every caller
                 # watching is woken by every reply, so with many threads in requests each
                 # reply woke them all (the I/O thread, awake anyway, delivers instead).
-                if self._rd_reader is not None and len(self._replies) == 1:
+                if self._sockpath.reader is not None and len(self._replies) == 1:
                     self._watch_for_reply(waiter, token, deadline)
             else:
                 self._enqueue((subject, data, prefix + token, headers), deadline)
@@ -1183,134 +1071,18 @@ class Connection:
         """On a caller's thread, right after it wrote its request: watch the socket briefly.
 
         When the reply is the next thing on the socket, read it here and hand it to
-        ``waiter`` (saves this thread's wake-up by the I/O thread). Returns once the
-        waiter is filled, something else arrived, or ``_STEAL_WINDOW`` passed; the caller
-        then waits on the waiter as usual.
+        ``waiter`` (saves this thread's wake-up by the I/O thread); see ``_sockpath``.
         """
-        sock = self._direct_sock
-        if sock is None:
+        got = self._sockpath.watch(waiter, token, deadline)
+        # the multiplexer's entry decides who delivers the reply (never two threads)
+        if got is None or self._replies.pop(token, None) is None:
             return
-        sfd = sock.fileno()
-        if sfd < 0:
-            return  # closed meanwhile
-        wfd = _wake_fd()
-        left = deadline.remaining()
-        window = Deadline(_STEAL_WINDOW if left is None else min(_STEAL_WINDOW, left))
-        poller = select.poll()  # (not select(): no limit on the descriptor's number)
-        poller.register(sfd, select.POLLIN)
-        poller.register(wfd, select.POLLIN)
-        waiter.wake_fd = wfd
-        try:
-            while not waiter._done:
-                try:
-                    ready = poller.poll((window.remaining() or 0.0) * 1000.0)
-                except OSError:
-                    return
-                if not ready:
-                    return
-                if any(fd == wfd for fd, _ in ready):
-                    try:
-                        os.eventfd_read(wfd)
-                    except BlockingIOError:
-                        pass
-                    except OSError:
-                        return
-                    if len(ready) == 1:
-                        continue  # the waiter was filled (or an old wake-up): look again
-                if waiter._done:
-                    return
-                msg = self._steal_reply(sock, token)
-                # the multiplexer's entry decides who delivers the reply (never two threads)
-                if msg is not None and self._replies.pop(token, None) is not None:
-                    waiter.set(msg)
-                return
-        finally:
-            waiter.wake_fd = -1
-
-    def _steal_reply(self, sock: Any, token: str) -> Msg | None:
-        """Read the reply for ``token`` off the socket if it is the next message there."""
-        head = self._mux_head
-        if head is None:
-            return None
-        tok = token.encode()
-        with self._rlock:
-            reader = self._rd_reader
-            if (reader is None or not self._rd_synced or self._rd_fed != self._rd_parsed or not reader()
-                    or self._direct_sock is not sock):
-                return None
-            try:
-                b = sock.recv(_STEAL_PEEK_FIRST, socket.MSG_PEEK)
-            except OSError:
-                return None
-            hmsg = b[:1] == b"H"  # HMSG: a reply with headers (Direct Get, KV, a 503)
-            if hmsg:
-                head = b"H" + head
-            hl = len(head)
-            tl = hl + len(tok)
-            if not b.startswith(head) or b[hl:tl] != tok or b[tl:tl + 1] != b" ":
-                return None
-            i = b.find(b"\r\n", tl)
-            if i < 0:
-                return None
-            # MSG: <sid> <size>; HMSG: <sid> <header size> <size> (no reply subject either way)
-            parts = b[tl + 1:i].split(b" ")
-            if len(parts) != (3 if hmsg else 2) or parts[0] != self._mux_sid \
-                    or not all(p.isdigit() for p in parts[1:]):
-                return None
-            n = int(parts[-1])  # payload bytes, headers included
-            hn = int(parts[1]) if hmsg else 0
-            end = i + 4 + n
-            if len(b) < end and len(b) == _STEAL_PEEK_FIRST and end <= _STEAL_PEEK:
-                try:
-                    b = sock.recv(end, socket.MSG_PEEK)
-                except OSError:
-                    return None
-            if hn > n or len(b) < end or b[end - 2:end] != b"\r\n":
-                return None
-            hdrs = None
-            if hn:
-                hdrs = self._parse_reply_headers(b[i + 2:i + 2 + hn])
-                if hdrs is None:
-                    return None
-            # consume exactly the peeked message: it is in the socket's buffer, and nobody
-            # else reads while we hold the lock
-            got = 0
-            while got < end:
-                try:
-                    got += len(sock.recv(end - got))
-                except (BlockingIOError, InterruptedError):  # pragma: no cover - cannot happen
-                    continue
-                except OSError:
-                    # the socket broke mid-message: the connection is lost anyway
-                    self._rd_synced = False
-                    return None
         nc = self._nc
         st = nc.stats
         st["in_msgs"] += 1
-        st["in_bytes"] += n - hn
-        msg: Msg = self._msg_class(subject=f"{self._mux_prefix}{token}", reply="", data=b[i + 2 + hn:i + 2 + n],
-                                   headers=hdrs or None, _client=nc, _sid=int(parts[0]))
-        return msg
-
-    def _parse_reply_headers(self, raw: bytes) -> dict[str, str] | None:
-        """nats-py's own header parsing, run to completion here; None if it cannot be.
-
-        Returns ``{}`` for a header block with nothing in it. For a malformed block nats-py
-        calls the error callback, which refuses to run off the I/O thread
-        (``_OffLoopError``): then the I/O thread reads the message instead, as usual.
-        """
-        parse = self._header_parser
-        if parse is None:
-            return None
-        coro = parse(raw)
-        try:
-            coro.send(None)
-        except StopIteration as done:
-            return done.value or {}
-        except Exception:  # noqa: BLE001 - leave it to the I/O thread
-            return None
-        coro.close()
-        return None
+        st["in_bytes"] += len(got.data)
+        waiter.set(self._msg_class(subject=f"{self._mux_prefix}{token}", reply="", data=got.data,
+                                   headers=got.headers or None, _client=nc, _sid=got.sid))
 
     def _request_own_inbox(self, subject: str, data: bytes, headers: dict[str, str] | None,
                            timeout: float | None) -> Msg:
@@ -1386,7 +1158,7 @@ class Connection:
                 except BaseException:
                     self._unwatch_permission(key)
                     raise
-                self._mux_sid = str(_natspy.sub_sid(nsub)).encode()
+                self._sockpath.sid = str(_natspy.sub_sid(nsub)).encode()
                 try:
                     await self._check_sub_permission(nsub, prefix + "*", denied, key)
                 except PermissionDeniedError as exc:
@@ -1398,7 +1170,7 @@ class Connection:
                     ) from exc.__cause__
 
             self.run(_sub(), deadline, "request")
-            self._mux_head = b"MSG " + prefix.encode()
+            self._sockpath.head = b"MSG " + prefix.encode()
             self._mux_prefix = prefix
             return prefix
 
@@ -1660,60 +1432,6 @@ class Connection:
         _live.discard(self)
 
 
-_spare_wake_fds: list[tuple[int, int]] = []  # (pid, fd), see _WakeFd
-_getpid = os.getpid  # (kept for __del__ at interpreter shutdown)
-
-
-class _WakeFd:
-    """A thread's eventfd (see ``_watch_for_reply``).
-
-    Never closed: the I/O thread may still write to it just after the thread is done with
-    it, and a closed number could by then belong to another file. When its thread ends it
-    goes back to ``_spare_wake_fds`` for the next thread.
-    """
-
-    __slots__ = ("fd", "pid")
-
-    def __init__(self, fd: int | None = None) -> None:
-        self.fd: int = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if fd is None else fd
-        self.pid = os.getpid()
-
-    def __del__(self) -> None:
-        try:
-            if self.pid == _getpid():
-                _spare_wake_fds.append((self.pid, self.fd))
-        except Exception:  # noqa: BLE001 - interpreter shutdown: module globals may be gone
-            pass
-
-
-_tls = threading.local()
-
-
-def _wake_fd() -> int:
-    w: _WakeFd | None = getattr(_tls, "wake", None)
-    if w is None or w.pid != _getpid():  # first use on this thread, or a forked child
-        if w is not None:
-            w.pid = -1  # the parent's: not a spare of this process
-        fd = None
-        if _spare_wake_fds:
-            try:
-                pid, spare = _spare_wake_fds.pop()
-            except IndexError:
-                pass
-            else:
-                if pid == _getpid():
-                    fd = spare  # (a parent's spare is dropped: it is shared with the parent)
-        w = _tls.wake = _WakeFd(fd)
-    return w.fd
-
-
-def _wake(fd: int) -> None:
-    try:
-        os.eventfd_write(fd, 1)
-    except OSError:
-        pass
-
-
 class _Waiter:
     """A one-shot slot a user thread waits on (in 0.1 s slices) until the I/O thread fills it.
 
@@ -1751,7 +1469,7 @@ class _Waiter:
         self._lock.release()
         fd = self.wake_fd
         if fd >= 0:
-            _wake(fd)
+            _sockpath.wake(fd)
 
     def wait(self, deadline: Deadline, conn: Connection) -> Msg | None:
         lock = self._lock

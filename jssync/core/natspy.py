@@ -13,7 +13,8 @@ The fast paths (the names ``Connection._fast_paths`` reports):
 - ``pump_buffer``: queued publishes are encoded in bursts into nats-py's outgoing buffer
   (:func:`buffer_append`, :func:`flush_pending`), not one ``nc.publish`` each.
 - ``direct_write``: a caller's thread writes a small request straight to the socket
-  (:func:`socket_transport`, :func:`hook_connection_lost`).
+  (:func:`socket_transport`, :func:`hook_connection_lost`; the path itself is
+  ``jssync/_sockpath.py``).
 - ``direct_read``: that caller may also read its reply off the socket (:func:`install_reader`).
 - ``reply_headers``: a reply read that way has its headers parsed by nats-py's own parser
   (:func:`header_parser`).
@@ -34,6 +35,7 @@ import asyncio
 import datetime as _dt
 import inspect
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +46,7 @@ from ..base.errors import ValidationError
 if TYPE_CHECKING:
     from .connection import Connection
     from .msg import Msg
+    from .sockpath import CallerSocket
 
 log = logging.getLogger("jssync")
 
@@ -96,6 +99,8 @@ def check(nc: Any) -> dict[str, str | None]:
             why["direct_read"] = f"nats-py's parser has no {_STATE!r} (or no AWAITING_CONTROL_LINE, or no buf)"
         elif not callable(getattr(ps, "parse", None)) or not callable(getattr(ps, "reset", None)):
             why["direct_read"] = "nats-py's parser has no parse/reset"
+    if os.environ.get("JSSYNC_NO_CALLER_SOCKET"):  # (bench only: measures the caller-side socket paths)
+        why["direct_write"] = "turned off by JSSYNC_NO_CALLER_SOCKET"
     if why["direct_write"] is not None and why["direct_read"] is None:
         why["direct_read"] = "it needs direct_write"
     if not inspect.iscoroutinefunction(getattr(nc, "_process_headers", None)):
@@ -380,17 +385,16 @@ def reader_counted(nc: Any) -> bool:
     return bool(getattr(getattr(nc, _PARSER, None), "_jssync_counted", False))
 
 
-def install_reader(conn: Connection, t: Any) -> Callable[[], bool] | None:
+def install_reader(nc: Any, t: Any, path: CallerSocket) -> Callable[[], bool] | None:
     """Count what the transport ``t`` reads and what nats-py's parser finished with.
 
-    The transport's reads go through ``conn._rlock`` and add to ``conn._rd_fed``; after
-    each parse, when the reader's buffer and the parser are empty and the parser sits
-    between messages, ``conn._rd_parsed`` catches up and ``conn._rd_synced`` is set.
-    Returns a function telling whether nats-py holds nothing half-read (call it under
-    ``conn._rlock``), or None when this nats-py or transport cannot be counted; the
-    connection keeps it as ``_rd_reader``.
+    The transport's reads go through ``path.rlock`` and are reported to ``path.gate``
+    (``received``); after each parse, ``path.gate.parsed`` learns whether the reader's
+    buffer and the parser are empty with the parser between messages; a parser reset
+    closes the gate. Returns a function telling whether nats-py holds nothing half-read
+    (call it under ``path.rlock``), or None when this nats-py or transport cannot be
+    counted; the path keeps it as ``path.reader``.
     """
-    nc = conn._nc
     try:
         reader = nc._transport._io_reader
         ps = getattr(nc, _PARSER)
@@ -402,7 +406,8 @@ def install_reader(conn: Connection, t: Any) -> Callable[[], bool] | None:
             return None
     except Exception:  # noqa: BLE001 - another nats-py: no direct reads
         return None
-    rlock = conn._rlock
+    rlock = path.rlock
+    gate = path.gate
     idle_state = _IDLE
     state = _STATE
 
@@ -418,7 +423,7 @@ def install_reader(conn: Connection, t: Any) -> Callable[[], bool] | None:
         try:
             n = len(reader._buffer)
             orig_read()
-            conn._rd_fed += len(reader._buffer) - n
+            gate.received(len(reader._buffer) - n)
         finally:
             rlock.release()
 
@@ -432,19 +437,15 @@ def install_reader(conn: Connection, t: Any) -> Callable[[], bool] | None:
             # while the socket may still hold its rest: no direct reads until the
             # parser has been seen between messages again
             with rlock:
-                conn._rd_synced = False
+                gate.reset()
                 orig_reset()
 
         ps.reset = reset
 
         async def parse(data: bytes = b"") -> None:
             await orig_parse(data)
-            r = conn._rd_reader  # (the idle check of the transport now read)
-            if r is not None and r():
-                conn._rd_parsed = conn._rd_fed  # everything received so far is parsed
-                conn._rd_synced = True
-            else:
-                conn._rd_parsed += len(data)
+            r = path.reader  # (the idle check of the transport now read)
+            gate.parsed(len(data), r is not None and r())
 
         ps.parse = parse
         ps._jssync_counted = True

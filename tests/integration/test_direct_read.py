@@ -2,8 +2,8 @@
 
 A caller that wrote its request itself watches the socket for a few milliseconds and,
 when its reply is the next whole message there and the I/O thread has parsed everything
-before it, reads the reply itself (``Connection._watch_for_reply``). These tests check
-that this happens, that every other message on the connection still arrives complete and
+before it, reads the reply itself (``jssync/core/sockpath.py``). These tests check that this
+happens, that every other message on the connection still arrives complete and
 in order while it happens, and that everything else (big replies, replies with headers,
 slow responders, many threads, a reconnect) falls back to the I/O thread correctly.
 """
@@ -31,7 +31,7 @@ class _StealCount:
         self.taken = 0
         self.declined = 0
         self._lock = threading.Lock()
-        orig = nc._steal_reply
+        orig = nc._sockpath.steal
 
         def spy(sock, token):  # type: ignore[no-untyped-def]
             msg = orig(sock, token)
@@ -42,7 +42,7 @@ class _StealCount:
                     self.taken += 1
             return msg
 
-        nc._steal_reply = spy  # type: ignore[method-assign]
+        nc._sockpath.steal = spy  # type: ignore[method-assign]
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_replies_are_read_by_the_caller(pair):
     srv, nc = pair
     echo(srv, "dr.echo")
     assert nc.request("dr.echo", b"warm-up", timeout=5).data == b"warm-up"
-    assert nc._rd_reader is not None, "plain TCP: the direct read path is installed"
+    assert nc._sockpath.reader is not None, "plain TCP: the direct read path is installed"
     count = _StealCount(nc)
     for i in range(200):
         body = f"req-{i}".encode() * (1 + i % 7)
@@ -120,8 +120,8 @@ def test_a_reply_look_alike_inside_a_payload_is_never_taken(pair, nats_server):
     echo(srv, "dr.fake.echo")
     assert nc.request("dr.fake.echo", b"w", timeout=5).data == b"w"
     nc._tokens = itertools.repeat(777)  # every request waits on the same reply subject
-    assert nc._mux_prefix is not None and nc._mux_sid is not None
-    fake = b"MSG " + nc._mux_prefix.encode() + b"777 " + nc._mux_sid + b" 5\r\nFAKE!\r\n"
+    assert nc._mux_prefix is not None and nc._sockpath.sid is not None
+    fake = b"MSG " + nc._mux_prefix.encode() + b"777 " + nc._sockpath.sid + b" 5\r\nFAKE!\r\n"
     payload = fake * (60_000 // len(fake))
     got: list[bytes] = []
     stop = threading.Event()
@@ -291,7 +291,7 @@ def test_direct_reads_resume_after_a_reconnect():
                 jssync.connect(server.url, reconnect_time_wait=0.1) as nc:
             echo(srv, "dr.rc")
             assert nc.request("dr.rc", b"1", timeout=5).data == b"1"
-            old_reader = nc._rd_reader
+            old_reader = nc._sockpath.reader
             assert old_reader is not None
             server.restart()
             wait_for(lambda: nc.is_connected and srv.is_connected, 20, what="both reconnected")
@@ -304,7 +304,7 @@ def test_direct_reads_resume_after_a_reconnect():
             while i < 100 or (count.taken == 0 and i < 5000):
                 assert nc.request("dr.rc", str(i).encode(), timeout=5).data == str(i).encode()
                 i += 1
-            assert nc._rd_reader is not None and nc._rd_reader is not old_reader
+            assert nc._sockpath.reader is not None and nc._sockpath.reader is not old_reader
             assert count.taken > 0, "the new transport's replies are read by the caller again"
 
 
@@ -320,11 +320,11 @@ def test_the_io_thread_never_waits_for_a_caller_holding_the_read_lock(pair):
     got = threading.Event()
     nc.subscribe("dr.held", callback=lambda m: got.set())
     nc.flush()
-    with nc._rlock:
+    with nc._sockpath.rlock:
         srv.publish("dr.held", b"x")
         srv.flush()
         poller = select.poll()
-        poller.register(nc._direct_sock.fileno(), select.POLLIN)
+        poller.register(nc._sockpath.sock.fileno(), select.POLLIN)
         assert poller.poll(5000), "the message is waiting on the socket"
         # the loop keeps turning while the data waits and the lock is held elsewhere
         for _ in range(5):
@@ -344,9 +344,9 @@ def test_a_parser_reset_stops_direct_reads_until_it_is_between_messages_again(pa
     from jssync.base.deadline import Deadline
 
     nc._loop.run(reset(), Deadline(2.0), "reset")
-    assert nc._rd_synced is False
+    assert nc._sockpath.gate.synced is False
     count = _StealCount(nc)
     for i in range(50):
         assert nc.request("dr.reset", str(i).encode(), timeout=5).data == str(i).encode()
-    assert nc._rd_synced is True
+    assert nc._sockpath.gate.synced is True
     assert count.taken > 0

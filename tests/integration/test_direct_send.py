@@ -25,7 +25,7 @@ def test_request_goes_direct_and_replies(nats_server):
     with jssync.connect(nats_server.url) as srv, jssync.connect(nats_server.url) as nc:
         echo(srv, "ds.echo")
         assert nc.request("ds.echo", b"warm-up", timeout=5).data == b"warm-up"
-        assert nc._direct_sock is not None, "plain TCP connection: the direct path is installed"
+        assert nc._sockpath.sock is not None, "plain TCP connection: the direct path is installed"
         sent: list[bool] = []
         orig = nc._try_direct_send
 
@@ -110,16 +110,16 @@ def test_partial_sends_are_completed_in_order(nats_server):
     with jssync.connect(nats_server.url) as srv, jssync.connect(nats_server.url) as nc:
         echo(srv, "ds.big")
         nc.request("ds.big", b"x", timeout=5)
-        assert nc._direct_sock is not None
-        nc._direct_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        assert nc._sockpath.sock is not None
+        nc._sockpath.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         partial = []
-        orig_flush = nc._flush_direct_rest
+        orig_flush = nc._sockpath.flush_rest
 
         def flush_spy() -> None:
             partial.append(1)
             orig_flush()
 
-        nc._flush_direct_rest = flush_spy
+        nc._sockpath.flush_rest = flush_spy
         errors: list[BaseException] = []
 
         def worker(t: int) -> None:
@@ -146,11 +146,11 @@ def test_requests_work_across_a_reconnect():
                 jssync.connect(server.url, reconnect_time_wait=0.1) as nc:
             echo(srv, "ds.rc")
             assert nc.request("ds.rc", b"1", timeout=5).data == b"1"
-            old = nc._direct_transport
+            old = nc._sockpath.transport
             server.restart()
             wait_for(lambda: nc.is_connected and srv.is_connected, 20, what="both reconnected")
             srv.flush()
             wait_answered(nc, "ds.rc")
             for i in range(20):
                 assert nc.request("ds.rc", str(i).encode(), timeout=5).data == str(i).encode()
-            assert nc._direct_transport is not old
+            assert nc._sockpath.transport is not old

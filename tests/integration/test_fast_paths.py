@@ -34,7 +34,7 @@ def test_every_fast_path_is_on(nc: jssync.Connection, unique: str) -> None:
     assert _off(nc) == [], f"fast paths off with nats-py {version}"
     # and they are used: a request's reply is read by the caller as this connection's Msg
     taken = []
-    orig = nc._steal_reply
+    orig = nc._sockpath.steal
 
     def spy(sock, token):  # type: ignore[no-untyped-def]
         msg = orig(sock, token)
@@ -42,7 +42,7 @@ def test_every_fast_path_is_on(nc: jssync.Connection, unique: str) -> None:
             taken.append(msg)
         return msg
 
-    nc._steal_reply = spy  # type: ignore[method-assign]
+    nc._sockpath.steal = spy  # type: ignore[method-assign]
     echo(nc, f"FP.{unique}")
     i = 0
     # the I/O thread may win the race for a reply many times in a row on a loaded

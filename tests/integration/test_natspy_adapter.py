@@ -42,7 +42,12 @@ def _renamed_parser_state(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(_natspy, "_STATE", "stage")
 
 
+def _no_caller_socket(mp: pytest.MonkeyPatch) -> None:
+    mp.setenv("JSSYNC_NO_CALLER_SOCKET", "1")  # the bench's switch: the I/O thread owns the socket
+
+
 CASES = {
+    "no_caller_socket": (_no_caller_socket, {"direct_write", "direct_read"}),
     "new_msg_keyword": (_new_msg_keyword, {"msg_class"}),
     "renamed_parser": (_renamed_parser, {"direct_read", "wire_header_len"}),
     "renamed_parser_state": (_renamed_parser_state, {"direct_read"}),

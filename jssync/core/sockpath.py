@@ -1,0 +1,429 @@
+"""The caller-side socket path: a request's caller writes it and may read its reply itself.
+
+Normally the I/O thread owns the connection's socket. For a blocking round trip
+(``request``, ``js.publish``, ``kv.get``, the JetStream API) that costs two thread
+wake-ups per call (caller -> I/O thread to write, I/O thread -> caller with the reply).
+This module lets the caller skip both when it is safe:
+
+- write: when nothing is queued before the request, the caller sends it on the socket
+  itself, under the lock every write to that socket takes (:meth:`CallerSocket.send`);
+  what a partial send leaves over is handed to the I/O thread, which writes it before
+  anything else (:meth:`CallerSocket.take_rest`).
+- read: for a few milliseconds the caller watches the socket (:meth:`CallerSocket.watch`);
+  when the I/O thread has parsed everything it received up to a message boundary
+  (:class:`ReadGate`) and the next whole message on the socket is this caller's reply
+  (:func:`parse_reply`), the caller consumes exactly those bytes; anything else is left to
+  the I/O thread's parser.
+
+The protocol decisions are pure and have no sockets or threads: :func:`encode_pub`,
+:func:`parse_reply`, :class:`ReadGate`. :class:`CallerSocket` is the thin shell that
+applies them to the real socket (tests/unit/test_sockpath.py drives it over
+``socket.socketpair()``). Hooking it into nats-py's transport (every write and read of
+the I/O thread through the same locks) is :meth:`CallerSocket.attach`, with the nats-py
+internals in ``_natspy``. It was measured in session 5 (docs/performance.md): it keeps its
+place only while it wins clearly on ``js.publish`` and request/reply.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+from ..base.deadline import Deadline
+from . import natspy as _natspy
+
+#: Requests up to this size may be written to the socket by the caller's thread.
+SEND_MAX = 64 * 1024
+#: How long a caller that wrote its request itself watches the socket for the reply.
+WATCH_WINDOW = 0.005
+#: Bytes a caller peeks at first when it looks for its reply on the socket ...
+PEEK_FIRST = 4096
+#: ... and at most, when the reply is longer.
+PEEK_MAX = 65536
+
+
+# ----------------------------------------------------------------------------- the protocol (pure)
+
+
+def encode_pub(subject: str, reply: str, data: bytes, hdr: bytes | None) -> bytes:
+    """The PUB (or, with an encoded header block ``hdr``, HPUB) of one message."""
+    if hdr is None:
+        return f"PUB {subject} {reply} {len(data)}\r\n".encode() + data + b"\r\n"
+    return f"HPUB {subject} {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode() + hdr + data + b"\r\n"
+
+
+class Reply(NamedTuple):
+    """A whole reply message found at the start of a buffer."""
+
+    end: int  #: bytes the message takes (what to consume)
+    sid: int
+    hdr: bytes | None  #: the raw header block (HMSG), else None
+    data: bytes  #: the payload
+    size: int  #: payload bytes, headers included (the protocol line's last number)
+    headers: dict[str, str] | None = None  #: the header block parsed (set by CallerSocket.steal)
+
+
+def parse_reply(buf: bytes, head: bytes, sid: bytes, token: bytes, limit: int = PEEK_MAX) -> Reply | int | None:
+    """Is the message at the start of ``buf`` the reply ``head + token`` on ``sid``, whole?
+
+    ``buf`` must start at a message boundary. ``head`` is ``b"MSG " + inbox prefix``.
+    Returns the :class:`Reply`; or, when it is that reply but ``buf`` ends before it
+    does, the number of bytes it takes (at most ``limit``: look again with that many);
+    or None: the next message is something else (other traffic, another reply, a reply
+    longer than ``limit``, a malformed line): leave it to the I/O thread's parser.
+    """
+    hmsg = buf[:1] == b"H"  # HMSG: a reply with headers (Direct Get, KV, a 503)
+    if hmsg:
+        head = b"H" + head
+    hl = len(head)
+    tl = hl + len(token)
+    if not buf.startswith(head) or buf[hl:tl] != token or buf[tl:tl + 1] != b" ":
+        return None
+    i = buf.find(b"\r\n", tl)
+    if i < 0:
+        return None  # (a reply line is far shorter than the first peek)
+    # MSG: <sid> <size>; HMSG: <sid> <header size> <size> (no reply subject either way)
+    parts = buf[tl + 1:i].split(b" ")
+    if len(parts) != (3 if hmsg else 2) or parts[0] != sid or not all(p.isdigit() for p in parts[1:]):
+        return None
+    n = int(parts[-1])
+    hn = int(parts[1]) if hmsg else 0
+    end = i + 4 + n
+    if hn > n or end > limit:
+        return None
+    if len(buf) < end:
+        return end
+    if buf[end - 2:end] != b"\r\n":
+        return None
+    start = i + 2
+    return Reply(end, int(sid), buf[start:start + hn] if hmsg else None, buf[start + hn:start + n], n)
+
+
+class ReadGate:
+    """What the I/O thread's reads and its parser have done: may a caller read now?
+
+    The I/O thread reports every read (:meth:`received`) and every parse
+    (:meth:`parsed`, with whether its parser and reader now hold nothing half-read);
+    a parser reset in mid-message closes the gate (:meth:`reset`). A caller may read
+    when everything received so far has been parsed up to a message boundary: then the
+    socket's next byte starts a message.
+    """
+
+    __slots__ = ("fed", "done", "synced")
+
+    def __init__(self) -> None:
+        self.fed = 0  # bytes the I/O thread received (since the last sync)
+        self.done = 0  # ... of which its parser has finished with
+        self.synced = False
+
+    def received(self, n: int) -> None:
+        self.fed += n
+
+    def parsed(self, n: int, idle: bool) -> None:
+        if idle:
+            self.done = self.fed  # everything received so far is parsed
+            self.synced = True
+        else:
+            self.done += n
+
+    def reset(self) -> None:
+        self.synced = False
+
+    def open(self, idle: bool) -> bool:
+        """True when a caller may read the socket (``idle``: nothing half-read right now)."""
+        return self.synced and self.fed == self.done and idle
+
+
+# ----------------------------------------------------------------------------- the shell
+
+
+class Waiting(Protocol):
+    """The caller's reply slot, as :meth:`CallerSocket.watch` sees it."""
+
+    _done: bool
+    wake_fd: int
+
+
+class CallerSocket:
+    """The shell: the connection's socket as its callers' threads use it.
+
+    ``call_soon(fn)`` runs ``fn`` on the I/O thread (it writes a partial send's rest).
+    ``sock`` is None while the path is off (TLS, disconnected, not attached yet).
+    Every write to the socket takes ``wlock``, every read ``rlock`` (in this order
+    where both are taken).
+    """
+
+    def __init__(self, call_soon: Callable[[Callable[[], None]], Any]) -> None:
+        self.wlock = threading.RLock()
+        self.rlock = threading.RLock()
+        self.gate = ReadGate()
+        self._call_soon = call_soon
+        self.sock: Any = None
+        self.transport: Any = None
+        self.rest = b""  # what a partial send left over (the I/O thread writes it first)
+        self.checked: Any = None  # the transport attach() last looked at
+        self.reader: Callable[[], bool] | None = None  # the I/O thread holds nothing half-read
+        self.header_parser: Callable[[bytes], Any] | None = None  # nats-py's (a coroutine function)
+        self.head: bytes | None = None  # b"MSG <reply inbox prefix>"
+        self.sid: bytes | None = None  # the reply inbox subscription's sid
+
+    # -- on the I/O thread
+
+    def attach(self, nc: Any, write_ok: bool, read_ok: bool) -> None:
+        """On the I/O thread: arm the path on ``nc``'s current transport (or disarm it).
+
+        Only a plain TCP connection through asyncio's selector transport: every write to
+        it (nats-py's and the callers') then goes through ``wlock``, every read through
+        ``rlock``, and closing the socket through both.
+        """
+        with self.wlock, self.rlock:
+            self.transport = None
+            self.sock = None
+            self.rest = b""  # a remainder belongs to the transport it was cut on
+            self.reader = None
+            self.gate.reset()
+            try:
+                self.checked, t, sock = _natspy.socket_transport(nc)
+                if t is None or not write_ok:
+                    return
+                orig_write = t.write
+            except Exception:  # noqa: BLE001 - another transport (websocket...): no direct path
+                return
+            wlock, rlock = self.wlock, self.rlock
+
+            def write(data: Any) -> None:
+                with wlock:
+                    if self.rest and self.transport is t:
+                        data = self.take_rest() + bytes(data)
+                    orig_write(data)
+
+            def writelines(chunks: Any) -> None:
+                write(b"".join(chunks))
+
+            def hook(orig_lost: Callable[[Any], None]) -> Callable[[Any], None]:
+                def lost(exc: Any) -> None:
+                    with wlock, rlock:
+                        if self.transport is t:
+                            self.transport = None
+                            self.sock = None
+                            self.rest = b""
+                            self.gate.reset()
+                    orig_lost(exc)
+                return lost
+
+            t.write = write
+            t.writelines = writelines
+            _natspy.hook_connection_lost(t, hook)
+            if read_ok and hasattr(os, "eventfd"):
+                self.reader = _natspy.install_reader(nc, t, self)
+            self.transport = t
+            self.sock = sock
+
+    def take_rest(self) -> bytes:
+        """On the I/O thread, under ``wlock``: what a caller's partial send left, to write first."""
+        rest, self.rest = self.rest, b""
+        return rest
+
+    def flush_rest(self) -> None:
+        """On the I/O thread: write what a caller's partial send left over."""
+        with self.wlock:
+            t = self.transport
+            if self.rest and t is not None and not t.is_closing():
+                t.write(b"")
+
+    # -- on a caller's thread
+
+    def send(self, buf: bytes, blocked: Callable[[], bool]) -> bool:
+        """Send ``buf`` (one whole message) on the socket unless ``blocked()`` or a write is pending.
+
+        ``blocked`` is asked under ``wlock`` (something queued before this message).
+        Returns False when nothing was sent (the caller queues it instead); True when it
+        was sent, or partly sent with the rest handed to the I/O thread.
+        """
+        with self.wlock:
+            sock = self.sock
+            t = self.transport
+            if sock is None or self.rest or blocked() or t.get_write_buffer_size() or t.is_closing():
+                return False
+            try:
+                n = sock.send(buf)
+                # at once, before anything that could be interrupted (Ctrl-C): a lost
+                # remainder would leave a truncated message on the wire
+                self.rest = buf[n:]
+            except (BlockingIOError, InterruptedError):
+                n = 0
+                self.rest = buf
+            except OSError:
+                return False  # the I/O thread sees the broken socket too; queue it for after the reconnect
+            if n < len(buf):
+                try:
+                    self._call_soon(self.flush_rest)
+                except RuntimeError:  # pragma: no cover - the loop is closing
+                    pass
+            return True
+
+    def watch(self, waiting: Waiting, token: str, deadline: Deadline) -> Reply | None:
+        """Right after the caller sent its request: watch the socket briefly for the reply.
+
+        Returns the reply when it was the next thing on the socket (consumed here), else
+        None: once ``waiting`` was filled (its ``wake_fd`` is signalled), something else
+        arrived, or ``WATCH_WINDOW`` passed; the caller then waits for the I/O thread.
+        """
+        sock = self.sock
+        if sock is None or self.reader is None:
+            return None
+        sfd = sock.fileno()
+        if sfd < 0:
+            return None  # closed meanwhile
+        wfd = wake_fd()
+        left = deadline.remaining()
+        window = Deadline(WATCH_WINDOW if left is None else min(WATCH_WINDOW, left))
+        poller = select.poll()  # (not select(): no limit on the descriptor's number)
+        poller.register(sfd, select.POLLIN)
+        poller.register(wfd, select.POLLIN)
+        waiting.wake_fd = wfd
+        try:
+            while not waiting._done:
+                try:
+                    ready = poller.poll((window.remaining() or 0.0) * 1000.0)
+                except OSError:
+                    return None
+                if not ready:
+                    return None
+                if any(fd == wfd for fd, _ in ready):
+                    try:
+                        os.eventfd_read(wfd)
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        return None
+                    if len(ready) == 1:
+                        continue  # the slot was filled (or an old wake-up): look again
+                if waiting._done:
+                    return None
+                return self.steal(sock, token)
+            return None
+        finally:
+            waiting.wake_fd = -1
+
+    def steal(self, sock: Any, token: str) -> Reply | None:
+        """Consume the reply for ``token`` if it is the next whole message on ``sock``."""
+        head, sid = self.head, self.sid
+        if head is None or sid is None:
+            return None
+        tok = token.encode()
+        with self.rlock:
+            reader = self.reader
+            if reader is None or self.sock is not sock or not self.gate.open(reader()):
+                return None
+            try:
+                b = sock.recv(PEEK_FIRST, socket.MSG_PEEK)
+                got = parse_reply(b, head, sid, tok)
+                if isinstance(got, int) and len(b) == PEEK_FIRST:
+                    b = sock.recv(got, socket.MSG_PEEK)
+                    got = parse_reply(b, head, sid, tok)
+            except OSError:
+                return None
+            if not isinstance(got, Reply):
+                return None
+            if got.hdr is not None:
+                hdrs = self.parse_headers(got.hdr)
+                if hdrs is None:
+                    return None
+                got = got._replace(headers=hdrs)
+            # consume exactly the peeked message: it is in the socket's buffer, and nobody
+            # else reads while we hold the lock
+            n = 0
+            while n < got.end:
+                try:
+                    n += len(sock.recv(got.end - n))
+                except (BlockingIOError, InterruptedError):  # pragma: no cover - cannot happen
+                    continue
+                except OSError:
+                    # the socket broke mid-message: the connection is lost anyway
+                    self.gate.reset()
+                    return None
+        return got
+
+    def parse_headers(self, raw: bytes) -> dict[str, str] | None:
+        """nats-py's own header parsing, run to completion here; None if it cannot be.
+
+        Returns ``{}`` for a header block with nothing in it. For a malformed block
+        nats-py calls the connection's error callback, which refuses to run off the I/O
+        thread (``_OffLoopError``): then the I/O thread reads the message instead.
+        """
+        parse = self.header_parser
+        if parse is None:
+            return None
+        coro = parse(raw)
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            return done.value or {}
+        except Exception:  # noqa: BLE001 - leave it to the I/O thread
+            return None
+        coro.close()
+        return None
+
+
+# ----------------------------------------------------------------------------- per-thread eventfds
+
+
+_spare_wake_fds: list[tuple[int, int]] = []  # (pid, fd), see _WakeFd
+_getpid = os.getpid  # (kept for __del__ at interpreter shutdown)
+
+
+class _WakeFd:
+    """A thread's eventfd (see :meth:`CallerSocket.watch`).
+
+    Never closed: the I/O thread may still write to it just after the thread is done with
+    it, and a closed number could by then belong to another file. When its thread ends it
+    goes back to ``_spare_wake_fds`` for the next thread.
+    """
+
+    __slots__ = ("fd", "pid")
+
+    def __init__(self, fd: int | None = None) -> None:
+        self.fd: int = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if fd is None else fd
+        self.pid = os.getpid()
+
+    def __del__(self) -> None:
+        try:
+            if self.pid == _getpid():
+                _spare_wake_fds.append((self.pid, self.fd))
+        except Exception:  # noqa: BLE001 - interpreter shutdown: module globals may be gone
+            pass
+
+
+_tls = threading.local()
+
+
+def wake_fd() -> int:
+    """This thread's eventfd."""
+    w: _WakeFd | None = getattr(_tls, "wake", None)
+    if w is None or w.pid != _getpid():  # first use on this thread, or a forked child
+        if w is not None:
+            w.pid = -1  # the parent's: not a spare of this process
+        fd = None
+        if _spare_wake_fds:
+            try:
+                pid, spare = _spare_wake_fds.pop()
+            except IndexError:
+                pass
+            else:
+                if pid == _getpid():
+                    fd = spare  # (a parent's spare is dropped: it is shared with the parent)
+        w = _tls.wake = _WakeFd(fd)
+    return w.fd
+
+
+def wake(fd: int) -> None:
+    """Signal a watching thread's eventfd."""
+    try:
+        os.eventfd_write(fd, 1)
+    except OSError:
+        pass

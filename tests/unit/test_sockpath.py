@@ -1,0 +1,337 @@
+"""The caller-side socket path (jssync/core/sockpath.py) without a server or the I/O thread.
+
+The protocol decisions (:func:`parse_reply`, :class:`ReadGate`, :func:`encode_pub`) are
+pure; the shell (:class:`CallerSocket`) is driven over ``socket.socketpair()``: bytes
+written on one end are in the other's buffer when ``sendall`` returns (AF_UNIX), so every
+test is deterministic: no sleeps, no waiting for data to arrive.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from jssync.base.deadline import Deadline
+from jssync.core.sockpath import (
+    PEEK_FIRST,
+    PEEK_MAX,
+    CallerSocket,
+    ReadGate,
+    Reply,
+    encode_pub,
+    parse_reply,
+    wake,
+    wake_fd,
+)
+
+HEAD = b"MSG _INBOX.abc."
+SID = b"3"
+
+
+def msg(token: str, data: bytes, sid: bytes = SID, subject: bytes = b"_INBOX.abc.") -> bytes:
+    return b"MSG " + subject + token.encode() + b" " + sid + b" %d\r\n" % len(data) + data + b"\r\n"
+
+
+def hmsg(token: str, hdr: bytes, data: bytes) -> bytes:
+    return (b"HMSG _INBOX.abc." + token.encode() + b" " + SID + b" %d %d\r\n" % (len(hdr), len(hdr) + len(data))
+            + hdr + data + b"\r\n")
+
+
+# ----------------------------------------------------------------------------- pure: encode_pub
+
+
+def test_encode_pub_without_and_with_headers() -> None:
+    assert encode_pub("s.x", "_INBOX.abc.7", b"hello", None) == b"PUB s.x _INBOX.abc.7 5\r\nhello\r\n"
+    hdr = b"NATS/1.0\r\nK: v\r\n\r\n"
+    assert encode_pub("s.x", "r", b"hi", hdr) == b"HPUB s.x r %d %d\r\n" % (len(hdr), len(hdr) + 2) + hdr + b"hi\r\n"
+
+
+# ----------------------------------------------------------------------------- pure: parse_reply
+
+
+def test_a_whole_reply_is_recognised_and_its_length_known() -> None:
+    wire = msg("7", b"payload")
+    got = parse_reply(wire + b"MSG other 1 1\r\nx\r\n", HEAD, SID, b"7")
+    assert got == Reply(len(wire), 3, None, b"payload", 7)
+
+
+def test_a_reply_with_headers_keeps_its_raw_header_block() -> None:
+    hdr = b"NATS/1.0\r\nK: v\r\n\r\n"
+    got = parse_reply(hmsg("12", hdr, b"data"), HEAD, SID, b"12")
+    assert isinstance(got, Reply) and got.hdr == hdr and got.data == b"data" and got.size == len(hdr) + 4
+
+
+@pytest.mark.parametrize("buf", [
+    msg("71", b"x"),  # another reply whose token starts with ours
+    msg("7", b"x", sid=b"4"),  # another subscription's sid
+    msg("7", b"x", subject=b"_INBOX.abd."),  # another inbox
+    b"PING\r\n",
+    b"+OK\r\n" + msg("7", b"x"),  # anything before the reply
+    b"MSG _INBOX.abc.7 3 x\r\nx\r\n",  # not a number
+    b"MSG _INBOX.abc.7 3 1 2 3\r\nx\r\n",  # too many fields
+    b"HMSG _INBOX.abc.7 3 9 2\r\nxy\r\n",  # header size over the total
+    b"MSG _INBOX.abc.7 3 2\r\nxyz\r\n",  # the payload is not followed by CRLF
+    b"MSG _INBOX.abc.7 3",  # the line is not whole
+], ids=["other-token", "other-sid", "other-inbox", "ping", "ok-first", "nan", "fields", "hdr-size", "crlf",
+        "line"])
+def test_anything_else_is_left_to_the_io_thread(buf: bytes) -> None:
+    assert parse_reply(buf, HEAD, SID, b"7") is None
+
+
+def test_a_reply_cut_short_asks_for_its_length_and_a_too_long_one_is_left() -> None:
+    wire = msg("7", b"z" * 10000)
+    assert parse_reply(wire[:PEEK_FIRST], HEAD, SID, b"7") == len(wire)
+    assert isinstance(parse_reply(wire, HEAD, SID, b"7"), Reply)
+    big = msg("7", b"z" * PEEK_MAX)
+    assert parse_reply(big[:PEEK_FIRST], HEAD, SID, b"7") is None
+
+
+# ----------------------------------------------------------------------------- pure: ReadGate
+
+
+def test_the_gate_opens_only_when_everything_received_was_parsed_to_a_boundary() -> None:
+    g = ReadGate()
+    assert not g.open(True)  # never synced
+    g.received(100)
+    g.parsed(60, idle=False)
+    assert not g.open(True)
+    g.parsed(40, idle=True)
+    assert g.open(True)
+    assert not g.open(False)  # nats-py holds something half-read right now
+    g.received(5)  # the I/O thread read more, not parsed yet
+    assert not g.open(True)
+    g.parsed(5, idle=False)
+    assert g.open(True)
+    g.reset()  # a parser reset mid-message
+    assert not g.open(True)
+    g.parsed(0, idle=True)
+    assert g.open(True)
+
+
+# ----------------------------------------------------------------------------- the shell over a socketpair
+
+
+class _Transport:
+    """What the shell asks of asyncio's transport (its write buffer, whether it closes)."""
+
+    def __init__(self) -> None:
+        self.buffered = 0
+        self.closing = False
+        self.written: list[bytes] = []
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
+class _Waiting:
+    def __init__(self) -> None:
+        self._done = False
+        self.wake_fd = -1
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[CallerSocket, socket.socket, list[Callable[[], None]]]]:
+    """A shell armed on one end (non-blocking, as asyncio's); the test is the server on the other."""
+    ours, server = socket.socketpair()
+    ours.setblocking(False)
+    scheduled: list[Callable[[], None]] = []
+    cp = CallerSocket(scheduled.append)
+    cp.sock, cp.transport = ours, _Transport()
+    cp.reader = lambda: True  # the I/O thread holds nothing half-read
+    cp.head, cp.sid = HEAD, SID
+    cp.gate.parsed(0, idle=True)  # ... and has parsed everything it received
+    try:
+        yield cp, server, scheduled
+    finally:
+        ours.close()
+        server.close()
+
+
+def left_on(sock: socket.socket) -> bytes:
+    """Everything still unread on ``sock`` (non-blocking)."""
+    out = b""
+    while True:
+        try:
+            chunk = sock.recv(1 << 20, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return out
+        if not chunk:
+            return out
+        out += chunk
+
+
+def test_steal_consumes_exactly_the_reply_and_leaves_what_follows(pair: Any) -> None:
+    cp, server, _ = pair
+    after = msg("8", b"next") + b"PING\r\n"
+    server.sendall(msg("7", b"mine") + after)
+    got = cp.steal(cp.sock, "7")
+    assert isinstance(got, Reply) and got.data == b"mine" and got.headers is None
+    assert left_on(cp.sock) == after, "the bytes after the reply are the I/O thread's"
+
+
+def test_steal_leaves_the_socket_alone_when_the_next_message_is_not_the_reply(pair: Any) -> None:
+    cp, server, _ = pair
+    wire = msg("8", b"other") + msg("7", b"mine")
+    server.sendall(wire)
+    assert cp.steal(cp.sock, "7") is None
+    assert left_on(cp.sock) == wire
+
+
+@pytest.mark.parametrize("close", ["not-synced", "unparsed-bytes", "half-read", "no-reader", "other-socket"])
+def test_steal_reads_nothing_while_the_io_thread_is_inside_a_message(pair: Any, close: str) -> None:
+    cp, server, _ = pair
+    wire = msg("7", b"mine")
+    server.sendall(wire)
+    sock = cp.sock
+    if close == "not-synced":
+        cp.gate.reset()
+    elif close == "unparsed-bytes":
+        cp.gate.received(10)
+    elif close == "half-read":
+        cp.reader = lambda: False
+    elif close == "no-reader":
+        cp.reader = None
+    else:
+        cp.sock = None
+    assert cp.steal(sock, "7") is None
+    assert left_on(sock) == wire
+
+
+def test_a_partly_arrived_reply_is_left_until_it_is_whole(pair: Any) -> None:
+    cp, server, _ = pair
+    wire = msg("7", b"y" * 100)
+    server.sendall(wire[:50])
+    assert cp.steal(cp.sock, "7") is None
+    server.sendall(wire[50:])
+    got = cp.steal(cp.sock, "7")
+    assert isinstance(got, Reply) and got.data == b"y" * 100
+    assert left_on(cp.sock) == b""
+
+
+def test_a_reply_longer_than_the_first_peek_is_read_whole(pair: Any) -> None:
+    cp, server, _ = pair
+    data = bytes(range(256)) * 40  # 10 KiB
+    server.sendall(msg("7", data) + b"PING\r\n")
+    got = cp.steal(cp.sock, "7")
+    assert isinstance(got, Reply) and got.data == data
+    assert left_on(cp.sock) == b"PING\r\n"
+
+
+def test_a_reply_over_the_peek_limit_is_the_io_threads(pair: Any) -> None:
+    cp, server, _ = pair
+    wire = msg("7", b"b" * PEEK_MAX)
+    server.setblocking(False)
+    n = server.send(wire)  # (whatever fits in the buffer: enough to see the size)
+    assert n > PEEK_FIRST
+    assert cp.steal(cp.sock, "7") is None
+    assert left_on(cp.sock) == wire[:n]
+
+
+def test_headers_are_parsed_by_the_given_parser_or_the_reply_is_left(pair: Any) -> None:
+    cp, server, _ = pair
+    hdr = b"NATS/1.0\r\nK: v\r\n\r\n"
+    seen: list[bytes] = []
+
+    async def parser(raw: bytes) -> dict[str, str]:
+        seen.append(raw)
+        return {"K": "v"}
+
+    cp.header_parser = parser
+    server.sendall(hmsg("7", hdr, b"d"))
+    got = cp.steal(cp.sock, "7")
+    assert isinstance(got, Reply) and got.headers == {"K": "v"} and got.data == b"d" and seen == [hdr]
+
+    async def refuses(raw: bytes) -> dict[str, str]:
+        raise RuntimeError("nats-py's error callback refused to run off the I/O thread")
+
+    cp.header_parser = refuses
+    wire = hmsg("9", hdr, b"e")
+    server.sendall(wire)
+    assert cp.steal(cp.sock, "9") is None
+    cp.header_parser = None  # (a nats-py without its header parser)
+    assert cp.steal(cp.sock, "9") is None
+    assert left_on(cp.sock) == wire
+
+
+def test_watch_returns_a_reply_already_waiting(pair: Any) -> None:
+    cp, server, _ = pair
+    server.sendall(msg("7", b"mine"))
+    w = _Waiting()
+    got = cp.watch(w, "7", Deadline(10))
+    assert isinstance(got, Reply) and got.data == b"mine"
+    assert w.wake_fd == -1, "the eventfd is only the slot's while the caller watches"
+
+
+def test_watch_gives_up_when_other_traffic_comes_first(pair: Any) -> None:
+    cp, server, _ = pair
+    wire = msg("8", b"other") + msg("7", b"mine")
+    server.sendall(wire)
+    assert cp.watch(_Waiting(), "7", Deadline(10)) is None
+    assert left_on(cp.sock) == wire
+
+
+def test_watch_stops_once_the_io_thread_filled_the_slot(pair: Any) -> None:
+    cp, server, _ = pair
+    w = _Waiting()
+    w._done = True  # delivered by the I/O thread before the caller looked
+    wake(wake_fd())  # (and its wake-up is pending on this thread's eventfd)
+    server.sendall(msg("7", b"late copy"))
+    assert cp.watch(w, "7", Deadline(10)) is None
+    assert left_on(cp.sock) == msg("7", b"late copy")
+    os.eventfd_read(wake_fd())  # (leave this thread's eventfd as it was)
+
+
+def test_watch_is_off_without_a_reader(pair: Any) -> None:
+    cp, server, _ = pair
+    server.sendall(msg("7", b"mine"))
+    cp.reader = None
+    assert cp.watch(_Waiting(), "7", Deadline(10)) is None
+
+
+def test_send_writes_the_whole_message_when_nothing_waits_before_it(pair: Any) -> None:
+    cp, server, scheduled = pair
+    buf = encode_pub("s", "_INBOX.abc.7", b"hi", None)
+    assert cp.send(buf, lambda: False)
+    assert server.recv(1024) == buf and cp.rest == b"" and scheduled == []
+
+
+@pytest.mark.parametrize("block", ["queued", "rest", "buffered", "closing", "off"])
+def test_send_refuses_when_something_must_go_first(pair: Any, block: str) -> None:
+    cp, server, _ = pair
+    blocked = False
+    if block == "queued":
+        blocked = True
+    elif block == "rest":
+        cp.rest = b"PUB s 1\r\n"  # a partial send not written yet
+    elif block == "buffered":
+        cp.transport.buffered = 10
+    elif block == "closing":
+        cp.transport.closing = True
+    else:
+        cp.sock = None
+    assert not cp.send(b"PUB s r 0\r\n\r\n", lambda: blocked)
+    assert left_on(server) == b""
+
+
+def test_a_partial_send_hands_the_rest_to_the_io_thread_in_order(pair: Any) -> None:
+    cp, server, scheduled = pair
+    cp.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    buf = encode_pub("s", "r", b"q" * (1 << 20), None)
+    assert cp.send(buf, lambda: False)
+    assert 0 < len(cp.rest) < len(buf), "the socket took part of it"
+    assert scheduled == [cp.flush_rest], "the I/O thread is asked to write the rest"
+    assert not cp.send(b"PUB s r 0\r\n\r\n", lambda: False), "nothing may overtake the rest"
+    sent = left_on(server)
+    scheduled[0]()  # on the I/O thread: the transport writes the rest first
+    assert cp.transport.written == [b""]
+    assert sent + cp.take_rest() == buf and cp.rest == b""
