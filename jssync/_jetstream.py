@@ -1293,9 +1293,34 @@ class _PubAckFuture(concurrent.futures.Future["PubAck"]):
         self._state = _RUNNING
         self._result = None
         self._exception = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+        # the two lists of a Future are made when first used (see _waiters): thousands of
+        # Futures in flight, each with two empty lists, kept the cyclic GC busy
+        self._w: list[Any] | None = None
+        self._cb: list[Any] | None = None
         self._conn = conn
+
+    @property
+    def _waiters(self) -> list[Any]:
+        # what concurrent.futures.wait()/as_completed() register with; made on first use
+        w = self._w
+        if w is None:
+            w = self._w = []
+        return w
+
+    @_waiters.setter
+    def _waiters(self, value: list[Any]) -> None:
+        self._w = value
+
+    @property
+    def _done_callbacks(self) -> list[Any]:
+        cb = self._cb
+        if cb is None:
+            cb = self._cb = []
+        return cb
+
+    @_done_callbacks.setter
+    def _done_callbacks(self, value: list[Any]) -> None:
+        self._cb = value
 
     def _wait_done(self, timeout: float | None) -> None:
         # until done or ``timeout``, in 0.1 s slices (Ctrl-C gets through); spurious
@@ -1336,11 +1361,12 @@ class _PubAckFuture(concurrent.futures.Future["PubAck"]):
                 raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
             self._result = result
             self._state = _FINISHED
-            for waiter in self._waiters:
-                waiter.add_result(self)
+            if self._w:
+                for waiter in self._w:
+                    waiter.add_result(self)
             if cond._waiters:  # type: ignore[attr-defined]
                 cond.notify_all()
-        if self._done_callbacks:
+        if self._cb:
             self._invoke_callbacks()  # type: ignore[attr-defined]
 
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[PubAck]], object]) -> None:
