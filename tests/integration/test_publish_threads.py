@@ -73,6 +73,38 @@ def test_publish_async_leaves_no_garbage_cycle(js, stream):
             gc.enable()
 
 
+def test_publish_async_future_wakes_wait_and_as_completed_registered_while_pending(js, unique):
+    # A publish_async Future makes its waiter list on first use (thousands of empty lists
+    # in flight kept the cyclic GC busy); concurrent.futures.wait() and as_completed()
+    # registering while the PubAck is outstanding must still be woken when it arrives.
+    name = f"FW{unique}"
+    # no stream yet: the 503 replies keep the Future pending (resent) until it exists
+    fut = js.publish_async(f"{name}.x", b"x", timeout=60, retry_attempts=30, retry_wait=0.05)
+    results: list[tuple[str, int]] = []
+
+    def waiter() -> None:
+        done, _ = concurrent.futures.wait([fut], timeout=60, return_when=concurrent.futures.FIRST_COMPLETED)
+        results.append(("wait", len(done)))
+
+    def completed() -> None:
+        for f in concurrent.futures.as_completed([fut], timeout=60):
+            results.append(("as_completed", f.result(0).seq))
+
+    ts = [threading.Thread(target=waiter), threading.Thread(target=completed)]
+    for t in ts:
+        t.start()
+    wait_for(lambda: len(fut._waiters) == 2, timeout=10, what="both registered while the PubAck is outstanding")
+    assert not fut.done()
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        for t in ts:
+            t.join(60)
+        assert sorted(results) == [("as_completed", 1), ("wait", 1)]
+        assert not fut._waiters  # both removed themselves
+    finally:
+        js.delete_stream(name)
+
+
 def test_publish_async_from_16_threads_loses_nothing(nats_server, stream):
     subj = f"{stream.name}.x"
     per = 400
