@@ -1459,9 +1459,13 @@ class _AsyncPublisher:
                 try:
                     while True:
                         n = len(self._inflight)
-                        if n >= limit:
-                            # full again: wake one at 3/4. Set before looking at the count
+                        if n > low:
+                            # about to wait: wake one at 3/4. Set before looking at the count
                             # again, so a PubAck that missed this level was counted in it.
+                            # (Not only when full: a publisher that found the window full,
+                            # then one PubAck short of it here, waited on a level that an
+                            # earlier kick had lowered, and the 16-thread runs stalled for
+                            # its 0.1 s wait slice while the window drained.)
                             self._kick_at = low
                             n = len(self._inflight)
                         # Go when woken, or when the window drained below 3/4 anyway; a

@@ -105,6 +105,57 @@ def test_publish_async_future_wakes_wait_and_as_completed_registered_while_pendi
         js.delete_stream(name)
 
 
+def test_publisher_one_puback_short_of_a_full_window_asks_to_be_woken(js, unique):
+    # A publisher that found the window full, then (inside the wait loop) one PubAck short
+    # of it, waited without asking to be woken at 3/4 (_kick_at kept a level an earlier
+    # kick had lowered, here the initial -1): nobody woke it, and 16-thread runs stalled
+    # for its 0.1 s wait slices while the window drained.
+    name = f"KW{unique}"
+    js8 = js.conn.jetstream(max_pending=8)  # low water: 8 - 8 // 4 = 6
+    pub = js8._async
+    entering, waiting = threading.Event(), threading.Event()
+
+    class Room(threading.Condition):
+        def __enter__(self) -> bool:
+            if threading.current_thread() is publisher:
+                entering.set()
+            return super().__enter__()
+
+        def wait(self, timeout: float | None = None) -> bool:
+            waiting.set()
+            return super().wait(timeout)
+
+    room = Room()
+    pub._room = room
+    # no stream yet: 7 stay pending (resent after each 503), the 8th fails after one resend
+    stuck = [js8.publish_async(f"{name}.x", b"s", timeout=60, retry_attempts=100, retry_wait=0.2)
+             for _ in range(7)]
+    last = js8.publish_async(f"{name}.x", b"s", timeout=60, retry_attempts=1, retry_wait=0.5)
+    assert js8.publish_async_pending() == 8
+    futs: list[concurrent.futures.Future[object]] = []
+    publisher = threading.Thread(target=lambda: futs.append(js8.publish_async(f"{name}.x", b"late", timeout=60)))
+    with room:  # held: the publisher saw a full window and stops at the lock
+        publisher.start()
+        assert entering.wait(10)
+        with pytest.raises(jssync.NoRespondersError):
+            last.result(10)
+        wait_for(lambda: js8.publish_async_pending() == 7, timeout=10, what="one PubAck short of full")
+    try:
+        assert waiting.wait(10)
+        # waiting with 7 of 8 in flight: it asked to be woken at 3/4 (6)
+        assert pub._kick_at == 6, pub._kick_at
+    finally:
+        js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        publisher.join(30)
+        assert not publisher.is_alive()
+        assert futs[0].result(30).stream == name
+        assert all(f.result(30).stream == name for f in stuck)
+        js8.publish_async_completed(timeout=30)
+    finally:
+        js.delete_stream(name)
+
+
 def test_publish_async_from_16_threads_loses_nothing(nats_server, stream):
     subj = f"{stream.name}.x"
     per = 400
