@@ -1171,9 +1171,34 @@ class _PubAckFuture(concurrent.futures.Future["PubAck"]):
         self._state = _RUNNING
         self._result = None
         self._exception = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+        # the two lists of a Future are made when first used (see _waiters): thousands of
+        # Futures in flight, each with two empty lists, kept the cyclic GC busy
+        self._w: list[Any] | None = None
+        self._cb: list[Any] | None = None
         self._conn = conn
+
+    @property
+    def _waiters(self) -> list[Any]:
+        # what concurrent.futures.wait()/as_completed() register with; made on first use
+        w = self._w
+        if w is None:
+            w = self._w = []
+        return w
+
+    @_waiters.setter
+    def _waiters(self, value: list[Any]) -> None:
+        self._w = value
+
+    @property
+    def _done_callbacks(self) -> list[Any]:
+        cb = self._cb
+        if cb is None:
+            cb = self._cb = []
+        return cb
+
+    @_done_callbacks.setter
+    def _done_callbacks(self, value: list[Any]) -> None:
+        self._cb = value
 
     def _wait_done(self, timeout: float | None) -> None:
         # until done or ``timeout``, in 0.1 s slices (Ctrl-C gets through); spurious
@@ -1214,11 +1239,12 @@ class _PubAckFuture(concurrent.futures.Future["PubAck"]):
                 raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
             self._result = result
             self._state = _FINISHED
-            for waiter in self._waiters:
-                waiter.add_result(self)
+            if self._w:
+                for waiter in self._w:
+                    waiter.add_result(self)
             if cond._waiters:  # type: ignore[attr-defined]
                 cond.notify_all()
-        if self._done_callbacks:
+        if self._cb:
             self._invoke_callbacks()  # type: ignore[attr-defined]
 
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[PubAck]], object]) -> None:
@@ -1246,6 +1272,9 @@ def _resolve(fut: concurrent.futures.Future[PubAck], result: PubAck | None,
         pass
 
 
+_Entry = tuple["concurrent.futures.Future[PubAck]", float, str, bytes, "dict[str, str] | None", int, float]
+
+
 class _AsyncPublisher:
     """Outstanding publish_async Futures, completed on the I/O thread as PubAcks arrive.
 
@@ -1265,7 +1294,10 @@ class _AsyncPublisher:
         self._js = js
         self._cond = threading.Condition()
         self._lock = threading.Lock()
-        self._inflight: dict[str, tuple[concurrent.futures.Future[PubAck], float]] = {}
+        # token -> (Future, deadline, subject, data, headers, retry_attempts, retry_wait):
+        # what the reply handler needs, so that one bound method serves every publish
+        self._inflight: dict[str, _Entry] = {}
+        self._on_reply = self._handle_reply
         self._sweeping = False
         self._registered = False
         self._ended = False
@@ -1305,9 +1337,13 @@ class _AsyncPublisher:
                 try:
                     while True:
                         n = len(self._inflight)
-                        if n >= limit:
-                            # full again: wake one at 3/4. Set before looking at the count
+                        if n > low:
+                            # about to wait: wake one at 3/4. Set before looking at the count
                             # again, so a PubAck that missed this level was counted in it.
+                            # (Not only when full: a publisher that found the window full,
+                            # then one PubAck short of it here, waited on a level that an
+                            # earlier kick had lowered, and the 16-thread runs stalled for
+                            # its 0.1 s wait slice while the window drained.)
                             self._kick_at = low
                             n = len(self._inflight)
                         # Go when woken, or when the window drained below 3/4 anyway; a
@@ -1327,36 +1363,6 @@ class _AsyncPublisher:
                 fut.set_exception(exc)  # failed at once; nothing was queued
                 return fut
         pending = self._inflight
-        step = max(1, limit // 4)
-
-        def on_reply(msg: Msg, _fut: concurrent.futures.Future[PubAck] = fut) -> None:
-            tok = msg.subject.rsplit(".", 1)[-1]
-            hdrs = msg.headers
-            if (hdrs and retry_attempts and not msg.data and is_no_responders(hdrs, msg.data)
-                    and self._resend(tok, (subject, data, msg.subject, headers), on_reply,
-                                     retry_attempts, retry_wait)):
-                return
-            if pending.pop(tok, None) is None:
-                return
-            if self._retries:
-                self._retries.pop(tok, None)
-            try:
-                ack = _parse_pub_ack(msg)
-            except BaseException as exc:  # noqa: BLE001
-                _resolve(_fut, None, exc)
-            else:
-                _resolve(_fut, ack, None)
-            left = len(pending)
-            if self._waiters and left <= self._kick_at:
-                # wake one publisher blocked on max_pending once there is room for a
-                # burst (not on every PubAck: that would ping-pong between the threads),
-                # and one more for each further quarter of the window drained
-                self._kick_at = left - step
-                with self._room:
-                    self._room.notify()
-            if self._all_waiters and not left:
-                with self._cond:  # wait_all only at the end
-                    self._cond.notify_all()
 
         prefix = conn._mux_prefix or conn._start_mux(Deadline(self._js.timeout))
         token = str(next(conn._tokens))
@@ -1364,8 +1370,11 @@ class _AsyncPublisher:
         # publishers queue behind it, a convoy of context switches (16 threads: one
         # switch per one or two messages). Each dict operation is atomic; the orderings
         # below close the races with _end() and the sweep (see there).
-        pending[token] = (fut, time.monotonic() + timeout)
-        conn._replies[token] = on_reply
+        # No reply closure per publish: it referred to itself (a reference cycle that only
+        # the cyclic GC freed, and with thousands in flight the collector took ~40 % of the
+        # CPU); the entry carries what the shared handler needs.
+        pending[token] = (fut, time.monotonic() + timeout, subject, data, headers, retry_attempts, retry_wait)
+        conn._replies[token] = self._on_reply
         if self._ended:  # _end() sets it before it collects the entries: it may not see ours
             if pending.pop(token, None) is not None:
                 conn._replies.pop(token, None)
@@ -1392,20 +1401,50 @@ class _AsyncPublisher:
                 raise
         return fut
 
-    def _resend(self, tok: str, item: tuple[str, bytes, str, dict[str, str] | None],
-                on_reply: Callable[[Msg], None], attempts: int, wait: float) -> bool:
-        """On the I/O thread: after a 503, send ``item`` again later; False when out of tries."""
-        entry = self._inflight.get(tok)
+    def _handle_reply(self, msg: Msg) -> None:
+        """On the I/O thread: the reply to one publish (the multiplexer's handler)."""
+        pending = self._inflight
+        tok = msg.subject.rsplit(".", 1)[-1]
+        hdrs = msg.headers
+        if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
+            entry = pending.get(tok)
+            if entry is not None and entry[5] and self._resend(tok, entry, msg.subject):
+                return
+        entry = pending.pop(tok, None)
         if entry is None:
-            return False
+            return
+        if self._retries:
+            self._retries.pop(tok, None)
+        try:
+            ack = _parse_pub_ack(msg)
+        except BaseException as exc:  # noqa: BLE001
+            _resolve(entry[0], None, exc)
+        else:
+            _resolve(entry[0], ack, None)
+        left = len(pending)
+        if self._waiters and left <= self._kick_at:
+            # wake one publisher blocked on max_pending once there is room for a
+            # burst (not on every PubAck: that would ping-pong between the threads),
+            # and one more for each further quarter of the window drained
+            self._kick_at = left - max(1, self._js.max_pending // 4)
+            with self._room:
+                self._room.notify()
+        if self._all_waiters and not left:
+            with self._cond:  # wait_all only at the end
+                self._cond.notify_all()
+
+    def _resend(self, tok: str, entry: _Entry, reply: str) -> bool:
+        """On the I/O thread: after a 503, send the message again later; False when out of tries."""
+        attempts, wait = entry[5], entry[6]
         n = self._retries.get(tok, 0)
         delay = wait * (n + 1)
         if n >= attempts or time.monotonic() + delay + _RESEND_MARGIN >= entry[1]:
             return False
         self._retries[tok] = n + 1
         conn = self._js.conn
-        conn._replies[tok] = on_reply  # the multiplexer dropped it when the 503 came
+        conn._replies[tok] = self._on_reply  # the multiplexer dropped it when the 503 came
         pending = self._inflight
+        item = (entry[2], entry[3], reply, entry[4])
 
         def fire() -> None:
             # not when the sweep (timeout) or close() has failed the Future meanwhile: a
@@ -1425,7 +1464,7 @@ class _AsyncPublisher:
         conn = self._js.conn
         with self._lock:
             snapshot = self._inflight.copy()
-        expired = [t for t, (_, end) in snapshot.items() if end <= now]
+        expired = [t for t, entry in snapshot.items() if entry[1] <= now]
         for t in expired:
             item = self._inflight.pop(t, None)
             conn._replies.pop(t, None)

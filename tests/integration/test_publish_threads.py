@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import threading
+import weakref
 
 import pytest
 
@@ -47,6 +49,111 @@ def test_publish_async_takes_no_lock_per_message(js, stream):
     assert all(f.result(0).stream == stream.name for f in futs)
     # arming the timeout sweep and the registration take it, once per busy period
     assert counting.count <= 20, f"{counting.count} lock acquisitions for 1000 publishes"
+
+
+def test_publish_async_leaves_no_garbage_cycle(js, stream):
+    # Each publish_async made a reply handler that referred to itself (and held the
+    # Future): a reference cycle per message that only the cyclic GC could free. With
+    # thousands in flight the collector ran every few hundred publishes and scanned the
+    # whole heap every few thousand: about 40 % of publish_async's CPU. Everything a
+    # publish allocates must be freed by reference counting once its PubAck is handled.
+    subj = f"{stream.name}.x"
+    js.publish_async(subj, b"warm-up").result(10)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        gc.collect()
+        refs = [weakref.ref(js.publish_async(subj, b"m")) for _ in range(500)]
+        js.publish_async_completed(timeout=30)
+        # the I/O thread may still be finishing the last handler: wait until it let go
+        wait_for(lambda: all(r() is None for r in refs), timeout=5,
+                 what="every publish_async Future freed without the cyclic GC")
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_publish_async_future_wakes_wait_and_as_completed_registered_while_pending(js, unique):
+    # A publish_async Future makes its waiter list on first use (thousands of empty lists
+    # in flight kept the cyclic GC busy); concurrent.futures.wait() and as_completed()
+    # registering while the PubAck is outstanding must still be woken when it arrives.
+    name = f"FW{unique}"
+    # no stream yet: the 503 replies keep the Future pending (resent) until it exists
+    fut = js.publish_async(f"{name}.x", b"x", timeout=60, retry_attempts=30, retry_wait=0.05)
+    results: list[tuple[str, int]] = []
+
+    def waiter() -> None:
+        done, _ = concurrent.futures.wait([fut], timeout=60, return_when=concurrent.futures.FIRST_COMPLETED)
+        results.append(("wait", len(done)))
+
+    def completed() -> None:
+        for f in concurrent.futures.as_completed([fut], timeout=60):
+            results.append(("as_completed", f.result(0).seq))
+
+    ts = [threading.Thread(target=waiter), threading.Thread(target=completed)]
+    for t in ts:
+        t.start()
+    wait_for(lambda: len(fut._waiters) == 2, timeout=10, what="both registered while the PubAck is outstanding")
+    assert not fut.done()
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        for t in ts:
+            t.join(60)
+        assert sorted(results) == [("as_completed", 1), ("wait", 1)]
+        assert not fut._waiters  # both removed themselves
+    finally:
+        js.delete_stream(name)
+
+
+def test_publisher_one_puback_short_of_a_full_window_asks_to_be_woken(js, unique):
+    # A publisher that found the window full, then (inside the wait loop) one PubAck short
+    # of it, waited without asking to be woken at 3/4 (_kick_at kept a level an earlier
+    # kick had lowered, here the initial -1): nobody woke it, and 16-thread runs stalled
+    # for its 0.1 s wait slices while the window drained.
+    name = f"KW{unique}"
+    js8 = js.conn.jetstream(max_pending=8)  # low water: 8 - 8 // 4 = 6
+    pub = js8._async
+    entering, waiting = threading.Event(), threading.Event()
+
+    class Room(threading.Condition):
+        def __enter__(self) -> bool:
+            if threading.current_thread() is publisher:
+                entering.set()
+            return super().__enter__()
+
+        def wait(self, timeout: float | None = None) -> bool:
+            waiting.set()
+            return super().wait(timeout)
+
+    room = Room()
+    pub._room = room
+    # no stream yet: 7 stay pending (resent after each 503), the 8th fails after one resend
+    stuck = [js8.publish_async(f"{name}.x", b"s", timeout=60, retry_attempts=100, retry_wait=0.2)
+             for _ in range(7)]
+    last = js8.publish_async(f"{name}.x", b"s", timeout=60, retry_attempts=1, retry_wait=0.5)
+    assert js8.publish_async_pending() == 8
+    futs: list[concurrent.futures.Future[object]] = []
+    publisher = threading.Thread(target=lambda: futs.append(js8.publish_async(f"{name}.x", b"late", timeout=60)))
+    with room:  # held: the publisher saw a full window and stops at the lock
+        publisher.start()
+        assert entering.wait(10)
+        with pytest.raises(jssync.NoRespondersError):
+            last.result(10)
+        wait_for(lambda: js8.publish_async_pending() == 7, timeout=10, what="one PubAck short of full")
+    try:
+        assert waiting.wait(10)
+        # waiting with 7 of 8 in flight: it asked to be woken at 3/4 (6)
+        assert pub._kick_at == 6, pub._kick_at
+    finally:
+        js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        publisher.join(30)
+        assert not publisher.is_alive()
+        assert futs[0].result(30).stream == name
+        assert all(f.result(30).stream == name for f in stuck)
+        js8.publish_async_completed(timeout=30)
+    finally:
+        js.delete_stream(name)
 
 
 def test_publish_async_from_16_threads_loses_nothing(nats_server, stream):
