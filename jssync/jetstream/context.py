@@ -1325,7 +1325,7 @@ class _AsyncPublisher:
                 timeout: float, retry_attempts: int = 2,
                 retry_wait: float = 0.25) -> concurrent.futures.Future[PubAck]:
         conn = self._js.conn
-        conn._check_open()
+        conn.internal.check_open()
         limit = self._js.max_pending
         if len(self._inflight) >= limit:
             deadline = Deadline(None)
@@ -1351,21 +1351,22 @@ class _AsyncPublisher:
                         # the window waits on (they would all become runnable together).
                         if n < limit and (woken or n <= low):
                             break
-                        conn._check_open()
+                        conn.internal.check_open()
                         woken = room.wait(deadline.slice())
                 finally:
                     self._waiters -= 1
         fut: concurrent.futures.Future[PubAck] = _PubAckFuture(conn, self._fcond)
-        if conn._offline_limit is not None and not conn._nc.is_connected:
+        if conn.internal.offline_limit is not None and not conn.internal.nc.is_connected:
             try:
-                conn._offline_check(len(data) if headers is None else len(data) + _headers_size(headers), subject)
+                size = len(data) if headers is None else len(data) + _headers_size(headers)
+                conn.internal.offline_check(size, subject)
             except ReconnectBufferExceededError as exc:
                 fut.set_exception(exc)  # failed at once; nothing was queued
                 return fut
         pending = self._inflight
 
-        prefix = conn._mux_prefix or conn._start_mux(Deadline(self._js.timeout))
-        token = str(next(conn._tokens))
+        prefix = conn.internal.mux_prefix or conn.internal.start_mux(Deadline(self._js.timeout))
+        token = str(next(conn.internal.tokens))
         # No lock on this path: a thread preempted while holding one made the other
         # publishers queue behind it, a convoy of context switches (16 threads: one
         # switch per one or two messages). Each dict operation is atomic; the orderings
@@ -1374,10 +1375,10 @@ class _AsyncPublisher:
         # the cyclic GC freed, and with thousands in flight the collector took ~40 % of the
         # CPU); the entry carries what the shared handler needs.
         pending[token] = (fut, time.monotonic() + timeout, subject, data, headers, retry_attempts, retry_wait)
-        conn._replies[token] = self._on_reply
+        conn.internal.replies[token] = self._on_reply
         if self._ended:  # _end() sets it before it collects the entries: it may not see ours
             if pending.pop(token, None) is not None:
-                conn._replies.pop(token, None)
+                conn.internal.replies.pop(token, None)
             raise ConnectionClosedError("the connection is closed")
         arm = False
         if not self._sweeping:  # read after adding: the sweep clears it before it looks
@@ -1386,16 +1387,16 @@ class _AsyncPublisher:
                 self._sweeping = True
                 if not self._registered:
                     self._registered = True
-                    with conn._subs_lock:
-                        conn._subs.add(self)  # type: ignore[arg-type]  # drained/ended with the connection
-        if conn._closed:
+                    with conn.internal.subs_lock:
+                        conn.internal.subs.add(self)  # type: ignore[arg-type]  # drained/ended with the connection
+        if conn.internal.closed:
             # the connection closed while this was added; its close may not have seen us
             self._end()
             raise ConnectionClosedError("the connection is closed")
-        conn._enqueue((subject, data, prefix + token, headers))
+        conn.internal.enqueue((subject, data, prefix + token, headers))
         if arm:
             try:
-                conn._loop.call_soon(self._arm_sweep)
+                conn.internal.loop.call_soon(self._arm_sweep)
             except Error:
                 self._end()
                 raise
@@ -1442,7 +1443,7 @@ class _AsyncPublisher:
             return False
         self._retries[tok] = n + 1
         conn = self._js.conn
-        conn._replies[tok] = self._on_reply  # the multiplexer dropped it when the 503 came
+        conn.internal.replies[tok] = self._on_reply  # the multiplexer dropped it when the 503 came
         pending = self._inflight
         item = (entry[2], entry[3], reply, entry[4])
 
@@ -1450,13 +1451,13 @@ class _AsyncPublisher:
             # not when the sweep (timeout) or close() has failed the Future meanwhile: a
             # message sent after its Future reported failure could be stored twice
             if tok in pending:
-                conn._enqueue(item)
+                conn.internal.enqueue(item)
 
-        conn._loop.loop.call_later(delay, fire)
+        conn.internal.loop.loop.call_later(delay, fire)
         return True
 
     def _arm_sweep(self) -> None:
-        self._js.conn._loop.loop.call_later(0.25, self._sweep)
+        self._js.conn.internal.loop.loop.call_later(0.25, self._sweep)
 
     def _sweep(self) -> None:
         # on the I/O thread: fail Futures whose PubAck is overdue
@@ -1467,7 +1468,7 @@ class _AsyncPublisher:
         expired = [t for t, entry in snapshot.items() if entry[1] <= now]
         for t in expired:
             item = self._inflight.pop(t, None)
-            conn._replies.pop(t, None)
+            conn.internal.replies.pop(t, None)
             self._retries.pop(t, None)
             if item is not None:
                 _resolve(item[0], None, TimeoutError(
@@ -1479,14 +1480,14 @@ class _AsyncPublisher:
             # cleared before looking: a publisher that adds an entry after this look
             # then finds it cleared and arms the sweep again itself
             self._sweeping = False
-            if self._inflight and not conn._closed:
+            if self._inflight and not conn.internal.closed:
                 self._sweeping = True
                 self._arm_sweep()
                 return
             if self._registered:
                 self._registered = False
-                with conn._subs_lock:
-                    conn._subs.discard(self)
+                with conn.internal.subs_lock:
+                    conn.internal.subs.discard(self)
 
     def _end(self) -> None:
         """The connection closed (any thread): fail every Future still waiting. Idempotent."""
@@ -1498,7 +1499,7 @@ class _AsyncPublisher:
             self._retries.clear()
         for t in tokens:
             item = self._inflight.pop(t, None)
-            conn._replies.pop(t, None)
+            conn.internal.replies.pop(t, None)
             if item is not None:
                 _resolve(item[0], None, ConnectionClosedError("the connection closed before the PubAck arrived"))
         self._wake_all()
@@ -1522,7 +1523,7 @@ class _AsyncPublisher:
             self._all_waiters += 1
             try:
                 while self._inflight:
-                    self._js.conn._check_open()
+                    self._js.conn.internal.check_open()
                     self._cond.wait(deadline.slice())
                     if self._inflight and deadline.expired():
                         raise TimeoutError(

@@ -289,9 +289,14 @@ def test_publish_async_futures_work_with_concurrent_futures(js, stream):
 
 @contextlib.contextmanager
 def _sent_on(nc, prefix: str) -> Iterator[list[str]]:
-    """The subjects of the messages the connection queues for sending, for ``prefix*``."""
+    """The subjects of the messages the connection queues for sending, for ``prefix*``.
+
+    Both doors into the outgoing queue: the connection's own (requests) and ``conn.internal``'s
+    (publish_async, its resends)."""
     sent: list[str] = []
     orig = nc._enqueue
+    internal = nc.internal
+    orig_internal = internal.enqueue
 
     def spy(item, *rest):
         if item[0].startswith(prefix):
@@ -299,10 +304,12 @@ def _sent_on(nc, prefix: str) -> Iterator[list[str]]:
         orig(item, *rest)
 
     nc._enqueue = spy
+    internal.enqueue = spy
     try:
         yield sent
     finally:
         del nc._enqueue
+        internal.enqueue = orig_internal
 
 
 def test_publish_async_resends_while_no_stream_answers(nc, js, unique):

@@ -220,10 +220,8 @@ def test_the_walk_sees_every_kind_of_import(tmp_path: Path) -> None:
 #: Names an upper layer calls a Connection by (variables, attributes: ``conn``, ``self._conn``, ...).
 _CONN_NAMES = {"conn", "_conn", "connection", "_connection", "nc", "_nc"}
 
-#: Private accesses still allowed, by module: jetstream/context.py's _AsyncPublisher is being
-#: rewritten on the publish-queue branch (issue 22 item 4) and switches to ``conn.internal``
-#: after that merge. Lower a number when you remove accesses; never raise one.
-ALLOWED_PRIVATE: dict[str, int] = {"jetstream/context.py": 25}
+#: Private accesses still allowed, by module (none left; never add one).
+ALLOWED_PRIVATE: dict[str, int] = {}
 
 
 def connection_private_names(root: Path = PACKAGE) -> set[str]:
