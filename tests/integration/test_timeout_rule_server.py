@@ -154,3 +154,35 @@ def test_close_and_drain_take_timeout_none(nats_server, unique):
     nc2.publish(f"d.{unique}", b"x")
     nc2.close(timeout=None)
     assert nc2.is_closed
+
+
+def test_flush_timeout_none_pings_again_after_a_reconnect(nats_server):
+    """A PING sent before a disconnect is never answered (nats-py forgets it on the reconnect):
+    flush(timeout=None) sends it again once reconnected, and returns."""
+    from tests.conftest import wait_for
+    from tests.proxy import TcpProxy
+
+    with TcpProxy(("127.0.0.1", nats_server.port)) as p:
+        nc = jssync.connect(p.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def flush() -> None:
+            try:
+                nc.flush(timeout=None)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+            done.set()
+
+        t = threading.Thread(target=flush, name="flush-none")
+        try:
+            p.stall(new_connections=False)  # this connection's PONG will not come
+            t.start()
+            wait_for(lambda: len(nc._nc._pongs) > 0, what="the PING sent")
+            assert not done.is_set()
+            p.drop()  # nats-py reconnects through the proxy (forwarding new connections)
+            assert done.wait(20 * FACTOR), "flush(timeout=None) did not return after the reconnect"
+            assert errors == []
+        finally:
+            nc.close()
+            t.join()
