@@ -935,13 +935,16 @@ class Connection:
             assert self._pump_idle is not None
             await self._pump_idle.wait()
 
-    async def _ordered_flush(self, timeout: float) -> None:
+    async def _ordered_flush(self, timeout: float | None) -> None:
         """On the loop: PING/PONG once everything nats-py buffered is on the socket.
 
         nats-py writes its PING straight to the socket, ahead of commands still in its
         buffer (e.g. a SUB just made), so the PONG could come back before the server saw
-        them. Writing the buffer first keeps the order.
+        them. Writing the buffer first keeps the order. ``timeout`` None: no limit.
         """
+        if timeout is None:
+            await self._flush_no_limit()
+            return
         nc = self._nc
         if not nc.is_connected and not nc.is_closed:
             # nats-py's flush returns at once while reconnecting; wait for the connection
@@ -956,21 +959,53 @@ class Connection:
                 log.debug("could not write the buffer before PING", exc_info=True)
         await nc.flush(timeout=timeout)
 
-    async def _wait_connected(self, end: float, timeout: float) -> None:
-        """On the loop: return once connected (or closed); TimeoutError at loop time ``end``."""
+    async def _wait_connected(self, end: float | None, timeout: float | None) -> None:
+        """On the loop: return once connected (or closed); TimeoutError at loop time ``end``
+        (None: no limit)."""
         nc = self._nc
         loop = asyncio.get_running_loop()
         while not nc.is_connected and not nc.is_closed:
-            left = end - loop.time()
+            left = 0.05 if end is None else end - loop.time()
             if left <= 0:
                 raise TimeoutError(f"flush timed out after {timeout}s: not connected")
             await asyncio.sleep(min(0.05, left))
 
-    def flush(self, timeout: float = 2.0) -> None:
+    async def _flush_no_limit(self) -> None:
+        """On the loop: ``_ordered_flush`` without a limit.
+
+        nats-py's flush needs a number, and a PING sent before a disconnect is never
+        answered (the reconnect forgets it): so the PING goes out again after each
+        reconnect, until a PONG comes back (or the connection closes: nats-py raises).
+        """
+        nc = self._nc
+        year = 365 * 86400.0  # nats-py's flush needs a number: a year, looked at every 0.1 s
+        while True:
+            await self._wait_connected(None, None)
+            reconnects = nc.stats["reconnects"]
+            if self._fast and nc.is_connected:
+                try:
+                    _natspy.write_pending(nc)
+                except Exception:  # pragma: no cover - nats-py's flusher reports socket errors
+                    log.debug("could not write the buffer before PING", exc_info=True)
+            ping = asyncio.ensure_future(nc.flush(timeout=year))
+            try:
+                while not ping.done():
+                    await asyncio.wait((ping,), timeout=0.1)
+                    if not ping.done() and (nc.stats["reconnects"] != reconnects or not nc.is_connected):
+                        ping.cancel()  # its PONG will not come: PING again once reconnected
+                        await asyncio.wait((ping,))
+            except BaseException:
+                ping.cancel()
+                raise
+            if not ping.cancelled():
+                ping.result()
+                return
+
+    def flush(self, timeout: float | None = 2.0) -> None:
         """Send everything published so far and wait for the server to confirm (PING/PONG).
 
-        Blocks up to ``timeout`` seconds. While disconnected it waits for the reconnect
-        and for what was queued meanwhile to go out, within the same ``timeout``.
+        Blocks up to ``timeout`` seconds (None: no limit). While disconnected it waits for
+        the reconnect and for what was queued meanwhile to go out, within the same ``timeout``.
 
         Raises:
             jssync.TimeoutError: no PONG in time (or still not connected).
@@ -980,7 +1015,7 @@ class Connection:
 
         async def _flush() -> None:
             loop = asyncio.get_running_loop()
-            end = loop.time() + max(timeout, 0.001)
+            end = None if timeout is None else loop.time() + max(timeout, 0.001)
             while True:
                 await self._sync_pubs()
                 nc = self._nc
@@ -989,9 +1024,9 @@ class Connection:
                 # not connected: the rest of the queue waits for the reconnect
                 await self._wait_connected(end, timeout)
             with translating():
-                await self._ordered_flush(max(end - loop.time(), 0.001))
+                await self._ordered_flush(None if end is None else max(end - loop.time(), 0.001))
 
-        self.run(_flush(), Deadline(timeout + 0.5), "flush")
+        self.run(_flush(), Deadline(None if timeout is None else timeout + 0.5), "flush")
 
     # -- request/reply -------------------------------------------------------------------
 
@@ -1323,7 +1358,7 @@ class Connection:
         finally:
             _natspy.remove_sub(self._nc, nsub)
 
-    def _unsubscribe(self, sub: Subscription, drain: bool, timeout: float | Deadline) -> None:
+    def _unsubscribe(self, sub: Subscription, drain: bool, timeout: float | None | Deadline) -> None:
         with self._subs_lock:
             self._subs.discard(sub)
         if self._closed or self._loop.forked:
@@ -1359,10 +1394,10 @@ class Connection:
 
     # -- closing -----------------------------------------------------------------------------
 
-    def drain(self, timeout: float = 30.0) -> None:
+    def drain(self, timeout: float | None = 30.0) -> None:
         """Drain every subscription, flush what was published, then close.
 
-        Blocks up to ``timeout`` seconds.
+        Blocks up to ``timeout`` seconds (None: no limit).
         """
         if self._closed or self._closing:
             return
@@ -1371,16 +1406,17 @@ class Connection:
             subs = list(self._subs)
         for sub in subs:
             try:
-                rem = deadline.remaining()
-                sub.drain(timeout=30.0 if rem is None else rem)
+                sub.drain(timeout=deadline.remaining())
             except Error as exc:
                 self._report_error(exc)
-        self.close(timeout=max(0.5, deadline.remaining() or 0.5))
+        rem = deadline.remaining()
+        self.close(timeout=None if rem is None else max(0.5, rem))
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float | None = 5.0) -> None:
         """Flush what was published, close the connection and stop its threads.
 
-        Idempotent. Blocks up to ``timeout`` seconds; never raises for a closed connection.
+        Idempotent. Blocks up to ``timeout`` seconds (None: no limit; at interpreter exit
+        open connections are closed with a 2 s limit); never raises for a closed connection.
         Subscription iterators end. While disconnected it does not wait for a reconnect:
         what is still queued is dropped (logged as a warning) and the ``publish_async``
         Futures still waiting fail with :class:`jssync.ConnectionClosedError` at once;
@@ -1401,7 +1437,8 @@ class Connection:
                     # not while disconnected: close does not wait for a reconnect
                     if self._nc.is_connected:
                         try:
-                            await asyncio.wait_for(self._sync_pubs(), max(0.1, (deadline.remaining() or 1) - 0.2))
+                            rem = deadline.remaining()
+                            await asyncio.wait_for(self._sync_pubs(), None if rem is None else max(0.1, rem - 0.2))
                         except Exception:
                             log.debug("could not hand over every publish before close", exc_info=True)
                     q = self._pubq
@@ -1417,9 +1454,10 @@ class Connection:
                     self._teardown(0.5)
                     raise
                 log.debug("error while closing: %s", exc)
-        self._teardown(deadline.remaining() or 0.5)
+        rem = deadline.remaining()
+        self._teardown(None if rem is None else rem or 0.5)
 
-    def _teardown(self, timeout: float) -> None:
+    def _teardown(self, timeout: float | None) -> None:
         self._closed = True
         self._closing = False
         with self._subs_lock:
@@ -1428,7 +1466,7 @@ class Connection:
         for sub in subs:
             sub._end()
         self._loop.stop(timeout)
-        self._pool.stop(min(timeout, 1.0))
+        self._pool.stop(1.0 if timeout is None or timeout > 1.0 else timeout)  # at most 1 s
         _live.discard(self)
 
 

@@ -25,7 +25,7 @@ class CoreHooks:
     #: ``JetStream(conn, domain=, api_prefix=, timeout=, max_pending=)``: set by jssync.jetstream.context
     jetstream: Callable[..., JetStream]
     #: ``ack_next(conn, msg, batch, no_wait, timeout) -> list[Msg]``: set by jssync.jetstream.pull
-    ack_next: Callable[[Connection, Msg, int, bool, float], list[Msg]]
+    ack_next: Callable[[Connection, Msg, int, bool, float | None], list[Msg]]
 
 
 HOOKS = CoreHooks()

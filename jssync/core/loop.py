@@ -145,8 +145,8 @@ class IOLoop:
             pass
         raise ConnectionClosedError("the connection is closed")
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the loop and join the thread (idempotent; a no-op in a forked child)."""
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop the loop and join the thread (idempotent; a no-op in a forked child; None: no limit)."""
         if self._stopped:
             return
         self._stopped = True

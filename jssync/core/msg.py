@@ -138,10 +138,11 @@ class Msg:
             self._ack_target()  # raises
         conn._send_ack(self, payload, terminal)
 
-    def _send_ack_sync(self, payload: bytes, terminal: bool, timeout: float) -> None:
+    def _send_ack_sync(self, payload: bytes, terminal: bool, timeout: float | None) -> None:
         """Send an ack as a request and wait for the server's confirmation (double ack)."""
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValidationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                    or not timeout > 0):
+            raise ValidationError(f"timeout must be a number of seconds > 0 or None (no limit), got {timeout!r}")
         if self._acked or self._ack_none:
             return
         conn = self._ack_target()
@@ -206,10 +207,10 @@ class Msg:
         """
         self._send_ack(_term_payload(reason), True)
 
-    def ack_sync(self, timeout: float = 5.0) -> None:
+    def ack_sync(self, timeout: float | None = 5.0) -> None:
         """Acknowledge and wait until the server confirmed it (double ack).
 
-        Blocks until the confirmation arrives or ``timeout`` seconds pass. Once it returns
+        Blocks until the confirmation arrives or ``timeout`` seconds pass (None: no limit). Once it returns
         the server will never deliver this message again.
 
         Raises:
@@ -219,20 +220,23 @@ class Msg:
         """
         self._send_ack_sync(_ACK, True, timeout)
 
-    def nak_sync(self, delay: float | None = None, timeout: float = 5.0) -> None:
-        """Like :meth:`nak`, and wait until the server confirmed it (double ack)."""
+    def nak_sync(self, delay: float | None = None, timeout: float | None = 5.0) -> None:
+        """Like :meth:`nak`, and wait until the server confirmed it (double ack), at most
+        ``timeout`` seconds (None: no limit)."""
         self._send_ack_sync(_nak_payload(delay), True, timeout)
 
-    def term_sync(self, reason: str | None = None, timeout: float = 5.0) -> None:
-        """Like :meth:`term`, and wait until the server confirmed it (double ack)."""
+    def term_sync(self, reason: str | None = None, timeout: float | None = 5.0) -> None:
+        """Like :meth:`term`, and wait until the server confirmed it (double ack), at most
+        ``timeout`` seconds (None: no limit)."""
         self._send_ack_sync(_term_payload(reason), True, timeout)
 
-    def in_progress_sync(self, timeout: float = 5.0) -> None:
+    def in_progress_sync(self, timeout: float | None = 5.0) -> None:
         """Like :meth:`in_progress`, and wait until the server confirmed it: the ack wait
-        has started again when it returns. Not terminal."""
+        has started again when it returns. Not terminal. At most ``timeout`` seconds
+        (None: no limit)."""
         self._send_ack_sync(_WPI, False, timeout)
 
-    def ack_next(self, batch: int = 1, *, no_wait: bool = False, timeout: float = 5.0) -> list[Msg]:
+    def ack_next(self, batch: int = 1, *, no_wait: bool = False, timeout: float | None = 5.0) -> list[Msg]:
         """Acknowledge and ask for the next messages in one go (+NXT, pull consumers only).
 
         Sends ``+NXT {"batch": batch, "expires": timeout}`` (with ``"no_wait": true`` and
@@ -240,7 +244,8 @@ class Msg:
         this message and delivers up to ``batch`` more messages of its consumer to the
         inbox, like a pull request. Blocks until ``batch`` messages arrived or the request
         ended (``timeout`` seconds passed; with ``no_wait``, as soon as the server has sent
-        what it has) and returns them: ordinary messages, to be acked. There is no double
+        what it has; None: no limit, the request has no expiry and ends when ``batch``
+        messages came) and returns them: ordinary messages, to be acked. There is no double
         ack for +NXT. After a terminal ack (or with ack policy none) nothing is sent and
         the result is ``[]``.
 
@@ -253,14 +258,15 @@ class Msg:
         """
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValidationError(f"batch must be an int >= 1, got {batch!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValidationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                    or not timeout > 0):
+            raise ValidationError(f"timeout must be a number of seconds > 0 or None (no limit), got {timeout!r}")
         if self._acked or self._ack_none:
             return []
         conn = self._ack_target()
         if conn is None:
             return []
-        return HOOKS.ack_next(conn, self, batch, bool(no_wait), float(timeout))
+        return HOOKS.ack_next(conn, self, batch, bool(no_wait), None if timeout is None else float(timeout))
 
     @property
     def is_acked(self) -> bool:

@@ -166,10 +166,10 @@ class Subscription:
             except SubscriptionClosedError:
                 return
 
-    def unsubscribe(self, timeout: float = 5.0) -> None:
+    def unsubscribe(self, timeout: float | None = 5.0) -> None:
         """Remove interest; pending messages stay readable, then iteration ends. Idempotent.
 
-        Blocks until the UNSUB is handed to the I/O thread (at most ``timeout``).
+        Blocks until the UNSUB is handed to the I/O thread (at most ``timeout``; None: no limit).
         """
         if self._closed:
             return
@@ -207,12 +207,12 @@ class Subscription:
         except Exception:  # noqa: BLE001 - the connection is closing or closed: nothing to undo
             log.debug("jssync: could not hand over an unsubscribe", exc_info=True)
 
-    def drain(self, timeout: float = 30.0) -> None:
+    def drain(self, timeout: float | None = 30.0) -> None:
         """Stop receiving, process what arrived already, then end the subscription.
 
         Blocks until buffered messages were delivered to the callback (callback form) or
         until the server confirmed the unsubscribe (iterator form, where the rest stays
-        readable), at most ``timeout``. Called from this subscription's own callback, it
+        readable), at most ``timeout`` (None: no limit). Called from this subscription's own callback, it
         returns once the unsubscribe is confirmed (the buffered messages follow when the
         callback returns).
 

@@ -14,6 +14,7 @@ from .priority import Pins, PriorityConfig, PullPriority, of, pull_options, vali
 from .pull import (
     BYTES_ONLY_BATCH,
     DEFAULT_EXPIRES,
+    NO_LIMIT_PULL,
     ConsumeContext,
     ConsumeOptions,
     FetchResult,
@@ -208,13 +209,14 @@ class Consumer:
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, no_wait=True,
                      ack_none=self._ack_none, prio=prio, pins=self._pins)
 
-    def next(self, timeout: float = DEFAULT_EXPIRES, *, idle_heartbeat: float | None = None,
+    def next(self, timeout: float | None = DEFAULT_EXPIRES, *, idle_heartbeat: float | None = None,
              group: str | None = None, min_pending: int | None = None, min_ack_pending: int | None = None,
              priority: int | None = None) -> Msg:
-        """Pull one message, waiting up to ``timeout`` seconds for it.
+        """Pull one message, waiting up to ``timeout`` seconds for it (None: no limit).
 
         The pull request is sent when ``next`` is called and expires on the server after
-        ``timeout``. Priority group options as for :meth:`fetch`; when the pull is answered
+        ``timeout``; with None, pulls of 30 s follow one another until a message comes.
+        Priority group options as for :meth:`fetch`; when the pull is answered
         with 423 (pinned_client: another client is pinned now) the pin id is cleared and
         the pull is sent again, without it, for the time left.
 
@@ -226,11 +228,14 @@ class Consumer:
             jssync.ConnectionClosedError: the connection closed meanwhile.
             jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError, jssync.NoRespondersError.
         """
-        timeout = _pos_float(timeout, "timeout")
-        validate_fetch(1, None, timeout, idle_heartbeat)
+        if timeout is None:  # no limit: one pull after another
+            each = NO_LIMIT_PULL
+        else:
+            each = timeout = _pos_float(timeout, "timeout")  # one pull's expiry
+        validate_fetch(1, None, each, idle_heartbeat)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         deadline = Deadline(timeout)
-        left = timeout
+        left = each
         while True:
             res = fetch(self._js, self.stream, self.name, 1, expires=left, idle_heartbeat=idle_heartbeat,
                         ack_none=self._ack_none, grace=min(1.0, 0.1 + left * 0.1), prio=prio, pins=self._pins)
@@ -239,12 +244,15 @@ class Consumer:
             err = res.error
             if isinstance(err, PullRequestError) and err.code == 423:
                 # pin lost: the id is cleared; pull again (a standby candidate) for the time left
-                left = deadline.remaining() or 0.0
+                rem = deadline.remaining()
+                left = each if rem is None else rem
                 if left >= 0.01 and (idle_heartbeat is None or idle_heartbeat <= left / 2):
                     continue
                 break
             if err is not None:  # a warning, a missed heartbeat, the connection closed, ...
                 raise err
+            if timeout is None:  # the pull expired empty: no limit, pull again
+                continue
             break
         raise TimeoutError(f"no message from consumer {self.name!r} on stream {self.stream!r} within {timeout}s")
 

@@ -43,6 +43,7 @@ from .params import validate_name
 from .pull import (
     BYTES_ONLY_BATCH,
     DEFAULT_EXPIRES,
+    NO_LIMIT_PULL,
     ConsumeContext,
     ConsumeOptions,
     FetchResult,
@@ -325,8 +326,10 @@ class OrderedConsumer:
         batch, mb = validate_fetch(max_messages, max_bytes, DEFAULT_EXPIRES, None)
         return self._start_fetch(batch, mb, None, None, True)
 
-    def next(self, timeout: float = DEFAULT_EXPIRES, *, idle_heartbeat: float | None = None) -> Msg:
+    def next(self, timeout: float | None = DEFAULT_EXPIRES, *, idle_heartbeat: float | None = None) -> Msg:
         """The next message in stream order, waiting up to ``timeout`` seconds.
+
+        ``timeout`` None: no limit (pulls of 30 s follow one another until a message comes).
 
         Recreating the consumer is retried within ``timeout`` while the server does not
         answer (it is restarting, the connection is down, JetStream is unavailable).
@@ -334,13 +337,17 @@ class OrderedConsumer:
         Raises:
             jssync.TimeoutError: no message within ``timeout``.
         """
-        timeout = _pos_float(timeout, "timeout")
-        validate_fetch(1, None, timeout, idle_heartbeat)
+        if timeout is None:  # no limit: one pull after another
+            each = NO_LIMIT_PULL
+        else:
+            each = timeout = _pos_float(timeout, "timeout")
+        validate_fetch(1, None, each, idle_heartbeat)
         deadline = Deadline(timeout)
         failed = 0
         last: Error | None = None
         while True:
-            left = deadline.remaining() or 0.0
+            rem = deadline.remaining()
+            left = NO_LIMIT_PULL if rem is None else rem  # this pull's expiry
             if left <= 0.001:
                 break
             passed = self._passed
@@ -353,11 +360,12 @@ class OrderedConsumer:
                 failed += 1
                 last = exc
                 log.debug("jssync: ordered consumer on %s: recreating failed (%s), retrying", self.stream, exc)
-                time.sleep(min(deadline.remaining() or 0.0, 0.05 * 2 ** min(failed, 5)))
+                rem = deadline.remaining()
+                time.sleep(min(left if rem is None else rem, 0.05 * 2 ** min(failed, 5)))
                 continue
             for msg in res:
                 return msg
-            if not self._needs_reset and self._passed == passed:
+            if timeout is not None and not self._needs_reset and self._passed == passed:
                 break
         raise TimeoutError(
             f"no message from the ordered consumer on stream {self.stream!r} within {timeout}s"

@@ -54,6 +54,8 @@ BYTES_ONLY_BATCH = 1_000_000
 #: consume defaults (ADR-37 "Defaults and constraints").
 DEFAULT_MAX_MESSAGES = 500
 DEFAULT_EXPIRES = 30.0
+#: ``next(timeout=None)`` (no limit): the expiry of each of its pulls.
+NO_LIMIT_PULL = DEFAULT_EXPIRES
 MIN_EXPIRES = 1.0
 MIN_HEARTBEAT = 0.5
 MAX_HEARTBEAT = 30.0
@@ -491,16 +493,20 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
     return res
 
 
-def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: float) -> list[Msg]:
+def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: float | None) -> list[Msg]:
     """``Msg.ack_next``: ack ``msg`` with +NXT and collect what the server delivers to the inbox.
 
     The +NXT body is a pull request (deep dive "Acknowledgement Models"), so the answer is
     read like a fetch's: messages, then the end-of-request status (404/408), or an error
-    status (409 Consumer is push based, ...).
+    status (409 Consumer is push based, ...). ``timeout`` None: no limit (a request
+    without expiry, which ends when ``batch`` messages came).
     """
     conn.internal.check_open()
     meta = msg.metadata
-    if no_wait:
+    if timeout is None:
+        exp_ns = 0
+        deadline = Deadline(None)
+    elif no_wait:
         exp_ns = 0
         deadline = Deadline(timeout)
     else:

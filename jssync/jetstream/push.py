@@ -862,14 +862,15 @@ class JetStreamSubscription(Subscription):
                 raise
             # an ordered subscription's consumer is its own business: gone is fine
 
-    def unsubscribe(self, timeout: float = 5.0) -> None:
+    def unsubscribe(self, timeout: float | None = 5.0) -> None:
         """Remove interest, then delete the consumer if this subscription created it. Idempotent.
 
         After :meth:`drain` (iterator form) with messages still buffered, it deletes the
         consumer at once instead of when the reader reaches the end.
 
         Messages already received stay readable, then iteration ends. Blocks until the
-        UNSUB was handed over and the consumer deleted, at most ``timeout`` seconds.
+        UNSUB was handed over and the consumer deleted, at most ``timeout`` seconds (None:
+        no limit).
 
         Raises:
             jssync.APIError (e.g. jssync.ConsumerNotFoundError): deleting the consumer failed.
@@ -886,7 +887,7 @@ class JetStreamSubscription(Subscription):
         self._conn.internal.unsubscribe(self, drain=False, timeout=deadline)
         self._delete_consumer(deadline)
 
-    def drain(self, timeout: float = 30.0) -> None:
+    def drain(self, timeout: float | None = 30.0) -> None:
         """Stop receiving, hand over what arrived already, then delete the consumer if this
         subscription created it.
 
@@ -901,7 +902,7 @@ class JetStreamSubscription(Subscription):
 
         Blocks until every buffered message went through the callback (callback form) or
         until the server confirmed the unsubscribe (iterator form, where the rest stays
-        readable), at most ``timeout``.
+        readable), at most ``timeout`` (None: no limit).
 
         Raises:
             jssync.TimeoutError: the drain did not finish in time (the consumer is deleted

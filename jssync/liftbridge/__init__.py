@@ -879,10 +879,10 @@ class Client:
 
     # -- Close ---------------------------------------------------------------------------------
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float | None = 5.0) -> None:
         """Close every subscription, then the connection if the client opened it. Idempotent.
 
-        Blocks up to ``timeout`` seconds; never raises for a closed client.
+        Blocks up to ``timeout`` seconds (None: no limit); never raises for a closed client.
         """
         with self._lock:
             if self._closed:
@@ -891,9 +891,9 @@ class Client:
             subs = list(self._subs)
         deadline = Deadline(timeout)
         for sub in subs:
-            sub.close(timeout=max(deadline.remaining() or 0.5, 0.5))
+            sub.close(timeout=_at_least(deadline, 0.5))
         if self._own:
-            self._conn.close(timeout=max(deadline.remaining() or 0.5, 0.5))
+            self._conn.close(timeout=_at_least(deadline, 0.5))
 
     @property
     def closed(self) -> bool:
@@ -911,6 +911,12 @@ class Client:
 
 def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.UTC)
+
+
+def _at_least(deadline: Deadline, floor: float) -> float | None:
+    """What is left of ``deadline``, but at least ``floor``; None for no limit."""
+    rem = deadline.remaining()
+    return None if rem is None else max(rem, floor)
 
 
 def _rem(deadline: Deadline) -> float | None:

@@ -604,11 +604,11 @@ class Subscription:
         """How many times the consumer was recreated after a failure."""
         return self._resubscribes
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float | None = 5.0) -> None:
         """Stop the subscription and delete its consumer. Idempotent.
 
         Messages not yet handed out are dropped; a handler call in progress finishes.
-        Blocks until the reader stopped (at most ``timeout``); never raises for a closed
+        Blocks until the reader stopped (at most ``timeout``; None: no limit); never raises for a closed
         subscription.
         """
         with self._state_lock:
@@ -618,8 +618,8 @@ class Subscription:
             self._dropping = True
         self._shutdown(Deadline(timeout))
 
-    def unsubscribe(self, timeout: float = 5.0) -> None:
-        """Same as :meth:`close`."""
+    def unsubscribe(self, timeout: float | None = 5.0) -> None:
+        """Same as :meth:`close` (``timeout`` None: no limit)."""
         self.close(timeout)
 
     def _fail(self, exc: BaseException) -> None:

@@ -523,11 +523,12 @@ class Service:
             verbs, self._verb_subs = self._verb_subs, []
             return list(self._endpoints), verbs
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float | None = 5.0) -> None:
         """Unsubscribe every endpoint and the discovery subjects. Idempotent.
 
         Requests already received still run. Blocks until the unsubscribes are handed to
-        the I/O thread (at most ``timeout`` in all); never raises for a closed connection.
+        the I/O thread (at most ``timeout`` in all; None: no limit); never raises for a
+        closed connection.
         """
         taken = self._take_subs()
         if taken is None:
@@ -537,16 +538,17 @@ class Service:
         try:
             for sub in [ep._sub for ep in eps if ep._sub is not None] + verbs:
                 try:
-                    sub.unsubscribe(timeout=deadline.remaining() or 0.0)
+                    sub.unsubscribe(timeout=deadline.remaining())
                 except Error:  # closed connection, or out of time: hand it over without waiting
                     sub._unsubscribe_soon()
         finally:
             self._stopped.set()
 
-    def drain(self, timeout: float = 30.0) -> None:
+    def drain(self, timeout: float | None = 30.0) -> None:
         """Stop taking requests, finish those received, then stop. Idempotent.
 
-        Blocks until the endpoints' queued requests were handled (at most ``timeout``).
+        Blocks until the endpoints' queued requests were handled (at most ``timeout``;
+        None: no limit).
 
         Raises:
             jssync.TimeoutError: the endpoints did not finish in time (the service is stopped anyway).
@@ -560,7 +562,7 @@ class Service:
             for ep in eps:
                 if ep._sub is not None:
                     try:
-                        ep._sub.drain(timeout=deadline.remaining() or 0.0)
+                        ep._sub.drain(timeout=deadline.remaining())
                     except ConnectionClosedError:
                         ep._sub._unsubscribe_soon()
         finally:
