@@ -965,6 +965,8 @@ class JetStream:
     def publish_async_completed(self, timeout: float | None = 30.0) -> None:
         """Wait until every outstanding publish_async has its PubAck (or failed).
 
+        Blocks up to ``timeout`` seconds (None: no limit).
+
         Raises:
             jssync.TimeoutError: some are still outstanding after ``timeout``.
         """
