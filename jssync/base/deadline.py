@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import signal
+import sys
 import time
 from queue import Empty, SimpleQueue
 from typing import Any, Final
@@ -58,7 +60,9 @@ class Deadline:
     Every wait slice (:meth:`slice`) also notices a Ctrl-C that asyncio turned into a
     cancellation: a blocking call made from a coroutine (inside ``asyncio.run``) blocks the
     event loop, so asyncio's SIGINT handler can only mark the task as cancelling. The next
-    slice sees that and raises :class:`asyncio.CancelledError` in the calling coroutine.
+    slice sees that and raises :class:`asyncio.CancelledError` in the calling coroutine:
+    a cancellation requested since the first slice, or one requested before the call began
+    and not yet delivered (the task is still running this very step).
     """
 
     __slots__ = ("_cancels", "_end", "_task", "timeout")
@@ -106,7 +110,8 @@ class Deadline:
             self._task = task
             if task is not None:
                 self._cancels = task.cancelling()
-        if task is not None and task.cancelling() > self._cancels:
+        if task is not None and (task.cancelling() > self._cancels
+                                 or getattr(task, "_must_cancel", False)):
             raise asyncio.CancelledError("cancelled (Ctrl-C?) during a blocking jssync call")
         rem = self.remaining()
         return limit if rem is None else min(limit, rem)
@@ -131,7 +136,42 @@ class Deadline:
 
 
 def _get(q: SimpleQueue[Any], timeout: float) -> Any:
+    return wait_get(q, timeout)
+
+
+# CPython 3.11 and 3.12: ``SimpleQueue.get(timeout=t)`` whose wait is interrupted by a signal
+# with a handler (Ctrl-C inside ``asyncio.run``, a SIGTERM/SIGHUP/SIGCHLD handler) recomputes
+# what is left of ``t`` after the handler ran; if that is negative by then (a slow handler,
+# a busy GIL) it waits with no limit, until something is put. 3.13 rewrote the queue.
+# ``wait_get`` keeps the asynchronous signals pending during such a wait (the kernel hands a
+# process signal to a thread that is not waiting, or the wait's end delivers it, at most one
+# slice later); a queue with something in it needs no wait and no mask.
+_QUEUE_WAIT_IS_SIGNAL_SAFE = sys.version_info >= (3, 13) or not hasattr(signal, "pthread_sigmask")
+_DEFERRED_SIGNALS: frozenset[int] = frozenset(
+    getattr(signal, name) for name in (
+        "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD",
+        "SIGWINCH", "SIGPIPE", "SIGVTALRM", "SIGPROF", "SIGIO", "SIGURG", "SIGCONT", "SIGTSTP",
+        "SIGTTIN", "SIGTTOU", "SIGXCPU", "SIGXFSZ")
+    if hasattr(signal, name))
+
+
+def wait_get(q: SimpleQueue[Any], timeout: float) -> Any:
+    """``q.get(timeout=timeout)``, or :data:`EXPIRED` if nothing came in time.
+
+    Every timed wait on a :class:`queue.SimpleQueue` in jssync goes through here: on CPython
+    3.11/3.12 a signal arriving near the end of such a wait can make it wait forever (see
+    the comment above); here the wait ends when it should, and the signal's handler runs
+    right after it (at most ``timeout`` later). Returns without an exception context.
+    """
+    if _QUEUE_WAIT_IS_SIGNAL_SAFE or q.qsize():
+        try:
+            return q.get(timeout=timeout)
+        except Empty:
+            return EXPIRED
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
     try:
         return q.get(timeout=timeout)
     except Empty:
         return EXPIRED
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -26,7 +26,7 @@ from enum import Enum
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
-from ..base.deadline import DEFAULT, Deadline, Default
+from ..base.deadline import DEFAULT, EXPIRED, Deadline, Default, wait_get
 from ..base.errors import (
     ConnectionClosedError,
     ConsumerDeletedError,
@@ -407,10 +407,9 @@ class FetchResult:
         last_act = st.activity
         idle_since = Deadline(2 * hb) if hb else None
         while True:
-            try:
-                return q.get(timeout=deadline.slice())
-            except Empty:
-                pass
+            item = wait_get(q, deadline.slice())
+            if item is not EXPIRED:
+                return item
             if self._conn.internal.closed:
                 st.error = ConnectionClosedError("the connection closed during the fetch")
                 return _END
@@ -1456,10 +1455,9 @@ class ConsumeContext(_natspy.Receiver):
         if deadline is None:
             deadline = Deadline(None)  # its slices also notice a cancelled asyncio task (Ctrl-C)
         while True:
-            try:
-                return q.get(timeout=deadline.slice())
-            except Empty:
-                pass
+            item = wait_get(q, deadline.slice())
+            if item is not EXPIRED:
+                return item
             if deadline.expired():
                 raise TimeoutError(f"no message from consumer {self.consumer!r} within {deadline.timeout}s")
             if self._state is _State.RUNNING and not self._bytes_mode and (

@@ -280,6 +280,33 @@ def test_deadline_slice_notices_task_cancellation():
     assert asyncio.run(cleanup())
 
 
+def test_deadline_slice_notices_a_cancellation_made_before_the_wait_began():
+    # Ctrl-C inside asyncio.run lands while the coroutine is still running plain code (before
+    # its blocking call's first slice): the cancel is pending, not yet delivered; the wait
+    # must not swallow it and run to its timeout.
+    import asyncio
+
+    from jssync.base.deadline import Deadline
+
+    took: list[float] = []
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # pending: this step of the task is still running
+        t0 = time.monotonic()
+        try:
+            d = Deadline(5)
+            while True:
+                time.sleep(d.slice())
+        finally:
+            took.append(time.monotonic() - t0)
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(main())
+    assert took[0] < 0.2
+
+
 # -- 2. errors that say what ------------------------------------------------------------------
 
 
