@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 import uuid
@@ -83,6 +84,22 @@ def _no_leaked_threads() -> Iterator[None]:
             return
         time.sleep(0.02)
     pytest.fail(f"test left jssync threads running: {[t.name for t in leaked]}")
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_signal_mask() -> Iterator[None]:
+    # jssync's queue waits mask signals for a moment on Python < 3.13 (base/deadline.py
+    # wait_get); a mask left behind would be inherited by every process the suite starts
+    # afterwards (servers, examples under test would ignore SIGTERM/SIGINT), so fail here.
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    yield
+    after = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    if after != before:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        pytest.fail(f"test left the main thread's signal mask changed: {sorted(after - before)}")
 
 
 @pytest.fixture

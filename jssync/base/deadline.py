@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import importlib
 import signal
 import sys
 import time
@@ -147,8 +148,13 @@ def _get(q: SimpleQueue[Any], timeout: float) -> Any:
 # process signal to a thread that is not waiting, or the wait's end delivers it, at most one
 # slice later); a queue with something in it needs no wait and no mask.
 _QUEUE_WAIT_IS_SIGNAL_SAFE = sys.version_info >= (3, 13) or not hasattr(signal, "pthread_sigmask")
+if not _QUEUE_WAIT_IS_SIGNAL_SAFE:
+    _signal: Any = importlib.import_module("_signal")
+    _sigmask = _signal.pthread_sigmask  # the C function: no Python frame a handler can raise in
+    _SIG_BLOCK = _signal.SIG_BLOCK
+    _SIG_UNBLOCK = _signal.SIG_UNBLOCK
 _DEFERRED_SIGNALS: frozenset[int] = frozenset(
-    getattr(signal, name) for name in (
+    int(getattr(signal, name)) for name in (
         "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD",
         "SIGWINCH", "SIGPIPE", "SIGVTALRM", "SIGPROF", "SIGIO", "SIGURG", "SIGCONT", "SIGTSTP",
         "SIGTTIN", "SIGTTOU", "SIGXCPU", "SIGXFSZ")
@@ -168,10 +174,16 @@ def wait_get(q: SimpleQueue[Any], timeout: float) -> Any:
             return q.get(timeout=timeout)
         except Empty:
             return EXPIRED
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
+    # A pending handler may raise (KeyboardInterrupt) at any Python-level call, including
+    # ``signal.pthread_sigmask`` (a Python wrapper); so the C function is called, the block
+    # happens inside ``try``, and ``finally`` unblocks exactly what it blocked: no exception
+    # can leave the thread (and every process it starts afterwards) with signals masked.
+    held = _sigmask(_SIG_BLOCK, ())  # only reads the mask
+    mask = _DEFERRED_SIGNALS.difference(held) if held else _DEFERRED_SIGNALS
     try:
+        _sigmask(_SIG_BLOCK, mask)
         return q.get(timeout=timeout)
     except Empty:
         return EXPIRED
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _sigmask(_SIG_UNBLOCK, mask)

@@ -75,6 +75,7 @@ _SIGNAL_DURING_WAIT = textwrap.dedent("""
     import os, signal, sys, threading, time
     from queue import Empty, SimpleQueue
     from jssync.base.deadline import EXPIRED, wait_get
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())  # whatever the parent had
     raw = sys.argv[1] == "raw"
     signal.signal(signal.SIGUSR1, lambda *_: time.sleep(0.015))  # slower than what is left
     stop = time.monotonic() + 1.0
@@ -120,3 +121,48 @@ def test_wait_get_ends_when_a_signal_handler_outlasts_the_wait():
         # the control: the same loop on the bare queue hangs on this interpreter, so the
         # test above exercises the bug it guards against
         assert _run_signal_during_wait("raw") is None
+
+
+_CTRL_C_DURING_WAITS = textwrap.dedent("""
+    import os, signal, threading, time
+    from queue import SimpleQueue
+    from jssync.base.deadline import wait_get
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    q = SimpleQueue()
+    go = threading.Event()
+    stop = time.monotonic() + 1.5
+    def shoot():
+        go.wait()
+        while time.monotonic() < stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.003)
+    threading.Thread(target=shoot, daemon=True).start()
+    go.set()
+    interrupts = 0
+    while time.monotonic() < stop:
+        try:
+            while time.monotonic() < stop:
+                wait_get(q, 0.002)
+        except KeyboardInterrupt:
+            interrupts += 1
+        left = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+        if left:
+            print("masked", sorted(left), "after", interrupts, "interrupts")
+            break
+    else:
+        print("clean", interrupts)
+    """)
+
+
+@pytest.mark.timeout(30)
+def test_ctrl_c_at_any_point_of_a_wait_leaves_no_signal_masked():
+    # KeyboardInterrupt can be raised between any two calls of wait_get, even inside the
+    # call that unmasks; hundreds of them must leave the thread's mask as it was (a leaked
+    # mask is inherited by every process started afterwards: they would ignore SIGTERM).
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", _CTRL_C_DURING_WAITS], capture_output=True, text=True,
+                         timeout=20, cwd=str(root))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("clean"), out.stdout
+    assert int(out.stdout.split()[1]) > 50, out.stdout  # the interrupts did land in the waits
