@@ -96,8 +96,9 @@ class RequestMany:
         #: Why the iteration ended: ``"max_messages"``, ``"max_wait"``, ``"stall"``,
         #: ``"sentinel"``, ``"closed"`` (by :meth:`close` or the connection), or None while it runs.
         self.reason: str | None = None
-        self._finalizer = weakref.finalize(self, _cleanup, conn, sub, watch_keys)
-        self._finalizer.atexit = False
+        finalizer: Any = weakref.finalize(self, _cleanup, conn, sub, watch_keys)
+        finalizer.atexit = False  # a property of finalize (typeshed's __slots__ hides it from some mypy versions)
+        self._finalizer = finalizer
 
     def __repr__(self) -> str:
         return f"<jssync.RequestMany subject={self.subject!r} received={self._count} reason={self.reason!r}>"

@@ -395,10 +395,15 @@ def test_celery_prefork_worker_connects_in_each_child(server: NatsServer, stream
         results = [sender.send_task("celery_app.publish_order", args=[{"item": "mug", "qty": i}, f"pf-{i}"])
                    for i in range(1, 5)]
         acks = [r.get(timeout=30 * FACTOR) for r in results]
-        # worker_process_init connected each pool child; the main worker process never connected
-        names = [n for n in _connection_names(server) if n.startswith("orders-celery-")]
-        pids = {int(n.rsplit("-", 1)[1]) for n in names}
-        assert len(pids) == 2 and proc.pid not in pids, (names, proc.pid)
+        # worker_process_init connects each pool child as it starts (a loaded machine may start the
+        # second child after the first has run all four tasks); the main worker process never connects
+        def child_pids() -> set[int]:
+            names = [n for n in _connection_names(server) if n.startswith("orders-celery-")]
+            return {int(n.rsplit("-", 1)[1]) for n in names}
+
+        wait_for(lambda: len(child_pids()) == 2, timeout=30 * FACTOR, interval=0.1,
+                 what="both pool children to connect")
+        assert proc.pid not in child_pids(), (child_pids(), proc.pid)
     finally:
         code = _stop(proc, timeout=30)
         sender.close()
