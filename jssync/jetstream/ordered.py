@@ -36,7 +36,7 @@ from ..base.errors import (
     TimeoutError,
     ValidationError,
 )
-from ..base.status import message_size
+from ..base.status import is_user_msg, message_size
 from ..base.validate import validate_subject
 from ..core.msg import Msg
 from .params import validate_name
@@ -489,7 +489,7 @@ class OrderedConsumeContext(ConsumeContext):
     def put_nowait(self, msg: Msg) -> None:
         self._activity += 1
         h = msg.headers
-        if h is None or msg.data or "Status" not in h:
+        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
             oc = self._oc
             t = _ack_tokens(msg.reply)
             with self._lock:
@@ -534,7 +534,7 @@ class OrderedConsumeContext(ConsumeContext):
         dropped consumer's message or status, a status of a written-off request) is ignored.
         """
         h = msg.headers
-        if h is None or msg.data or "Status" not in h:
+        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
             t = _ack_tokens(msg.reply)
             with self._lock:
                 if (t is not None and t[0] == self.consumer and t[2] == self._oc._expected

@@ -251,3 +251,20 @@ def test_consume_max_bytes_counts_wire_header_size(nats_server, js, stream):
         got = [it.next(timeout=5 * FACTOR) for _ in range(300)]
         wait_for(lambda: it.pending_bytes <= 3000, what="pending bytes within max_bytes")
     assert seqs(got) == list(range(1, 301))
+
+
+def test_stored_message_with_status_header_and_no_payload_is_delivered(js, stream):
+    """A stored message with an empty payload and a ``Status`` header is a message, not a
+    status: ordered fetch and ordered consume deliver it in its place, once, and the
+    consume does not recreate its consumer over it (also when it is the last message)."""
+    subj = f"{stream.name}.a"
+    js.publish(subj, b"1")
+    js.publish(subj, b"", headers={"Status": "100"})
+    js.publish(subj, b"3")
+    js.publish(subj, b"", headers={"Status": "408", "Description": "Request Timeout"})
+    assert seqs(stream.ordered_consumer().fetch(10, expires=1)) == [1, 2, 3, 4]
+    with stream.ordered_consumer().consume() as it:
+        got = [it.next(timeout=5 * FACTOR) for _ in range(4)]
+        assert it.resets == 0
+    assert seqs(got) == [1, 2, 3, 4]
+    assert got[1].data == b"" and got[1].headers["Status"] == "100"
