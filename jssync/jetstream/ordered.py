@@ -35,12 +35,15 @@ from ..base.errors import (
     StreamNotFoundError,
     TimeoutError,
     ValidationError,
+    translating,
 )
 from ..base.status import is_user_msg, message_size
 from ..base.validate import validate_subject
+from ..core import natspy as _natspy
 from ..core.msg import Msg
 from .params import validate_name
 from .pull import (
+    _DISCARD,
     BYTES_ONLY_BATCH,
     DEFAULT_EXPIRES,
     NO_LIMIT_PULL,
@@ -52,6 +55,7 @@ from .pull import (
     _pos_float,
     _pos_int,
     _State,
+    _unsubscribe_soon,
     _wire_header_len,
     fetch,
     validate_fetch,
@@ -578,16 +582,26 @@ class OrderedConsumeContext(ConsumeContext):
         self._conn.internal.pool.submit(self._do_reset)
 
     def _do_reset(self) -> None:
+        """On the worker pool: create the next consumer, give it a fresh inbox, pull from it.
+
+        Each consumer generation has its own inbox: what still arrives for the pulls of the
+        consumers dropped (``409 Consumer Deleted`` once the old one is deleted, a late
+        ``408`` with pending counts written off already, their messages) arrives on an inbox
+        that is no longer listened to, so it can neither start another reset nor change the
+        counts. Retries (backing off, up to 2 s apart) while the server does not answer.
+        """
         oc = self._oc
         attempt = 0
         while self._state is _State.RUNNING:
             try:
                 with oc._lock:
                     name = oc._reset(timeout=self._js.timeout)
+                inbox, nsub = self._subscribe_inbox()
             except StreamNotFoundError as exc:
                 self._fail(exc)
                 return
-            except ConnectionClosedError:
+            except ConnectionClosedError as exc:
+                self._closed_during_reset(exc)
                 return
             except Error as exc:
                 attempt += 1
@@ -597,17 +611,58 @@ class OrderedConsumeContext(ConsumeContext):
                 while self._state is _State.RUNNING and time.monotonic() < end:
                     time.sleep(0.05)
                 continue
-            with self._lock:
-                if self._state is not _State.RUNNING:
-                    return
+            try:
+                self._conn.internal.loop.call_soon(self._switch, name, inbox, nsub)
+            except Error as exc:  # the connection is closing: it ends this consume
+                self._closed_during_reset(exc)
+            return
+
+    def _subscribe_inbox(self) -> tuple[str, Any]:
+        """Subscribe a new inbox (blocking, worker pool); what arrives is dropped until :meth:`_switch`."""
+        conn = self._conn
+        inbox = conn.new_inbox()
+
+        async def _sub() -> Any:
+            with translating():
+                return await _natspy.subscribe(conn.internal.nc, inbox, _DISCARD)
+
+        return inbox, conn.run(_sub(), Deadline(conn.internal.timeout + 5), "subscribe")
+
+    def _switch(self, name: str, inbox: str, nsub: Any) -> None:
+        """On the I/O thread: read from consumer ``name`` on ``inbox`` from now on, and pull."""
+        with self._lock:
+            current = self._state is _State.RUNNING and not self._winding_down
+            old = self._nsub
+            if current:
                 self.consumer = name
                 self._next_subject = f"{self._js.prefix}.CONSUMER.MSG.NEXT.{self.stream}.{name}"
+                self._inbox = inbox
+                self._nsub = nsub
+                self._open = 0
                 self._disc = self._req - self._rx
                 self._disc_b = self._req_b - self._rx_b
-                self._resetting = False
                 self._resets += 1
-            self._pull()
+            self._resetting = False
+        if not current:  # stopped or drained meanwhile: the wind-down has the old inbox
+            _unsubscribe_soon(self._conn, nsub)
             return
+        _natspy.set_sub_queue(nsub, self)
+        if old is not None:
+            _natspy.set_sub_queue(old, _DISCARD)
+            _unsubscribe_soon(self._conn, old)
+        self._pull()
+
+    def _closed_during_reset(self, exc: BaseException) -> None:
+        """The connection closed while the consumer was being recreated: nothing can be read any more.
+
+        After :meth:`jssync.Connection.close` the consume ends quietly (as every consume does);
+        when the connection closed by itself (nats-py gave up reconnecting) it ends with ``exc``.
+        """
+        if self._conn.internal.closed or self._conn.internal.closing:
+            with self._lock:
+                self._resetting = False
+            return
+        self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
         with self._lock:
