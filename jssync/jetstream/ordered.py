@@ -101,7 +101,8 @@ class OrderedConsumer:
         deliver_policy: where to start (``"all"``, ``"last"``, ``"new"``,
             ``"by_start_sequence"``, ``"by_start_time"``, ``"last_per_subject"``). With
             ``"last_per_subject"``, a consumer re-created while the initial values are read
-            asks for the last per subject again and passes over those delivered already.
+            asks for the last per subject again and passes over those delivered already;
+            without ``filter_subjects`` it filters on ``">"`` (every subject).
         opt_start_seq: first stream sequence (implies ``by_start_sequence``).
         opt_start_time: first time, an aware datetime (implies ``by_start_time``).
         replay_policy: ``"instant"`` (default) or ``"original"``.
@@ -210,8 +211,11 @@ class OrderedConsumer:
         elif self._filters:
             cfg.filter_subjects = list(self._filters)
         if self._initial:
-            # (again) the last per subject: those before _next_seq were delivered already
+            # (again) the last per subject: those before _next_seq were delivered already;
+            # the server needs a filter for it: without one, every subject (">")
             cfg.deliver_policy = api.DeliverPolicy.LAST_PER_SUBJECT
+            if not self._filters:
+                cfg.filter_subject = ">"
         elif self._next_seq > 0:
             cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
             cfg.opt_start_seq = self._next_seq
@@ -293,26 +297,33 @@ class OrderedConsumer:
             prev = self._fetch
             if prev is not None:
                 prev.stop()
-            if self._name is None or self._needs_reset:
-                self._reset(create_timeout)
-            assert self._name is not None
-            kw: dict[str, Any] = {}
-            if grace is not None:
-                kw["grace"] = grace
-            ctl = _FetchControl(self, self._name)
-            res = fetch(self._js, self.stream, self._name, batch, max_bytes=max_bytes, expires=expires,
-                        idle_heartbeat=idle_heartbeat, no_wait=no_wait, ack_none=True,
-                        check=ctl.check, on_end=ctl.on_end, **kw)
+            res = _OrderedFetch(self, batch, max_bytes, expires, idle_heartbeat, no_wait, grace, create_timeout)
             self._fetch = res
             return res
+
+    def _pull(self, batch: int, max_bytes: int, expires: float | None, idle_heartbeat: float | None,
+              no_wait: bool, grace: float | None, create_timeout: float | None | Default,
+              ) -> tuple[FetchResult, _FetchControl]:
+        """Send one pull request (under ``_lock``), creating the consumer first when needed (blocking)."""
+        if self._name is None or self._needs_reset:
+            self._reset(create_timeout)
+        assert self._name is not None
+        kw: dict[str, Any] = {}
+        if grace is not None:
+            kw["grace"] = grace
+        ctl = _FetchControl(self, self._name)
+        res = fetch(self._js, self.stream, self._name, batch, max_bytes=max_bytes, expires=expires,
+                    idle_heartbeat=idle_heartbeat, no_wait=no_wait, ack_none=True,
+                    check=ctl.check, on_end=ctl.on_end, **kw)
+        return res, ctl
 
     def fetch(self, max_messages: int | None = None, *, max_bytes: int | None = None,
               expires: float = DEFAULT_EXPIRES, idle_heartbeat: float | None = None) -> FetchResult:
         """Like :meth:`jssync.Consumer.fetch`, in stream order.
 
         Blocks to create the ephemeral consumer when there is none (or it must be replaced).
-        A missing or deleted consumer does not raise: the fetch ends and the next one
-        recreates it.
+        A missing or deleted consumer does not raise: the iteration recreates it (blocking,
+        up to the JetStream API timeout) and gets the messages within the same fetch.
         """
         batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
         return self._start_fetch(batch, mb, expires, idle_heartbeat, False)
@@ -424,13 +435,15 @@ class OrderedConsumer:
 class _FetchControl:
     """The sequence check of one ordered fetch (I/O thread) and its end (user thread)."""
 
-    __slots__ = ("oc", "name", "lock", "ended")
+    __slots__ = ("oc", "name", "lock", "ended", "gone")
 
     def __init__(self, oc: OrderedConsumer, name: str) -> None:
         self.oc = oc
         self.name = name
         self.lock = threading.Lock()
         self.ended = False
+        #: the pull ended because the consumer does not exist (any more): recreate it
+        self.gone = False
 
     def check(self, msg: Msg) -> bool | None:
         oc = self.oc
@@ -469,8 +482,95 @@ class _FetchControl:
         if not (state.done and state.clean) or state.error is not None:
             oc._needs_reset = True
         if oc._is_recoverable(state.error):
+            self.gone = True
             state.raise_error = False
             state.error = None
+
+
+class _OrderedFetch(FetchResult):
+    """One ordered fetch: the messages of its pull request, in stream order.
+
+    When the pull ends because the consumer is gone (deleted, or lost with a server
+    restart: ``409 Consumer Deleted`` or no responders), the iteration recreates the
+    consumer (blocking, up to the JetStream API timeout) and pulls the rest of the batch
+    within what is left of ``expires``, at most :attr:`RECREATE` times per fetch. A
+    recreate that fails ends the iteration with that error on :attr:`error` (not raised).
+    """
+
+    #: consumers created again within one fetch, at most
+    RECREATE = 2
+
+    def __init__(self, oc: OrderedConsumer, batch: int, max_bytes: int, expires: float | None,
+                 idle_heartbeat: float | None, no_wait: bool, grace: float | None,
+                 create_timeout: float | None | Default) -> None:
+        # no FetchResult.__init__: this delegates to the pull request of the moment
+        self._oc = oc
+        self._args = (expires, idle_heartbeat, no_wait, grace, create_timeout)
+        self._until = None if expires is None else Deadline(expires)
+        self._stopped = False
+        self._recreated = 0
+        self._before = 0  # messages received by the pulls before the current one
+        self._fail: Error | None = None
+        self._inner, self._ctl = oc._pull(batch, max_bytes, expires, idle_heartbeat, no_wait, grace, create_timeout)
+
+    def __repr__(self) -> str:
+        return f"<jssync.FetchResult ordered {self._oc.stream}/{self._ctl.name} received={self.received}>"
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the fetch ended, when it was not a normal end; None otherwise."""
+        return self._fail if self._fail is not None else self._inner.error
+
+    @property
+    def received(self) -> int:
+        """Messages received so far."""
+        return self._before + self._inner.received
+
+    def __next__(self) -> Msg:
+        while True:
+            try:
+                return next(self._inner)
+            except StopIteration:
+                if not self._pull_again():
+                    raise
+
+    def _pull_again(self) -> bool:
+        """The pull ended: when the consumer was gone, recreate it and pull the rest (True)."""
+        if self._stopped or self._fail is not None or not self._ctl.gone or self._recreated >= self.RECREATE:
+            return False
+        st = self._inner._state
+        rest = st.batch - st.received
+        rest_b = st.max_bytes - st.received_bytes if st.max_bytes else 0
+        if rest <= 0 or (st.max_bytes and rest_b <= 0):
+            return False
+        expires, hb, no_wait, grace, create_timeout = self._args
+        if self._until is not None:
+            expires = self._until.remaining()
+            if expires is None or expires < 0.01:
+                return False
+            if hb is not None and hb > expires / 2:
+                hb = None
+        oc = self._oc
+        with oc._lock:
+            if oc._fetch is not self or self._stopped:
+                return False
+            self._recreated += 1
+            try:
+                inner, ctl = oc._pull(rest, rest_b, expires, hb, no_wait, grace, create_timeout)
+            except Error as exc:
+                self._fail = exc
+                return False
+            self._before += st.received
+            self._inner, self._ctl = inner, ctl
+        return True
+
+    def _end(self) -> None:
+        self._inner._end()
+
+    def stop(self) -> None:
+        """Stop iterating (the messages not taken yet are read again by the next operation)."""
+        self._stopped = True
+        self._inner.stop()
 
 
 class OrderedConsumeContext(ConsumeContext):
