@@ -247,3 +247,52 @@ def test_ordered_consume_recreates_its_consumer_once_after_a_dropped_connection(
             assert got == list(range(1, 21))
         finally:
             djs.delete_stream(st.name)
+
+
+NO_DELETE = """
+authorization {
+  users: [
+    {user: admin, password: adminpw}
+    {user: reader, password: readerpw, permissions: {publish: {allow: [">"], deny: ["$JS.API.CONSUMER.DELETE.>"]}}}
+  ]
+}
+"""
+
+
+def test_ordered_consume_ignores_the_end_of_a_dropped_consumers_pull():
+    """After a reset, the ``408`` that ends a pull of the consumer it dropped (still there:
+    this user may not delete consumers) carries pending counts that were written off at the
+    reset already: they must not be subtracted again, or the consume pulls past
+    ``max_messages`` and buffers more than that."""
+    from tests.proxy import TcpProxy
+
+    reconnected = threading.Event()
+    with NatsServer(config=NO_DELETE) as srv, TcpProxy(("127.0.0.1", srv.port)) as proxy, \
+            jssync.connect(srv.url, user="admin", password="adminpw") as admin, \
+            jssync.connect(proxy.url, user="reader", password="readerpw", reconnect_time_wait=0.1,
+                           reconnected_cb=reconnected.set, error_cb=lambda e: None) as nc:
+        ajs = admin.jetstream()
+        st = ajs.create_stream(name="ORL", subjects=["orl.>"], storage="memory")
+        ajs.publish("orl.x", b"0")
+        oc = nc.jetstream().stream(st.name).ordered_consumer()
+        with oc.consume(max_messages=10, expires=2) as it:
+            assert it.next(timeout=5 * FACTOR).metadata.sequence.stream == 1
+            first = oc.name
+            proxy.drop()
+            assert reconnected.wait(15 * FACTOR), "not reconnected"
+            wait_for(lambda: it.resets == 1 and oc.name != first, what="the consumer recreated")
+            # the first consumer's pull (batch 10, 9 of them never delivered) expires with a 408
+            wait_for(lambda: ajs.consumer(st.name, first).info().num_waiting == 0, what="the old pull expired")
+            nc.flush()
+            for i in range(30):
+                ajs.publish("orl.x", b"%d" % (i + 1))
+
+            def delivered() -> int:
+                return ajs.consumer(st.name, oc.name).info().delivered.consumer_seq
+
+            wait_for(lambda: delivered() >= 10 and it._q.qsize() >= 10, what="the buffer filled")
+            nc.flush()
+            admin.flush()
+            assert delivered() == 10 and it._q.qsize() == 10
+            assert it.pending_messages == 10
+            assert [it.next(timeout=5 * FACTOR).metadata.sequence.stream for _ in range(30)] == list(range(2, 32))
