@@ -35,12 +35,15 @@ from ..base.errors import (
     StreamNotFoundError,
     TimeoutError,
     ValidationError,
+    translating,
 )
-from ..base.status import message_size
+from ..base.status import is_user_msg, message_size
 from ..base.validate import validate_subject
+from ..core import natspy as _natspy
 from ..core.msg import Msg
 from .params import validate_name
 from .pull import (
+    _DISCARD,
     BYTES_ONLY_BATCH,
     DEFAULT_EXPIRES,
     NO_LIMIT_PULL,
@@ -52,6 +55,7 @@ from .pull import (
     _pos_float,
     _pos_int,
     _State,
+    _unsubscribe_soon,
     _wire_header_len,
     fetch,
     validate_fetch,
@@ -97,7 +101,8 @@ class OrderedConsumer:
         deliver_policy: where to start (``"all"``, ``"last"``, ``"new"``,
             ``"by_start_sequence"``, ``"by_start_time"``, ``"last_per_subject"``). With
             ``"last_per_subject"``, a consumer re-created while the initial values are read
-            asks for the last per subject again and passes over those delivered already.
+            asks for the last per subject again and passes over those delivered already;
+            without ``filter_subjects`` it filters on ``">"`` (every subject).
         opt_start_seq: first stream sequence (implies ``by_start_sequence``).
         opt_start_time: first time, an aware datetime (implies ``by_start_time``).
         replay_policy: ``"instant"`` (default) or ``"original"``.
@@ -206,8 +211,11 @@ class OrderedConsumer:
         elif self._filters:
             cfg.filter_subjects = list(self._filters)
         if self._initial:
-            # (again) the last per subject: those before _next_seq were delivered already
+            # (again) the last per subject: those before _next_seq were delivered already;
+            # the server needs a filter for it: without one, every subject (">")
             cfg.deliver_policy = api.DeliverPolicy.LAST_PER_SUBJECT
+            if not self._filters:
+                cfg.filter_subject = ">"
         elif self._next_seq > 0:
             cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
             cfg.opt_start_seq = self._next_seq
@@ -289,26 +297,33 @@ class OrderedConsumer:
             prev = self._fetch
             if prev is not None:
                 prev.stop()
-            if self._name is None or self._needs_reset:
-                self._reset(create_timeout)
-            assert self._name is not None
-            kw: dict[str, Any] = {}
-            if grace is not None:
-                kw["grace"] = grace
-            ctl = _FetchControl(self, self._name)
-            res = fetch(self._js, self.stream, self._name, batch, max_bytes=max_bytes, expires=expires,
-                        idle_heartbeat=idle_heartbeat, no_wait=no_wait, ack_none=True,
-                        check=ctl.check, on_end=ctl.on_end, **kw)
+            res = _OrderedFetch(self, batch, max_bytes, expires, idle_heartbeat, no_wait, grace, create_timeout)
             self._fetch = res
             return res
+
+    def _pull(self, batch: int, max_bytes: int, expires: float | None, idle_heartbeat: float | None,
+              no_wait: bool, grace: float | None, create_timeout: float | None | Default,
+              ) -> tuple[FetchResult, _FetchControl]:
+        """Send one pull request (under ``_lock``), creating the consumer first when needed (blocking)."""
+        if self._name is None or self._needs_reset:
+            self._reset(create_timeout)
+        assert self._name is not None
+        kw: dict[str, Any] = {}
+        if grace is not None:
+            kw["grace"] = grace
+        ctl = _FetchControl(self, self._name)
+        res = fetch(self._js, self.stream, self._name, batch, max_bytes=max_bytes, expires=expires,
+                    idle_heartbeat=idle_heartbeat, no_wait=no_wait, ack_none=True,
+                    check=ctl.check, on_end=ctl.on_end, **kw)
+        return res, ctl
 
     def fetch(self, max_messages: int | None = None, *, max_bytes: int | None = None,
               expires: float = DEFAULT_EXPIRES, idle_heartbeat: float | None = None) -> FetchResult:
         """Like :meth:`jssync.Consumer.fetch`, in stream order.
 
         Blocks to create the ephemeral consumer when there is none (or it must be replaced).
-        A missing or deleted consumer does not raise: the fetch ends and the next one
-        recreates it.
+        A missing or deleted consumer does not raise: the iteration recreates it (blocking,
+        up to the JetStream API timeout) and gets the messages within the same fetch.
         """
         batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
         return self._start_fetch(batch, mb, expires, idle_heartbeat, False)
@@ -420,13 +435,15 @@ class OrderedConsumer:
 class _FetchControl:
     """The sequence check of one ordered fetch (I/O thread) and its end (user thread)."""
 
-    __slots__ = ("oc", "name", "lock", "ended")
+    __slots__ = ("oc", "name", "lock", "ended", "gone")
 
     def __init__(self, oc: OrderedConsumer, name: str) -> None:
         self.oc = oc
         self.name = name
         self.lock = threading.Lock()
         self.ended = False
+        #: the pull ended because the consumer does not exist (any more): recreate it
+        self.gone = False
 
     def check(self, msg: Msg) -> bool | None:
         oc = self.oc
@@ -465,8 +482,95 @@ class _FetchControl:
         if not (state.done and state.clean) or state.error is not None:
             oc._needs_reset = True
         if oc._is_recoverable(state.error):
+            self.gone = True
             state.raise_error = False
             state.error = None
+
+
+class _OrderedFetch(FetchResult):
+    """One ordered fetch: the messages of its pull request, in stream order.
+
+    When the pull ends because the consumer is gone (deleted, or lost with a server
+    restart: ``409 Consumer Deleted`` or no responders), the iteration recreates the
+    consumer (blocking, up to the JetStream API timeout) and pulls the rest of the batch
+    within what is left of ``expires``, at most :attr:`RECREATE` times per fetch. A
+    recreate that fails ends the iteration with that error on :attr:`error` (not raised).
+    """
+
+    #: consumers created again within one fetch, at most
+    RECREATE = 2
+
+    def __init__(self, oc: OrderedConsumer, batch: int, max_bytes: int, expires: float | None,
+                 idle_heartbeat: float | None, no_wait: bool, grace: float | None,
+                 create_timeout: float | None | Default) -> None:
+        # no FetchResult.__init__: this delegates to the pull request of the moment
+        self._oc = oc
+        self._args = (expires, idle_heartbeat, no_wait, grace, create_timeout)
+        self._until = None if expires is None else Deadline(expires)
+        self._stopped = False
+        self._recreated = 0
+        self._before = 0  # messages received by the pulls before the current one
+        self._fail: Error | None = None
+        self._inner, self._ctl = oc._pull(batch, max_bytes, expires, idle_heartbeat, no_wait, grace, create_timeout)
+
+    def __repr__(self) -> str:
+        return f"<jssync.FetchResult ordered {self._oc.stream}/{self._ctl.name} received={self.received}>"
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the fetch ended, when it was not a normal end; None otherwise."""
+        return self._fail if self._fail is not None else self._inner.error
+
+    @property
+    def received(self) -> int:
+        """Messages received so far."""
+        return self._before + self._inner.received
+
+    def __next__(self) -> Msg:
+        while True:
+            try:
+                return next(self._inner)
+            except StopIteration:
+                if not self._pull_again():
+                    raise
+
+    def _pull_again(self) -> bool:
+        """The pull ended: when the consumer was gone, recreate it and pull the rest (True)."""
+        if self._stopped or self._fail is not None or not self._ctl.gone or self._recreated >= self.RECREATE:
+            return False
+        st = self._inner._state
+        rest = st.batch - st.received
+        rest_b = st.max_bytes - st.received_bytes if st.max_bytes else 0
+        if rest <= 0 or (st.max_bytes and rest_b <= 0):
+            return False
+        expires, hb, no_wait, grace, create_timeout = self._args
+        if self._until is not None:
+            expires = self._until.remaining()
+            if expires is None or expires < 0.01:
+                return False
+            if hb is not None and hb > expires / 2:
+                hb = None
+        oc = self._oc
+        with oc._lock:
+            if oc._fetch is not self or self._stopped:
+                return False
+            self._recreated += 1
+            try:
+                inner, ctl = oc._pull(rest, rest_b, expires, hb, no_wait, grace, create_timeout)
+            except Error as exc:
+                self._fail = exc
+                return False
+            self._before += st.received
+            self._inner, self._ctl = inner, ctl
+        return True
+
+    def _end(self) -> None:
+        self._inner._end()
+
+    def stop(self) -> None:
+        """Stop iterating (the messages not taken yet are read again by the next operation)."""
+        self._stopped = True
+        self._inner.stop()
 
 
 class OrderedConsumeContext(ConsumeContext):
@@ -489,7 +593,7 @@ class OrderedConsumeContext(ConsumeContext):
     def put_nowait(self, msg: Msg) -> None:
         self._activity += 1
         h = msg.headers
-        if h is None or msg.data or "Status" not in h:
+        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
             oc = self._oc
             t = _ack_tokens(msg.reply)
             with self._lock:
@@ -534,7 +638,7 @@ class OrderedConsumeContext(ConsumeContext):
         dropped consumer's message or status, a status of a written-off request) is ignored.
         """
         h = msg.headers
-        if h is None or msg.data or "Status" not in h:
+        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
             t = _ack_tokens(msg.reply)
             with self._lock:
                 if (t is not None and t[0] == self.consumer and t[2] == self._oc._expected
@@ -578,16 +682,26 @@ class OrderedConsumeContext(ConsumeContext):
         self._conn.internal.pool.submit(self._do_reset)
 
     def _do_reset(self) -> None:
+        """On the worker pool: create the next consumer, give it a fresh inbox, pull from it.
+
+        Each consumer generation has its own inbox: what still arrives for the pulls of the
+        consumers dropped (``409 Consumer Deleted`` once the old one is deleted, a late
+        ``408`` with pending counts written off already, their messages) arrives on an inbox
+        that is no longer listened to, so it can neither start another reset nor change the
+        counts. Retries (backing off, up to 2 s apart) while the server does not answer.
+        """
         oc = self._oc
         attempt = 0
         while self._state is _State.RUNNING:
             try:
                 with oc._lock:
                     name = oc._reset(timeout=self._js.timeout)
+                inbox, nsub = self._subscribe_inbox()
             except StreamNotFoundError as exc:
                 self._fail(exc)
                 return
-            except ConnectionClosedError:
+            except ConnectionClosedError as exc:
+                self._closed_during_reset(exc)
                 return
             except Error as exc:
                 attempt += 1
@@ -597,17 +711,58 @@ class OrderedConsumeContext(ConsumeContext):
                 while self._state is _State.RUNNING and time.monotonic() < end:
                     time.sleep(0.05)
                 continue
-            with self._lock:
-                if self._state is not _State.RUNNING:
-                    return
+            try:
+                self._conn.internal.loop.call_soon(self._switch, name, inbox, nsub)
+            except Error as exc:  # the connection is closing: it ends this consume
+                self._closed_during_reset(exc)
+            return
+
+    def _subscribe_inbox(self) -> tuple[str, Any]:
+        """Subscribe a new inbox (blocking, worker pool); what arrives is dropped until :meth:`_switch`."""
+        conn = self._conn
+        inbox = conn.new_inbox()
+
+        async def _sub() -> Any:
+            with translating():
+                return await _natspy.subscribe(conn.internal.nc, inbox, _DISCARD)
+
+        return inbox, conn.run(_sub(), Deadline(conn.internal.timeout + 5), "subscribe")
+
+    def _switch(self, name: str, inbox: str, nsub: Any) -> None:
+        """On the I/O thread: read from consumer ``name`` on ``inbox`` from now on, and pull."""
+        with self._lock:
+            current = self._state is _State.RUNNING and not self._winding_down
+            old = self._nsub
+            if current:
                 self.consumer = name
                 self._next_subject = f"{self._js.prefix}.CONSUMER.MSG.NEXT.{self.stream}.{name}"
+                self._inbox = inbox
+                self._nsub = nsub
+                self._open = 0
                 self._disc = self._req - self._rx
                 self._disc_b = self._req_b - self._rx_b
-                self._resetting = False
                 self._resets += 1
-            self._pull()
+            self._resetting = False
+        if not current:  # stopped or drained meanwhile: the wind-down has the old inbox
+            _unsubscribe_soon(self._conn, nsub)
             return
+        _natspy.set_sub_queue(nsub, self)
+        if old is not None:
+            _natspy.set_sub_queue(old, _DISCARD)
+            _unsubscribe_soon(self._conn, old)
+        self._pull()
+
+    def _closed_during_reset(self, exc: BaseException) -> None:
+        """The connection closed while the consumer was being recreated: nothing can be read any more.
+
+        After :meth:`jssync.Connection.close` the consume ends quietly (as every consume does);
+        when the connection closed by itself (nats-py gave up reconnecting) it ends with ``exc``.
+        """
+        if self._conn.internal.closed or self._conn.internal.closing:
+            with self._lock:
+                self._resetting = False
+            return
+        self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
         with self._lock:

@@ -74,6 +74,7 @@ def test_consume_recreated_during_initial_values(js, stream):
         while len(got) < KEYS:
             got.append(cc.next(timeout=5))
         wait_for(lambda: cc.resets >= 1, what="the consumer re-created")
+        assert cc.resets == 1
     finally:
         cc.stop()
     assert _got(got, stream) == LATEST

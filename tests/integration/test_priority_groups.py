@@ -203,6 +203,20 @@ def test_unpin_through_the_handle_forgets_the_id(js, stream):
     assert [s.get("pinned_client_id") for s in state] == [None]
 
 
+
+def test_a_stored_pin_id_header_is_not_taken_for_the_servers(js, stream):
+    """A message stored with its own ``Nats-Pin-Id`` header is delivered with the server's pin
+    id added after it (both on the wire): the handle keeps the server's id, the one a pinned
+    pull must carry."""
+    c = pinned(stream)
+    js.publish(f"{stream.name}.m", b"x", headers={"Nats-Pin-Id": "forged"})
+    m = c.next(5, group="jobs")
+    state = js.consumer(stream.name, "P").cached_info.priority_groups
+    server_pin = state[0]["pinned_client_id"]
+    assert server_pin and server_pin != "forged"
+    assert c.pin_id("jobs") == server_pin
+    m.ack()
+
 # -- overflow ---------------------------------------------------------------------------------
 
 
