@@ -5,6 +5,7 @@ min/maxMessagesPerTrigger with maxTriggerDelay, and the progress a streaming que
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -379,3 +380,20 @@ def test_subject_filter_outside_the_streams_subjects_is_refused(spark, nats_serv
             q.awaitTermination(60 * FACTOR)
     finally:
         q.stop()
+
+
+def test_range_planned_before_the_stream_was_recreated_fails_or_is_skipped(nats_server, js, stream):
+    """A task whose range was planned on a stream that was deleted and created again before the
+    task ran fails naming both creation times, or with failOnDataLoss=false reads nothing."""
+    name = stream.name
+    _publish(js, f"{name}.a", 0, 10)
+    planned = jspark._created_text(js.stream(name).cached_info.created)
+    _recreate(js, name, 10)
+    now = jspark._created_text(js.stream(name).cached_info.created)
+    opts = jspark.ReadOptions.parse({"servers": nats_server.url, "stream": name})
+    with pytest.raises(jspark.DataLossError, match=rf"created again \(at {re.escape(now)}\).*1\.\.10 of the "
+                                                   rf"stream created at {re.escape(planned)}"):
+        list(jspark.read_range(opts, 1, 10, 1, planned))
+    opts = jspark.ReadOptions.parse({"servers": nats_server.url, "stream": name, "failondataloss": "false"})
+    assert list(jspark.read_range(opts, 1, 10, 1, planned)) == []
+    assert sum(b.num_rows for b in jspark.read_range(opts, 1, 10, 1, now)) == 10
