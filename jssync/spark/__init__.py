@@ -19,7 +19,11 @@ Gets (``readMethod=direct``, for streams with ``allow_direct``). A task whose pl
 range lost messages to the stream's limits, a purge or expiry before it read them fails
 with :class:`DataLossError` (``failOnDataLoss=false``: skips them). Streaming reads take
 ``maxMessagesPerTrigger``, ``minMessagesPerTrigger`` and ``maxTriggerDelay`` like Spark's
-Kafka source.
+Kafka source; their offsets carry the stream's creation time, so a query restarted on a
+stream that was deleted and created again fails with :class:`DataLossError`
+(``failOnDataLoss=false``: starts over at the new stream's first sequence). An option a
+read or write does not take, or a ``subjects`` filter outside the stream's subjects,
+fails the query when it is planned.
 Writes publish every row with ``publish_async`` and wait for all PubAcks before the
 task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
 (from a column, or derived from the query, batch, partition and row) so retried tasks
