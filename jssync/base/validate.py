@@ -2,7 +2,8 @@
 
 Split out of core/connection.py so every layer can check its input without importing the
 connection: ``validate_subject``, ``validate_headers``, ``_check_data``, and the header block's
-encoding and size (``_encode_headers``, ``_headers_size``).
+encoding and size (``_encode_headers``, ``_headers_size``); ``subjects_overlap`` says whether two
+subject filters can match a common subject.
 """
 
 from __future__ import annotations
@@ -54,6 +55,24 @@ def _check_subject(subject: str, what: str, wildcards: bool) -> None:
         for i, tok in enumerate(toks):
             if tok == ">" and i != len(toks) - 1:
                 raise BadSubjectError(f"invalid {what} ('>' must be the last token): {subject!r}")
+
+
+def subjects_overlap(a: str, b: str) -> bool:
+    """True when some subject matches both filters ``a`` and ``b`` (wildcards ``*`` and ``>``).
+
+    Pure, no I/O; both are taken as valid subjects (see :func:`validate_subject`). ``*``
+    matches one token, ``>`` (the last token) one or more: ``ORDERS.*.x`` and ``ORDERS.eu.>``
+    overlap (``ORDERS.eu.x``), ``ORDERS.>`` and ``ORDERS`` do not.
+    """
+    ta = a.split(".")
+    tb = b.split(".")
+    for i in range(min(len(ta), len(tb))):
+        x, y = ta[i], tb[i]
+        if x == ">" or y == ">":
+            return True
+        if x != y and x != "*" and y != "*":
+            return False
+    return len(ta) == len(tb)
 
 
 def validate_headers(headers: dict[str, str] | None) -> None:

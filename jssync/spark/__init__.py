@@ -19,7 +19,11 @@ Gets (``readMethod=direct``, for streams with ``allow_direct``). A task whose pl
 range lost messages to the stream's limits, a purge or expiry before it read them fails
 with :class:`DataLossError` (``failOnDataLoss=false``: skips them). Streaming reads take
 ``maxMessagesPerTrigger``, ``minMessagesPerTrigger`` and ``maxTriggerDelay`` like Spark's
-Kafka source.
+Kafka source; their offsets carry the stream's creation time, so a query restarted on a
+stream that was deleted and created again fails with :class:`DataLossError`
+(``failOnDataLoss=false``: starts over at the new stream's first sequence). An option a
+read or write does not take, or a ``subjects`` filter outside the stream's subjects,
+fails the query when it is planned.
 Writes publish every row with ``publish_async`` and wait for all PubAcks before the
 task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
 (from a column, or derived from the query, batch, partition and row) so retried tasks
@@ -209,6 +213,83 @@ def _parse_time(raw: str, key: str) -> _dt.datetime:
     return t.astimezone(_dt.UTC)
 
 
+#: The options each kind of query takes, as documented (compared case-insensitively: Spark
+#: hands the data source its options with lower-cased keys).
+_CONNECT_OPTIONS = ("servers", "user", "password", "token", "creds", "nkeysSeed", "tlsCaFile", "tlsCertFile",
+                    "tlsKeyFile", "tlsHostname", "connectTimeout", "timeout", "connectionName")
+_READ_OPTIONS = ("stream", "subjects", "subject", "startingSequence", "startingTime", "endingSequence",
+                 "numPartitions", "includeHeaders", "readMethod", "batchSize", "arrowBatchSize",
+                 "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay", "failOnDataLoss")
+_WRITE_OPTIONS = ("subject", "msgIdColumn", "deriveMsgId", "msgIdPrefix", "maxPending", "publishTimeout")
+#: Options Spark itself adds (``load(path)``, ``start(path)``, a streaming write's checkpoint and
+#: query name): accepted and ignored.
+_SPARK_OPTIONS = ("path", "paths", "checkpointLocation", "queryName")
+
+#: Spark's Kafka source and sink options, and what jssync takes instead.
+_KAFKA_OPTIONS = {
+    "startingOffsets": "startingSequence",
+    "endingOffsets": "endingSequence",
+    "startingTimestamp": "startingTime",
+    "startingOffsetsByTimestamp": "startingTime",
+    "startingOffsetsByTimestampStrategy": "startingTime",
+    "endingTimestamp": "endingSequence",
+    "endingOffsetsByTimestamp": "endingSequence",
+    "maxOffsetsPerTrigger": "maxMessagesPerTrigger",
+    "minOffsetsPerTrigger": "minMessagesPerTrigger",
+    "minPartitions": "numPartitions",
+    "maxRecordsPerPartition": "numPartitions",
+    "subscribe": "stream",
+    "assign": "stream",
+    "subscribePattern": "subjects",
+    "topic": "subject",
+    "kafka.bootstrap.servers": "servers",
+    "kafkaConsumer.pollTimeoutMs": "timeout",
+}
+
+
+def check_option_names(opts: Mapping[str, Any], kind: str) -> None:
+    """Raise :class:`jssync.ValidationError` naming every option a ``kind`` query does not take.
+
+    ``kind`` is ``"read"`` or ``"write"``. Names compare case-insensitively. The error
+    names the jssync option for Spark Kafka source names (``startingOffsets``: did you mean
+    startingSequence?) and for close typos (``numPartition``: numPartitions), and says when
+    the option belongs to the other kind of query. Pure: nothing is sent.
+    """
+    import difflib
+
+    own = _CONNECT_OPTIONS + (_READ_OPTIONS if kind == "read" else _WRITE_OPTIONS)
+    other = _WRITE_OPTIONS if kind == "read" else _READ_OPTIONS
+    known = {n.lower(): n for n in own + _SPARK_OPTIONS}
+    kafka = {k.lower(): (k, v) for k, v in _KAFKA_OPTIONS.items()}
+    problems: list[str] = []
+    for raw in opts:
+        key = str(raw).lower()
+        if key in known:
+            continue
+        if key in kafka:
+            name, instead = kafka[key]
+            problems.append(f"unknown option {name!r}; did you mean {instead}? (jssync's name for Kafka's "
+                            f"{name})")
+            continue
+        name = str(raw)
+        other_names = {n.lower() for n in other}
+        if key in other_names:
+            problems.append(f"unknown option {name!r} for a {kind}: it is an option of "
+                            f"{'writes' if kind == 'read' else 'reads'}")
+            continue
+        close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+        if close:
+            problems.append(f"unknown option {name!r}; did you mean {known[close[0]]}?")
+        elif key.startswith("kafka."):
+            problems.append(f"unknown option {name!r}: Kafka client settings have no jssync equivalent "
+                            "(see the connection options: servers, creds, tlsCaFile, ...)")
+        else:
+            problems.append(f"unknown option {name!r}")
+    if problems:
+        raise ValidationError(f"{'; '.join(problems)} (the options of a jetstream {kind} are listed in "
+                              "docs/spark.md)")
+
+
 @dataclass(frozen=True)
 class ConnectOptions:
     """How a task connects: plain values only, so it pickles to the executors."""
@@ -304,6 +385,7 @@ class ReadOptions:
         from ..base.validate import validate_subject
         from ..jetstream.params import validate_name
 
+        check_option_names(opts, "read")
         stream = _opt_str(opts, "stream")
         if stream is None:
             raise ValidationError("option 'stream' is required: the name of the stream to read")
@@ -380,6 +462,7 @@ class WriteOptions:
     def parse(cls, opts: Mapping[str, str]) -> WriteOptions:
         from ..base.validate import validate_subject
 
+        check_option_names(opts, "write")
         subject = _opt_str(opts, "subject")
         if subject is not None:
             validate_subject(subject, "option 'subject'", wildcards=False)
@@ -446,16 +529,22 @@ class SequenceRange(InputPartition):
     a batch read, the micro-batch's start offset for a streaming read. Sequences from it
     that are below the stream's first sequence when the task starts were lost
     (``failOnDataLoss``). 0: no check.
+
+    ``created``: the creation time of the stream the range was planned on (ISO 8601, as
+    in the streaming offsets); a stream with another creation time when the task starts
+    was deleted and created again, and the whole range was lost. None: no check.
     """
 
     first: int
     last: int
     expected_from: int = 0
+    created: str | None = None
 
-    def __init__(self, first: int, last: int, expected_from: int = 0) -> None:
+    def __init__(self, first: int, last: int, expected_from: int = 0, created: str | None = None) -> None:
         self.first = first
         self.last = last
         self.expected_from = expected_from
+        self.created = created
 
 
 def _parse_reply(reply: str) -> tuple[int, int, int, int]:
@@ -532,16 +621,30 @@ class _RangeReader:
     #: Pull requests in a row that may return nothing while messages are stored in the range.
     MAX_EMPTY_PULLS = 10
 
-    def __init__(self, opts: ReadOptions, first: int, last: int, expected_from: int = 0) -> None:
+    def __init__(self, opts: ReadOptions, first: int, last: int, expected_from: int = 0,
+                 created: str | None = None) -> None:
         self.opts = opts
         self.first = first
         self.last = last
         self.expected_from = expected_from
+        self.created = created
         #: Sequences skipped because they were lost (``failOnDataLoss=false``).
         self.lost = 0
 
     def _check_lost(self, stream: Stream) -> None:
         """Fail (or skip and count) the sequences of the range removed since it was planned."""
+        now = _created_text(stream.cached_info.created)
+        if self.created is not None and now is not None and now != self.created:
+            what = (f"stream {self.opts.stream!r} was deleted and created again (at {now}) after the range "
+                    f"{self.first}..{self.last} of the stream created at {self.created} was planned: the whole "
+                    "range was lost")
+            if self.opts.fail_on_data_loss:
+                raise DataLossError(f"{what}. Set option failOnDataLoss=false to skip it")
+            self.lost += self.last - self.first + 1
+            log.warning("jssync.spark: %s: skipped %d sequence(s) (failOnDataLoss=false)", what,
+                        self.last - self.first + 1)
+            self.first = self.last + 1
+            return
         if not self.expected_from:
             return
         head = int(stream.cached_info.state.first_seq or 0)
@@ -688,7 +791,8 @@ class _RangeReader:
                     return
 
 
-def read_range(opts: ReadOptions, first: int, last: int, expected_from: int = 0) -> Iterator[Any]:
+def read_range(opts: ReadOptions, first: int, last: int, expected_from: int = 0,
+               created: str | None = None) -> Iterator[Any]:
     """Yield Arrow record batches with the messages stored at sequences ``first..last``.
 
     Opens its own connection (closed when the iteration ends or is closed). Deleted and
@@ -697,21 +801,106 @@ def read_range(opts: ReadOptions, first: int, last: int, expected_from: int = 0)
 
     With ``expected_from`` (see :class:`SequenceRange`), sequences from it that are below
     the stream's first sequence when the read starts raise :class:`DataLossError`
-    (``failOnDataLoss``, the default) or are skipped with a warning in the log.
+    (``failOnDataLoss``, the default) or are skipped with a warning in the log; so is the
+    whole range when the stream's creation time is no longer ``created`` (it was deleted
+    and created again since the range was planned).
     """
-    return _RangeReader(opts, first, last, expected_from).batches()
+    return _RangeReader(opts, first, last, expected_from, created).batches()
 
 
 # -- planning (driver) ---------------------------------------------------------------------------
 
 
-def _stream_state(js: JetStream, name: str, timeout: float) -> tuple[int, int]:
-    """``(first_seq, last_seq)`` of the stream now."""
+def _created_text(created: Any) -> str | None:
+    """A stream's creation time as kept in offsets and ranges (ISO 8601, UTC), or None."""
+    if created is None:
+        return None
+    if isinstance(created, _dt.datetime):
+        t: _dt.datetime = created if created.tzinfo is not None else created.replace(tzinfo=_dt.UTC)
+        return t.astimezone(_dt.UTC).isoformat()
+    return str(created)
+
+
+@dataclass(frozen=True)
+class _StreamNow:
+    """What the driver learns from one stream info request."""
+
+    name: str
+    #: The first stored sequence (at least 1) and the last sequence (0: nothing stored yet).
+    first: int
+    last: int
+    #: The first sequence the stream ever had (its ``first_seq`` setting, else 1).
+    base: int
+    #: The stream's creation time (:func:`_created_text`); None when the server does not say.
+    created: str | None
+    #: The subjects its messages are stored under; () when they are not its own subjects
+    #: (a mirror, sources, a subject transform) or it has none.
+    subjects: tuple[str, ...]
+
+    def holds(self) -> str:
+        if self.last >= self.first:
+            return f"holds sequences {self.first}..{self.last}"
+        return f"is empty (its next sequence is {self.last + 1})"
+
+
+def _stream_now(js: JetStream, name: str, timeout: float) -> _StreamNow:
+    """Look the stream up (one request, at most ``timeout``); raises like ``js.stream``."""
     info = js.stream(name, timeout=timeout).cached_info
     st = info.state
-    first = int(st.first_seq or 0)
-    last = int(st.last_seq or 0)
-    return max(first, 1), last
+    cfg = info.config
+    own = not (cfg.mirror or cfg.sources or cfg.subject_transform)
+    return _StreamNow(
+        name=name,
+        first=max(int(st.first_seq or 0), 1),
+        last=int(st.last_seq or 0),
+        base=max(int(cfg.first_seq or 0), 1),
+        created=_created_text(info.created),
+        subjects=tuple(cfg.subjects or ()) if own else (),
+    )
+
+
+def _check_filters(opts: ReadOptions, now: _StreamNow) -> None:
+    """Raise :class:`jssync.ValidationError` for a ``subjects`` filter that can match none of the
+    stream's subjects (the read would find nothing). Pure; no check when the stream's stored
+    subjects are not known from its configuration (mirrors, sources, subject transforms)."""
+    from ..base.validate import subjects_overlap
+
+    if not opts.subjects or not now.subjects:
+        return
+    for f in opts.subjects:
+        if not any(subjects_overlap(f, s) for s in now.subjects):
+            raise ValidationError(
+                f"subjects filter {f!r} matches none of the subjects of stream {now.name!r} "
+                f"({', '.join(now.subjects)}): the read would find nothing")
+
+
+def _offset(seq: int, now: _StreamNow) -> dict[str, Any]:
+    """A streaming offset: the next sequence, and the creation time of the stream it is in."""
+    off: dict[str, Any] = {"seq": seq}
+    if now.created is not None:
+        off["created"] = now.created
+    return off
+
+
+def _not_in_stream(start: Mapping[str, Any], now: _StreamNow) -> str | None:
+    """Why the checkpointed offset ``start`` is no position of the stream as it is now, or None.
+
+    With a creation time in the offset: the stream's creation time differs (it was
+    deleted and created again). Without (offsets checkpointed before they carried it):
+    the offset is past the stream's end, which a stream never does by itself.
+    """
+    seq = int(start["seq"])
+    was = start.get("created")
+    if was is not None and now.created is not None:
+        if str(was) == now.created:
+            return None
+        return (f"stream {now.name!r} was deleted and created again: the checkpointed offset is sequence {seq} "
+                f"of the stream created at {was}; the stream now was created at {now.created} and {now.holds()}")
+    if seq <= now.last + 1:
+        return None
+    created = f", was created at {now.created}" if now.created is not None else ""
+    return (f"stream {now.name!r} went backwards: the checkpointed offset is sequence {seq}, past its end; the "
+            f"stream now{created} and {now.holds()} (it was deleted and created again, or replaced)")
 
 
 def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq: int) -> int:
@@ -802,7 +991,9 @@ class JetStreamBatchReader(DataSourceReader):
         conn = opts.conn.connect("planner")
         try:
             js = conn.jetstream(timeout=opts.conn.timeout)
-            first_seq, last_seq = _stream_state(js, opts.stream, opts.conn.timeout)
+            now = _stream_now(js, opts.stream, opts.conn.timeout)
+            _check_filters(opts, now)
+            first_seq, last_seq = now.first, now.last
             start = _start_seq(js, opts, first_seq, last_seq)
         finally:
             conn.close()
@@ -813,21 +1004,30 @@ class JetStreamBatchReader(DataSourceReader):
         if not ranges:
             return [SequenceRange(1, 0)]
         # messages below the first sequence at planning were gone before the read: not lost
-        return [SequenceRange(lo, hi, first_seq) for lo, hi in ranges]
+        return [SequenceRange(lo, hi, first_seq, now.created) for lo, hi in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SequenceRange)
-        return read_range(self.opts, partition.first, partition.last, partition.expected_from)
+        return read_range(self.opts, partition.first, partition.last, partition.expected_from,
+                          partition.created)
 
 
 class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Streaming reads. An offset is ``{"seq": N}``: the next stream sequence to read.
+    """Streaming reads. An offset is ``{"seq": N, "created": T}``: the next stream sequence to
+    read, in the stream created at ``T`` (ISO 8601; offsets checkpointed by older versions
+    have no ``created`` and are read as they are).
 
     A micro-batch from ``{"seq": a}`` to ``{"seq": b}`` reads the sequences ``a..b-1``.
     With ``maxMessagesPerTrigger`` a micro-batch spans at most that many sequences (so
     at most that many messages). With ``minMessagesPerTrigger`` no micro-batch starts
     until that many sequences are there, or ``maxTriggerDelay`` has passed since the last
     micro-batch (or the start of the query); ``trigger(availableNow=True)`` ignores it.
+
+    A checkpointed offset of a stream that was deleted and created again since (another
+    creation time; without ``created``: a sequence past the stream's end) fails the query
+    with :class:`DataLossError` naming both; with ``failOnDataLoss=false`` the query
+    starts over at the new stream's first sequence, logs a warning and counts the new
+    stream's sequences removed before it got to them.
 
     :meth:`reportLatestOffset` shows up as the source's ``latestOffset`` in every
     ``StreamingQueryProgress``: ``{"seq": <the stream's last sequence + 1>,
@@ -843,6 +1043,11 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._lost = 0
         self._last_trigger = time.monotonic()
         self._conn: Connection | None = None
+        self._filters_checked = False
+        #: The creation time the last stream lookup saw.
+        self._created: str | None = None
+        #: ``(checkpointed seq, its created)`` of offsets of a former stream -> where the new one was started.
+        self._started_over: dict[tuple[int, str | None], int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -854,19 +1059,23 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._conn = self.opts.conn.connect("stream-planner")
         return self._conn.jetstream(timeout=self.opts.conn.timeout)
 
-    def _state(self) -> tuple[int, int]:
-        first, last = _stream_state(self._js(), self.opts.stream, self.opts.conn.timeout)
-        self._latest = last + 1
-        return first, last
+    def _state(self) -> _StreamNow:
+        """Look the stream up (one request); the first lookup also checks the subject filters."""
+        now = _stream_now(self._js(), self.opts.stream, self.opts.conn.timeout)
+        if not self._filters_checked:
+            _check_filters(self.opts, now)
+            self._filters_checked = True
+        self._latest = now.last + 1
+        self._created = now.created
+        return now
 
-    def initialOffset(self) -> dict[str, int]:
-        js = self._js()
-        first_seq, last_seq = _stream_state(js, self.opts.stream, self.opts.conn.timeout)
+    def initialOffset(self) -> dict[str, Any]:
+        now = self._state()
         # a start before the first stored message starts at it (nothing was lost yet)
-        return {"seq": max(1, first_seq, _start_seq(js, self.opts, first_seq, last_seq))}
+        return _offset(max(1, now.first, _start_seq(self._js(), self.opts, now.first, now.last)), now)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._state()[1] + 1
+        self._target = self._state().last + 1
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_messages_per_trigger:
@@ -875,8 +1084,26 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return ReadMinRows(self.opts.min_messages_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, int]:
-        first, last = self._state()
+    def _start_over(self, start: Mapping[str, Any], now: _StreamNow, why: str) -> int:
+        """The checkpointed offset ``start`` is not in the stream ``now``: fail, or (with
+        failOnDataLoss=false) return the new stream's first sequence, counting and logging
+        the new stream's sequences removed before the query got to them (once per offset)."""
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{why}. Set option failOnDataLoss=false to start over at the stream's first "
+                                f"sequence ({now.first})")
+        key = (int(start["seq"]), start.get("created"))
+        if key not in self._started_over:
+            self._started_over[key] = now.first
+            gone = max(0, now.first - now.base)
+            self._lost += gone
+            log.warning("jssync.spark: %s: starting over at sequence %d (failOnDataLoss=false)%s", why, now.first,
+                        f"; sequences {now.base}..{now.first - 1} of the new stream were removed before they "
+                        f"were read ({gone} skipped)" if gone else "")
+        return self._started_over[key]
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, Any]:
+        now = self._state()
+        first, last = now.first, now.last
         end = last + 1
         if self._target is not None:
             end = min(end, self._target)
@@ -884,8 +1111,11 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             end = min(end, self.opts.ending_sequence + 1)
         if start is None:
             self._end = end
-            return {"seq": end}
+            return _offset(end, now)
         begin = int(start["seq"])
+        why = _not_in_stream(start, now)
+        if why is not None:
+            begin = self._start_over(start, now, why)
         end = max(end, begin)
         if self._target is None and limit is not None and not isinstance(limit, ReadAllAvailable):
             # Spark passes one limit; the minimum comes from the options when the limit is the maximum
@@ -893,7 +1123,8 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             waited = time.monotonic() - self._last_trigger
             if least and end - begin < least and waited < self.opts.max_trigger_delay:
                 self._end = begin
-                return {"seq": begin}
+                # no micro-batch: the same offset (a former stream's: moved to the new one)
+                return dict(start) if why is None else _offset(begin, now)
         if isinstance(limit, ReadMaxRows):
             end = min(end, begin + max(1, int(limit.max_rows)))
         if end > begin:
@@ -901,7 +1132,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if not self.opts.fail_on_data_loss and first > begin:
                 self._lost += min(first, end) - begin  # the executors skip these
         self._end = end
-        return {"seq": end}
+        return _offset(end, now)
 
     def reportLatestOffset(self) -> dict[str, int] | None:
         if self._latest is None:
@@ -910,14 +1141,44 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return {"seq": self._latest, "messagesBehind": max(0, behind), "lostSequences": self._lost}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Split the micro-batch ``start..end`` into ranges.
+
+        A micro-batch that :meth:`latestOffset` moved from a former stream to the new one
+        starts at the new stream's first sequence. A micro-batch planned on a stream that
+        was deleted and created again since (replayed after a restart) fails like
+        :meth:`latestOffset` (failOnDataLoss=false: skipped, counted and logged). Blocks on
+        one stream lookup when the stream's creation time is not known to this reader yet.
+        """
         begin = int(start["seq"])
-        ranges = split_range(begin, int(end["seq"]) - 1, self.opts.num_partitions)
+        stop = int(end["seq"])
+        created = end.get("created")
+        was = start.get("created")
+        moved = (was is not None and created is not None and was != created) or (was is None and stop < begin)
+        expected = begin
+        if moved:
+            key = (begin, was)
+            begin = self._started_over.get(key, 1)
+            expected = begin if key in self._started_over else 0  # unknown here: no check
+        elif created is not None and created != self._created:
+            now = self._state()
+            why = _not_in_stream({"seq": begin, "created": created}, now)
+            if why is not None:
+                why = f"{why}; the micro-batch {begin}..{stop - 1} was planned on the former stream"
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(f"{why}. Set option failOnDataLoss=false to skip it")
+                if stop > begin:
+                    self._lost += stop - begin
+                    log.warning("jssync.spark: %s: skipped it, %d sequence(s) (failOnDataLoss=false)", why,
+                                stop - begin)
+                return []
+        ranges = split_range(begin, stop - 1, self.opts.num_partitions)
         # every sequence from the micro-batch's start is still to be read: gone ones were lost
-        return [SequenceRange(lo, hi, begin) for lo, hi in ranges]
+        return [SequenceRange(lo, hi, expected, created) for lo, hi in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SequenceRange)
-        return read_range(self.opts, partition.first, partition.last, partition.expected_from)
+        return read_range(self.opts, partition.first, partition.last, partition.expected_from,
+                          partition.created)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the position lives in Spark's checkpoint, not on the server."""

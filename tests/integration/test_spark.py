@@ -425,20 +425,26 @@ def test_streaming_read_starting_latest_and_offsets(spark, nats_server, js, stre
         jspark.ReadOptions.parse({"servers": nats_server.url, "stream": name, "startingsequence": "latest",
                                   "maxmessagespertrigger": "4"}))
     try:
-        assert reader.initialOffset() == {"seq": 11}
+        created = stream.info().created.isoformat()  # offsets name the stream they are in
+
+        def off(seq: int) -> dict:
+            return {"seq": seq, "created": created}
+
+        assert reader.initialOffset() == off(11)
         _publish(js, [f"{name}.a"], 10, start=10)
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
         assert reader.getDefaultReadLimit() == ReadMaxRows(4)
-        assert reader.latestOffset({"seq": 11}, ReadMaxRows(4)) == {"seq": 15}
-        assert reader.latestOffset({"seq": 11}, ReadAllAvailable()) == {"seq": 21}
-        assert reader.latestOffset({"seq": 21}, ReadAllAvailable()) == {"seq": 21}
+        assert reader.latestOffset(off(11), ReadMaxRows(4)) == off(15)
+        assert reader.latestOffset(off(11), ReadAllAvailable()) == off(21)
+        assert reader.latestOffset(off(21), ReadAllAvailable()) == off(21)
+        assert reader.latestOffset({"seq": 11}, ReadAllAvailable()) == off(21)  # an offset without created
         reader.prepareForTriggerAvailableNow()
         _publish(js, [f"{name}.a"], 5, start=20)
-        assert reader.latestOffset({"seq": 11}, ReadAllAvailable()) == {"seq": 21}  # the availableNow target
-        parts = reader.partitions({"seq": 11}, {"seq": 21})
+        assert reader.latestOffset(off(11), ReadAllAvailable()) == off(21)  # the availableNow target
+        parts = reader.partitions(off(11), off(21))
         assert [(p.first, p.last) for p in parts] == [(11, 20)]
-        assert reader.partitions({"seq": 21}, {"seq": 21}) == []
+        assert reader.partitions(off(21), off(21)) == []
         import pickle
 
         assert pickle.loads(pickle.dumps(reader)).opts == reader.opts  # no connection travels

@@ -5,6 +5,7 @@ min/maxMessagesPerTrigger with maxTriggerDelay, and the progress a streaming que
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -174,3 +175,225 @@ def test_min_max_messages_per_trigger_with_max_trigger_delay(spark, nats_server,
         assert len(q.recentProgress) > 1  # triggers before it found too few messages
     finally:
         q.stop()
+
+
+def _run_available_now(spark, url: str, name: str, ckpt, collect, **options):
+    """Run a streaming read of ``name`` into ``collect`` (foreachBatch) until it has read what
+    is there, or failed; returns the stopped query."""
+    r = spark.readStream.format("jetstream").option("servers", url).option("stream", name)
+    for k, v in options.items():
+        r = r.option(k, v)
+    q = (r.load().writeStream.foreachBatch(collect).option("checkpointLocation", str(ckpt))
+         .trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(120 * FACTOR)
+    except Exception:  # noqa: BLE001 - the failure is looked at through q.exception()
+        pass
+    return q
+
+
+def _recreate(js, name: str, n: int, purge_below: int = 0) -> None:
+    """Delete the stream ``name``, create it again (same subjects) and publish ``n`` messages."""
+    js.delete_stream(name)
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    for i in range(n):
+        js.publish_async(f"{name}.a", f"n{i}".encode())
+    js.publish_async_completed(timeout=60)
+    if purge_below:
+        js.stream(name).purge(seq=purge_below)
+
+
+def test_streaming_read_of_a_recreated_stream_fails_or_starts_over(spark, nats_server, js, stream, tmp_path):
+    """A query restarted from its checkpoint after its stream was deleted and created again
+    fails naming the checkpointed offset and the stream's new creation time and sequences;
+    with failOnDataLoss=false it starts over at the new stream's first sequence and counts
+    the new stream's sequences that were gone before it read them. Batch reads with
+    explicit sequences are unaffected."""
+    name = stream.name
+    url = nats_server.url
+    ckpt = tmp_path / "ckpt"
+    _publish(js, f"{name}.a", 0, 1000)
+    seen: list[tuple[int, bytes]] = []
+
+    def collect(df, _batch_id):
+        seen.extend((r.seq, bytes(r.data)) for r in df.select("seq", "data").collect())
+
+    q = _run_available_now(spark, url, name, ckpt, collect)
+    assert q.exception() is None and [s for s, _ in sorted(seen)] == list(range(1, 1001))
+    old_created = js.stream(name).cached_info.created
+    _recreate(js, name, 1200, purge_below=101)  # the new stream holds 101..1200
+    new_created = js.stream(name).cached_info.created
+    assert new_created != old_created
+    seen.clear()
+    q = _run_available_now(spark, url, name, ckpt, collect)
+    assert q.exception() is not None, f"no error; the sink got {len(seen)} rows"
+    text = str(q.exception())
+    assert "DataLossError" in text and "sequence 1001" in text, text
+    assert old_created.isoformat() in text and new_created.isoformat() in text, text
+    assert "101..1200" in text and "failOnDataLoss=false" in text, text
+    assert seen == []
+
+    q = _run_available_now(spark, url, name, ckpt, collect, failOnDataLoss="false")
+    assert q.exception() is None
+    assert sorted(seen) == [(i, f"n{i - 1}".encode()) for i in range(101, 1201)]
+    latest = [json.loads(p["sources"][0]["latestOffset"]) for p in q.recentProgress
+              if p["sources"][0]["latestOffset"]]
+    assert latest and latest[-1]["lostSequences"] == 100, latest
+
+    df = (spark.read.format("jetstream").option("servers", url).option("stream", name)
+          .option("startingSequence", "1001").option("endingSequence", "1100").load())
+    assert sorted(r.seq for r in df.select("seq").collect()) == list(range(1001, 1101))
+
+
+def _drop_created(ckpt) -> None:
+    """Rewrite the checkpoint's offsets as jssync wrote them before they carried ``created``."""
+    for p in (ckpt / "offsets").glob("[0-9]*"):
+        lines = p.read_text().split("\n")
+        off = json.loads(lines[2])
+        off.pop("created", None)
+        lines[2] = json.dumps(off)
+        p.write_text("\n".join(lines))
+        (p.parent / f".{p.name}.crc").unlink(missing_ok=True)
+
+
+def test_streaming_read_of_old_offsets_without_creation_time(spark, nats_server, js, stream, tmp_path):
+    """Offsets checkpointed without the stream's creation time are still read; a stream that
+    now ends before such an offset (it went backwards) fails the query, or with
+    failOnDataLoss=false the query starts over at the stream's first sequence."""
+    name = stream.name
+    url = nats_server.url
+    ckpt = tmp_path / "ckpt"
+    _publish(js, f"{name}.a", 0, 300)
+    seen: list[int] = []
+
+    def collect(df, _batch_id):
+        seen.extend(r.seq for r in df.select("seq").collect())
+
+    q = _run_available_now(spark, url, name, ckpt, collect, maxMessagesPerTrigger="100")
+    assert q.exception() is None and sorted(seen) == list(range(1, 301))
+    _drop_created(ckpt)
+    _publish(js, f"{name}.a", 300, 50)
+    seen.clear()
+    q = _run_available_now(spark, url, name, ckpt, collect)
+    assert q.exception() is None and sorted(seen) == list(range(301, 351))
+    _drop_created(ckpt)
+    _recreate(js, name, 100)
+    seen.clear()
+    q = _run_available_now(spark, url, name, ckpt, collect)
+    assert q.exception() is not None, f"no error; the sink got {len(seen)} rows"
+    text = str(q.exception())
+    assert "DataLossError" in text and "sequence 351" in text and "1..100" in text, text
+    assert seen == []
+    q = _run_available_now(spark, url, name, ckpt, collect, failOnDataLoss="false")
+    assert q.exception() is None and sorted(seen) == list(range(1, 101))
+
+
+def test_unknown_options_are_refused_at_planning(spark, nats_server, js, stream, tmp_path):
+    """Reads and writes, batch and streaming, refuse an option they do not know, naming it and
+    the jssync option for Kafka's names and close typos; names are case-insensitive, and the
+    options Spark itself passes (path, checkpointLocation, queryName) are accepted."""
+    from pyspark.errors import PySparkException
+
+    name = stream.name
+    url = nats_server.url
+    _publish(js, f"{name}.a", 0, 20)
+
+    def read(**options):
+        r = spark.read.format("jetstream").option("servers", url).option("stream", name)
+        for k, v in options.items():
+            r = r.option(k, v)
+        return r.load()
+
+    with pytest.raises(PySparkException,
+                       match=r"(?i)unknown option 'startingOffsets'; did you mean startingSequence\?"):
+        read(startingOffsets="latest").collect()
+    with pytest.raises(PySparkException, match=r"(?i)unknown option 'numPartition'; did you mean numPartitions\?"):
+        read(numPartition="3").collect()
+    with pytest.raises(PySparkException, match=r"(?i)unknown option 'kafka.bootstrap.servers'.*servers"):
+        read(**{"kafka.bootstrap.servers": "localhost:9092"}).collect()
+    assert read(NUMPARTITIONS="3").rdd.getNumPartitions() == 3
+    assert read().select("seq").count() == 20
+
+    df = spark.createDataFrame([(b"x",)], "data binary")
+    with pytest.raises(PySparkException, match=r"(?i)unknown option 'topic'; did you mean subject\?"):
+        df.write.format("jetstream").option("servers", url).option("topic", f"{name}.w").save()
+    with pytest.raises(PySparkException, match=r"(?i)unknown option 'stream'.*(read|write)"):
+        df.write.format("jetstream").option("servers", url).option("subject", f"{name}.w").option(
+            "stream", name).save()
+    assert js.stream(name).info().state.messages == 20  # nothing was sent
+
+    q = (spark.readStream.format("jetstream").option("servers", url).option("stream", name)
+         .option("maxOffsetsPerTrigger", "5").load().writeStream.format("memory").queryName(f"unk{name}")
+         .trigger(availableNow=True).start())
+    try:
+        with pytest.raises(Exception, match=r"(?i)unknown option 'maxOffsetsPerTrigger'; did you mean "
+                                            r"maxMessagesPerTrigger\?"):
+            q.awaitTermination(60 * FACTOR)
+    finally:
+        q.stop()
+    src = spark.readStream.format("jetstream").option("servers", url).option("stream", name).load()
+    q = (src.selectExpr(f"'{name}.copy' as subject", "data").writeStream.format("jetstream")
+         .option("servers", url).option("msgIdColum", "id")
+         .option("checkpointLocation", str(tmp_path / "w")).trigger(availableNow=True).start())
+    try:
+        with pytest.raises(Exception, match=r"(?i)unknown option 'msgIdColum'; did you mean msgIdColumn\?"):
+            q.awaitTermination(60 * FACTOR)
+    finally:
+        q.stop()
+    # the options Spark passes a streaming write itself (checkpointLocation, queryName, path)
+    q = (src.selectExpr(f"'{name}.copy' as subject", "data").writeStream.format("jetstream")
+         .option("servers", url).queryName(f"ok{name}").option("checkpointLocation", str(tmp_path / "ok"))
+         .trigger(availableNow=True).start("ignored-path"))
+    try:
+        assert q.awaitTermination(60 * FACTOR) and q.exception() is None
+    finally:
+        q.stop()
+    assert js.stream(name).info().state.messages == 40
+
+
+def test_subject_filter_outside_the_streams_subjects_is_refused(spark, nats_server, js, stream):
+    """A subjects filter that can match none of the stream's subjects fails the read when it
+    is planned, naming the filter and the stream's subjects; overlapping filters read."""
+    from pyspark.errors import PySparkException
+
+    name = stream.name
+    url = nats_server.url
+    _publish(js, f"{name}.a", 0, 10)
+
+    def read(subjects: str):
+        return (spark.read.format("jetstream").option("servers", url).option("stream", name)
+                .option("subjects", subjects).load())
+
+    with pytest.raises(PySparkException, match=rf"subjects filter 'OTHER\.a' matches none of the subjects "
+                                               rf"of stream '{name}' \({name}\.>\)"):
+        read("OTHER.a").collect()
+    with pytest.raises(PySparkException, match=rf"subjects filter '{name}' matches none"):
+        read(f"{name}.a,{name}").collect()
+    assert read(f"{name}.*").count() == 10
+    assert read(">").count() == 10
+    assert read(f"*.a,{name}.b.>").count() == 10
+    q = (spark.readStream.format("jetstream").option("servers", url).option("stream", name)
+         .option("subjects", "OTHER.>").load().writeStream.format("memory").queryName(f"flt{name}")
+         .trigger(availableNow=True).start())
+    try:
+        with pytest.raises(Exception, match=r"subjects filter 'OTHER\.>' matches none"):
+            q.awaitTermination(60 * FACTOR)
+    finally:
+        q.stop()
+
+
+def test_range_planned_before_the_stream_was_recreated_fails_or_is_skipped(nats_server, js, stream):
+    """A task whose range was planned on a stream that was deleted and created again before the
+    task ran fails naming both creation times, or with failOnDataLoss=false reads nothing."""
+    name = stream.name
+    _publish(js, f"{name}.a", 0, 10)
+    planned = jspark._created_text(js.stream(name).cached_info.created)
+    _recreate(js, name, 10)
+    now = jspark._created_text(js.stream(name).cached_info.created)
+    opts = jspark.ReadOptions.parse({"servers": nats_server.url, "stream": name})
+    with pytest.raises(jspark.DataLossError, match=rf"created again \(at {re.escape(now)}\).*1\.\.10 of the "
+                                                   rf"stream created at {re.escape(planned)}"):
+        list(jspark.read_range(opts, 1, 10, 1, planned))
+    opts = jspark.ReadOptions.parse({"servers": nats_server.url, "stream": name, "failondataloss": "false"})
+    assert list(jspark.read_range(opts, 1, 10, 1, planned)) == []
+    assert sum(b.num_rows for b in jspark.read_range(opts, 1, 10, 1, now)) == 10
