@@ -117,6 +117,11 @@ def _unsubscribe_soon(conn: Connection, nsub: Any) -> None:
     _on_loop(conn, _unsub)
 
 
+def _thread_alive(ident: int) -> bool:
+    """Whether the thread with this ident still runs."""
+    return any(t.ident == ident for t in threading.enumerate())
+
+
 def _check_hb(hb: float, expires: float, what: str) -> None:
     if not MIN_HEARTBEAT <= hb <= MAX_HEARTBEAT:
         raise ValidationError(
@@ -694,6 +699,7 @@ class ConsumeContext(_natspy.Receiver):
         self._winding_down = False
         self._unsubscribed = False  # under _lock: the inbox is gone, naks go out at once
         self._nak_later: list[Msg] = []  # under _lock: after stop(), nak'ed once unsubscribed
+        self._iter_thread: int | None = None  # iterator form: the thread that last asked for a message
         self._looking_up = False
         self.error: BaseException | None = None
         self._nsub: Any = None
@@ -1310,6 +1316,40 @@ class ConsumeContext(_natspy.Receiver):
             while not ev.wait(deadline.slice()):
                 deadline.check("consume drain")
 
+    def _before_close(self, deadline: Deadline, drain: bool) -> None:
+        """The connection is about to close, and still accepts acks (user thread; see
+        ``Connection.close`` / ``Connection.drain``). Blocks until ``deadline`` at most.
+
+        After :meth:`stop`: waits until the inbox is unsubscribed (its naks then went out),
+        and naks what is still parked when ``deadline`` comes first, so the close writes
+        every nak stop() promised before the socket goes. ``drain`` (``nc.drain()``, after
+        it drained this consume): the iterator hands out the rest of the buffer first (the
+        messages it hands out can be acked), unless no other thread iterates (nobody could
+        take them: the thread that iterated is the one draining the connection, or it
+        ended), and what is still buffered then, or at ``deadline``, is nak'ed (:meth:`stop`).
+        """
+        if self._state is _State.CLOSED:
+            return
+        if drain and self._cb is None and self._state is not _State.STOPPED:
+            it = self._iter_thread
+            if it is not None and it != threading.get_ident():
+                while not self._closed.wait(deadline.slice()):
+                    if deadline.expired() or not _thread_alive(it):
+                        break
+            if not self._closed.is_set():
+                self.stop()
+        if self._state is not _State.STOPPED:
+            return
+        while not self._server_done.wait(deadline.slice()):
+            if deadline.expired():
+                break
+        with self._lock:
+            self._unsubscribed = True  # from now on a message not handed over is nak'ed at once
+            later = self._nak_later
+            self._nak_later = []
+        for msg in later:
+            msg._nak_quiet()
+
     def _end(self) -> None:
         """The connection closed (any thread): iterators and the callback lane end quietly, at
         once (the buffered messages are dropped; the server redelivers them after ack_wait)."""
@@ -1389,6 +1429,7 @@ class ConsumeContext(_natspy.Receiver):
         return self
 
     def __next__(self) -> Msg:
+        self._iter_thread = threading.get_ident()
         try:
             msg = self._q.get_nowait()
         except Empty:
@@ -1421,6 +1462,7 @@ class ConsumeContext(_natspy.Receiver):
         """
         if self._cb is not None:
             raise TypeError("next() cannot be used on a consume with a callback")
+        self._iter_thread = threading.get_ident()
         try:
             msg = self._q.get_nowait()
         except Empty:
