@@ -456,14 +456,25 @@ def test_close_right_after_stop_sends_the_naks_of_the_buffer(nats_server, js, st
     redelivered_at_once(c, 499)
 
 
-def test_nested_with_blocks_send_the_naks_of_the_buffer(nats_server, js, stream):
-    """``with jssync.connect() as nc:`` around ``with consumer.consume() as it:`` and a break."""
+class _Interrupted(Exception):
+    """Stands in for KeyboardInterrupt: the blocks are left by an exception."""
+
+
+@pytest.mark.parametrize("way_out", ["break", "exception"])
+def test_nested_with_blocks_send_the_naks_of_the_buffer(nats_server, js, stream, way_out):
+    """``with jssync.connect() as nc:`` around ``with consumer.consume() as it:``, left by a
+    break or by an exception (Ctrl-C leaves them the same way)."""
     publish(js, f"{stream.name}.m", 500)
     c = durable(stream)
-    with jssync.connect(nats_server.url) as nc2, nc2.jetstream().consumer(stream.name, "D").consume() as it:
-        for m in it:
-            m.ack()
-            break
+    try:
+        with jssync.connect(nats_server.url) as nc2, nc2.jetstream().consumer(stream.name, "D").consume() as it:
+            for m in it:
+                m.ack()
+                if way_out == "exception":
+                    raise _Interrupted
+                break
+    except _Interrupted:
+        pass
     redelivered_at_once(c, 499)
 
 
