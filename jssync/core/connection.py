@@ -1438,8 +1438,10 @@ class Connection:
         call :meth:`flush` first to wait for the reconnect.
         """
         deadline = Deadline(timeout)
-        if not (self._closed or self._closing or self._loop.forked or self._loop.in_loop_thread()):
-            # acks are still accepted: the naks a stopped consume promised go out first
+        if not (self._closed or self._closing or self._loop.forked or self._loop.in_loop_thread()) \
+                and self._nc.is_connected:
+            # acks are still accepted: the naks a stopped consume promised go out first (not
+            # while disconnected: close does not wait for a reconnect, and drops the queue)
             rem = deadline.remaining()
             try:
                 self._before_close(Deadline(None if rem is None else rem * _BEFORE_CLOSE_SHARE), drain=False)
