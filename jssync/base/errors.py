@@ -39,6 +39,7 @@ jssync at run time. Everything a user can catch derives from :class:`Error`
         │       DeliverGroupError, DuplicateSubscriptionError, MultipleStreamsMatchError,
         │       QueueGroupOptionError, SubjectMismatchError
         ├── ConsumerSequenceMismatchError, InvalidJSAckError, StatusError
+        ├── NotJSMessageError (also ValueError: an ack of a message without a $JS.ACK reply)
         ├── KeyValueError > BadBucketError, InvalidBucketNameError, InvalidKeyError,
         │       KeyHistoryTooLargeError, and BucketNotFoundError, BucketExistsError,
         │       KeyNotFoundError, KeyWrongLastSequenceError (above)
@@ -46,8 +47,7 @@ jssync at run time. Everything a user can catch derives from :class:`Error`
         │       ObjectChangedError, ObjectNotFoundError
         └── jssync.spark.SparkWriteError, jssync.spark.DataLossError
 
-Outside that tree: ``NotJSMessageError`` (a ValueError: not a JetStream ack subject),
-``jssync.server.ServerError`` (a RuntimeError: no nats-server binary, or it did not start),
+Outside that tree: ``jssync.server.ServerError`` (a RuntimeError: no nats-server binary, or it did not start),
 and the internal control-flow exceptions at the end (``_Terminal``, ``_Changed``,
 ``_OffLoopError``, ``_ConfigError``, ``_Stop``), which never reach a user.
 """
@@ -594,8 +594,13 @@ del _cls
 # -- ack subjects (jssync.base.jsack) --------------------------------------------------------------
 
 
-class NotJSMessageError(ValueError):
-    """The reply subject is not a JetStream ack subject."""
+class NotJSMessageError(JetStreamError, ValueError):
+    """The message is not a JetStream message: its reply subject is not a ``$JS.ACK`` subject.
+
+    Raised (nothing sent) by every ack kind of :class:`jssync.Msg` on, e.g., a core request
+    (ADR-15 "JSAck": only a message with a ``$JS.ACK`` reply is a JetStream message), by
+    :attr:`jssync.Msg.metadata`, and by ``parse_ack_subject``. Also a :class:`ValueError`.
+    """
 
 
 # -- services (jssync.micro) -------------------------------------------------------------------

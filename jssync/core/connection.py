@@ -80,6 +80,8 @@ _PUB_HIGH_WATER = 65536
 _PUB_HIGH_BYTES = 64 << 20
 #: While not connected the pump leaves the queue alone and looks again after this long.
 _PARKED_POLL = 0.05
+#: The share of ``close``'s timeout a stopped consume may take to send its naks first.
+_BEFORE_CLOSE_SHARE = 0.6
 
 class Connection:
     """A connection to NATS with a blocking API.
@@ -1397,6 +1399,14 @@ class Connection:
     def drain(self, timeout: float | None = 30.0) -> None:
         """Drain every subscription, flush what was published, then close.
 
+        Every ``consume`` is drained first, and the connection stays open (acks accepted)
+        until the messages it had buffered were handed over: a callback consume runs its
+        callback for each; an iterator consume hands them out to the thread iterating it
+        (which can ack them) until that iteration ends. What no thread can take any more
+        (the thread that iterated is the one calling ``drain``, or it ended), or what is
+        still buffered when ``timeout`` runs out, is nak'ed, so the server redelivers it at
+        once. A stopped consume's naks go out before the close, too.
+
         Blocks up to ``timeout`` seconds (None: no limit).
         """
         if self._closed or self._closing:
@@ -1409,6 +1419,8 @@ class Connection:
                 sub.drain(timeout=deadline.remaining())
             except Error as exc:
                 self._report_error(exc)
+        if not self._loop.forked and not self._loop.in_loop_thread():
+            self._before_close(deadline, drain=True, subs=subs)  # (a drained consume left _subs)
         rem = deadline.remaining()
         self.close(timeout=None if rem is None else max(0.5, rem))
 
@@ -1417,11 +1429,29 @@ class Connection:
 
         Idempotent. Blocks up to ``timeout`` seconds (None: no limit; at interpreter exit
         open connections are closed with a 2 s limit); never raises for a closed connection.
+        A ``consume`` that was stopped (``stop()``, leaving its ``with`` block) sends the
+        naks ``stop()`` promised before the socket goes: close waits (up to 60 % of
+        ``timeout``) until its inbox is unsubscribed, and naks what is still left then.
         Subscription iterators end. While disconnected it does not wait for a reconnect:
         what is still queued is dropped (logged as a warning) and the ``publish_async``
         Futures still waiting fail with :class:`jssync.ConnectionClosedError` at once;
         call :meth:`flush` first to wait for the reconnect.
         """
+        deadline = Deadline(timeout)
+        if not (self._closed or self._closing or self._loop.forked or self._loop.in_loop_thread()) \
+                and self._nc.is_connected:
+            # acks are still accepted: the naks a stopped consume promised go out first (not
+            # while disconnected: close does not wait for a reconnect, and drops the queue)
+            rem = deadline.remaining()
+            try:
+                self._before_close(Deadline(None if rem is None else rem * _BEFORE_CLOSE_SHARE), drain=False)
+            except KeyboardInterrupt:
+                with self._close_lock:
+                    if self._closed or self._closing:
+                        raise
+                    self._closing = True
+                self._teardown(0.5)
+                raise
         with self._close_lock:  # (also the ack lock: see _send_ack)
             if self._closed or self._closing:
                 return
@@ -1429,7 +1459,6 @@ class Connection:
         if self._loop.forked:
             self._closed = True
             return
-        deadline = Deadline(timeout)
         if not self._loop.in_loop_thread():
             try:
 
@@ -1456,6 +1485,23 @@ class Connection:
                 log.debug("error while closing: %s", exc)
         rem = deadline.remaining()
         self._teardown(None if rem is None else rem or 0.5)
+
+    def _before_close(self, deadline: Deadline, drain: bool, subs: list[Subscription] | None = None) -> None:
+        """Before ``close`` refuses acks: let every consume send what it promised (its
+        ``_before_close``: the naks of a stopped consume; with ``drain``, the hand-over of
+        an iterator's buffer). ``subs``: those to look at (default: the open ones). Blocks
+        until ``deadline`` at most; reports what fails."""
+        if subs is None:
+            with self._subs_lock:
+                subs = list(self._subs)
+        for sub in subs:
+            hook: Callable[[Deadline, bool], None] | None = getattr(sub, "_before_close", None)
+            if hook is None:
+                continue
+            try:
+                hook(deadline, drain)
+            except Error as exc:
+                self._report_error(exc)
 
     def _teardown(self, timeout: float | None) -> None:
         self._closed = True

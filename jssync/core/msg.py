@@ -15,6 +15,8 @@ _ACK = b"+ACK"
 _NAK = b"-NAK"
 _WPI = b"+WPI"
 _TERM = b"+TERM"
+#: ADR-15 "JSAck": only a message whose reply subject starts with this is a JetStream message.
+_JS_ACK_PREFIX = "$JS.ACK."
 
 #: ``Msg._acked``: no terminal ack yet; a terminal double ack waits for its confirmation;
 #: a terminal ack was written (see ``Connection._send_ack``).
@@ -44,7 +46,10 @@ class Msg:
         data: the payload.
         headers: the headers, or None.
 
-    JetStream messages also have :attr:`metadata` and the ack methods. Acks are
+    JetStream messages also have :attr:`metadata` and the ack methods. A message whose
+    reply subject is not a ``$JS.ACK`` subject (a core request, a plain publish) is not a
+    JetStream message: every ack kind raises :class:`jssync.NotJSMessageError` and sends
+    nothing (use :meth:`respond` to answer a request). Acks are
     fire-and-forget: they join the connection's outgoing queue (handed to the I/O thread
     in bursts; ``close`` writes that queue first) and never block; the ``*_sync`` kinds
     wait for the server's confirmation, :meth:`ack_next` for the next messages. An ack on
@@ -102,7 +107,7 @@ class Msg:
         """The JetStream metadata from the ack subject.
 
         Raises:
-            jssync.Error: this is not a JetStream message.
+            jssync.NotJSMessageError: this is not a JetStream message.
         """
         meta = self._meta
         if meta is None:
@@ -112,15 +117,23 @@ class Msg:
             except NotJSMessageError as exc:
                 why = str(exc)
             if meta is None:  # raised here, not in the except: no internal error as its context
-                raise Error(f"not a JetStream message: {why}")
+                raise NotJSMessageError(f"not a JetStream message: {why}")
         return meta
 
     def _ack_target(self) -> Connection | None:
-        """The connection to ack on, or None when acks are ignored (ack policy none)."""
+        """The connection to ack on, or None when acks are ignored (ack policy none).
+
+        Raises:
+            jssync.NotJSMessageError: the reply subject is not a ``$JS.ACK`` subject.
+            jssync.ForkError: a message of the parent process, in a forked child.
+        """
         if self._ack_none:
             return None
-        if not self.reply:
-            raise Error("the message has no reply subject: it cannot be acknowledged")
+        if not self.reply.startswith(_JS_ACK_PREFIX):
+            raise NotJSMessageError(
+                f"not a JetStream message (reply subject {self.reply!r} is not a $JS.ACK subject): "
+                "it cannot be acknowledged; nothing was sent"
+            )
         conn = self._conn
         if conn._loop.forked:
             # the parent's publish queue is never sent from here: the ack would be lost
@@ -134,7 +147,7 @@ class Msg:
         if self._acked or self._ack_none:
             return
         conn = self._conn
-        if not self.reply or conn._loop.forked:
+        if conn._loop.forked or not self.reply.startswith(_JS_ACK_PREFIX):
             self._ack_target()  # raises
         conn._send_ack(self, payload, terminal)
 
@@ -171,6 +184,7 @@ class Msg:
         Raises:
             jssync.ConnectionClosedError: the connection is closed or closing (nothing sent,
                 the message stays unacknowledged).
+            jssync.NotJSMessageError: not a JetStream message (no ``$JS.ACK`` reply; nothing sent).
             jssync.ForkError: called in a forked child on a message the parent received.
         """
         self._send_ack(_ACK, True)
@@ -180,6 +194,7 @@ class Msg:
 
         Raises:
             jssync.ConnectionClosedError: the connection is closed or closing.
+            jssync.NotJSMessageError: not a JetStream message (no ``$JS.ACK`` reply; nothing sent).
         """
         self._send_ack(_nak_payload(delay), True)
 
@@ -196,6 +211,7 @@ class Msg:
 
         Raises:
             jssync.ConnectionClosedError: the connection is closed or closing.
+            jssync.NotJSMessageError: not a JetStream message (no ``$JS.ACK`` reply; nothing sent).
         """
         self._send_ack(_WPI, False)
 
@@ -204,6 +220,7 @@ class Msg:
 
         Raises:
             jssync.ConnectionClosedError: the connection is closed or closing.
+            jssync.NotJSMessageError: not a JetStream message (no ``$JS.ACK`` reply; nothing sent).
         """
         self._send_ack(_term_payload(reason), True)
 
@@ -217,6 +234,7 @@ class Msg:
             jssync.TimeoutError: no confirmation in time (the ack may still have been
                 applied; the message is not marked acked, so it may be acked again).
             jssync.ConnectionClosedError: the connection is closed or closing.
+            jssync.NotJSMessageError: not a JetStream message (no ``$JS.ACK`` reply; nothing sent).
         """
         self._send_ack_sync(_ACK, True, timeout)
 
@@ -252,6 +270,7 @@ class Msg:
         Raises:
             ValueError: a bad argument (nothing is sent).
             jssync.ConnectionClosedError: the connection is closed or closing (nothing sent).
+            jssync.NotJSMessageError: not a JetStream message (no ``$JS.ACK`` reply; nothing sent).
             jssync.ConsumerIsPushBasedError: the message came from a push consumer (the
                 server applied the ack but delivers nothing).
             jssync.ConsumerDeletedError, jssync.PullRequestError: as for ``fetch``.

@@ -297,5 +297,7 @@ class Consumer:
         opts = ConsumeOptions(max_messages, max_bytes, expires, idle_heartbeat, threshold_messages,
                               threshold_bytes)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
+        cfg = self._info.config
+        ack_wait = cfg.ack_wait if cfg is not None else None
         return consume(self._js, self.stream, self.name, callback, error_cb, opts, self._ack_none, prio,
-                       self._pins)
+                       self._pins, ack_wait)

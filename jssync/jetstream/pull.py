@@ -41,6 +41,7 @@ from ..base.status import Action, classify, decide, is_user_msg, message_size, p
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
 from ..core.msg import Msg
+from .leases import MAX_EXTENSION, Lease, check_period, plan_leases
 from .priority import Pins, PullPriority
 
 if TYPE_CHECKING:
@@ -115,6 +116,15 @@ def _unsubscribe_soon(conn: Connection, nsub: Any) -> None:
             log.debug("jssync: unsubscribe failed", exc_info=True)
 
     _on_loop(conn, _unsub)
+
+
+def _terminally_acked(msg: Msg) -> bool:
+    return bool(msg._acked)
+
+
+def _thread_alive(ident: int) -> bool:
+    """Whether the thread with this ident still runs."""
+    return any(t.ident == ident for t in threading.enumerate())
 
 
 def _check_hb(hb: float, expires: float, what: str) -> None:
@@ -615,6 +625,12 @@ class ConsumeContext(_natspy.Receiver):
     worker pool, one message at a time, in order, never before ``consume()`` returned;
     ``stop``/``drain`` as above, ``wait()`` blocks until it is over.
 
+    Leases: with an ack policy other than none, every message received and not yet acked,
+    nak'ed or terminated (waiting in the buffer or being handled) gets an in-progress ack
+    (+WPI) whenever half the consumer's ``ack_wait`` (read from its info) passed since its
+    delivery or its last +WPI, for at most ``jssync.jetstream.leases.MAX_EXTENSION`` (600 s)
+    after its receipt: time in the buffer or in a slow handler causes no redelivery.
+
     Terminal conditions (consumer deleted, push consumer) end the iteration by raising
     :class:`jssync.ConsumerDeletedError` / :class:`jssync.ConsumerIsPushBasedError`
     (callback form: passed to ``error_cb``, and kept on :attr:`error`). Warnings
@@ -625,7 +641,8 @@ class ConsumeContext(_natspy.Receiver):
     def __init__(self, js: JetStream, stream: str, consumer: str, opts: ConsumeOptions,
                  callback: Callable[[Msg], Any] | None = None,
                  error_cb: Callable[[BaseException], Any] | None = None, ack_none: bool = False,
-                 prio: PullPriority | None = None, pins: Pins | None = None) -> None:
+                 prio: PullPriority | None = None, pins: Pins | None = None,
+                 ack_wait: float | None = None) -> None:
         if callback is not None and not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
         if error_cb is not None and not callable(error_cb):
@@ -694,6 +711,7 @@ class ConsumeContext(_natspy.Receiver):
         self._winding_down = False
         self._unsubscribed = False  # under _lock: the inbox is gone, naks go out at once
         self._nak_later: list[Msg] = []  # under _lock: after stop(), nak'ed once unsubscribed
+        self._iter_thread: int | None = None  # iterator form: the thread that last asked for a message
         self._looking_up = False
         self.error: BaseException | None = None
         self._nsub: Any = None
@@ -705,6 +723,12 @@ class ConsumeContext(_natspy.Receiver):
         self._pins = pins if prio is not None and prio.pinned else None
         self._group = prio.group if prio is not None else ""
         self._sent_pin: str | None = None
+        # leases (see jetstream/leases.py; I/O thread only): the consumer's ack_wait when
+        # acks count, the messages received since the last lease check, the leases watched
+        self._lease_wait = ack_wait if not ack_none and ack_wait is not None and ack_wait > 0 else None
+        self._fresh: list[Msg] = []
+        self._leases: list[Lease] = []
+        self._lease_stamp = 0.0
 
     # -- start / the I/O thread side ------------------------------------------------------
 
@@ -726,6 +750,8 @@ class ConsumeContext(_natspy.Receiver):
         self._paused = not conn.is_connected
         self._pull()
         conn.internal.loop.call_soon(self._arm_timer)
+        if self._lease_wait is not None:
+            conn.internal.loop.call_soon(self._lease_tick)
         return self
 
     def _started(self) -> None:
@@ -761,6 +787,8 @@ class ConsumeContext(_natspy.Receiver):
             return
         if self._ack_none:
             msg._ack_none = True
+        elif self._lease_wait is not None:
+            self._fresh.append(msg)
         self._nr_outage = False
         self._q.put(msg)
         if self._cb is not None and not self._running:
@@ -1087,6 +1115,50 @@ class ConsumeContext(_natspy.Receiver):
         self._cancel_timer()
         self._arm_timer()
 
+    # leases: a timer on the I/O loop, every ack_wait / 8 (see jetstream/leases.py)
+
+    def _lease_tick(self) -> None:
+        """Renew the leases of the messages held longer than half ack_wait (I/O thread).
+
+        The messages received since the previous check count as received at that check
+        (earlier than they were: renewed a little early, never late). Runs until the user
+        side is over (after a drain, while the iterator or callback works through the
+        buffer) or the connection closed; sends ``+WPI`` for each lease that
+        :func:`plan_leases` says is due.
+        """
+        ack_wait = self._lease_wait
+        loop = self._conn.internal.loop.loop
+        if ack_wait is None or self._closed.is_set() or self._state is _State.CLOSED:
+            self._fresh = []
+            self._leases = []
+            return
+        now = loop.time()
+        stamp = self._lease_stamp or now
+        self._lease_stamp = now
+        leases = self._leases
+        fresh = self._fresh
+        if fresh:
+            self._fresh = []
+            leases.extend(Lease(m, stamp) for m in fresh if not m._acked)
+        if leases:
+            plan = plan_leases(leases, now, ack_wait, MAX_EXTENSION, _terminally_acked)
+            self._leases = plan.keep
+            if plan.expired:
+                log.warning("jssync: consume %s/%s: %d message(s) held %ss without a terminal ack: "
+                            "their ack wait is no longer extended", self.stream, self.consumer,
+                            plan.expired, MAX_EXTENSION)
+            for lease in plan.extend:
+                try:
+                    lease.item.in_progress()
+                except Error:  # closed or closing: nothing more to extend
+                    self._leases = []
+                    return
+                lease.renewed = now
+        try:
+            loop.call_later(check_period(ack_wait), self._lease_tick)
+        except RuntimeError:  # pragma: no cover - the loop is closing
+            pass
+
     # -- terminal, stop, drain ---------------------------------------------------------------
 
     def _report(self, exc: BaseException) -> None:
@@ -1310,6 +1382,40 @@ class ConsumeContext(_natspy.Receiver):
             while not ev.wait(deadline.slice()):
                 deadline.check("consume drain")
 
+    def _before_close(self, deadline: Deadline, drain: bool) -> None:
+        """The connection is about to close, and still accepts acks (user thread; see
+        ``Connection.close`` / ``Connection.drain``). Blocks until ``deadline`` at most.
+
+        After :meth:`stop`: waits until the inbox is unsubscribed (its naks then went out),
+        and naks what is still parked when ``deadline`` comes first, so the close writes
+        every nak stop() promised before the socket goes. ``drain`` (``nc.drain()``, after
+        it drained this consume): the iterator hands out the rest of the buffer first (the
+        messages it hands out can be acked), unless no other thread iterates (nobody could
+        take them: the thread that iterated is the one draining the connection, or it
+        ended), and what is still buffered then, or at ``deadline``, is nak'ed (:meth:`stop`).
+        """
+        if self._state is _State.CLOSED:
+            return
+        if drain and self._cb is None and self._state is not _State.STOPPED:
+            it = self._iter_thread
+            if it is not None and it != threading.get_ident():
+                while not self._closed.wait(deadline.slice()):
+                    if deadline.expired() or not _thread_alive(it):
+                        break
+            if not self._closed.is_set():
+                self.stop()
+        if self._state is not _State.STOPPED:
+            return
+        while not self._server_done.wait(deadline.slice()):
+            if deadline.expired():
+                break
+        with self._lock:
+            self._unsubscribed = True  # from now on a message not handed over is nak'ed at once
+            later = self._nak_later
+            self._nak_later = []
+        for msg in later:
+            msg._nak_quiet()
+
     def _end(self) -> None:
         """The connection closed (any thread): iterators and the callback lane end quietly, at
         once (the buffered messages are dropped; the server redelivers them after ack_wait)."""
@@ -1389,6 +1495,7 @@ class ConsumeContext(_natspy.Receiver):
         return self
 
     def __next__(self) -> Msg:
+        self._iter_thread = threading.get_ident()
         try:
             msg = self._q.get_nowait()
         except Empty:
@@ -1421,6 +1528,7 @@ class ConsumeContext(_natspy.Receiver):
         """
         if self._cb is not None:
             raise TypeError("next() cannot be used on a consume with a callback")
+        self._iter_thread = threading.get_ident()
         try:
             msg = self._q.get_nowait()
         except Empty:
@@ -1525,9 +1633,11 @@ class ConsumeContext(_natspy.Receiver):
 
 def consume(js: JetStream, stream: str, consumer: str, callback: Callable[[Msg], Any] | None,
             error_cb: Callable[[BaseException], Any] | None, opts: ConsumeOptions,
-            ack_none: bool, prio: PullPriority | None = None, pins: Pins | None = None) -> ConsumeContext:
-    """Start consuming (see :class:`ConsumeContext`)."""
-    cc = ConsumeContext(js, stream, consumer, opts, callback, error_cb, ack_none, prio, pins)._start()
+            ack_none: bool, prio: PullPriority | None = None, pins: Pins | None = None,
+            ack_wait: float | None = None) -> ConsumeContext:
+    """Start consuming (see :class:`ConsumeContext`). ``ack_wait``: the consumer's (seconds),
+    for the leases of the messages held (None: none kept)."""
+    cc = ConsumeContext(js, stream, consumer, opts, callback, error_cb, ack_none, prio, pins, ack_wait)._start()
     cc._started()
     return cc
 

@@ -299,3 +299,45 @@ def test_ack_next_on_a_push_consumer_raises(nc, js, stream, unique):
     with pytest.raises(jssync.ConsumerIsPushBasedError):
         m.ack_next(timeout=2)
     sub.unsubscribe()
+
+
+# -- acks of a message that is not a JetStream message (ADR-15 "JSAck") ------------------------
+
+NOT_JS_ACK_KINDS = {
+    "ack": lambda m: m.ack(),
+    "nak": lambda m: m.nak(),
+    "nak_delay": lambda m: m.nak(1.0),
+    "term": lambda m: m.term("reason"),
+    "in_progress": lambda m: m.in_progress(),
+    "ack_sync": lambda m: m.ack_sync(timeout=1),
+    "nak_sync": lambda m: m.nak_sync(timeout=1),
+    "term_sync": lambda m: m.term_sync(timeout=1),
+    "in_progress_sync": lambda m: m.in_progress_sync(timeout=1),
+    "ack_next": lambda m: m.ack_next(timeout=1),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_JS_ACK_KINDS))
+def test_acking_a_core_request_raises_not_js_message_and_sends_nothing(nc, unique, kind):
+    """A message whose reply subject is not a ``$JS.ACK`` subject is not a JetStream message:
+    every ack kind raises jssync.NotJSMessageError and nothing reaches the requester."""
+    replies = nc.subscribe(f"reply.{unique}")
+    requests = nc.subscribe(f"svc.{unique}")
+    nc.publish(f"svc.{unique}", b"question", reply=f"reply.{unique}")
+    m = requests.next_msg(timeout=2 * FACTOR)
+    with pytest.raises(jssync.NotJSMessageError, match=f"reply.{unique}"):
+        NOT_JS_ACK_KINDS[kind](m)
+    assert not m.is_acked
+    m.respond(b"answer")  # the first (and only) thing on the reply subject
+    got = replies.next_msg(timeout=2 * FACTOR)
+    assert got.data == b"answer"
+    nc.flush()
+    with pytest.raises(jssync.TimeoutError):
+        replies.next_msg(timeout=0.2 * FACTOR)
+    replies.unsubscribe()
+    requests.unsubscribe()
+
+
+def test_not_js_message_error_is_a_jssync_error() -> None:
+    assert issubclass(jssync.NotJSMessageError, jssync.JetStreamError)
+    assert issubclass(jssync.NotJSMessageError, ValueError)  # as before: a bad ack subject

@@ -423,3 +423,143 @@ def test_push_unsubscribe_after_drain_deletes_without_reading_to_the_end(js, wq)
     sub.next_msg(timeout=1).ack()
     sub.unsubscribe()
     assert not list(js.consumer_names(wq))
+
+
+# -- closing the connection right after stop(): the naks stop() promised go out first --------
+
+
+def _take_one_and_stop(nc2, stream, how):
+    c2 = nc2.jetstream().consumer(stream.name, "D")
+    if how == "with":
+        with c2.consume() as it:
+            for m in it:
+                m.ack()
+                break
+    else:
+        it = c2.consume()
+        next(it).ack()
+        it.stop()
+
+
+@pytest.mark.parametrize("how", ["with", "stop"])
+def test_close_right_after_stop_sends_the_naks_of_the_buffer(nats_server, js, stream, how):
+    """docs/consuming.md's first example: take one message, leave the consume's block (or call
+    stop()), then close the connection at once: every other buffered message is nak'ed before
+    the socket goes, so the server redelivers it now, not after ack_wait."""
+    publish(js, f"{stream.name}.m", 500)
+    c = durable(stream)
+    nc2 = jssync.connect(nats_server.url)
+    try:
+        _take_one_and_stop(nc2, stream, how)
+    finally:
+        nc2.close()
+    redelivered_at_once(c, 499)
+
+
+class _Interrupted(Exception):
+    """Stands in for KeyboardInterrupt: the blocks are left by an exception."""
+
+
+@pytest.mark.parametrize("way_out", ["break", "exception"])
+def test_nested_with_blocks_send_the_naks_of_the_buffer(nats_server, js, stream, way_out):
+    """``with jssync.connect() as nc:`` around ``with consumer.consume() as it:``, left by a
+    break or by an exception (Ctrl-C leaves them the same way)."""
+    publish(js, f"{stream.name}.m", 500)
+    c = durable(stream)
+    try:
+        with jssync.connect(nats_server.url) as nc2, nc2.jetstream().consumer(stream.name, "D").consume() as it:
+            for m in it:
+                m.ack()
+                if way_out == "exception":
+                    raise _Interrupted
+                break
+    except _Interrupted:
+        pass
+    redelivered_at_once(c, 499)
+
+
+def test_interpreter_exit_after_stop_sends_the_naks_of_the_buffer(nats_server, js, stream):
+    """A script that leaves the consume's block and ends without closing its connection:
+    the close at interpreter exit sends the naks first."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    publish(js, f"{stream.name}.m", 500)
+    c = durable(stream)
+    script = (
+        "import jssync\n"
+        f"nc = jssync.connect({nats_server.url!r})\n"
+        f"with nc.jetstream().consumer({stream.name!r}, 'D').consume() as it:\n"
+        "    for m in it:\n"
+        "        m.ack()\n"
+        "        break\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    done = subprocess.run([sys.executable, "-c", script], env=env, timeout=30 * FACTOR,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    redelivered_at_once(c, 499)
+
+
+# -- nc.drain() drains every consume first: nothing is left unacknowledged --------------------
+
+
+def test_connection_drain_lets_the_iterator_hand_over_and_ack_its_buffer(nats_server, js, stream):
+    """An iterator in another thread acks every message while ``nc.drain()`` runs: every ack
+    goes out before the connection closes (none refused), nothing is left for ack_wait."""
+    import time
+
+    publish(js, f"{stream.name}.m", 100)
+    c = durable(stream)
+    nc2 = jssync.connect(nats_server.url)
+    refused: list[BaseException] = []
+    acked = []
+    first = threading.Event()
+
+    def iterate(it):
+        for m in it:
+            time.sleep(0.02)  # some work: most of the buffer is still there when the inbox is gone
+            try:
+                m.ack()
+                acked.append(m)
+            except jssync.ConnectionClosedError as exc:
+                refused.append(exc)
+            first.set()
+
+    try:
+        it = nc2.jetstream().consumer(stream.name, "D").consume()
+        t = threading.Thread(target=iterate, args=(it,))
+        t.start()
+        assert first.wait(5 * FACTOR)
+        nc2.drain(timeout=20 * FACTOR)
+        t.join(10 * FACTOR)
+        assert not t.is_alive()
+    finally:
+        nc2.close()
+    assert not refused, f"{len(refused)} of {len(refused) + len(acked)} acks refused"
+    assert len(acked) == c.info().delivered.consumer_seq
+    settled(c, 0, "after nc.drain()")
+
+
+def test_connection_drain_from_the_iterating_thread_naks_the_buffer(nats_server, js, stream):
+    """The thread that iterated leaves its loop and calls ``nc.drain()``: nobody can take the
+    buffered messages any more, so they are nak'ed (redelivered now), and drain does not wait
+    its whole timeout for an iterator that cannot move."""
+    import time
+
+    publish(js, f"{stream.name}.m", 500)
+    c = durable(stream)
+    nc2 = jssync.connect(nats_server.url)
+    try:
+        it = nc2.jetstream().consumer(stream.name, "D").consume()
+        for m in it:
+            m.ack()
+            break
+        t0 = time.monotonic()
+        nc2.drain(timeout=20 * FACTOR)
+        assert time.monotonic() - t0 < 5 * FACTOR
+    finally:
+        nc2.close()
+    redelivered_at_once(c, 499)
