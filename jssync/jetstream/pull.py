@@ -670,7 +670,6 @@ class ConsumeContext(_natspy.Receiver):
         self._last_act = 0
         self._idle_ticks = 0
         self._tick_n = 0
-        self._repull_act = -1
         self._paused = False
         self._hold = False
         self._resetting = False
@@ -1064,13 +1063,17 @@ class ConsumeContext(_natspy.Receiver):
             self._timer = self._conn.internal.loop.loop.call_later(self._hb / _TICKS, self._tick)
 
     def _missed_heartbeat(self) -> None:
+        """Nothing arrived for 2 x idle_heartbeat (I/O thread): warn, write off, pull again.
+
+        Not terminal (ADR-37): every missed heartbeat is reported and followed by a fresh
+        pull with the pending counts reset, also when the pull sent after the previous one
+        went unanswered too (a server that drops pulls without a status, e.g. MaxWaiting
+        reached for a pull with heartbeats, answers a later one once it can).
+        """
         self._report(NoHeartbeatError(
             f"no heartbeat or message from consumer {self.consumer!r} on stream {self.stream!r} "
             f"within {2 * self._hb}s"
         ))
-        if self._repull_act == self._activity:
-            return  # the requests were replaced already and nothing arrived since: do not pile up more
-        self._repull_act = self._activity
         self._reset_pending()
         self._pull()
 

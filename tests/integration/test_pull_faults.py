@@ -42,8 +42,9 @@ def test_heartbeat_warning_when_server_paused(server):
             try:
                 wait_for(lambda: sum(isinstance(e, jssync.NoHeartbeatError) for e in errors) >= 2,
                          timeout=8, what="missed heartbeat warnings")
-                # the lost requests are replaced once, not at every warning
-                assert cc.pull_requests - pulls <= 1
+                # each warning is followed by one fresh pull (ADR-37: not terminal), no more
+                warned = sum(isinstance(e, jssync.NoHeartbeatError) for e in errors)
+                assert 1 <= cc.pull_requests - pulls <= warned + 1
             finally:
                 os.kill(server.pid, signal.SIGCONT)
             js.publish("hb.x", b"after", timeout=10)
