@@ -680,6 +680,12 @@ class ConsumeContext(_natspy.Receiver):
         # subscriptions of inboxes whose pull requests were written off (I/O thread)
         self._old: list[Any] = []
         self._size_warned = False
+        # max_bytes mode (ADR-37 "409 Message Size Exceeds MaxBytes", not telegraphed): a pull
+        # never asks for fewer bytes than the biggest message received so far needs, nor for
+        # fewer than a pull the next message did not fit in (until a message arrives)
+        self._big_b = 0
+        self._min_pull_b = 0
+        self._last_pull_b = 0
         self._last_warning = ""
         # max_bytes mode: the wire size of each buffered message, in queue order (I/O thread appends)
         self._sizes: deque[int] = deque()
@@ -748,6 +754,9 @@ class ConsumeContext(_natspy.Receiver):
                 size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
                 self._rx_b += size
                 self._sizes.append(size)
+                self._min_pull_b = 0
+                if size > self._big_b:
+                    self._big_b = size
             self._user_msg(msg)
             return
         self._status(msg)
@@ -780,7 +789,14 @@ class ConsumeContext(_natspy.Receiver):
             self._last_warning = ""
             if (self._bytes_mode and st.code == 409 and self._rx == self._rx_at_pull
                     and "size" in st.description.lower()):
-                # the next message does not fit in max_bytes: do not loop on pull requests
+                # the last pull got nothing: the next message needs more than it asked for
+                if self._last_pull_b < self._max_b:
+                    # a top-up smaller than max_bytes (not an error): the next pull asks for more,
+                    # once enough of the buffer was taken
+                    self._min_pull_b = self._last_pull_b + 1
+                    self._pull()
+                    return
+                # it does not fit in max_bytes at all: do not loop on pull requests
                 self._hold = True
                 if not self._size_warned:
                     self._size_warned = True
@@ -967,6 +983,8 @@ class ConsumeContext(_natspy.Receiver):
             size = 0
             if self._bytes_mode:
                 size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
+                if size > self._big_b:
+                    self._big_b = size
             with self._lock:
                 self._disc -= 1
                 self._disc_b -= size
@@ -990,10 +1008,11 @@ class ConsumeContext(_natspy.Receiver):
                 if pend_b > self._thr_b:
                     return
                 max_bytes = self._max_b - max(pend_b, 0)
-                if max_bytes <= 0:
-                    return
+                if max_bytes <= 0 or max_bytes < min(self._max_b, max(self._big_b, self._min_pull_b)):
+                    return  # it could not take the next message: wait until more was taken
                 batch = BYTES_ONLY_BATCH
                 self._req_b += max_bytes
+                self._last_pull_b = max_bytes
             else:
                 pend = self._req - self._taken - self._disc
                 if pend > self._thr:

@@ -326,6 +326,32 @@ def test_consume_max_bytes(js, stream):
         assert it.pull_requests > 3
 
 
+def test_consume_max_bytes_high_threshold_does_not_stall(js, stream):
+    """A top-up pull may ask for fewer bytes than the next message needs: the server's 409
+    Message Size Exceeds MaxBytes is not an error, and consuming goes on without a pause."""
+    publish(js, stream, 300, size=100)
+    c = durable(stream)
+    errors: list[BaseException] = []
+    t0 = time.monotonic()
+    with c.consume(max_bytes=1000, threshold_bytes=900, error_cb=errors.append) as it:
+        for _ in range(300):
+            it.next(timeout=10 * FACTOR).ack()
+            assert it.pending_bytes <= 1000
+    assert time.monotonic() - t0 < 3 * FACTOR
+    assert errors == []
+
+
+def test_consume_max_bytes_message_too_big_is_reported_once(js, stream):
+    publish(js, stream, 1, size=500)
+    c = durable(stream)
+    errors: list[BaseException] = []
+    with c.consume(max_bytes=200, expires=2, error_cb=errors.append) as it:
+        wait_for(lambda: errors, what="the too-big warning")
+        time.sleep(1.5)  # the pulls retry every idle_heartbeat / 2, not in a loop
+        assert it.pull_requests <= 6
+    assert len(errors) == 1 and isinstance(errors[0], PullRequestError) and errors[0].code == 409
+
+
 def test_consume_repulls_after_expiry(js, stream):
     c = durable(stream)
     with c.consume(max_messages=5, expires=1, idle_heartbeat=0.5) as it:
