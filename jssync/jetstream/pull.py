@@ -238,7 +238,7 @@ class _FetchState(_natspy.Receiver):
 
     __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "received_bytes", "activity", "done",
                  "clean", "reuse", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "conn",
-                 "pins", "group", "sent_pin", "__weakref__")
+                 "pins", "group", "sent_pin", "abandoned", "__weakref__")
 
     def __init__(self, batch: int, max_bytes: int, ack_none: bool, stream: str, consumer: str,
                  check: Callable[[Msg], bool | None] | None = None, conn: Connection | None = None,
@@ -256,6 +256,9 @@ class _FetchState(_natspy.Receiver):
         self.received_bytes = 0
         self.activity = 0
         self.done = False
+        # the iteration was stopped or given up while the request may be open on the server:
+        # what still arrives is nak'ed at once (set before ``done``)
+        self.abandoned = False
         self.clean = False
         self.reuse = False
         self.error: BaseException | None = None
@@ -267,6 +270,8 @@ class _FetchState(_natspy.Receiver):
     def put_nowait(self, msg: Msg) -> None:  # the Receiver hook (I/O thread)
         self.activity += 1
         if self.done:
+            if self.abandoned:
+                self.not_taken(msg)
             return
         h = msg.headers
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
@@ -311,6 +316,35 @@ class _FetchState(_natspy.Receiver):
             self.raise_error = act in (Action.ERROR, Action.TERMINAL, Action.NO_RESPONDERS)
         self._end(True)  # a status is the last thing the server sends for a request
 
+    def not_taken(self, msg: Msg) -> None:
+        """A message of an abandoned request that nobody will take: nak it, so the server
+        redelivers it at once instead of after AckWait (statuses and ack-none: nothing; any thread)."""
+        h = msg.headers
+        if self.ack_none or not (h is None or msg.data or "Status" not in h or is_user_msg(msg.reply)):
+            return
+        msg._nak_quiet()
+
+    def abandon(self) -> None:
+        """No more messages are taken from this request (any thread): the rest is nak'ed."""
+        self.abandoned = True
+        self.done = True
+
+    def nak_queued(self) -> None:
+        """Nak every message still queued and not taken (on the I/O thread, or after the inbox is gone)."""
+        q = self.q
+        ctl: list[Any] = []
+        while True:
+            try:
+                item = q.get_nowait()
+            except Empty:
+                break
+            if item.__class__ is _Control:
+                ctl.append(item)  # put back: a reader may be waiting for the end
+            else:
+                self.not_taken(item)
+        for item in ctl:
+            q.put(item)
+
     def _passed_over(self, msg: Msg) -> None:
         """A message the check passes over: not handed out, but it took its place in the request."""
         self.batch -= 1
@@ -332,10 +366,42 @@ class _FetchState(_natspy.Receiver):
         self.q.put(_END)
 
 
+def _abandon_inbox(conn: Connection, box: _Inbox, state: _FetchState) -> None:
+    """Give up an inbox whose pull request may still be open on the server (any thread).
+
+    What is queued and not taken, and whatever still arrives until the server processed
+    the UNSUB, is nak'ed (redelivered at once, never left for AckWait): the inbox is
+    drained (UNSUB, PING/PONG, removal), not dropped, so nothing on the wire is lost.
+    """
+    state.abandon()
+
+    async def _drain() -> None:
+        state.nak_queued()  # on the I/O thread: no message is being queued meanwhile
+        try:
+            if not _natspy.sub_closed(box.nsub) and not conn.internal.nc.is_closed:
+                await conn.internal.drain_nsub(box.nsub, 5.0)
+        except Exception:  # disconnected or timed out: the subscription is removed anyway
+            log.debug("jssync: draining an abandoned fetch inbox failed", exc_info=True)
+        finally:
+            _natspy.set_sub_queue(box.nsub, _DISCARD)
+            state.nak_queued()
+
+    try:
+        conn.internal.loop.check()
+    except Error:  # the connection is gone: nothing can be nak'ed
+        return
+    _on_loop(conn, _drain)
+
+
 def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
                   on_end: Callable[[_FetchState], None] | None) -> None:
     if box is not None:
-        _release_inbox(conn, box, state.done and state.reuse)
+        if state.done and state.reuse:
+            _release_inbox(conn, box, True)
+        elif state.ack_none:
+            _release_inbox(conn, box, False)  # nothing to nak
+        else:
+            _abandon_inbox(conn, box, state)
     if on_end is not None:
         try:
             on_end(state)
@@ -389,13 +455,20 @@ class FetchResult:
         except Empty:
             item = None
         if item is None:  # wait outside the except block: what it raises carries no queue.Empty context
-            item = self._wait()
+            try:
+                item = self._wait()
+            except BaseException:  # Ctrl-C, ...: the request is given up; what it still brings is nak'ed
+                self.stop()
+                raise
         if item.__class__ is _Control:
             self._end()
             st = self._state
             if st.raise_error and st.error is not None:
                 st.raise_error = False
                 raise st.error
+            raise StopIteration
+        if self._ended:  # stop() from another thread meanwhile: not handed over
+            self._state.not_taken(item)
             raise StopIteration
         return item  # type: ignore[no-any-return]
 
@@ -435,9 +508,18 @@ class FetchResult:
             self._finalizer()
 
     def stop(self) -> None:
-        """Stop iterating (messages not yet taken are left unacknowledged)."""
+        """Stop iterating, at once, from any thread; idempotent, never blocks.
+
+        A thread blocked in the iteration wakes and its iteration ends (without an error).
+        Messages received and not taken, and those the request still delivers until its
+        inbox is unsubscribed, are nak'ed, so the server redelivers them at once (not after
+        AckWait; nothing for ack policy none).
+        """
         if not self._ended:
-            self._state.done = True
+            st = self._state
+            if not st.done:
+                st.abandon()
+            st.q.put(_END)  # wakes a reader waiting in the iteration
             self._end()
 
     def __enter__(self) -> FetchResult:
