@@ -33,6 +33,7 @@ from ..base.errors import (
     Error,
     NoHeartbeatError,
     NotFoundError,
+    PullRequestError,
     TimeoutError,
     ValidationError,
     translating,
@@ -393,6 +394,24 @@ def _abandon_inbox(conn: Connection, box: _Inbox, state: _FetchState) -> None:
     _on_loop(conn, _drain)
 
 
+def _reconnects(conn: Connection) -> int:
+    """How many times the connection reconnected so far."""
+    try:
+        return int(conn.internal.nc.stats["reconnects"])
+    except Exception:  # pragma: no cover - another nats-py version
+        return 0
+
+
+def pull_lost(err: BaseException | None) -> bool:
+    """True when ``err`` ended a pull for a reason unrelated to the pull itself: its client-side
+    deadline passed, heartbeats stopped, a reconnect, the server shut down (409 Server Shutdown).
+    A call without a limit pulls again after these."""
+    if isinstance(err, TimeoutError | NoHeartbeatError):
+        return True
+    return (isinstance(err, PullRequestError) and err.code == 409
+            and "server shutdown" in (err.description or "").lower())
+
+
 def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
                   on_end: Callable[[_FetchState], None] | None) -> None:
     if box is not None:
@@ -422,12 +441,16 @@ class FetchResult:
     """
 
     def __init__(self, conn: Connection, state: _FetchState, box: _Inbox, deadline: Deadline,
-                 heartbeat: float | None, on_end: Callable[[_FetchState], None] | None = None) -> None:
+                 heartbeat: float | None, on_end: Callable[[_FetchState], None] | None = None,
+                 lost_on_reconnect: bool = False) -> None:
         self._conn = conn
         self._state = state
         self._deadline = deadline
         self._hb = heartbeat
         self._ended = False
+        # a pull of a call without a limit: a reconnect may have lost it (server restart), so
+        # the iteration ends then with a TimeoutError and the caller pulls again
+        self._reconnects = _reconnects(conn) if lost_on_reconnect else None
         self._finalizer = weakref.finalize(self, _finish_fetch, conn, box, state, on_end)
 
     def __repr__(self) -> str:
@@ -491,6 +514,11 @@ class FetchResult:
                     f"the pull request to {st.consumer!r} on stream {st.stream!r} did not end in time"
                 )
                 return _END
+            if self._reconnects is not None and _reconnects(self._conn) != self._reconnects:
+                st.error = TimeoutError(
+                    f"the pull request to {st.consumer!r} on stream {st.stream!r} may have been lost in a reconnect"
+                )
+                return _END
             if idle_since is not None and hb:
                 if st.activity != last_act:
                     last_act = st.activity
@@ -533,11 +561,13 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
           expires: float | None = DEFAULT_EXPIRES, idle_heartbeat: float | None = None, no_wait: bool = False,
           ack_none: bool = False, check: Callable[[Msg], bool | None] | None = None,
           grace: float = FETCH_GRACE, on_end: Callable[[_FetchState], None] | None = None,
-          prio: PullPriority | None = None, pins: Pins | None = None) -> FetchResult:
+          prio: PullPriority | None = None, pins: Pins | None = None,
+          lost_on_reconnect: bool = False) -> FetchResult:
     """Send one pull request and return the iterator over its messages (see :class:`FetchResult`).
 
     ``prio``: the pull's priority group options (ADR-42); ``pins``: the handle's pin ids
-    (pinned_client), sent with the pull and updated from what arrives.
+    (pinned_client), sent with the pull and updated from what arrives. ``lost_on_reconnect``:
+    a reconnect ends the iteration with a TimeoutError on ``error`` (the pull may be lost).
     Blocks only to subscribe a reply inbox when no idle one can be reused.
     """
     conn = js.conn
@@ -569,7 +599,7 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
                             min_pending=prio.min_pending, min_ack_pending=prio.min_ack_pending,
                             priority=prio.priority, pin_id=pin)
     box = _acquire_inbox(conn, state, Deadline(conn.internal.timeout + 5))
-    res = FetchResult(conn, state, box, deadline, hb, on_end)
+    res = FetchResult(conn, state, box, deadline, hb, on_end, lost_on_reconnect)
     conn.internal.enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
     return res
 
@@ -579,11 +609,13 @@ def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: flo
 
     The +NXT body is a pull request (deep dive "Acknowledgement Models"), so the answer is
     read like a fetch's: messages, then the end-of-request status (404/408), or an error
-    status (409 Consumer is push based, ...). ``timeout`` None: no limit (a request
-    without expiry, which ends when ``batch`` messages came).
+    status (409 Consumer is push based, ...). ``timeout`` None: no limit (requests of 30 s
+    follow one another until ``batch`` messages came, see :func:`_ack_next_no_limit`).
     """
     conn.internal.check_open()
     meta = msg.metadata
+    if timeout is None and not no_wait:
+        return _ack_next_no_limit(conn, msg, batch)
     if timeout is None:
         exp_ns = 0
         deadline = Deadline(None)
@@ -606,6 +638,44 @@ def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: flo
         res.stop()
         return []
     return list(res)
+
+
+def _ack_next_no_limit(conn: Connection, msg: Msg, batch: int) -> list[Msg]:
+    """``ack_next(timeout=None)``: +NXT requests of 30 s follow one another until ``batch`` came.
+
+    The first one acks ``msg``; the later ones go to the same ack subject (the ack is applied
+    already, so they only pull). A pull ended by a reconnect (a server restart may have lost
+    it), its client-side deadline or 409 Server Shutdown is followed by another; a warning
+    ends the call with what came so far.
+    """
+    meta = msg.metadata
+    got: list[Msg] = []
+    first = True
+    while True:
+        want = batch - len(got)
+        state = _FetchState(want, 0, False, meta.stream, meta.consumer)
+        box = _acquire_inbox(conn, state, Deadline(conn.internal.timeout + 5))
+        res = FetchResult(conn, state, box, Deadline(NO_LIMIT_PULL + FETCH_GRACE), None,
+                          lost_on_reconnect=True)
+        body = b"+NXT " + pull_request(want, expires_ns=int(NO_LIMIT_PULL * _NS))
+        try:
+            if first:
+                first = False
+                if not conn.internal.send_ack(msg, body, True, box.subject):
+                    res.stop()  # a terminal ack won the race: nothing was sent
+                    return []
+            else:
+                conn.internal.check_open()
+                conn.internal.enqueue((msg.reply, body, box.subject, None))
+        except BaseException:
+            res.stop()
+            raise
+        got.extend(res)
+        if len(got) >= batch:
+            return got
+        err = res.error
+        if err is not None and not pull_lost(err):
+            return got
 
 
 def validate_fetch(max_messages: int | None, max_bytes: int | None, expires: float,
