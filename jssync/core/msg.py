@@ -262,10 +262,10 @@ class Msg:
         this message and delivers up to ``batch`` more messages of its consumer to the
         inbox, like a pull request. Blocks until ``batch`` messages arrived or the request
         ended (``timeout`` seconds passed; with ``no_wait``, as soon as the server has sent
-        what it has; None: no limit, the request has no expiry and ends when ``batch``
-        messages came) and returns them: ordinary messages, to be acked. There is no double
-        ack for +NXT. After a terminal ack (or with ack policy none) nothing is sent and
-        the result is ``[]``.
+        what it has; None: no limit, requests of 30 s follow one another, also after one
+        was lost in a reconnect, until ``batch`` messages came) and returns them: ordinary
+        messages, to be acked. There is no double ack for +NXT. After a terminal ack (or
+        with ack policy none) nothing is sent and the result is ``[]``.
 
         Raises:
             ValueError: a bad argument (nothing is sent).

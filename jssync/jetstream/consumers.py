@@ -22,6 +22,7 @@ from .pull import (
     _pos_int,
     consume,
     fetch,
+    pull_lost,
     validate_fetch,
 )
 
@@ -215,7 +216,8 @@ class Consumer:
         """Pull one message, waiting up to ``timeout`` seconds for it (None: no limit).
 
         The pull request is sent when ``next`` is called and expires on the server after
-        ``timeout``; with None, pulls of 30 s follow one another until a message comes.
+        ``timeout``; with None, pulls of 30 s follow one another until a message comes (also
+        after a pull was lost: a reconnect, missed heartbeats, 409 Server Shutdown).
         Priority group options as for :meth:`fetch`; when the pull is answered
         with 423 (pinned_client: another client is pinned now) the pin id is cleared and
         the pull is sent again, without it, for the time left.
@@ -238,7 +240,8 @@ class Consumer:
         left = each
         while True:
             res = fetch(self._js, self.stream, self.name, 1, expires=left, idle_heartbeat=idle_heartbeat,
-                        ack_none=self._ack_none, grace=min(1.0, 0.1 + left * 0.1), prio=prio, pins=self._pins)
+                        ack_none=self._ack_none, grace=min(1.0, 0.1 + left * 0.1), prio=prio, pins=self._pins,
+                        lost_on_reconnect=timeout is None)
             for msg in res:
                 return msg
             err = res.error
@@ -249,6 +252,8 @@ class Consumer:
                 if left >= 0.01 and (idle_heartbeat is None or idle_heartbeat <= left / 2):
                     continue
                 break
+            if timeout is None and pull_lost(err):  # no limit: a pull lost or cut short, pull again
+                continue
             if err is not None:  # a warning, a missed heartbeat, the connection closed, ...
                 raise err
             if timeout is None:  # the pull expired empty: no limit, pull again

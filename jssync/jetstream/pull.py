@@ -33,6 +33,7 @@ from ..base.errors import (
     Error,
     NoHeartbeatError,
     NotFoundError,
+    PullRequestError,
     TimeoutError,
     ValidationError,
     translating,
@@ -248,7 +249,7 @@ class _FetchState(_natspy.Receiver):
 
     __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "received_bytes", "activity", "done",
                  "clean", "reuse", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "conn",
-                 "pins", "group", "sent_pin", "__weakref__")
+                 "pins", "group", "sent_pin", "abandoned", "__weakref__")
 
     def __init__(self, batch: int, max_bytes: int, ack_none: bool, stream: str, consumer: str,
                  check: Callable[[Msg], bool | None] | None = None, conn: Connection | None = None,
@@ -266,6 +267,9 @@ class _FetchState(_natspy.Receiver):
         self.received_bytes = 0
         self.activity = 0
         self.done = False
+        # the iteration was stopped or given up while the request may be open on the server:
+        # what still arrives is nak'ed at once (set before ``done``)
+        self.abandoned = False
         self.clean = False
         self.reuse = False
         self.error: BaseException | None = None
@@ -277,6 +281,8 @@ class _FetchState(_natspy.Receiver):
     def put_nowait(self, msg: Msg) -> None:  # the Receiver hook (I/O thread)
         self.activity += 1
         if self.done:
+            if self.abandoned:
+                self.not_taken(msg)
             return
         h = msg.headers
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
@@ -321,6 +327,35 @@ class _FetchState(_natspy.Receiver):
             self.raise_error = act in (Action.ERROR, Action.TERMINAL, Action.NO_RESPONDERS)
         self._end(True)  # a status is the last thing the server sends for a request
 
+    def not_taken(self, msg: Msg) -> None:
+        """A message of an abandoned request that nobody will take: nak it, so the server
+        redelivers it at once instead of after AckWait (statuses and ack-none: nothing; any thread)."""
+        h = msg.headers
+        if self.ack_none or not (h is None or msg.data or "Status" not in h or is_user_msg(msg.reply)):
+            return
+        msg._nak_quiet()
+
+    def abandon(self) -> None:
+        """No more messages are taken from this request (any thread): the rest is nak'ed."""
+        self.abandoned = True
+        self.done = True
+
+    def nak_queued(self) -> None:
+        """Nak every message still queued and not taken (on the I/O thread, or after the inbox is gone)."""
+        q = self.q
+        ctl: list[Any] = []
+        while True:
+            try:
+                item = q.get_nowait()
+            except Empty:
+                break
+            if item.__class__ is _Control:
+                ctl.append(item)  # put back: a reader may be waiting for the end
+            else:
+                self.not_taken(item)
+        for item in ctl:
+            q.put(item)
+
     def _passed_over(self, msg: Msg) -> None:
         """A message the check passes over: not handed out, but it took its place in the request."""
         self.batch -= 1
@@ -342,10 +377,60 @@ class _FetchState(_natspy.Receiver):
         self.q.put(_END)
 
 
+def _abandon_inbox(conn: Connection, box: _Inbox, state: _FetchState) -> None:
+    """Give up an inbox whose pull request may still be open on the server (any thread).
+
+    What is queued and not taken, and whatever still arrives until the server processed
+    the UNSUB, is nak'ed (redelivered at once, never left for AckWait): the inbox is
+    drained (UNSUB, PING/PONG, removal), not dropped, so nothing on the wire is lost.
+    """
+    state.abandon()
+
+    async def _drain() -> None:
+        state.nak_queued()  # on the I/O thread: no message is being queued meanwhile
+        try:
+            if not _natspy.sub_closed(box.nsub) and not conn.internal.nc.is_closed:
+                await conn.internal.drain_nsub(box.nsub, 5.0)
+        except Exception:  # disconnected or timed out: the subscription is removed anyway
+            log.debug("jssync: draining an abandoned fetch inbox failed", exc_info=True)
+        finally:
+            _natspy.set_sub_queue(box.nsub, _DISCARD)
+            state.nak_queued()
+
+    try:
+        conn.internal.loop.check()
+    except Error:  # the connection is gone: nothing can be nak'ed
+        return
+    _on_loop(conn, _drain)
+
+
+def _reconnects(conn: Connection) -> int:
+    """How many times the connection reconnected so far."""
+    try:
+        return int(conn.internal.nc.stats["reconnects"])
+    except Exception:  # pragma: no cover - another nats-py version
+        return 0
+
+
+def pull_lost(err: BaseException | None) -> bool:
+    """True when ``err`` ended a pull for a reason unrelated to the pull itself: its client-side
+    deadline passed, heartbeats stopped, a reconnect, the server shut down (409 Server Shutdown).
+    A call without a limit pulls again after these."""
+    if isinstance(err, TimeoutError | NoHeartbeatError):
+        return True
+    return (isinstance(err, PullRequestError) and err.code == 409
+            and "server shutdown" in (err.description or "").lower())
+
+
 def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
                   on_end: Callable[[_FetchState], None] | None) -> None:
     if box is not None:
-        _release_inbox(conn, box, state.done and state.reuse)
+        if state.done and state.reuse:
+            _release_inbox(conn, box, True)
+        elif state.ack_none:
+            _release_inbox(conn, box, False)  # nothing to nak
+        else:
+            _abandon_inbox(conn, box, state)
     if on_end is not None:
         try:
             on_end(state)
@@ -366,12 +451,16 @@ class FetchResult:
     """
 
     def __init__(self, conn: Connection, state: _FetchState, box: _Inbox, deadline: Deadline,
-                 heartbeat: float | None, on_end: Callable[[_FetchState], None] | None = None) -> None:
+                 heartbeat: float | None, on_end: Callable[[_FetchState], None] | None = None,
+                 lost_on_reconnect: bool = False) -> None:
         self._conn = conn
         self._state = state
         self._deadline = deadline
         self._hb = heartbeat
         self._ended = False
+        # a pull of a call without a limit: a reconnect may have lost it (server restart), so
+        # the iteration ends then with a TimeoutError and the caller pulls again
+        self._reconnects = _reconnects(conn) if lost_on_reconnect else None
         self._finalizer = weakref.finalize(self, _finish_fetch, conn, box, state, on_end)
 
     def __repr__(self) -> str:
@@ -399,13 +488,20 @@ class FetchResult:
         except Empty:
             item = None
         if item is None:  # wait outside the except block: what it raises carries no queue.Empty context
-            item = self._wait()
+            try:
+                item = self._wait()
+            except BaseException:  # Ctrl-C, ...: the request is given up; what it still brings is nak'ed
+                self.stop()
+                raise
         if item.__class__ is _Control:
             self._end()
             st = self._state
             if st.raise_error and st.error is not None:
                 st.raise_error = False
                 raise st.error
+            raise StopIteration
+        if self._ended:  # stop() from another thread meanwhile: not handed over
+            self._state.not_taken(item)
             raise StopIteration
         return item  # type: ignore[no-any-return]
 
@@ -428,6 +524,11 @@ class FetchResult:
                     f"the pull request to {st.consumer!r} on stream {st.stream!r} did not end in time"
                 )
                 return _END
+            if self._reconnects is not None and _reconnects(self._conn) != self._reconnects:
+                st.error = TimeoutError(
+                    f"the pull request to {st.consumer!r} on stream {st.stream!r} may have been lost in a reconnect"
+                )
+                return _END
             if idle_since is not None and hb:
                 if st.activity != last_act:
                     last_act = st.activity
@@ -445,9 +546,18 @@ class FetchResult:
             self._finalizer()
 
     def stop(self) -> None:
-        """Stop iterating (messages not yet taken are left unacknowledged)."""
+        """Stop iterating, at once, from any thread; idempotent, never blocks.
+
+        A thread blocked in the iteration wakes and its iteration ends (without an error).
+        Messages received and not taken, and those the request still delivers until its
+        inbox is unsubscribed, are nak'ed, so the server redelivers them at once (not after
+        AckWait; nothing for ack policy none).
+        """
         if not self._ended:
-            self._state.done = True
+            st = self._state
+            if not st.done:
+                st.abandon()
+            st.q.put(_END)  # wakes a reader waiting in the iteration
             self._end()
 
     def __enter__(self) -> FetchResult:
@@ -461,11 +571,13 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
           expires: float | None = DEFAULT_EXPIRES, idle_heartbeat: float | None = None, no_wait: bool = False,
           ack_none: bool = False, check: Callable[[Msg], bool | None] | None = None,
           grace: float = FETCH_GRACE, on_end: Callable[[_FetchState], None] | None = None,
-          prio: PullPriority | None = None, pins: Pins | None = None) -> FetchResult:
+          prio: PullPriority | None = None, pins: Pins | None = None,
+          lost_on_reconnect: bool = False) -> FetchResult:
     """Send one pull request and return the iterator over its messages (see :class:`FetchResult`).
 
     ``prio``: the pull's priority group options (ADR-42); ``pins``: the handle's pin ids
-    (pinned_client), sent with the pull and updated from what arrives.
+    (pinned_client), sent with the pull and updated from what arrives. ``lost_on_reconnect``:
+    a reconnect ends the iteration with a TimeoutError on ``error`` (the pull may be lost).
     Blocks only to subscribe a reply inbox when no idle one can be reused.
     """
     conn = js.conn
@@ -497,7 +609,7 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
                             min_pending=prio.min_pending, min_ack_pending=prio.min_ack_pending,
                             priority=prio.priority, pin_id=pin)
     box = _acquire_inbox(conn, state, Deadline(conn.internal.timeout + 5))
-    res = FetchResult(conn, state, box, deadline, hb, on_end)
+    res = FetchResult(conn, state, box, deadline, hb, on_end, lost_on_reconnect)
     conn.internal.enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
     return res
 
@@ -507,11 +619,13 @@ def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: flo
 
     The +NXT body is a pull request (deep dive "Acknowledgement Models"), so the answer is
     read like a fetch's: messages, then the end-of-request status (404/408), or an error
-    status (409 Consumer is push based, ...). ``timeout`` None: no limit (a request
-    without expiry, which ends when ``batch`` messages came).
+    status (409 Consumer is push based, ...). ``timeout`` None: no limit (requests of 30 s
+    follow one another until ``batch`` messages came, see :func:`_ack_next_no_limit`).
     """
     conn.internal.check_open()
     meta = msg.metadata
+    if timeout is None and not no_wait:
+        return _ack_next_no_limit(conn, msg, batch)
     if timeout is None:
         exp_ns = 0
         deadline = Deadline(None)
@@ -534,6 +648,44 @@ def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: flo
         res.stop()
         return []
     return list(res)
+
+
+def _ack_next_no_limit(conn: Connection, msg: Msg, batch: int) -> list[Msg]:
+    """``ack_next(timeout=None)``: +NXT requests of 30 s follow one another until ``batch`` came.
+
+    The first one acks ``msg``; the later ones go to the same ack subject (the ack is applied
+    already, so they only pull). A pull ended by a reconnect (a server restart may have lost
+    it), its client-side deadline or 409 Server Shutdown is followed by another; a warning
+    ends the call with what came so far.
+    """
+    meta = msg.metadata
+    got: list[Msg] = []
+    first = True
+    while True:
+        want = batch - len(got)
+        state = _FetchState(want, 0, False, meta.stream, meta.consumer)
+        box = _acquire_inbox(conn, state, Deadline(conn.internal.timeout + 5))
+        res = FetchResult(conn, state, box, Deadline(NO_LIMIT_PULL + FETCH_GRACE), None,
+                          lost_on_reconnect=True)
+        body = b"+NXT " + pull_request(want, expires_ns=int(NO_LIMIT_PULL * _NS))
+        try:
+            if first:
+                first = False
+                if not conn.internal.send_ack(msg, body, True, box.subject):
+                    res.stop()  # a terminal ack won the race: nothing was sent
+                    return []
+            else:
+                conn.internal.check_open()
+                conn.internal.enqueue((msg.reply, body, box.subject, None))
+        except BaseException:
+            res.stop()
+            raise
+        got.extend(res)
+        if len(got) >= batch:
+            return got
+        err = res.error
+        if err is not None and not pull_lost(err):
+            return got
 
 
 def validate_fetch(max_messages: int | None, max_bytes: int | None, expires: float,
@@ -687,7 +839,6 @@ class ConsumeContext(_natspy.Receiver):
         self._last_act = 0
         self._idle_ticks = 0
         self._tick_n = 0
-        self._repull_act = -1
         self._paused = False
         self._hold = False
         self._resetting = False
@@ -698,6 +849,12 @@ class ConsumeContext(_natspy.Receiver):
         # subscriptions of inboxes whose pull requests were written off (I/O thread)
         self._old: list[Any] = []
         self._size_warned = False
+        # max_bytes mode (ADR-37 "409 Message Size Exceeds MaxBytes", not telegraphed): a pull
+        # never asks for fewer bytes than the biggest message received so far needs, nor for
+        # fewer than a pull the next message did not fit in (until a message arrives)
+        self._big_b = 0
+        self._min_pull_b = 0
+        self._last_pull_b = 0
         self._last_warning = ""
         # max_bytes mode: the wire size of each buffered message, in queue order (I/O thread appends)
         self._sizes: deque[int] = deque()
@@ -775,6 +932,9 @@ class ConsumeContext(_natspy.Receiver):
                 size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
                 self._rx_b += size
                 self._sizes.append(size)
+                self._min_pull_b = 0
+                if size > self._big_b:
+                    self._big_b = size
             self._user_msg(msg)
             return
         self._status(msg)
@@ -809,7 +969,14 @@ class ConsumeContext(_natspy.Receiver):
             self._last_warning = ""
             if (self._bytes_mode and st.code == 409 and self._rx == self._rx_at_pull
                     and "size" in st.description.lower()):
-                # the next message does not fit in max_bytes: do not loop on pull requests
+                # the last pull got nothing: the next message needs more than it asked for
+                if self._last_pull_b < self._max_b:
+                    # a top-up smaller than max_bytes (not an error): the next pull asks for more,
+                    # once enough of the buffer was taken
+                    self._min_pull_b = self._last_pull_b + 1
+                    self._pull()
+                    return
+                # it does not fit in max_bytes at all: do not loop on pull requests
                 self._hold = True
                 if not self._size_warned:
                     self._size_warned = True
@@ -996,6 +1163,8 @@ class ConsumeContext(_natspy.Receiver):
             size = 0
             if self._bytes_mode:
                 size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
+                if size > self._big_b:
+                    self._big_b = size
             with self._lock:
                 self._disc -= 1
                 self._disc_b -= size
@@ -1019,10 +1188,11 @@ class ConsumeContext(_natspy.Receiver):
                 if pend_b > self._thr_b:
                     return
                 max_bytes = self._max_b - max(pend_b, 0)
-                if max_bytes <= 0:
-                    return
+                if max_bytes <= 0 or max_bytes < min(self._max_b, max(self._big_b, self._min_pull_b)):
+                    return  # it could not take the next message: wait until more was taken
                 batch = BYTES_ONLY_BATCH
                 self._req_b += max_bytes
+                self._last_pull_b = max_bytes
             else:
                 pend = self._req - self._taken - self._disc
                 if pend > self._thr:
@@ -1092,13 +1262,17 @@ class ConsumeContext(_natspy.Receiver):
             self._timer = self._conn.internal.loop.loop.call_later(self._hb / _TICKS, self._tick)
 
     def _missed_heartbeat(self) -> None:
+        """Nothing arrived for 2 x idle_heartbeat (I/O thread): warn, write off, pull again.
+
+        Not terminal (ADR-37): every missed heartbeat is reported and followed by a fresh
+        pull with the pending counts reset, also when the pull sent after the previous one
+        went unanswered too (a server that drops pulls without a status, e.g. MaxWaiting
+        reached for a pull with heartbeats, answers a later one once it can).
+        """
         self._report(NoHeartbeatError(
             f"no heartbeat or message from consumer {self.consumer!r} on stream {self.stream!r} "
             f"within {2 * self._hb}s"
         ))
-        if self._repull_act == self._activity:
-            return  # the requests were replaced already and nothing arrived since: do not pile up more
-        self._repull_act = self._activity
         self._reset_pending()
         self._pull()
 

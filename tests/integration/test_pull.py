@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -141,6 +143,67 @@ def test_fetch_abandoned_iterator_is_released(js, stream):
     # the next fetch starts after the messages the abandoned one took
     got = [m.data for m in c.fetch(10, expires=0.5)]
     assert b"0" not in got
+
+
+def test_fetch_stop_from_another_thread_wakes_the_reader(js, stream):
+    c = durable(stream)
+    res = c.fetch(1, expires=10)
+    stopped = threading.Timer(0.3, res.stop)
+    stopped.start()
+    t0 = time.monotonic()
+    try:
+        assert list(res) == []  # ends cleanly: nothing raised
+    finally:
+        stopped.join()
+    assert time.monotonic() - t0 < 0.3 + 1 * FACTOR
+    assert res.error is None
+
+
+def test_ctrl_c_during_next_hands_the_message_on_at_once(nats_server, js, stream, sigint):
+    """Ctrl-C in ``next``: the cancelled pull is still open on the server and takes the next
+    message (here while the I/O thread is held, so it arrives before the UNSUB can go out);
+    it is nak'ed at once and the next call gets it, not AckWait later."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs the main thread for SIGINT")  # pragma: no cover
+    c = durable(stream, ack_wait=30)
+    io_free = threading.Event()
+    io_held = threading.Event()
+    failed: list[BaseException] = []
+
+    def hold_io() -> None:
+        io_held.set()
+        io_free.wait(10 * FACTOR)
+
+    def interrupt() -> None:
+        try:
+            with jssync.connect(nats_server.url) as other:
+                oc = other.jetstream().consumer(stream.name, "D")
+                wait_for(lambda: oc.info().num_waiting == 1, what="the pull waiting")
+                js.conn.internal.loop.call_soon(hold_io)
+                assert io_held.wait(5 * FACTOR)
+                other.jetstream().publish(f"{stream.name}.m", b"late")
+                # the server delivered it to the pull the call is waiting on
+                wait_for(lambda: oc.info().num_ack_pending == 1, what="the message delivered")
+        except BaseException as exc:  # noqa: BLE001
+            failed.append(exc)
+        finally:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=interrupt)
+    t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            c.next(timeout=60)
+    finally:
+        io_free.set()
+        t.join()
+    assert not failed, failed
+    t0 = time.monotonic()
+    msg = c.next(timeout=10 * FACTOR)
+    assert msg.data == b"late"
+    assert msg.metadata.num_delivered == 2  # nak'ed at once, redelivered
+    assert time.monotonic() - t0 < 5 * FACTOR
+    msg.ack()
 
 
 def test_fetch_validation(js, stream):
@@ -324,6 +387,32 @@ def test_consume_max_bytes(js, stream):
             if got == 40:
                 break
         assert it.pull_requests > 3
+
+
+def test_consume_max_bytes_high_threshold_does_not_stall(js, stream):
+    """A top-up pull may ask for fewer bytes than the next message needs: the server's 409
+    Message Size Exceeds MaxBytes is not an error, and consuming goes on without a pause."""
+    publish(js, stream, 300, size=100)
+    c = durable(stream)
+    errors: list[BaseException] = []
+    t0 = time.monotonic()
+    with c.consume(max_bytes=1000, threshold_bytes=900, error_cb=errors.append) as it:
+        for _ in range(300):
+            it.next(timeout=10 * FACTOR).ack()
+            assert it.pending_bytes <= 1000
+    assert time.monotonic() - t0 < 3 * FACTOR
+    assert errors == []
+
+
+def test_consume_max_bytes_message_too_big_is_reported_once(js, stream):
+    publish(js, stream, 1, size=500)
+    c = durable(stream)
+    errors: list[BaseException] = []
+    with c.consume(max_bytes=200, expires=2, error_cb=errors.append) as it:
+        wait_for(lambda: errors, what="the too-big warning")
+        time.sleep(1.5)  # the pulls retry every idle_heartbeat / 2, not in a loop
+        assert it.pull_requests <= 6
+    assert len(errors) == 1 and isinstance(errors[0], PullRequestError) and errors[0].code == 409
 
 
 def test_consume_repulls_after_expiry(js, stream):

@@ -250,3 +250,23 @@ def test_user_message_with_a_status_header_is_delivered(js, stream):
     with c.consume(max_messages=5, expires=2) as it:
         got = [it.next(timeout=5) for _ in range(2)]
     assert [m.headers["Status"] for m in got] == ["409", "100"]
+
+
+# -- consume pulls again after every missed heartbeat ----------------------------------------------
+
+
+def test_consume_pulls_again_after_every_missed_heartbeat(nats_server, js, stream):
+    """max_waiting=1 and another client's pull holding the slot: the server drops consume's pulls
+    without an answer; once the slot is free the consume's next pull gets the messages."""
+    raw_consumer(js, stream, "W", max_waiting=1)
+    errors: list[BaseException] = []
+    with jssync.connect(nats_server.url) as other:
+        holder = other.jetstream().consumer(stream.name, "W").fetch(1, expires=3)
+        wait_for(lambda: js.consumer(stream.name, "W").info().num_waiting == 1, what="the slot held")
+        c = js.consumer(stream.name, "W")
+        with c.consume(max_messages=10, expires=2, idle_heartbeat=1, error_cb=errors.append) as it:
+            assert list(holder) == []  # the other pull expired: the slot is free
+            publish(js, stream, 5)
+            got = [it.next(timeout=10).data for _ in range(5)]
+        assert got == [b"%d" % i for i in range(5)]
+    assert any(isinstance(e, jssync.NoHeartbeatError) for e in errors)
