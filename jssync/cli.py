@@ -707,7 +707,41 @@ def _read_payloads(src: BinaryIO, send_on: str) -> list[bytes]:
     return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
 
 
+def _pub_failures(futures: list[Any]) -> list[BaseException]:
+    """The error of each PubAck future that did not resolve to a PubAck (still waiting: a timeout)."""
+    import jssync
+
+    errors: list[BaseException] = []
+    for fut in futures:
+        if not fut.done():
+            fut.cancel()
+            errors.append(jssync.TimeoutError("no PubAck before the wait ended"))
+            continue
+        exc = fut.exception()
+        if exc is not None:
+            errors.append(exc)
+    return errors
+
+
+def _report_pub_failures(args: argparse.Namespace, total: int, failed: list[BaseException]) -> int:
+    """Say how many of ``total`` JetStream publishes were stored and why the others were not; exit status 1."""
+    stored = total - len(failed)
+    kinds: dict[str, int] = {}
+    for exc in failed:
+        why = f"{type(exc).__name__}: {exc}"
+        kinds[why] = kinds.get(why, 0) + 1
+    reasons = "; ".join(f"{why}" + (f" (x{n})" if n > 1 else "") for why, n in kinds.items())
+    if args.json:
+        _print_json({"published": stored, "failed": len(failed), "subject": args.subject,
+                     "errors": list(kinds)}, sys.stdout)
+    sys.stderr.write(f"jssync: {stored} of {total} message(s) stored on {args.subject}, "
+                     f"{len(failed)} failed: {reasons}\n")
+    return 1
+
+
 def _pub(args: argparse.Namespace) -> int:
+    import jssync
+
     if args.file and args.force_stdin:
         raise ValidationError("give --file or --force-stdin, not both")
     if (args.file or args.force_stdin) and args.data is not None:
@@ -739,10 +773,17 @@ def _pub(args: argparse.Namespace) -> int:
                         sys.stdout.write(f"stored in {ack.stream} seq {ack.seq}"
                                          f"{' (duplicate)' if ack.duplicate else ''}\n")
                     return 0
+                futures = []
                 for p in payloads:
-                    js.publish_async(args.subject, p, headers=headers, ttl=args.ttl)
+                    futures.append(js.publish_async(args.subject, p, headers=headers, ttl=args.ttl))
                     prog.update()
-                js.publish_async_completed(timeout=max(30.0, len(payloads) / 1000))
+                try:
+                    js.publish_async_completed(timeout=max(30.0, len(payloads) / 1000))
+                except jssync.TimeoutError:
+                    pass  # the ones still waiting count as not stored
+                failed = _pub_failures(futures)
+                if failed:
+                    return _report_pub_failures(args, len(payloads), failed)
             else:
                 for p in payloads:
                     nc.publish(args.subject, p, headers=headers)
