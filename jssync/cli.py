@@ -11,9 +11,7 @@ import argparse
 import base64
 import json
 import logging
-import math
 import os
-import re
 import signal
 import sys
 import time
@@ -180,27 +178,23 @@ _SOURCES: dict[str, tuple[str | None, str | None]] = {
 }
 _FILE_SETTINGS = ("creds", "nkey", "tlscert", "tlskey", "tlsca")
 _DEFAULT_SERVER = "nats://127.0.0.1:4222"
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def _duration(text: str) -> float:
-    """Seconds from ``2.5`` or a Go duration as the nats CLI takes it (``500ms``, ``5s``, ``1m30s``)."""
-    t = str(text).strip()
-    if re.fullmatch(r"\d+(?:\.\d*)?|\.\d+", t):
-        secs = float(t)
-    else:
-        pos, secs = 0, 0.0
-        for m in _DURATION_PART.finditer(t):
-            if m.start() != pos:
-                break
-            secs += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-            pos = m.end()
-        if pos != len(t) or not t:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a duration (seconds, or e.g. 500ms, 5s, 1m)")
-    if not math.isfinite(secs) or secs <= 0:
+    """Seconds (> 0) from ``2.5`` or a Go duration as the nats CLI takes it (``500ms``, ``5s``, ``1m30s``)."""
+    secs = _duration_or_zero(text)
+    if secs <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration")
     return secs
+
+
+def _duration_or_zero(text: str) -> float:
+    """Seconds (>= 0; 0 often means no limit) from a number or a Go duration (``1h``, ``90m``)."""
+    from .base.durations import seconds
+
+    try:
+        return seconds(str(text), "duration")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration >= 0 (seconds, or e.g. 500ms, 5s, "
+                                         "1h30m)") from None
 
 
 def _ttl(text: str) -> float | str:
@@ -1174,7 +1168,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--replicas", type=int, default=1)
     x.add_argument("--max-msgs", type=int)
     x.add_argument("--max-bytes", type=int)
-    x.add_argument("--max-age", type=float, help="seconds")
+    x.add_argument("--max-age", type=_duration_or_zero, metavar="DURATION",
+                   help="how long messages are kept: seconds or e.g. 1h, 90m, 1h30m (default 0: no limit)")
     x.add_argument("--allow-direct", action="store_true")
     x.set_defaults(func=_with_js(_stream_add))
     x = _add(st, "rm", help="delete a stream")
@@ -1231,7 +1226,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("stream")
     x.add_argument("name")
     x.add_argument("--count", type=int, default=1)
-    x.add_argument("--wait", type=float, default=5.0, help="seconds to wait for messages")
+    x.add_argument("--wait", type=_duration, metavar="DURATION", default=5.0,
+                   help="how long to wait for messages (seconds or e.g. 500ms, 5s)")
     x.add_argument("--no-ack", action="store_true")
     x.add_argument("--group", help="the priority group to pull from (consumers with priority groups)")
     x.add_argument("--min-pending", type=int, help="overflow: only when this many messages are pending")
@@ -1268,7 +1264,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("subject")
     x.add_argument("--queue")
     x.add_argument("--count", type=int, default=0, help="stop after N messages (0: until idle/Ctrl-C)")
-    x.add_argument("--wait", type=float, default=3600.0, help="stop after this many idle seconds")
+    x.add_argument("--wait", type=_duration, metavar="DURATION", default=3600.0,
+                   help="stop after this long idle (seconds or e.g. 30s, 1h)")
     x.set_defaults(func=_sub)
     x = _add(sub, "req", help="send a request and print the reply")
     x.add_argument("subject")

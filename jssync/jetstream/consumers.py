@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from nats.js import api
 
 from ..base.deadline import DEFAULT, Deadline, Default
+from ..base.durations import optional_seconds, seconds
 from ..base.errors import PullRequestError, TimeoutError, ValidationError
 from ..core.msg import Msg
 from .priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
@@ -166,6 +167,8 @@ class Consumer:
             jssync.PullRequestError (400), jssync.NoRespondersError (no such consumer):
             raised by the iteration.
         """
+        expires = seconds(expires, "expires")
+        idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
@@ -190,6 +193,8 @@ class Consumer:
         (409 Message Size Exceeds MaxBytes).
         """
         _pos_int(max_bytes, "max_bytes")
+        expires = seconds(expires, "expires")
+        idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         batch, mb = validate_fetch(BYTES_ONLY_BATCH if max_messages is None else max_messages, max_bytes,
                                    expires, idle_heartbeat)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
@@ -231,7 +236,8 @@ class Consumer:
         if timeout is None:  # no limit: one pull after another
             each = NO_LIMIT_PULL
         else:
-            each = timeout = _pos_float(timeout, "timeout")  # one pull's expiry
+            each = timeout = _pos_float(seconds(timeout, "timeout"), "timeout")  # one pull's expiry
+        idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         validate_fetch(1, None, each, idle_heartbeat)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         deadline = Deadline(timeout)
@@ -294,6 +300,8 @@ class Consumer:
             ValueError: bad or conflicting options (nothing is sent).
             TypeError: ``callback`` or ``error_cb`` is not callable.
         """
+        expires = seconds(expires, "expires")
+        idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         opts = ConsumeOptions(max_messages, max_bytes, expires, idle_heartbeat, threshold_messages,
                               threshold_bytes)
         prio = self._prio(group, min_pending, min_ack_pending, priority)

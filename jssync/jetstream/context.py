@@ -51,6 +51,7 @@ from .params import (  # (names of the context too: validate_name, HDR_*, _consu
     StreamParams,
     _consumer_config,
     check_choices,
+    normalize_config,
     validate_name,
 )
 from .replies import PubAck, _model, _parse_pub_ack
@@ -81,6 +82,7 @@ def _stream_config(config: api.StreamConfig | None, params: Mapping[str, Any]) -
             raise TypeError(f"unknown stream option: {exc}") from None
     validate_name(config.name, "stream name")
     check_choices(config, STREAM_CHOICES)
+    config = normalize_config(config)
     marker_ttl = config.subject_delete_marker_ttl
     if marker_ttl is not None and marker_ttl != 0:
         # ADR-43: at least 1 s (the server refuses less); nats-py would silently drop a negative one

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 from nats.js import api
 
 from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
+from ..base.durations import seconds
 from ..base.errors import (
     APIError,
     BadBucketError,
@@ -58,6 +59,7 @@ from ..base.status import CONFLICT, NOT_FOUND, PushAction, classify, decide_push
 from ..jetstream import hooks as _js_hooks
 from ..jetstream.direct import _no_responders, parse_timestamp, status_error
 from ..jetstream.features import require
+from ..jetstream.params import normalize_config
 from ..jetstream.streams import Stream
 
 if TYPE_CHECKING:
@@ -251,8 +253,7 @@ def _value_bytes(value: Any) -> bytes:
 
 
 def _ttl_header(ttl: Any, what: str = "ttl") -> str:
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl < 1:
-        raise ValidationError(f"{what} must be a number of seconds >= 1, got {ttl!r}")
+    ttl = seconds(ttl, what, minimum=1.0)
     if float(ttl).is_integer():
         return f"{int(ttl)}s"
     return f"{int(round(ttl * 1000))}ms"
@@ -302,14 +303,13 @@ def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) ->
         except TypeError as exc:
             raise TypeError(f"unknown key-value option: {exc}") from None
     bucket = validate_bucket(config.bucket)
+    config = normalize_config(config)
     history = 1 if config.history is None or config.history == 0 else config.history
     if not isinstance(history, int) or history < 1:
         raise ValidationError(f"history must be an int between 1 and {MAX_HISTORY}, got {history!r}")
     if history > MAX_HISTORY:
         raise KeyHistoryTooLargeError(f"history {history} is over the limit of {MAX_HISTORY} values per key")
     ttl = config.ttl
-    if ttl is not None and ttl < 0:
-        raise ValidationError(f"ttl must be >= 0 seconds, got {ttl!r}")
     replicas = config.replicas or 1
     if not isinstance(replicas, int) or replicas < 1:
         raise ValidationError(f"replicas must be an int >= 1, got {replicas!r}")

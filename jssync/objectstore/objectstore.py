@@ -39,6 +39,7 @@ from ..base.errors import (
     _Changed,
 )
 from ..jetstream import hooks as _js_hooks
+from ..jetstream.params import normalize_config
 from ..kv.keyvalue import (
     _BUCKET_RE,
     BucketExistsError,
@@ -233,8 +234,7 @@ def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = No
         except TypeError as exc:
             raise TypeError(f"unknown object store option: {exc}") from None
     bucket = validate_bucket(config.bucket)
-    if config.ttl is not None and config.ttl < 0:
-        raise ValidationError(f"ttl must be >= 0 seconds, got {config.ttl!r}")
+    config = normalize_config(config)
     scfg = api.StreamConfig(
         name=f"OBJ_{bucket}",
         description=config.description,

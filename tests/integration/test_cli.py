@@ -705,3 +705,25 @@ def test_pub_js_many_says_how_many_were_stored(env, nats_server, js, unique, tmp
         assert p.returncode == 0 and "published 2 message(s)" in p.stdout, p.stderr
     finally:
         js.delete_stream(name)
+
+
+def test_cli_duration_options_take_go_durations(env, nats_server, js, unique):
+    """`--max-age 1h` works as `--timeout 5s` does; a bad one exits 2 naming the option."""
+    name = f"CD{unique}"
+    url = nats_server.url
+    p = jssync_run(env, "stream", "add", name, "--subjects", f"{name}.>", "--storage", "memory",
+                   "--max-age", "1h30m", "-s", url)
+    try:
+        assert p.returncode == 0, p.stderr
+        assert js.stream(name).info().config.max_age == 5400.0
+        js.create_consumer(name, durable_name="W")
+        t0 = time.monotonic()
+        p = jssync_run(env, "consumer", "next", name, "W", "--wait", "500ms", "-s", url)
+        assert p.returncode == 1 and "no messages" in p.stderr, p.stderr
+        assert time.monotonic() - t0 < 10 * FACTOR
+        for bad in ("1 hour", "-1s", "nan"):
+            p = jssync_run(env, "stream", "add", f"{name}X", "--subjects", f"{name}X.>", f"--max-age={bad}",
+                           "-s", url)
+            assert p.returncode == 2 and "--max-age" in p.stderr and repr(bad) in p.stderr, (bad, p.stderr)
+    finally:
+        js.delete_stream(name)
