@@ -10,15 +10,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import difflib
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 from nats.js import api
 
 from ..base.durations import seconds
-from ..base.errors import ValidationError
+from ..base.errors import UnknownOptionError, ValidationError
 from ..base.validate import validate_subject
 from . import priority as _priority
 
@@ -185,6 +186,27 @@ def check_choices(config: Any, choices: dict[str, type[enum.Enum]]) -> None:
         )
 
 
+def check_options(params: Iterable[str], valid: Iterable[str], call: str) -> None:
+    """Raise :class:`jssync.UnknownOptionError` for the first name in ``params`` not in ``valid``.
+
+    The message names ``call`` and the closest valid option (``unknown option 'subject' for
+    create_stream; did you mean 'subjects'?``).
+    """
+    names = list(valid)
+    known = set(names)
+    for key in params:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UnknownOptionError(f"unknown option {key!r} for {call}{hint}")
+
+
+#: the keyword options of the stream and consumer config calls (nats-py's fields, ADR-42's priority ones)
+STREAM_OPTIONS = tuple(f.name for f in dataclasses.fields(api.StreamConfig))
+CONSUMER_OPTIONS = tuple(f.name for f in dataclasses.fields(api.ConsumerConfig)) + _priority.CONFIG_FIELDS
+
+
 _DURATION_TYPES = ("float", "Optional[float]")
 _DURATION_LIST_TYPES = ("Optional[List[float]]", "List[float]")
 _INT_TYPES = ("int", "Optional[int]")
@@ -277,7 +299,8 @@ def validate_name(name: Any, what: str = "stream name") -> str:
     return name
 
 
-def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any]) -> api.ConsumerConfig:
+def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any],
+                     call: str = "create_consumer") -> api.ConsumerConfig:
     if config is None:
         config = api.ConsumerConfig()
     elif not isinstance(config, api.ConsumerConfig):
@@ -285,12 +308,10 @@ def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any
     # ADR-42 fields nats-py's dataclass lacks: keyword options, or attributes of a config
     # that came back from the server (info.config); sent beside the dataclass's own fields
     params = dict(params)
+    check_options(params, CONSUMER_OPTIONS, call)
     prio = _priority.config_fields(config, params)
     if params:
-        try:
-            config = config.evolve(**params)
-        except TypeError as exc:
-            raise TypeError(f"unknown consumer option: {exc}") from None
+        config = config.evolve(**params)
     check_choices(config, CONSUMER_CHOICES)
     config = normalize_config(config)
     if config.name is not None:

@@ -59,7 +59,7 @@ from ..base.status import CONFLICT, NOT_FOUND, PushAction, classify, decide_push
 from ..jetstream import hooks as _js_hooks
 from ..jetstream.direct import _no_responders, parse_timestamp, status_error
 from ..jetstream.features import require
-from ..jetstream.params import normalize_config
+from ..jetstream.params import check_options, normalize_config
 from ..jetstream.streams import Stream
 
 if TYPE_CHECKING:
@@ -286,22 +286,22 @@ def _is_wrong_last_seq(exc: APIError) -> bool:
 _EXTRA_OPTIONS = ("compression", "metadata", "allow_msg_ttl", "mirror", "sources")
 
 
-def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) -> api.StreamConfig:
+#: the keyword options of create_key_value and friends
+KV_OPTIONS = tuple(f.name for f in dataclasses.fields(api.KeyValueConfig)) + _EXTRA_OPTIONS + ("timeout",)
+
+
+def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any],
+                   call: str = "create_key_value") -> api.StreamConfig:
+    check_options(params, KV_OPTIONS, call)
     extras = {k: params.pop(k) for k in _EXTRA_OPTIONS if k in params}
     if config is None:
         if "bucket" not in params:
-            raise ValidationError("create_key_value needs bucket=")
-        try:
-            config = api.KeyValueConfig(**params)
-        except TypeError as exc:
-            raise TypeError(f"unknown key-value option: {exc}") from None
+            raise ValidationError(f"{call} needs bucket=")
+        config = api.KeyValueConfig(**params)
     elif not isinstance(config, api.KeyValueConfig):
         raise TypeError(f"config must be a KeyValueConfig, got {type(config).__name__}")
     elif params:
-        try:
-            config = config.evolve(**params)
-        except TypeError as exc:
-            raise TypeError(f"unknown key-value option: {exc}") from None
+        config = config.evolve(**params)
     bucket = validate_bucket(config.bucket)
     config = normalize_config(config)
     history = 1 if config.history is None or config.history == 0 else config.history
@@ -455,7 +455,7 @@ def update_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
         BucketNotFoundError: there is no such bucket.
     """
     timeout = params.pop("timeout", DEFAULT)
-    scfg = _stream_config(config, dict(params))
+    scfg = _stream_config(config, dict(params), "update_key_value")
     try:
         stream = js.update_stream(scfg, timeout=timeout)
     except StreamNotFoundError as exc:
@@ -466,6 +466,7 @@ def update_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
 def create_or_update_key_value(js: JetStream, config: api.KeyValueConfig | None = None,
                                **params: Any) -> KeyValue:
     """Update the bucket (see :func:`update_key_value`), or create it if it does not exist."""
+    check_options(params, KV_OPTIONS, "create_or_update_key_value")
     try:
         return update_key_value(js, config, **params)
     except BucketNotFoundError:

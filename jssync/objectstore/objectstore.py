@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import dataclasses
 import datetime as _dt
 import hashlib
 import io
@@ -39,7 +40,7 @@ from ..base.errors import (
     _Changed,
 )
 from ..jetstream import hooks as _js_hooks
-from ..jetstream.params import normalize_config
+from ..jetstream.params import check_options, normalize_config
 from ..kv.keyvalue import (
     _BUCKET_RE,
     BucketExistsError,
@@ -211,6 +212,11 @@ def _rewind(out: IO[bytes], start: int | None) -> bool:
 # -- store management ---------------------------------------------------------------------------
 
 
+#: the keyword options of create_object_store
+_OBJ_OPTIONS = tuple(f.name for f in dataclasses.fields(api.ObjectStoreConfig)) + ("compression", "metadata",
+                                                                                  "timeout")
+
+
 def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = None, **params: Any) -> ObjectStore:
     """Create an object store from an ``ObjectStoreConfig`` or its fields (``bucket=``, ``ttl=``, ...).
 
@@ -221,6 +227,7 @@ def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = No
         InvalidBucketNameError, ValueError, TypeError: bad options (nothing sent).
         BucketExistsError: it exists with a different configuration.
     """
+    check_options(params, _OBJ_OPTIONS, "create_object_store")
     timeout = params.pop("timeout", DEFAULT)
     compression = params.pop("compression", False)
     metadata = params.pop("metadata", None)
@@ -229,10 +236,7 @@ def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = No
     elif not isinstance(config, api.ObjectStoreConfig):
         raise TypeError(f"config must be an ObjectStoreConfig, got {type(config).__name__}")
     if params:
-        try:
-            config = config.evolve(**params)
-        except TypeError as exc:
-            raise TypeError(f"unknown object store option: {exc}") from None
+        config = config.evolve(**params)
     bucket = validate_bucket(config.bucket)
     config = normalize_config(config)
     scfg = api.StreamConfig(
