@@ -51,7 +51,16 @@ from .msg import ACK_SENT, Msg
 from .natspy import CLOSED as _NC_CLOSED
 from .natspy import STATUS as _NC_STATUS
 from .subscription import Subscription, _Inbound
-from .urls import _check_secret_file, _is_local, _looks_like_seed, _scrub, _split_servers, _url_secrets, redact_url
+from .urls import (
+    _check_secret_file,
+    _is_local,
+    _looks_like_seed,
+    _scrub,
+    _split_servers,
+    _url_secrets,
+    check_resolvable,
+    redact_url,
+)
 from .workers import WorkerPool
 
 if TYPE_CHECKING:
@@ -154,6 +163,7 @@ class Connection:
         self._close_lock = threading.Lock()
         self._subs: set[Subscription] = set()
         self._subs_lock = threading.Lock()
+        check_resolvable(self._urls, timeout)  # before any thread starts: nothing to tear down
         self._pool = WorkerPool(f"jssync-{self._id}", callback_workers, self._report_error)
         self._loop = IOLoop(f"jssync-io-{self._id}")
         # publish pump state
