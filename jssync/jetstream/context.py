@@ -219,7 +219,7 @@ class JetStream:
                     if other != config.get("name"):
                         held.append(f"stream {other!r} holds subjects that overlap {subj!r}")
         except Error as exc:
-            log.debug("jssync: could not find the overlapping stream: %s", exc)
+            log.debug("could not find the overlapping stream: %s", exc)
         if held:
             err.args = (f"{err.args[0]}: {'; '.join(held)}",)
 
@@ -280,7 +280,7 @@ class JetStream:
                 if (exc.err_code != 10005 or "offline" not in (exc.description or "")
                         or (left := deadline.remaining()) is not None and left < 0.5):
                     raise
-                log.debug("jssync: stream %r: %s; trying again", cfg.name, exc.description)
+                log.debug("stream %r: %s; trying again", cfg.name, exc.description)
                 time.sleep(0.25)
         return Stream(self, _stream_model(resp))
 
@@ -904,7 +904,7 @@ class JetStream:
             name = self.find_stream_name_by_subject(subject, timeout=t)
             if self._stream_info(name, timeout=t).config.no_ack:
                 self._no_ack[subject] = name
-                log.warning("jssync: stream %r has no_ack: publishes on %r never get a PubAck (the messages are "
+                log.warning("stream %r has no_ack: publishes on %r never get a PubAck (the messages are "
                             "stored); publish to it with ack=False", name, subject)
         except Error:
             pass

@@ -1024,7 +1024,7 @@ class _PushWatcher(Generic[T]):
                 if deadline.expired() or self._stopped:
                     raise
                 failed += 1
-                log.debug("jssync: %s on %s: creating the consumer failed (%s), retrying", self._what,
+                log.debug("%s on %s: creating the consumer failed (%s), retrying", self._what,
                           self._stream_name, exc)
                 left = deadline.remaining()
                 time.sleep(min(1.0 if left is None else left, 0.05 * 2 ** min(failed, 5)))
@@ -1104,7 +1104,7 @@ class _PushWatcher(Generic[T]):
                 pass  # ephemeral: it goes away by itself once inactive
 
     def _reset(self, why: str) -> None:
-        log.debug("jssync: %s on %s: re-creating the consumer (%s)", self._what, self._stream_name, why)
+        log.debug("%s on %s: re-creating the consumer (%s)", self._what, self._stream_name, why)
         self._reset_needed = False
         self._drop_consumer()
         if self._stopped:
@@ -1113,7 +1113,7 @@ class _PushWatcher(Generic[T]):
             info = self._create(first=False, timeout=min(self._js.timeout, 5.0))
         except Error as exc:
             # keep trying while the reader waits (leader elections, reconnects)
-            log.info("jssync: %s on %s could not re-create its consumer: %s", self._what, self._stream_name,
+            log.info("%s on %s could not re-create its consumer: %s", self._what, self._stream_name,
                      exc)
             self._reset_needed = True
             self._retry_at = time.monotonic() + 0.5

@@ -497,7 +497,7 @@ class ObjectStore:
         try:
             self._stream.purge(subject=subject, timeout=self._js.timeout)
         except Exception as exc:  # noqa: BLE001 - best effort clean-up
-            log.warning("jssync: object store %s: could not purge %s: %s", self.bucket, subject, exc)
+            log.warning("object store %s: could not purge %s: %s", self.bucket, subject, exc)
 
     # -- get ------------------------------------------------------------------------------------
 
@@ -550,7 +550,7 @@ class ObjectStore:
                 raise ObjectChangedError(
                     f"object {name!r} in store {self.bucket!r} was replaced during the read after {written} bytes "
                     "were written into writeinto, which cannot seek back; read it again")
-            log.debug("jssync: object store %s: %r changed during the read; reading the new version",
+            log.debug("object store %s: %r changed during the read; reading the new version",
                       self.bucket, name)
             info = _info_from(found[0], found[1].time)
             if info.is_link():
@@ -788,7 +788,7 @@ class ObjectWatcher(_PushWatcher[api.ObjectInfo]):
         try:
             raw = json.loads(msg.data)
         except ValueError:
-            log.warning("jssync: object store %s: unreadable info on %s", self._store.bucket, msg.subject)
+            log.warning("object store %s: unreadable info on %s", self._store.bucket, msg.subject)
             return None
         if not isinstance(raw, dict):
             return None
