@@ -9,7 +9,7 @@ from nats.js import api
 
 from ..base.deadline import DEFAULT, Deadline, Default
 from ..base.durations import optional_seconds, seconds
-from ..base.errors import PullRequestError, TimeoutError, ValidationError
+from ..base.errors import PullRequestError, TimeoutError, UnknownOptionError, ValidationError
 from ..core.msg import Msg
 from .priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
 from .pull import (
@@ -28,6 +28,13 @@ from .pull import (
 
 if TYPE_CHECKING:
     from .context import JetStream
+
+
+def _no_timeout(timeout: object, call: str) -> None:
+    """Refuse ``timeout=`` on a fetch: its wait is ``expires=`` (``next`` is the call that takes ``timeout=``)."""
+    if timeout is not None:
+        raise UnknownOptionError(f"{call} takes expires= (how long the pull request waits, in seconds), "
+                                 f"not timeout={timeout!r}; next() is the call that takes timeout=")
 
 
 class Consumer:
@@ -143,6 +150,7 @@ class Consumer:
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
         priority: int | None = None,
+        timeout: None = None,
     ) -> FetchResult:
         """Send one pull request for up to ``max_messages`` messages (and/or ``max_bytes``).
 
@@ -161,12 +169,18 @@ class Consumer:
         Blocks only to subscribe a reply inbox (none is idle); the iteration blocks up to
         ``expires`` + 1 s in all.
 
+        ``expires`` and ``idle_heartbeat`` take seconds, a ``timedelta`` or a Go duration
+        string (``"30s"``). ``timeout=`` is refused with a message naming ``expires=`` (a
+        fetch's wait is its expiry; :meth:`next` is the call that takes ``timeout=``).
+
         Raises:
             ValueError: a bad argument (nothing is sent).
+            jssync.UnknownOptionError: ``timeout=`` given (also a TypeError).
             jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError,
             jssync.PullRequestError (400), jssync.NoRespondersError (no such consumer):
             raised by the iteration.
         """
+        _no_timeout(timeout, "fetch")
         expires = seconds(expires, "expires")
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
@@ -185,6 +199,7 @@ class Consumer:
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
         priority: int | None = None,
+        timeout: None = None,
     ) -> FetchResult:
         """Like :meth:`fetch`, limited to ``max_bytes`` bytes (counted as the server does).
 
@@ -192,6 +207,7 @@ class Consumer:
         given. The iteration ends cleanly when the next message would not fit
         (409 Message Size Exceeds MaxBytes).
         """
+        _no_timeout(timeout, "fetch_bytes")
         _pos_int(max_bytes, "max_bytes")
         expires = seconds(expires, "expires")
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")

@@ -55,3 +55,13 @@ def test_unknown_bucket_option_suggests_the_right_one(js, unique):
     err = _refused(js.create_object_store, bucket=f"UB{unique}", max_byte=10)
     assert "unknown option 'max_byte' for create_object_store; did you mean 'max_bytes'?" in str(err)
     assert list(js.stream_names(subject=f"$KV.UK{unique}.>")) == []
+
+
+def test_fetch_with_timeout_names_expires(js, stream):
+    c = js.create_consumer(stream.name, durable_name="F")
+    for call in (c.fetch, c.fetch_bytes):
+        with pytest.raises(TypeError) as ei:
+            call(10, timeout=5)
+        assert isinstance(ei.value, jssync.ValidationError)
+        assert "expires=" in str(ei.value) and "timeout" in str(ei.value), ei.value
+    assert c.info().num_waiting == 0
