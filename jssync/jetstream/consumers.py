@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from nats.js import api
 
@@ -29,12 +30,22 @@ from .pull import (
 if TYPE_CHECKING:
     from .context import JetStream
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-def _no_timeout(timeout: object, call: str) -> None:
-    """Refuse ``timeout=`` on a fetch: its wait is ``expires=`` (``next`` is the call that takes ``timeout=``)."""
-    if timeout is not None:
-        raise UnknownOptionError(f"{call} takes expires= (how long the pull request waits, in seconds), "
-                                 f"not timeout={timeout!r}; next() is the call that takes timeout=")
+
+def _expires_not_timeout(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Refuse ``timeout=`` on a fetch, naming ``expires=`` (``next`` is the call that takes ``timeout=``)."""
+
+    @functools.wraps(fn)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if "timeout" in kwargs:
+            raise UnknownOptionError(
+                f"{fn.__name__} takes expires= (how long the pull request waits, in seconds), not "
+                f"timeout={kwargs['timeout']!r}; next() is the call that takes timeout=")
+        return fn(*args, **kwargs)
+
+    return call
 
 
 class Consumer:
@@ -139,6 +150,7 @@ class Consumer:
 
     # -- one pull request ---------------------------------------------------------------------
 
+    @_expires_not_timeout
     def fetch(
         self,
         max_messages: int | None = None,
@@ -150,7 +162,6 @@ class Consumer:
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
         priority: int | None = None,
-        timeout: None = None,
     ) -> FetchResult:
         """Send one pull request for up to ``max_messages`` messages (and/or ``max_bytes``).
 
@@ -180,7 +191,6 @@ class Consumer:
             jssync.PullRequestError (400), jssync.NoRespondersError (no such consumer):
             raised by the iteration.
         """
-        _no_timeout(timeout, "fetch")
         expires = seconds(expires, "expires")
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
@@ -188,6 +198,7 @@ class Consumer:
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
                      idle_heartbeat=idle_heartbeat, ack_none=self._ack_none, prio=prio, pins=self._pins)
 
+    @_expires_not_timeout
     def fetch_bytes(
         self,
         max_bytes: int,
@@ -199,7 +210,6 @@ class Consumer:
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
         priority: int | None = None,
-        timeout: None = None,
     ) -> FetchResult:
         """Like :meth:`fetch`, limited to ``max_bytes`` bytes (counted as the server does).
 
@@ -207,7 +217,6 @@ class Consumer:
         given. The iteration ends cleanly when the next message would not fit
         (409 Message Size Exceeds MaxBytes).
         """
-        _no_timeout(timeout, "fetch_bytes")
         _pos_int(max_bytes, "max_bytes")
         expires = seconds(expires, "expires")
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
