@@ -11,9 +11,7 @@ import argparse
 import base64
 import json
 import logging
-import math
 import os
-import re
 import signal
 import sys
 import time
@@ -180,27 +178,23 @@ _SOURCES: dict[str, tuple[str | None, str | None]] = {
 }
 _FILE_SETTINGS = ("creds", "nkey", "tlscert", "tlskey", "tlsca")
 _DEFAULT_SERVER = "nats://127.0.0.1:4222"
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def _duration(text: str) -> float:
-    """Seconds from ``2.5`` or a Go duration as the nats CLI takes it (``500ms``, ``5s``, ``1m30s``)."""
-    t = str(text).strip()
-    if re.fullmatch(r"\d+(?:\.\d*)?|\.\d+", t):
-        secs = float(t)
-    else:
-        pos, secs = 0, 0.0
-        for m in _DURATION_PART.finditer(t):
-            if m.start() != pos:
-                break
-            secs += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-            pos = m.end()
-        if pos != len(t) or not t:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a duration (seconds, or e.g. 500ms, 5s, 1m)")
-    if not math.isfinite(secs) or secs <= 0:
+    """Seconds (> 0) from ``2.5`` or a Go duration as the nats CLI takes it (``500ms``, ``5s``, ``1m30s``)."""
+    secs = _duration_or_zero(text)
+    if secs <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration")
     return secs
+
+
+def _duration_or_zero(text: str) -> float:
+    """Seconds (>= 0; 0 often means no limit) from a number or a Go duration (``1h``, ``90m``)."""
+    from .base.durations import seconds
+
+    try:
+        return seconds(str(text), "duration")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration >= 0 (seconds, or e.g. 500ms, 5s, "
+                                         "1h30m)") from None
 
 
 def _ttl(text: str) -> float | str:
@@ -707,7 +701,41 @@ def _read_payloads(src: BinaryIO, send_on: str) -> list[bytes]:
     return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
 
 
+def _pub_failures(futures: list[Any]) -> list[BaseException]:
+    """The error of each PubAck future that did not resolve to a PubAck (still waiting: a timeout)."""
+    import jssync
+
+    errors: list[BaseException] = []
+    for fut in futures:
+        if not fut.done():
+            fut.cancel()
+            errors.append(jssync.TimeoutError("no PubAck before the wait ended"))
+            continue
+        exc = fut.exception()
+        if exc is not None:
+            errors.append(exc)
+    return errors
+
+
+def _report_pub_failures(args: argparse.Namespace, total: int, failed: list[BaseException]) -> int:
+    """Say how many of ``total`` JetStream publishes were stored and why the others were not; exit status 1."""
+    stored = total - len(failed)
+    kinds: dict[str, int] = {}
+    for exc in failed:
+        why = f"{type(exc).__name__}: {exc}"
+        kinds[why] = kinds.get(why, 0) + 1
+    reasons = "; ".join(f"{why}" + (f" (x{n})" if n > 1 else "") for why, n in kinds.items())
+    if args.json:
+        _print_json({"published": stored, "failed": len(failed), "subject": args.subject,
+                     "errors": list(kinds)}, sys.stdout)
+    sys.stderr.write(f"jssync: {stored} of {total} message(s) stored on {args.subject}, "
+                     f"{len(failed)} failed: {reasons}\n")
+    return 1
+
+
 def _pub(args: argparse.Namespace) -> int:
+    import jssync
+
     if args.file and args.force_stdin:
         raise ValidationError("give --file or --force-stdin, not both")
     if (args.file or args.force_stdin) and args.data is not None:
@@ -739,10 +767,17 @@ def _pub(args: argparse.Namespace) -> int:
                         sys.stdout.write(f"stored in {ack.stream} seq {ack.seq}"
                                          f"{' (duplicate)' if ack.duplicate else ''}\n")
                     return 0
+                futures = []
                 for p in payloads:
-                    js.publish_async(args.subject, p, headers=headers, ttl=args.ttl)
+                    futures.append(js.publish_async(args.subject, p, headers=headers, ttl=args.ttl))
                     prog.update()
-                js.publish_async_completed(timeout=max(30.0, len(payloads) / 1000))
+                try:
+                    js.publish_async_completed(timeout=max(30.0, len(payloads) / 1000))
+                except jssync.TimeoutError:
+                    pass  # the ones still waiting count as not stored
+                failed = _pub_failures(futures)
+                if failed:
+                    return _report_pub_failures(args, len(payloads), failed)
             else:
                 for p in payloads:
                     nc.publish(args.subject, p, headers=headers)
@@ -1133,7 +1168,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--replicas", type=int, default=1)
     x.add_argument("--max-msgs", type=int)
     x.add_argument("--max-bytes", type=int)
-    x.add_argument("--max-age", type=float, help="seconds")
+    x.add_argument("--max-age", type=_duration_or_zero, metavar="DURATION",
+                   help="how long messages are kept: seconds or e.g. 1h, 90m, 1h30m (default 0: no limit)")
     x.add_argument("--allow-direct", action="store_true")
     x.set_defaults(func=_with_js(_stream_add))
     x = _add(st, "rm", help="delete a stream")
@@ -1190,7 +1226,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("stream")
     x.add_argument("name")
     x.add_argument("--count", type=int, default=1)
-    x.add_argument("--wait", type=float, default=5.0, help="seconds to wait for messages")
+    x.add_argument("--wait", type=_duration, metavar="DURATION", default=5.0,
+                   help="how long to wait for messages (seconds or e.g. 500ms, 5s)")
     x.add_argument("--no-ack", action="store_true")
     x.add_argument("--group", help="the priority group to pull from (consumers with priority groups)")
     x.add_argument("--min-pending", type=int, help="overflow: only when this many messages are pending")
@@ -1227,7 +1264,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("subject")
     x.add_argument("--queue")
     x.add_argument("--count", type=int, default=0, help="stop after N messages (0: until idle/Ctrl-C)")
-    x.add_argument("--wait", type=float, default=3600.0, help="stop after this many idle seconds")
+    x.add_argument("--wait", type=_duration, metavar="DURATION", default=3600.0,
+                   help="stop after this long idle (seconds or e.g. 30s, 1h)")
     x.set_defaults(func=_sub)
     x = _add(sub, "req", help="send a request and print the reply")
     x.add_argument("subject")

@@ -79,6 +79,13 @@ class ValidationError(Error, ValueError):
     """An argument is not valid (raised before anything is sent). Also a :class:`ValueError`."""
 
 
+class UnknownOptionError(ValidationError, TypeError):
+    """A keyword a config call does not take (``create_stream(subject=...)``); names the closest one.
+
+    Also a :class:`TypeError`, what Python raises for an unexpected keyword argument.
+    """
+
+
 class ForkError(Error):
     """A connection made in a parent process was used in a forked child."""
 

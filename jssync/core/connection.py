@@ -51,7 +51,16 @@ from .msg import ACK_SENT, Msg
 from .natspy import CLOSED as _NC_CLOSED
 from .natspy import STATUS as _NC_STATUS
 from .subscription import Subscription, _Inbound
-from .urls import _check_secret_file, _is_local, _looks_like_seed, _scrub, _split_servers, _url_secrets, redact_url
+from .urls import (
+    _check_secret_file,
+    _is_local,
+    _looks_like_seed,
+    _scrub,
+    _split_servers,
+    _url_secrets,
+    check_resolvable,
+    redact_url,
+)
 from .workers import WorkerPool
 
 if TYPE_CHECKING:
@@ -156,6 +165,7 @@ class Connection:
         self._close_lock = threading.Lock()
         self._subs: set[Subscription] = set()
         self._subs_lock = threading.Lock()
+        check_resolvable(self._urls, timeout)  # before any thread starts: nothing to tear down
         self._pool = WorkerPool(f"jssync-{self._id}", callback_workers, self._report_error)
         self._loop = IOLoop(f"jssync-io-{self._id}")
         # publish pump state
@@ -193,6 +203,8 @@ class Connection:
         self._perm_watch: dict[int, tuple[str, str, Callable[[PermissionDeniedError], None]]] = {}
         self._perm_keys = itertools.count(1)
         self._last_connect_error: BaseException | None = None
+        #: the server connected to last (password redacted): named when it goes away
+        self._last_url: str | None = None
 
         opts: dict[str, Any] = dict(
             servers=self._urls,
@@ -232,6 +244,7 @@ class Connection:
             self._nc = self._loop.run(self._make_client(), None)
             self._fast = self._caps["pump_buffer"]
             self._loop.run(self._connect(), Deadline(timeout), "connect")
+            self._last_url = self.connected_url
         except BaseException as exc:
             self._teardown(0.5)
             if not isinstance(exc, Error) or isinstance(exc, ConnectionClosedError):
@@ -381,7 +394,8 @@ class Connection:
         """Log ``exc`` and hand it to the user's error callback on the worker pool."""
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             return
-        log.warning("jssync: %s: %s", type(exc).__name__, _scrub(str(exc), self._secrets))
+        text = _scrub(str(exc), self._secrets).removeprefix("nats: ")  # the logger's name is the one prefix
+        log.warning("%s: %s", type(exc).__name__, text)
         cb = self._error_cb
         if cb is not None and not self._pool._closed:
             if self._pool.in_worker():
@@ -397,7 +411,7 @@ class Connection:
         try:
             cb(*args)
         except Exception:
-            log.exception("jssync: user callback %r raised", cb)
+            log.exception("user callback %r raised", cb)
 
     async def _on_error(self, exc: Exception) -> None:
         if not self._loop.in_loop_thread():
@@ -406,7 +420,7 @@ class Connection:
 
         if getattr(self, "_connecting", False):
             self._last_connect_error = exc
-            log.debug("jssync: connect attempt failed: %s", self._describe(exc))
+            log.debug("connect attempt failed: %s", self._describe(exc))
             server = getattr(self._nc, "_current_server", None)
             url = server.uri.geturl() if server is not None and getattr(server, "uri", None) else None
             if isinstance(exc, ne.AuthorizationError) or "authorization" in str(exc).lower():
@@ -428,7 +442,7 @@ class Connection:
         err = translate(exc)
         if isinstance(err, PermissionDeniedError) and self._notify_permission(err):
             # a waiting subscribe/request raises it on its caller's thread: report it once
-            log.debug("jssync: %s (raised by the waiting call)", _scrub(str(err), self._secrets))
+            log.debug("%s (raised by the waiting call)", _scrub(str(err), self._secrets))
             return
         self._report_error(err)
 
@@ -495,17 +509,20 @@ class Connection:
     async def _on_disconnected(self) -> None:
         if getattr(self, "_connecting", False):
             return
-        log.info("jssync: disconnected")
+        if not self._closing:  # a close() the user asked for is no disconnect worth a log line
+            again = "; reconnecting" if self._connect_opts.get("max_reconnect_attempts") != 0 else ""
+            log.warning("disconnected from %s%s", self._last_url or "the server", again)
         for fn in list(self._disconnect_listeners):
             try:
                 fn()
             except Exception:  # one bad listener must not skip the others
-                log.exception("jssync: connection listener %r raised", fn)
+                log.exception("connection listener %r raised", fn)
         if self._disconnected_cb is not None:
             self._pool.submit(self._call_user_cb, self._disconnected_cb)
 
     async def _on_reconnected(self) -> None:
-        log.info("jssync: reconnected to %s", self.connected_url)
+        self._last_url = self.connected_url
+        log.info("reconnected to %s", self._last_url)
         with self._offline_lock:  # reconnect_buffer_size counts afresh for the next outage
             self._offline_used = 0
             self._offline_refused = False
@@ -513,7 +530,7 @@ class Connection:
             try:
                 fn()
             except Exception:  # one bad listener must not skip the others
-                log.exception("jssync: connection listener %r raised", fn)
+                log.exception("connection listener %r raised", fn)
         if self._reconnected_cb is not None:
             self._pool.submit(self._call_user_cb, self._reconnected_cb)
 
@@ -811,7 +828,7 @@ class Connection:
                 kept.append(item)
             q.extendleft(reversed(kept))
         if len(kept) < n:
-            log.debug("jssync: %d request(s) that timed out while disconnected not sent", n - len(kept))
+            log.debug("%d request(s) that timed out while disconnected not sent", n - len(kept))
 
     async def _pump(self) -> None:
         """On the loop: hand queued publishes to nats-py, a burst at a time, while connected.
@@ -1472,7 +1489,7 @@ class Connection:
                             log.debug("could not hand over every publish before close", exc_info=True)
                     q = self._pubq
                     if q:
-                        log.warning("jssync: close: %d queued message(s) dropped (not sent before close)", len(q))
+                        log.warning("close: %d queued message(s) dropped (not sent before close)", len(q))
                         q.clear()
                         self._pub_room.set()
                     await self._nc.close()

@@ -112,7 +112,7 @@ def warn_disabled(why: dict[str, str | None]) -> dict[str, bool]:
     """Log one warning per disabled fast path (naming it); return path -> enabled."""
     for name, reason in why.items():
         if reason is not None:
-            log.warning("jssync: fast path %r disabled on this nats-py (%s): using nats-py's public path",
+            log.warning("fast path %r disabled on this nats-py (%s): using nats-py's public path",
                         name, reason)
     return {name: reason is None for name, reason in why.items()}
 

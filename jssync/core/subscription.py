@@ -197,7 +197,7 @@ class Subscription:
                 try:
                     await nsub.unsubscribe()
                 except Exception:  # noqa: BLE001 - best effort
-                    log.debug("jssync: unsubscribe failed", exc_info=True)
+                    log.debug("unsubscribe failed", exc_info=True)
 
             loop = conn._loop
             if loop.in_loop_thread():
@@ -205,7 +205,7 @@ class Subscription:
             else:
                 loop.call_soon(lambda: loop.loop.create_task(_unsub()))
         except Exception:  # noqa: BLE001 - the connection is closing or closed: nothing to undo
-            log.debug("jssync: could not hand over an unsubscribe", exc_info=True)
+            log.debug("could not hand over an unsubscribe", exc_info=True)
 
     def drain(self, timeout: float | None = 30.0) -> None:
         """Stop receiving, process what arrived already, then end the subscription.

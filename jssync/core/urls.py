@@ -6,14 +6,21 @@ in ``repr`` and error texts).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import socket
+import threading
+import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from ..base.errors import ValidationError
+from ..base.errors import NoServersError, ValidationError
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+#: the URL schemes nats-py connects with (a bare ``host`` or ``host:port`` means nats://)
+SCHEMES = ("nats", "tls", "ws", "wss")
+_SCHEMES_TEXT = "nats://, tls://, ws:// or wss:// (or a bare host:port)"
 
 def redact_url(url: str) -> str:
     """Return ``url`` with any password (or token in the user part) replaced by ``***``."""
@@ -97,4 +104,75 @@ def _split_servers(servers: str | Sequence[str] | None) -> list[str]:
         urls = [str(s).strip() for s in servers if str(s).strip()]
     if not urls:
         raise ValidationError("no server URL given")
-    return urls
+    return [_check_url(u) for u in urls]
+
+
+def _check_url(url: str) -> str:
+    """``url`` with its scheme in lower case; refuses a scheme nats-py cannot connect with.
+
+    Raises:
+        jssync.ValidationError: naming the URL (password redacted) and the schemes accepted.
+    """
+    if "://" in url:
+        scheme, rest = url.split("://", 1)
+        if scheme.lower() not in SCHEMES:
+            raise ValidationError(f"server URL {redact_url(url)!r} has the scheme {scheme!r}: "
+                                  f"jssync connects with {_SCHEMES_TEXT}")
+        return f"{scheme.lower()}://{rest}"
+    if "/" in url:
+        raise ValidationError(f"invalid server URL {redact_url(url)!r}: write it as nats://host:port "
+                              f"(jssync connects with {_SCHEMES_TEXT})")
+    return url
+
+
+def _host(url: str) -> str:
+    """The host name of ``url`` ('' when it has none)."""
+    try:
+        return urlsplit(url if "://" in url else "nats://" + url).hostname or ""
+    except ValueError:
+        return ""
+
+
+def check_resolvable(urls: Sequence[str], timeout: float | None) -> None:
+    """Raise :class:`jssync.NoServersError` when no host of ``urls`` has an address.
+
+    Only a definite "no such name" answer from the resolver counts; an IP address or
+    ``localhost`` always counts as resolvable, and a resolver that does not answer within
+    ``timeout`` (at most 5 s; waited for in 0.1 s slices on a daemon thread) leaves the
+    question to the connect itself.
+    """
+    hosts = [_host(u) for u in urls]
+    for h in hosts:
+        if not h or h == "localhost":
+            return
+        try:
+            ipaddress.ip_address(h)
+            return
+        except ValueError:
+            pass
+    missing: dict[str, str] = {}
+    done = threading.Event()
+
+    def resolve() -> None:
+        for h in dict.fromkeys(hosts):
+            try:
+                socket.getaddrinfo(h, None)
+            except socket.gaierror as exc:
+                if exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):
+                    missing[h] = exc.strerror or "unknown host"
+                    continue
+            except (OSError, UnicodeError):
+                pass
+            return
+        done.set()
+
+    t = threading.Thread(target=resolve, name="jssync-resolve", daemon=True)
+    t.start()
+    end = time.monotonic() + min(5.0, timeout if timeout is not None else 5.0)
+    while not done.is_set() and t.is_alive() and time.monotonic() < end:
+        t.join(0.1)
+    if done.is_set():
+        names = ", ".join(repr(h) for h in missing)
+        why = next(iter(missing.values()))
+        raise NoServersError(f"cannot resolve the server host {names} ({why}): check the URL "
+                             f"{', '.join(redact_url(u) for u in urls)}")

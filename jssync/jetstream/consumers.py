@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from nats.js import api
 
 from ..base.deadline import DEFAULT, Deadline, Default
-from ..base.errors import PullRequestError, TimeoutError, ValidationError
+from ..base.durations import optional_seconds, seconds
+from ..base.errors import PullRequestError, TimeoutError, UnknownOptionError, ValidationError
 from ..core.msg import Msg
 from .priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
 from .pull import (
@@ -28,6 +30,23 @@ from .pull import (
 
 if TYPE_CHECKING:
     from .context import JetStream
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _expires_not_timeout(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Refuse ``timeout=`` on a fetch, naming ``expires=`` (``next`` is the call that takes ``timeout=``)."""
+
+    @functools.wraps(fn)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if "timeout" in kwargs:
+            raise UnknownOptionError(
+                f"{fn.__name__} takes expires= (how long the pull request waits, in seconds), not "
+                f"timeout={kwargs['timeout']!r}; next() is the call that takes timeout=")
+        return fn(*args, **kwargs)
+
+    return call
 
 
 class Consumer:
@@ -132,6 +151,7 @@ class Consumer:
 
     # -- one pull request ---------------------------------------------------------------------
 
+    @_expires_not_timeout
     def fetch(
         self,
         max_messages: int | None = None,
@@ -161,17 +181,25 @@ class Consumer:
         Blocks only to subscribe a reply inbox (none is idle); the iteration blocks up to
         ``expires`` + 1 s in all.
 
+        ``expires`` and ``idle_heartbeat`` take seconds, a ``timedelta`` or a Go duration
+        string (``"30s"``). ``timeout=`` is refused with a message naming ``expires=`` (a
+        fetch's wait is its expiry; :meth:`next` is the call that takes ``timeout=``).
+
         Raises:
             ValueError: a bad argument (nothing is sent).
+            jssync.UnknownOptionError: ``timeout=`` given (also a TypeError).
             jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError,
             jssync.PullRequestError (400), jssync.NoRespondersError (no such consumer):
             raised by the iteration.
         """
+        expires = seconds(expires, "expires")
+        idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
                      idle_heartbeat=idle_heartbeat, ack_none=self._ack_none, prio=prio, pins=self._pins)
 
+    @_expires_not_timeout
     def fetch_bytes(
         self,
         max_bytes: int,
@@ -191,6 +219,8 @@ class Consumer:
         (409 Message Size Exceeds MaxBytes).
         """
         _pos_int(max_bytes, "max_bytes")
+        expires = seconds(expires, "expires")
+        idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         batch, mb = validate_fetch(BYTES_ONLY_BATCH if max_messages is None else max_messages, max_bytes,
                                    expires, idle_heartbeat)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
@@ -233,7 +263,8 @@ class Consumer:
         if timeout is None:  # no limit: one pull after another
             each = NO_LIMIT_PULL
         else:
-            each = timeout = _pos_float(timeout, "timeout")  # one pull's expiry
+            each = timeout = _pos_float(seconds(timeout, "timeout"), "timeout")  # one pull's expiry
+        idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         validate_fetch(1, None, each, idle_heartbeat)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         deadline = Deadline(timeout)
@@ -299,6 +330,8 @@ class Consumer:
             ValueError: bad or conflicting options (nothing is sent).
             TypeError: ``callback`` or ``error_cb`` is not callable.
         """
+        expires = seconds(expires, "expires")
+        idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         opts = ConsumeOptions(max_messages, max_bytes, expires, idle_heartbeat, threshold_messages,
                               threshold_bytes)
         prio = self._prio(group, min_pending, min_ack_pending, priority)

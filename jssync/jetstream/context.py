@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64  # noqa: F401  (re-used by sibling modules through this one)
 import concurrent.futures
-import dataclasses
 import datetime as _dt
 import json
 import logging
@@ -45,12 +44,15 @@ from .params import (  # (names of the context too: validate_name, HDR_*, _consu
     HDR_EXPECTED_STREAM,
     HDR_MSG_ID,
     STREAM_CHOICES,
+    STREAM_OPTIONS,
     ConsumerParams,
     KeyValueParams,
     ObjectStoreParams,
     StreamParams,
     _consumer_config,
     check_choices,
+    check_options,
+    normalize_config,
     validate_name,
 )
 from .replies import PubAck, _model, _parse_pub_ack
@@ -69,18 +71,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jssync")
 
-def _stream_config(config: api.StreamConfig | None, params: Mapping[str, Any]) -> api.StreamConfig:
+def _stream_config(config: api.StreamConfig | None, params: Mapping[str, Any],
+                   call: str = "create_stream") -> api.StreamConfig:
     if config is None:
         config = api.StreamConfig()
     elif not isinstance(config, api.StreamConfig):
         raise TypeError(f"config must be a StreamConfig, got {type(config).__name__}")
     if params:
-        try:
-            config = config.evolve(**params)
-        except TypeError as exc:
-            raise TypeError(f"unknown stream option: {exc}") from None
+        check_options(params, STREAM_OPTIONS, call)
+        config = config.evolve(**params)
     validate_name(config.name, "stream name")
     check_choices(config, STREAM_CHOICES)
+    config = normalize_config(config)
     marker_ttl = config.subject_delete_marker_ttl
     if marker_ttl is not None and marker_ttl != 0:
         # ADR-43: at least 1 s (the server refuses less); nats-py would silently drop a negative one
@@ -119,7 +121,6 @@ def _consumer_model(resp: Any, what: str = "consumer info") -> api.ConsumerInfo:
     return info
 
 
-_STREAM_FIELDS = frozenset(f.name for f in dataclasses.fields(api.StreamConfig))
 
 
 class JetStream:
@@ -218,7 +219,7 @@ class JetStream:
                     if other != config.get("name"):
                         held.append(f"stream {other!r} holds subjects that overlap {subj!r}")
         except Error as exc:
-            log.debug("jssync: could not find the overlapping stream: %s", exc)
+            log.debug("could not find the overlapping stream: %s", exc)
         if held:
             err.args = (f"{err.args[0]}: {'; '.join(held)}",)
 
@@ -279,7 +280,7 @@ class JetStream:
                 if (exc.err_code != 10005 or "offline" not in (exc.description or "")
                         or (left := deadline.remaining()) is not None and left < 0.5):
                     raise
-                log.debug("jssync: stream %r: %s; trying again", cfg.name, exc.description)
+                log.debug("stream %r: %s; trying again", cfg.name, exc.description)
                 time.sleep(0.25)
         return Stream(self, _stream_model(resp))
 
@@ -302,7 +303,7 @@ class JetStream:
         from .streams import Stream
 
         if config is not None or not params:
-            cfg = _stream_config(config, params)
+            cfg = _stream_config(config, params, "update_stream")
             body = cfg.as_dict()
         else:
             cfg, body = self._edited_stream_config(dict(params), timeout)
@@ -321,17 +322,15 @@ class JetStream:
         name = params.pop("name", None)
         if name is None:
             raise ValidationError("update_stream needs the stream's name (name=) or a StreamConfig")
+        check_options(params, STREAM_OPTIONS, "update_stream")
         validate_name(name)
-        for key in params:
-            if key not in _STREAM_FIELDS:
-                raise TypeError(f"unknown stream option: {key!r}")
         resp = self._api(f"STREAM.INFO.{name}", None, timeout)
         raw = resp.get("config")
         if not isinstance(raw, dict):
             raise APIError(None, None, "malformed stream info reply: no config object")
         raw = dict(raw)
         current = _stream_model(resp).config
-        cfg = _stream_config(current, params)
+        cfg = _stream_config(current, params, "update_stream")
         fields = cfg.as_dict()
         for key in params:
             if key in fields:
@@ -354,7 +353,7 @@ class JetStream:
         """
         from ..base.errors import StreamNotFoundError
 
-        cfg = _stream_config(config, params)
+        cfg = _stream_config(config, params, "create_or_update_stream")
         try:
             if config is None and params:
                 return self.update_stream(timeout=timeout, **params)
@@ -543,7 +542,7 @@ class JetStream:
         Raises:
             jssync.ConsumerNotFoundError: it does not exist.
         """
-        cfg = _consumer_config(config, params)
+        cfg = _consumer_config(config, params, "update_consumer")
         if not (cfg.name or cfg.durable_name):
             raise ValidationError("update_consumer needs the consumer's name (name= or durable_name=)")
         return self._upsert_consumer(stream, cfg, "update", timeout)
@@ -552,7 +551,8 @@ class JetStream:
                                   timeout: float | None | Default = DEFAULT,
                                   **params: Unpack[ConsumerParams]) -> Consumer:
         """Create the consumer, or update it if it exists."""
-        return self._upsert_consumer(stream, _consumer_config(config, params), "", timeout)
+        return self._upsert_consumer(stream, _consumer_config(config, params, "create_or_update_consumer"), "",
+                                     timeout)
 
     def consumer(self, stream: str, name: str, *, timeout: float | None | Default = DEFAULT) -> Consumer:
         """Look up a consumer.
@@ -904,7 +904,7 @@ class JetStream:
             name = self.find_stream_name_by_subject(subject, timeout=t)
             if self._stream_info(name, timeout=t).config.no_ack:
                 self._no_ack[subject] = name
-                log.warning("jssync: stream %r has no_ack: publishes on %r never get a PubAck (the messages are "
+                log.warning("stream %r has no_ack: publishes on %r never get a PubAck (the messages are "
                             "stored); publish to it with ack=False", name, subject)
         except Error:
             pass

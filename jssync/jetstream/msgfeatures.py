@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from nats.js import api
 
 from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
+from ..base.durations import seconds as _seconds
 from ..base.errors import (
     APIError,
     JetStreamError,
@@ -63,17 +63,15 @@ CRON_SHORTCUTS = frozenset(("@yearly", "@annually", "@monthly", "@weekly", "@dai
 
 
 def go_duration(seconds: Any, what: str, minimum: float = 1.0) -> str:
-    """``seconds`` (a number or timedelta, >= ``minimum``) as a Go duration string (``5s``, ``1500ms``).
+    """``seconds`` (>= ``minimum``) as a Go duration string (``5s``, ``1500ms``).
+
+    ``seconds`` is a number, a ``datetime.timedelta`` or a Go duration string (``"1m"``),
+    read by :func:`jssync.base.durations.seconds`.
 
     Raises:
-        ValueError: not a finite number, or below ``minimum`` (nothing is sent).
+        jssync.ValidationError: not a duration, or below ``minimum`` (nothing is sent).
     """
-    if isinstance(seconds, _dt.timedelta):
-        seconds = seconds.total_seconds()
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise ValidationError(f"{what} must be a number of seconds, got {seconds!r}")
-    if not math.isfinite(seconds) or seconds < minimum:
-        raise ValidationError(f"{what} must be a finite number of seconds >= {minimum:g}, got {seconds!r}")
+    seconds = _seconds(seconds, what, minimum=minimum)
     if isinstance(seconds, int) or float(seconds).is_integer():
         return f"{int(seconds)}s"
     return f"{round(seconds * 1000)}ms"
@@ -86,8 +84,6 @@ def ttl_header(ttl: Any, what: str = "ttl") -> str:
     """
     if ttl == "never" and isinstance(ttl, str):
         return "never"
-    if isinstance(ttl, str):
-        raise ValidationError(f"{what} must be a number of seconds >= 1 or 'never', got {ttl!r}")
     return go_duration(ttl, what)
 
 

@@ -273,7 +273,7 @@ class OrderedConsumer:
             try:
                 js.delete_consumer(self.stream, name, timeout=2.0)
             except Exception:  # noqa: BLE001 - gone already, or the server is away: it expires anyway
-                log.debug("jssync: ordered consumer: could not delete %s", name, exc_info=True)
+                log.debug("ordered consumer: could not delete %s", name, exc_info=True)
 
         js.conn.internal.pool.submit(_delete)
 
@@ -374,7 +374,7 @@ class OrderedConsumer:
                 # a create lost with a server going down, or no JetStream yet: not the caller's timeout
                 failed += 1
                 last = exc
-                log.debug("jssync: ordered consumer on %s: recreating failed (%s), retrying", self.stream, exc)
+                log.debug("ordered consumer on %s: recreating failed (%s), retrying", self.stream, exc)
                 rem = deadline.remaining()
                 time.sleep(min(left if rem is None else rem, 0.05 * 2 ** min(failed, 5)))
                 continue
@@ -678,7 +678,7 @@ class OrderedConsumeContext(ConsumeContext):
             if self._resetting or self._state is not _State.RUNNING:
                 return
             self._resetting = True
-        log.debug("jssync: ordered consumer on %s: reset (%s)", self.stream, why)
+        log.debug("ordered consumer on %s: reset (%s)", self.stream, why)
         self._conn.internal.pool.submit(self._do_reset)
 
     def _do_reset(self) -> None:

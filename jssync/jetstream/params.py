@@ -7,16 +7,19 @@ enum value before anything is sent, listing the valid ones.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
+import difflib
 import enum
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 from nats.js import api
 
-from ..base.errors import ValidationError
+from ..base.durations import seconds
+from ..base.errors import UnknownOptionError, ValidationError
 from ..base.validate import validate_subject
 from . import priority as _priority
 
@@ -146,6 +149,8 @@ class ObjectStoreParams(TypedDict, total=False):
     timeout: float | None
 
 
+_C = TypeVar("_C")
+
 #: field -> the enum whose values it takes (a member or its string value)
 STREAM_CHOICES: dict[str, type[enum.Enum]] = {
     field: kind for field, kind in (
@@ -181,6 +186,97 @@ def check_choices(config: Any, choices: dict[str, type[enum.Enum]]) -> None:
         )
 
 
+def check_options(params: Iterable[str], valid: Iterable[str], call: str) -> None:
+    """Raise :class:`jssync.UnknownOptionError` for the first name in ``params`` not in ``valid``.
+
+    The message names ``call`` and the closest valid option (``unknown option 'subject' for
+    create_stream; did you mean 'subjects'?``).
+    """
+    names = list(valid)
+    known = set(names)
+    for key in params:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UnknownOptionError(f"unknown option {key!r} for {call}{hint}")
+
+
+#: the keyword options of the stream and consumer config calls (nats-py's fields, ADR-42's priority ones)
+STREAM_OPTIONS = tuple(f.name for f in dataclasses.fields(api.StreamConfig))
+CONSUMER_OPTIONS = tuple(f.name for f in dataclasses.fields(api.ConsumerConfig)) + _priority.CONFIG_FIELDS
+
+
+_DURATION_TYPES = ("float", "Optional[float]")
+_DURATION_LIST_TYPES = ("Optional[List[float]]", "List[float]")
+_INT_TYPES = ("int", "Optional[int]")
+
+
+def _field_kinds(cls: type) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The duration, duration-list and int fields of nats-py config dataclass ``cls`` (by annotation).
+
+    Every ``float`` field of nats-py's configs is a duration in seconds (``max_age``, ``ack_wait``,
+    ``ttl``, ...), every ``List[float]`` one a list of them (``backoff``).
+    """
+    fields = [(f.name, str(f.type)) for f in dataclasses.fields(cls)]
+    return (tuple(n for n, t in fields if t in _DURATION_TYPES),
+            tuple(n for n, t in fields if t in _DURATION_LIST_TYPES),
+            tuple(n for n, t in fields if t in _INT_TYPES))
+
+
+_KINDS: dict[type, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def normalize_config(config: _C) -> _C:
+    """``config`` with every duration field as float seconds; refuses bad durations and non-int counts.
+
+    A duration field takes seconds (int or float), a ``datetime.timedelta`` or a Go duration
+    string (``"30s"``, ``"1h30m"``); see :func:`jssync.base.durations.seconds`. An int field
+    (``max_msgs``, ``max_deliver``, ...) refuses a bool, a float or a str. Nested configs
+    (``consumer_limits``) are normalized too. Returns ``config`` itself when nothing changes,
+    else a copy (the caller's object is left as it was; attributes set beside the dataclass's
+    fields are kept).
+
+    Raises:
+        jssync.ValidationError: naming the option and the bad value (nothing is sent).
+    """
+    cls = type(config)
+    kinds = _KINDS.get(cls)
+    if kinds is None:
+        kinds = _KINDS[cls] = _field_kinds(cls)
+    durations, duration_lists, ints = kinds
+    changes: dict[str, Any] = {}
+    for name in durations:
+        value = getattr(config, name, None)
+        if value is None:
+            continue
+        secs = seconds(value, name)
+        if type(value) is not float or secs != value:
+            changes[name] = secs
+    for name in duration_lists:
+        value = getattr(config, name, None)
+        if value is None:
+            continue
+        if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+            raise ValidationError(f"{name} must be a list of durations, got {value!r}")
+        changes[name] = [seconds(v, f"{name}[{i}]") for i, v in enumerate(value)]
+    for name in ints:
+        value = getattr(config, name, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValidationError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    limits = getattr(config, "consumer_limits", None)
+    if limits is not None and dataclasses.is_dataclass(limits) and not isinstance(limits, type):
+        fixed = normalize_config(limits)
+        if fixed is not limits:
+            changes["consumer_limits"] = fixed
+    if not changes:
+        return config
+    config = copy.copy(config)
+    for name, value in changes.items():
+        setattr(config, name, value)
+    return config
+
+
 # -- names, headers and consumer configs (moved down from context.py: push and ordered use them) --
 
 _NAME_BAD = re.compile(r"[.*>\s/\\]")
@@ -203,7 +299,8 @@ def validate_name(name: Any, what: str = "stream name") -> str:
     return name
 
 
-def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any]) -> api.ConsumerConfig:
+def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any],
+                     call: str = "create_consumer") -> api.ConsumerConfig:
     if config is None:
         config = api.ConsumerConfig()
     elif not isinstance(config, api.ConsumerConfig):
@@ -211,13 +308,12 @@ def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any
     # ADR-42 fields nats-py's dataclass lacks: keyword options, or attributes of a config
     # that came back from the server (info.config); sent beside the dataclass's own fields
     params = dict(params)
+    check_options(params, CONSUMER_OPTIONS, call)
     prio = _priority.config_fields(config, params)
     if params:
-        try:
-            config = config.evolve(**params)
-        except TypeError as exc:
-            raise TypeError(f"unknown consumer option: {exc}") from None
+        config = config.evolve(**params)
     check_choices(config, CONSUMER_CHOICES)
+    config = normalize_config(config)
     if config.name is not None:
         validate_name(config.name, "consumer name")
     if config.durable_name is not None:

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from ..base.durations import seconds
 from ..base.errors import ValidationError
 
 POLICIES = ("overflow", "pinned_client", "prioritized")
@@ -76,9 +77,9 @@ def config_fields(config: Any, params: dict[str, Any]) -> PriorityConfig:
     if timeout is not None:
         if policy != "pinned_client":
             raise ValidationError(f"priority_timeout goes with priority_policy='pinned_client', not {policy!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValidationError(f"priority_timeout must be a number of seconds > 0, got {timeout!r}")
-        timeout = float(timeout)
+        timeout = seconds(timeout, "priority_timeout")
+        if not timeout > 0:
+            raise ValidationError(f"priority_timeout must be a duration > 0, got {vals['priority_timeout']!r}")
     return PriorityConfig(policy, tuple(glist), timeout)
 
 

@@ -100,7 +100,7 @@ def _on_loop(conn: Connection, make_coro: Callable[[], Any]) -> None:
         else:
             loop.call_soon(lambda: loop.loop.create_task(make_coro()))
     except Exception:  # the loop is gone: the connection closed
-        log.debug("jssync: could not schedule on the I/O loop", exc_info=True)
+        log.debug("could not schedule on the I/O loop", exc_info=True)
 
 
 def _unsubscribe_soon(conn: Connection, nsub: Any) -> None:
@@ -114,7 +114,7 @@ def _unsubscribe_soon(conn: Connection, nsub: Any) -> None:
         try:
             await nsub.unsubscribe()
         except Exception:
-            log.debug("jssync: unsubscribe failed", exc_info=True)
+            log.debug("unsubscribe failed", exc_info=True)
 
     _on_loop(conn, _unsub)
 
@@ -435,7 +435,7 @@ def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
         try:
             on_end(state)
         except Exception:  # pragma: no cover - a bug in the hook must not break iteration
-            log.exception("jssync: fetch end hook failed")
+            log.exception("fetch end hook failed")
 
 
 class FetchResult:
@@ -1026,7 +1026,7 @@ class ConsumeContext(_natspy.Receiver):
             self._pins.lost(self._group, sent)
         with self._lock:
             self._sent_pin = None
-        log.debug("jssync: consume %s/%s: pin lost (%d %s)", self.stream, self.consumer, st.code, st.description)
+        log.debug("consume %s/%s: pin lost (%d %s)", self.stream, self.consumer, st.code, st.description)
         self._reset_pending()
         self._pull()
 
@@ -1071,9 +1071,9 @@ class ConsumeContext(_natspy.Receiver):
             try:
                 self._conn.internal.loop.call_soon(self._terminal, gone)
             except Exception:  # the connection closed meanwhile
-                log.debug("jssync: consume: could not end after the consumer was deleted", exc_info=True)
+                log.debug("consume: could not end after the consumer was deleted", exc_info=True)
         except Exception:  # no leader, timeout, closed: pulls go on and the next 503 asks again
-            log.debug("jssync: consume: consumer info lookup failed", exc_info=True)
+            log.debug("consume: consumer info lookup failed", exc_info=True)
         finally:
             self._looking_up = False
 
@@ -1112,7 +1112,7 @@ class ConsumeContext(_natspy.Receiver):
                 with translating():
                     nsub = await _natspy.subscribe(conn.internal.nc, inbox, _DISCARD)
             except Exception:  # the connection is closing or draining
-                log.debug("jssync: consume %s/%s: new inbox failed", self.stream, self.consumer, exc_info=True)
+                log.debug("consume %s/%s: new inbox failed", self.stream, self.consumer, exc_info=True)
             if nsub is None:  # keep the old inbox (what it still receives counts as usual again)
                 if old in self._old:
                     self._old.remove(old)
@@ -1145,7 +1145,7 @@ class ConsumeContext(_natspy.Receiver):
                 if not conn.internal.nc.is_closed:
                     await conn.internal.drain_nsub(nsub, 5.0)
             except Exception:
-                log.debug("jssync: consume: draining an old inbox failed", exc_info=True)
+                log.debug("consume: draining an old inbox failed", exc_info=True)
 
         _on_loop(conn, _drain)
 
@@ -1339,7 +1339,7 @@ class ConsumeContext(_natspy.Receiver):
         if self._error_cb is None:
             self._conn.internal.report_error(exc)
         else:
-            log.warning("jssync: consume %s/%s: %s: %s", self.stream, self.consumer, type(exc).__name__, exc)
+            log.warning("consume %s/%s: %s: %s", self.stream, self.consumer, type(exc).__name__, exc)
             self._conn.internal.pool.submit(self._conn.internal.call_user_cb, self._error_cb, exc)
 
     def _detach(self) -> None:
@@ -1397,7 +1397,7 @@ class ConsumeContext(_natspy.Receiver):
                         if isinstance(res, BaseException):
                             raise res
             except Exception:  # not confirmed (disconnected, timed out): the inbox is removed anyway
-                log.debug("jssync: consume %s/%s: unsubscribe failed", self.stream, self.consumer, exc_info=True)
+                log.debug("consume %s/%s: unsubscribe failed", self.stream, self.consumer, exc_info=True)
             finally:
                 self._server_finished()
 
@@ -1799,7 +1799,7 @@ class ConsumeContext(_natspy.Receiver):
             try:
                 cb(msg)
             except BaseException as exc:  # noqa: BLE001 - reported, consuming goes on
-                log.debug("jssync: consume callback raised", exc_info=True)
+                log.debug("consume callback raised", exc_info=True)
                 self._report(exc)
             finally:
                 self._cb_thread = None

@@ -446,7 +446,7 @@ class JetStreamSubscription(Subscription):
         if cb is None:
             self._conn.internal.report_error(exc)
             return
-        log.warning("jssync: %s: %s", type(exc).__name__, exc)
+        log.warning("%s: %s", type(exc).__name__, exc)
         pool = self._conn.internal.pool
         if not pool._closed:
             pool.submit(self._conn.internal.call_user_cb, cb, exc)
@@ -634,7 +634,7 @@ class JetStreamSubscription(Subscription):
         with self._reset_lock:
             if self._closed or self._draining:
                 return
-            log.debug("jssync: ordered subscription on %s: reset (%s)", self.stream_name, reason)
+            log.debug("ordered subscription on %s: reset (%s)", self.stream_name, reason)
             self._gen += 1  # from now on, whatever the old consumer sends is dropped
             self._reset_wanted = True
             if self._reset_running:
@@ -681,7 +681,7 @@ class JetStreamSubscription(Subscription):
                     self._report(exc if isinstance(exc, Error) else JetStreamError(
                         f"could not reset ordered subscription: {exc}"))
                 else:
-                    log.debug("jssync: ordered reset failed again: %s", exc)
+                    log.debug("ordered reset failed again: %s", exc)
                 with self._reset_lock:
                     self._reset_wanted = True
                 end = _monotonic() + _RESET_RETRY_WAIT
@@ -726,7 +726,7 @@ class JetStreamSubscription(Subscription):
             self._try_delete(consumer.name)
             return
         self._last_seen = _monotonic()
-        log.debug("jssync: ordered subscription reset to consumer %s from stream sequence %s",
+        log.debug("ordered subscription reset to consumer %s from stream sequence %s",
                   consumer.name, cfg.opt_start_seq or cfg.deliver_policy)
         if old_name and old_name != consumer.name:
             self._try_delete(old_name)
@@ -735,7 +735,7 @@ class JetStreamSubscription(Subscription):
         try:
             self._js.delete_consumer(self.stream_name, name, timeout=1.0)
         except Error as exc:
-            log.debug("jssync: could not delete old ordered consumer %s: %s", name, exc)
+            log.debug("could not delete old ordered consumer %s: %s", name, exc)
 
     def _on_reconnect(self) -> None:
         # I/O thread: an ordered consumer (memory storage, R1) may not have survived
@@ -754,7 +754,7 @@ class JetStreamSubscription(Subscription):
         try:
             self._callback(item)
         except Exception as exc:  # noqa: BLE001 - the callback's failure goes to the error callback
-            log.debug("jssync: callback of JetStream subscription %s raised", self.subject, exc_info=True)
+            log.debug("callback of JetStream subscription %s raised", self.subject, exc_info=True)
             self._report(exc)
             return  # not acked: the server redelivers it after ack_wait
         if self._auto_ack:
@@ -842,7 +842,7 @@ class JetStreamSubscription(Subscription):
                         fence_t = 2.0 if rem is None else max(min(2.0, rem), 0.001)
                         conn.request(self._ack_fence, b"+WPI", timeout=fence_t)
                     except Error:
-                        log.debug("jssync: no reply to the ack fence before deleting %s", self.consumer_name)
+                        log.debug("no reply to the ack fence before deleting %s", self.consumer_name)
             self._delete_consumer(deadline)
         except Error as exc:
             self._report(exc)
@@ -852,7 +852,7 @@ class JetStreamSubscription(Subscription):
         if not self.created_consumer or name is None:
             return
         if self._conn.internal.closed or self._conn.internal.closing:
-            log.debug("jssync: connection closed: consumer %s/%s is not deleted", self.stream_name, name)
+            log.debug("connection closed: consumer %s/%s is not deleted", self.stream_name, name)
             return
         self.created_consumer = False
         try:
@@ -1114,7 +1114,7 @@ def subscribe(
         try:
             sub._unsubscribe_nats(sub._nsub, Deadline(2.0))
         except Exception:  # noqa: BLE001 - the original error matters
-            log.debug("jssync: could not remove the NATS subscription after a failed subscribe", exc_info=True)
+            log.debug("could not remove the NATS subscription after a failed subscribe", exc_info=True)
         raise
     hb = sub.idle_heartbeat
     if hb:

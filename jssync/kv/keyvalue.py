@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 from nats.js import api
 
 from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
+from ..base.durations import seconds
 from ..base.errors import (
     APIError,
     BadBucketError,
@@ -58,6 +59,7 @@ from ..base.status import CONFLICT, NOT_FOUND, PushAction, classify, decide_push
 from ..jetstream import hooks as _js_hooks
 from ..jetstream.direct import _no_responders, parse_timestamp, status_error
 from ..jetstream.features import require
+from ..jetstream.params import check_options, normalize_config
 from ..jetstream.streams import Stream
 
 if TYPE_CHECKING:
@@ -251,8 +253,7 @@ def _value_bytes(value: Any) -> bytes:
 
 
 def _ttl_header(ttl: Any, what: str = "ttl") -> str:
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl < 1:
-        raise ValidationError(f"{what} must be a number of seconds >= 1, got {ttl!r}")
+    ttl = seconds(ttl, what, minimum=1.0)
     if float(ttl).is_integer():
         return f"{int(ttl)}s"
     return f"{int(round(ttl * 1000))}ms"
@@ -285,31 +286,30 @@ def _is_wrong_last_seq(exc: APIError) -> bool:
 _EXTRA_OPTIONS = ("compression", "metadata", "allow_msg_ttl", "mirror", "sources")
 
 
-def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any]) -> api.StreamConfig:
+#: the keyword options of create_key_value and friends
+KV_OPTIONS = tuple(f.name for f in dataclasses.fields(api.KeyValueConfig)) + _EXTRA_OPTIONS + ("timeout",)
+
+
+def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any],
+                   call: str = "create_key_value") -> api.StreamConfig:
+    check_options(params, KV_OPTIONS, call)
     extras = {k: params.pop(k) for k in _EXTRA_OPTIONS if k in params}
     if config is None:
         if "bucket" not in params:
-            raise ValidationError("create_key_value needs bucket=")
-        try:
-            config = api.KeyValueConfig(**params)
-        except TypeError as exc:
-            raise TypeError(f"unknown key-value option: {exc}") from None
+            raise ValidationError(f"{call} needs bucket=")
+        config = api.KeyValueConfig(**params)
     elif not isinstance(config, api.KeyValueConfig):
         raise TypeError(f"config must be a KeyValueConfig, got {type(config).__name__}")
     elif params:
-        try:
-            config = config.evolve(**params)
-        except TypeError as exc:
-            raise TypeError(f"unknown key-value option: {exc}") from None
+        config = config.evolve(**params)
     bucket = validate_bucket(config.bucket)
+    config = normalize_config(config)
     history = 1 if config.history is None or config.history == 0 else config.history
     if not isinstance(history, int) or history < 1:
         raise ValidationError(f"history must be an int between 1 and {MAX_HISTORY}, got {history!r}")
     if history > MAX_HISTORY:
         raise KeyHistoryTooLargeError(f"history {history} is over the limit of {MAX_HISTORY} values per key")
     ttl = config.ttl
-    if ttl is not None and ttl < 0:
-        raise ValidationError(f"ttl must be >= 0 seconds, got {ttl!r}")
     replicas = config.replicas or 1
     if not isinstance(replicas, int) or replicas < 1:
         raise ValidationError(f"replicas must be an int >= 1, got {replicas!r}")
@@ -455,7 +455,7 @@ def update_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
         BucketNotFoundError: there is no such bucket.
     """
     timeout = params.pop("timeout", DEFAULT)
-    scfg = _stream_config(config, dict(params))
+    scfg = _stream_config(config, dict(params), "update_key_value")
     try:
         stream = js.update_stream(scfg, timeout=timeout)
     except StreamNotFoundError as exc:
@@ -466,6 +466,7 @@ def update_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
 def create_or_update_key_value(js: JetStream, config: api.KeyValueConfig | None = None,
                                **params: Any) -> KeyValue:
     """Update the bucket (see :func:`update_key_value`), or create it if it does not exist."""
+    check_options(params, KV_OPTIONS, "create_or_update_key_value")
     try:
         return update_key_value(js, config, **params)
     except BucketNotFoundError:
@@ -1023,7 +1024,7 @@ class _PushWatcher(Generic[T]):
                 if deadline.expired() or self._stopped:
                     raise
                 failed += 1
-                log.debug("jssync: %s on %s: creating the consumer failed (%s), retrying", self._what,
+                log.debug("%s on %s: creating the consumer failed (%s), retrying", self._what,
                           self._stream_name, exc)
                 left = deadline.remaining()
                 time.sleep(min(1.0 if left is None else left, 0.05 * 2 ** min(failed, 5)))
@@ -1103,7 +1104,7 @@ class _PushWatcher(Generic[T]):
                 pass  # ephemeral: it goes away by itself once inactive
 
     def _reset(self, why: str) -> None:
-        log.debug("jssync: %s on %s: re-creating the consumer (%s)", self._what, self._stream_name, why)
+        log.debug("%s on %s: re-creating the consumer (%s)", self._what, self._stream_name, why)
         self._reset_needed = False
         self._drop_consumer()
         if self._stopped:
@@ -1112,7 +1113,7 @@ class _PushWatcher(Generic[T]):
             info = self._create(first=False, timeout=min(self._js.timeout, 5.0))
         except Error as exc:
             # keep trying while the reader waits (leader elections, reconnects)
-            log.info("jssync: %s on %s could not re-create its consumer: %s", self._what, self._stream_name,
+            log.info("%s on %s could not re-create its consumer: %s", self._what, self._stream_name,
                      exc)
             self._reset_needed = True
             self._retry_at = time.monotonic() + 0.5

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import dataclasses
 import datetime as _dt
 import hashlib
 import io
@@ -39,6 +40,7 @@ from ..base.errors import (
     _Changed,
 )
 from ..jetstream import hooks as _js_hooks
+from ..jetstream.params import check_options, normalize_config
 from ..kv.keyvalue import (
     _BUCKET_RE,
     BucketExistsError,
@@ -210,6 +212,11 @@ def _rewind(out: IO[bytes], start: int | None) -> bool:
 # -- store management ---------------------------------------------------------------------------
 
 
+#: the keyword options of create_object_store
+_OBJ_OPTIONS = tuple(f.name for f in dataclasses.fields(api.ObjectStoreConfig)) + ("compression", "metadata",
+                                                                                  "timeout")
+
+
 def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = None, **params: Any) -> ObjectStore:
     """Create an object store from an ``ObjectStoreConfig`` or its fields (``bucket=``, ``ttl=``, ...).
 
@@ -220,6 +227,7 @@ def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = No
         InvalidBucketNameError, ValueError, TypeError: bad options (nothing sent).
         BucketExistsError: it exists with a different configuration.
     """
+    check_options(params, _OBJ_OPTIONS, "create_object_store")
     timeout = params.pop("timeout", DEFAULT)
     compression = params.pop("compression", False)
     metadata = params.pop("metadata", None)
@@ -228,13 +236,9 @@ def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = No
     elif not isinstance(config, api.ObjectStoreConfig):
         raise TypeError(f"config must be an ObjectStoreConfig, got {type(config).__name__}")
     if params:
-        try:
-            config = config.evolve(**params)
-        except TypeError as exc:
-            raise TypeError(f"unknown object store option: {exc}") from None
+        config = config.evolve(**params)
     bucket = validate_bucket(config.bucket)
-    if config.ttl is not None and config.ttl < 0:
-        raise ValidationError(f"ttl must be >= 0 seconds, got {config.ttl!r}")
+    config = normalize_config(config)
     scfg = api.StreamConfig(
         name=f"OBJ_{bucket}",
         description=config.description,
@@ -493,7 +497,7 @@ class ObjectStore:
         try:
             self._stream.purge(subject=subject, timeout=self._js.timeout)
         except Exception as exc:  # noqa: BLE001 - best effort clean-up
-            log.warning("jssync: object store %s: could not purge %s: %s", self.bucket, subject, exc)
+            log.warning("object store %s: could not purge %s: %s", self.bucket, subject, exc)
 
     # -- get ------------------------------------------------------------------------------------
 
@@ -546,7 +550,7 @@ class ObjectStore:
                 raise ObjectChangedError(
                     f"object {name!r} in store {self.bucket!r} was replaced during the read after {written} bytes "
                     "were written into writeinto, which cannot seek back; read it again")
-            log.debug("jssync: object store %s: %r changed during the read; reading the new version",
+            log.debug("object store %s: %r changed during the read; reading the new version",
                       self.bucket, name)
             info = _info_from(found[0], found[1].time)
             if info.is_link():
@@ -784,7 +788,7 @@ class ObjectWatcher(_PushWatcher[api.ObjectInfo]):
         try:
             raw = json.loads(msg.data)
         except ValueError:
-            log.warning("jssync: object store %s: unreadable info on %s", self._store.bucket, msg.subject)
+            log.warning("object store %s: unreadable info on %s", self._store.bucket, msg.subject)
             return None
         if not isinstance(raw, dict):
             return None

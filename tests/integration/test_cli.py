@@ -670,3 +670,60 @@ def test_consumer_priority_groups(env, nats_server, js, unique):
         assert sorted(js.consumer_names(name)) == ["O", "W"]
     finally:
         js.delete_stream(name)
+
+
+def test_pub_js_many_says_how_many_were_stored(env, nats_server, js, unique, tmp_path):
+    """Every PubAck decides `pub --js --count N`: a message not stored fails the command, saying how many were."""
+    url = nats_server.url
+    lines = tmp_path / "lines.txt"
+    lines.write_text("a\nb\nc\nd\ne\n")
+    # no stream captures the subject: nothing is stored
+    for argv in (("--count", "5", "x"), ("--file", str(lines)), ("--json", "--count", "5", "x")):
+        p = jssync_run(env, "pub", f"nostream{unique}.x", "--js", *argv, "-s", url, "--timeout", "1s")
+        assert p.returncode == 1, (argv, p.stdout, p.stderr)
+        if "--json" in argv:
+            rec = json.loads(p.stdout)
+            assert rec["published"] == 0 and rec["failed"] == 5, rec
+        else:
+            assert "published" not in p.stdout, (argv, p.stdout)
+        assert "0 of 5 message(s) stored" in p.stderr and "NoRespondersError" in p.stderr, (argv, p.stderr)
+    # a stream that takes only 2: the other 3 fail, and the output says so
+    name = f"PART{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory", max_msgs=2, discard="new")
+    try:
+        p = jssync_run(env, "pub", f"{name}.x", "--js", "--count", "5", "x", "-s", url)
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        assert "2 of 5 message(s) stored" in p.stderr and "maximum messages exceeded" in p.stderr, p.stderr
+        assert js.stream(name).info().state.messages == 2
+        p = jssync_run(env, "--json", "pub", f"{name}.x", "--js", "--count", "3", "x", "-s", url)
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        rec = json.loads(p.stdout)
+        assert rec["published"] == 0 and rec["failed"] == 3 and rec["subject"] == f"{name}.x", rec
+        # all stored: exit 0, as before
+        js.purge_stream(name) if hasattr(js, "purge_stream") else js.stream(name).purge()
+        p = jssync_run(env, "pub", f"{name}.x", "--js", "--count", "2", "x", "-s", url)
+        assert p.returncode == 0 and "published 2 message(s)" in p.stdout, p.stderr
+    finally:
+        js.delete_stream(name)
+
+
+def test_cli_duration_options_take_go_durations(env, nats_server, js, unique):
+    """`--max-age 1h` works as `--timeout 5s` does; a bad one exits 2 naming the option."""
+    name = f"CD{unique}"
+    url = nats_server.url
+    p = jssync_run(env, "stream", "add", name, "--subjects", f"{name}.>", "--storage", "memory",
+                   "--max-age", "1h30m", "-s", url)
+    try:
+        assert p.returncode == 0, p.stderr
+        assert js.stream(name).info().config.max_age == 5400.0
+        js.create_consumer(name, durable_name="W")
+        t0 = time.monotonic()
+        p = jssync_run(env, "consumer", "next", name, "W", "--wait", "500ms", "-s", url)
+        assert p.returncode == 1 and "no messages" in p.stderr, p.stderr
+        assert time.monotonic() - t0 < 10 * FACTOR
+        for bad in ("1 hour", "-1s", "nan"):
+            p = jssync_run(env, "stream", "add", f"{name}X", "--subjects", f"{name}X.>", f"--max-age={bad}",
+                           "-s", url)
+            assert p.returncode == 2 and "--max-age" in p.stderr and repr(bad) in p.stderr, (bad, p.stderr)
+    finally:
+        js.delete_stream(name)

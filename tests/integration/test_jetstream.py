@@ -423,7 +423,7 @@ def test_bad_stream_names_rejected_before_sending(js, bad):
 
 
 def test_bad_options_and_subjects(js, stream):
-    with pytest.raises(TypeError, match="unknown stream option"):
+    with pytest.raises(TypeError, match="unknown option .no_such_option. for create_stream"):
         js.create_stream(name="X", subjects=["x"], no_such_option=1)
     with pytest.raises(TypeError, match="list of subjects"):
         js.create_stream(name="X", subjects="x.y")

@@ -68,7 +68,7 @@ def test_ttl_refused_by_stream_without_allow_msg_ttl(js, stream):
     assert stream.info().state.messages == 0
 
 
-@pytest.mark.parametrize("bad", [0, -1, 0.5, "5s", "abc", b"5", float("nan"), float("inf"), True, [5]])
+@pytest.mark.parametrize("bad", [0, -1, 0.5, "500ms", "5 s", "abc", b"5", float("nan"), float("inf"), True, [5]])
 def test_ttl_bad_values_fail_before_sending(js, stream, bad):
     with pytest.raises(ValueError, match="ttl") as info:
         js.publish(f"{stream.name}.a", b"x", ttl=bad)
@@ -98,7 +98,7 @@ def test_subject_delete_marker_after_ttl(js, unique):
         assert m.headers == {"Nats-Marker-Reason": "MaxAge", "Nats-TTL": "2s", "Nats-Rollup": "sub"}
 
 
-@pytest.mark.parametrize("bad", [0.5, -2, "1s", float("nan")])
+@pytest.mark.parametrize("bad", [0.5, -2, "500ms", "1 s", float("nan")])
 def test_subject_delete_marker_ttl_bad_values(js, unique, bad):
     with pytest.raises(ValueError, match="subject_delete_marker_ttl"):
         js.create_stream(name=f"TTL{unique}", subjects=[f"TTL{unique}.>"], allow_msg_ttl=True,
@@ -370,8 +370,8 @@ def test_schedule_target_outside_stream(js, unique):
     ({"every": 5, "cron": "@hourly"}, "exactly one of"),
     ({"at": dt.datetime(2030, 1, 1)}, r"naive datetime.datetime\(2030, 1, 1"),
     ({"at": "2030-01-01T00:00:00Z"}, "aware datetime"),
-    ({"every": 0.5}, "every must be .* >= 1, got 0.5"),
-    ({"every": "1m"}, "every must be a number of seconds, got '1m'"),
+    ({"every": 0.5}, "every must be .* >= 1s?, got 0.5"),
+    ({"every": "1 m"}, "every must be a duration .*, got '1 m'"),
     ({"cron": "* * * * *"}, "'\\* \\* \\* \\* \\*' has 5 fields; NATS schedules need 6"),
     ({"cron": "0 0 * * * * *"}, "has 7 fields"),
     ({"cron": "@every 1s"}, "use at= or every="),

@@ -100,7 +100,7 @@ def test_bad_bucket_options_raise_before_sending(js):
         js.create_key_value(bucket="ok", history=-1)
     with pytest.raises(ValueError, match="ttl"):
         js.create_key_value(bucket="ok", ttl=-1)
-    with pytest.raises(TypeError, match="unknown key-value option"):
+    with pytest.raises(TypeError, match="unknown option .colour. for create_key_value"):
         js.create_key_value(bucket="ok", colour="red")
     with pytest.raises(ValueError, match="bucket="):
         js.create_key_value(history=2)

@@ -299,7 +299,7 @@ def test_prioritized_lower_priority_served_first(js, stream):
         ({"priority_timeout": 5}, ValueError, "pinned_client"),
         ({"priority_policy": "pinned_client", "priority_groups": ["g"], "priority_timeout": 0}, ValueError,
          "priority_timeout must be"),
-        ({"priority_policy": "pinned_client", "priority_groups": ["g"], "priority_timeout": "5s"}, ValueError,
+        ({"priority_policy": "pinned_client", "priority_groups": ["g"], "priority_timeout": "5 s"}, ValueError,
          "priority_timeout must be"),
         ({"priority_policy": "pinned_client", "priority_groups": ["g"], "deliver_subject": "d.x"}, ValueError,
          "pull consumers only"),
