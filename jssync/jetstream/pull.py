@@ -119,6 +119,11 @@ def _unsubscribe_soon(conn: Connection, nsub: Any) -> None:
     _on_loop(conn, _unsub)
 
 
+#: A consume prunes the acked messages from those received since its last lease check when
+#: this many have piled up (see ConsumeContext._prune_fresh).
+_FRESH_PRUNE_AT = 1024
+
+
 def _terminally_acked(msg: Msg) -> bool:
     return bool(msg._acked)
 
@@ -884,6 +889,7 @@ class ConsumeContext(_natspy.Receiver):
         # acks count, the messages received since the last lease check, the leases watched
         self._lease_wait = ack_wait if not ack_none and ack_wait is not None and ack_wait > 0 else None
         self._fresh: list[Msg] = []
+        self._fresh_cap = _FRESH_PRUNE_AT
         self._leases: list[Lease] = []
         self._lease_stamp = 0.0
 
@@ -948,7 +954,10 @@ class ConsumeContext(_natspy.Receiver):
         if self._ack_none:
             msg._ack_none = True
         elif self._lease_wait is not None:
-            self._fresh.append(msg)
+            fresh = self._fresh
+            fresh.append(msg)
+            if len(fresh) >= self._fresh_cap:
+                self._prune_fresh()
         self._nr_outage = False
         self._q.put(msg)
         if self._cb is not None and not self._running:
@@ -1291,6 +1300,19 @@ class ConsumeContext(_natspy.Receiver):
 
     # leases: a timer on the I/O loop, every ack_wait / 8 (see jetstream/leases.py)
 
+    def _prune_fresh(self) -> None:
+        """Drop the acked messages from the ones received since the last lease check (I/O thread).
+
+        A fast consumer receives many thousands of messages between two checks, almost all
+        acked at once: keeping them all until the check would hold them in memory for up to
+        ``MAX_PERIOD`` seconds. The list is pruned whenever it reaches ``_fresh_cap``, which
+        doubles while most of what it holds is still unacked (a slow handler), so that each
+        message is looked at a bounded number of times.
+        """
+        fresh = [m for m in self._fresh if not m._acked]
+        self._fresh = fresh
+        self._fresh_cap = max(_FRESH_PRUNE_AT, 2 * len(fresh))
+
     def _lease_tick(self) -> None:
         """Renew the leases of the messages held longer than half ack_wait (I/O thread).
 
@@ -1313,6 +1335,7 @@ class ConsumeContext(_natspy.Receiver):
         fresh = self._fresh
         if fresh:
             self._fresh = []
+            self._fresh_cap = _FRESH_PRUNE_AT
             leases.extend(Lease(m, stamp) for m in fresh if not m._acked)
         if leases:
             plan = plan_leases(leases, now, ack_wait, MAX_EXTENSION, _terminally_acked)
