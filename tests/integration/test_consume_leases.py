@@ -66,7 +66,7 @@ def test_a_fast_consume_does_not_keep_its_acked_messages_alive(js, stream):
     from jssync.core.msg import Msg
 
     n = 5000
-    for i in range(n):
+    for _ in range(n):
         js.publish_async(f"{stream.name}.m", b"x" * 256)
     js.publish_async_completed(20 * FACTOR)
     # ack_wait 120 s: lease checks every 5 s, so the whole run fits between two of them
