@@ -2,7 +2,7 @@
 
 The site's reference page (docs/reference.md) is rendered by mkdocstrings when the site is
 built; docs/api.md is the same text, checked in, readable on GitHub or in an editor.
-tests/integration/test_new_user.py fails when it is out of date. Run:
+tests/integration/test_errors_typing_and_tracebacks.py fails when it is out of date. Run:
 
     python3 tools/gen_api_md.py          # rewrite docs/api.md
     python3 tools/gen_api_md.py --check  # exit 1 if it is out of date

@@ -144,7 +144,7 @@ def test_console_script_help():
     assert proc.returncode == 0 and "stream" in proc.stdout and "consumer" in proc.stdout
 
 
-# -- the real command, as nats CLI users type it (issue 24, items 2, 4 and 5) ------------------------
+# -- the real command, as nats CLI users type it ------------------------
 
 import base64  # noqa: E402
 import os  # noqa: E402

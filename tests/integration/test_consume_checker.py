@@ -1,4 +1,4 @@
-"""A stateful randomised checker of the consuming paths (issue 18), against a real server.
+"""A stateful randomised checker of the consuming paths, against a real server.
 
 Hypothesis drives a ``RuleBasedStateMachine`` that publishes numbered messages and
 interleaves fetch, next, consume (iterator and callback form), stop, drain, nak, ordered

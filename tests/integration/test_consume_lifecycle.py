@@ -1,4 +1,4 @@
-"""Consuming that loses nothing and never hangs (issue 18): drain, stop, a deleted consumer,
+"""Consuming that loses nothing and never hangs: drain, stop, a deleted consumer,
 push drain and the callback's view of its own context, against a real server.
 
 "Lost" is measured on the server: every test uses an explicit-ack consumer with a long

@@ -1,7 +1,7 @@
 """Where ADR-31 (Direct Get), the object store and nats-server 2.15 meet: one real server.
 
 Each test pins down one point of docs/direct-get-and-kv.md's "spec says / jssync does"
-table (issue 21 items 9, 11, 12; issue 23 item 3).
+table.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def test_publish_timeout_on_an_acking_stream_stays_a_timeout(js, nc, unique):
         sub.unsubscribe()
 
 
-# -- issue 23 item 3: a get while the same name is replaced ----------------------------------------
+# -- a get while the same name is replaced ----------------------------------------
 
 
 def _replace_after_info(store, name: str, new: bytes):

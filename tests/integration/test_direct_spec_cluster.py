@@ -1,6 +1,6 @@
 """ADR-31 on a real 3-node cluster: reads without a leader, and a responder that lags behind.
 
-Issue 21 items 9 and 10. Kept to two tests: a cluster costs CPU on a shared machine.
+Kept to two tests: a cluster costs CPU on a shared machine.
 """
 
 from __future__ import annotations

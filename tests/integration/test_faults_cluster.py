@@ -1,4 +1,4 @@
-"""A 3-node JetStream cluster losing a node: nothing acknowledged is lost (issue 10).
+"""A 3-node JetStream cluster losing a node: nothing acknowledged is lost.
 
 One ``NatsCluster(size=3)`` for the module. Each test finds the stream leader
 (``stream.info().cluster.leader``, matched to ``cluster.servers[i].name``), kills it

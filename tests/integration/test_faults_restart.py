@@ -1,4 +1,4 @@
-"""Server restarts while consuming: nothing lost, repeats only as redeliveries (issue 10).
+"""Server restarts while consuming: nothing lost, repeats only as redeliveries.
 
 One file-storage ``nats-server`` for the module, with a stream of ``N`` messages
 (100,000; scale with ``JSSYNC_FAULT_SCALE``, e.g. 0.1). Each test reads the whole stream

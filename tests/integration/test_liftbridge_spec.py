@@ -1,4 +1,4 @@
-"""The Liftbridge client against the guide's letter (issue 21), on a real nats-server."""
+"""The Liftbridge client against the guide's letter, on a real nats-server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pull accounting and statuses (issue 18): inbox isolation, byte counts, re-pulls, causes (real server)."""
+"""Pull accounting and statuses: inbox isolation, byte counts, re-pulls, causes (real server)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A missed heartbeat (or a reconnect) makes consume write off its pull requests in
 send a new one. When the server was only paused, the old requests are still waiting there:
 they may deliver messages and end later with a 408 whose Nats-Pending-Messages counts what
 they did not deliver. Neither may be counted against the new request, or the buffer outgrows
-max_messages (issue 18). A server paused with SIGSTOP for longer than 2 x idle_heartbeat and
+max_messages. A server paused with SIGSTOP for longer than 2 x idle_heartbeat and
 shorter than expires makes that happen for real.
 
 On the wire (checked with a raw client): a pull consumer's messages arrive with the stream

@@ -1,4 +1,4 @@
-"""One error module: every exception class of jssync is defined in jssync/base/errors.py (issue 19)."""
+"""One error module: every exception class of jssync is defined in jssync/base/errors.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The package is layered (issue 19 item 4): imports only go down, and no module imports itself back.
+"""The package is layered: imports only go down, and no module imports itself back.
 
 Every module under ``jssync/`` is parsed with :mod:`ast`; every import counts wherever it is written:
 at module level, inside a function or method (the old way of holding an import circle apart),

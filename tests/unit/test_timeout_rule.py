@@ -28,7 +28,7 @@ DONT_WAIT = {"ConsumeContext.drain", "OrderedConsumeContext.drain"}
 CLIENT_DEFAULT = {"liftbridge.Client.create_stream", "liftbridge.Client.delete_stream", "liftbridge.Client.publish",
                   "liftbridge.Client.subscribe", "liftbridge.Client.fetch_metadata"}
 #: The one exception, made by a spec: the Liftbridge client guide's "timeout not set" returns as
-#: soon as the message is published (issue 21 item 6); documented in docs/threading.md.
+#: soon as the message is published; documented in docs/threading.md.
 SPEC_EXCEPTION = {"liftbridge.Client.publish"}
 #: A setting, not a wait: the JetStream context's default timeout (a number > 0).
 SETTINGS = {"Connection.jetstream"}

@@ -1,5 +1,5 @@
-"""Issue 24, "feels right to a new user": tracebacks, error texts, Ctrl-C inside asyncio.run,
-types that catch mistakes. Against a real server wherever a server is involved."""
+"""What a user sees when something goes wrong: tracebacks, error texts, Ctrl-C inside
+asyncio.run, types that catch mistakes. Against a real server wherever a server is involved."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Review of the disconnect promises (docs/reliability.md, docs/faults.md) through the TCP proxy.
+"""The disconnect promises (docs/reliability.md, docs/faults.md) through the TCP proxy.
 
 - a ``request`` (and ``js.publish``) made while disconnected with the publish queue at its
   bound keeps its own timeout: it raises ``TimeoutError`` on time, not after 15 x the

@@ -1,5 +1,6 @@
-"""Review of the consuming code (session 4): defects found reading _pull.py against ADR-37 and
-docs/consuming.md, each reproduced against a real server."""
+"""close() and stop() of a consume (pull and push), against a real server: close ends a
+callback or iterator consume at once, a push drain keeps its timeout, and no callback starts
+after stop() returned."""
 
 from __future__ import annotations
 

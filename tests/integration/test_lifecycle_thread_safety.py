@@ -1,4 +1,6 @@
-"""Regression tests for thread-safety and lifecycle bugs found in a review (real server).
+"""Thread safety and lifecycle (real server): publish_async futures and their callbacks, drains
+called from a callback, watchers and batches dropped mid-use, fork, dead loops, servers that
+fail to start.
 
 Each test failed before its fix; the docstring says what went wrong.
 """
