@@ -50,11 +50,15 @@ import jssync  # noqa: E402
 from jssync.server import NatsServer  # noqa: E402
 
 SCENARIOS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
+#: the raw-socket floor of the one-at-a-time round-trip scenarios (see raw_round_trips)
+FLOORS: dict[str, Callable[..., Any]] = {}
 
 
 def scenario(name: str) -> Callable[[Any], Any]:
     def deco(cls: Any) -> Any:
         SCENARIOS[name] = (cls.jssync, cls.natspy)
+        if hasattr(cls, "floor"):
+            FLOORS[name] = cls.floor
         return cls
 
     return deco
@@ -223,6 +227,11 @@ class RequestReply:
 
         return RequestReply._with_responder(url, run)
 
+    @staticmethod
+    def floor(url: str, n: int, payload: bytes) -> dict[str, float]:
+        n = max(200, n // 50)
+        return RequestReply._with_responder(url, lambda: raw_round_trips(url, [b"bench.rr"] * n, payload))
+
 
 # ---------------------------------------------------------------------------------- JetStream
 
@@ -245,30 +254,43 @@ class JsPublishSync:
     def jssync(url: str, n: int, payload: bytes) -> dict[str, float]:
         n = max(1000, n // 10)
         _fresh_stream(url, "BENCHPUB", ["bench.js.>"])
+        lat = []
         with jssync.connect(url) as nc:
             js = nc.jetstream()
             t0 = time.perf_counter()
             for _ in range(n):
+                s = time.perf_counter()
                 js.publish("bench.js.p", payload)
+                lat.append(time.perf_counter() - s)
             dt = time.perf_counter() - t0
-        return {"rate": n / dt}
+        return _lat(n / dt, lat)
 
     @staticmethod
     def natspy(url: str, n: int, payload: bytes) -> dict[str, float]:
         n = max(1000, n // 10)
         _fresh_stream(url, "BENCHPUB", ["bench.js.>"])
 
+        lat: list[float] = []
+
         async def main() -> float:
             nc = await nats.connect(url)
             js = nc.jetstream()
             t0 = time.perf_counter()
             for _ in range(n):
+                s = time.perf_counter()
                 await js.publish("bench.js.p", payload)
+                lat.append(time.perf_counter() - s)
             dt = time.perf_counter() - t0
             await nc.close()
             return dt
 
-        return {"rate": n / asyncio.run(main())}
+        return _lat(n / asyncio.run(main()), lat)
+
+    @staticmethod
+    def floor(url: str, n: int, payload: bytes) -> dict[str, float]:
+        n = max(1000, n // 10)
+        _fresh_stream(url, "BENCHPUB", ["bench.js.>"])
+        return raw_round_trips(url, [b"bench.js.p"] * n, payload)
 
 
 @scenario("js_publish_async")
@@ -551,11 +573,14 @@ class KvGet:
             kv = js.create_key_value(bucket="BKV", storage="memory")
             for i in range(100):
                 kv.put(f"k{i}", payload)
+            lat = []
             t0 = time.perf_counter()
             for i in range(n):
+                s = time.perf_counter()
                 kv.get(f"k{i % 100}")
+                lat.append(time.perf_counter() - s)
             dt = time.perf_counter() - t0
-        return {"rate": n / dt}
+        return _lat(n / dt, lat)
 
     @staticmethod
     def natspy(url: str, n: int, payload: bytes) -> dict[str, float]:
@@ -573,12 +598,31 @@ class KvGet:
                 await kv.put(f"k{i}", payload)
             t0 = time.perf_counter()
             for i in range(n):
+                s = time.perf_counter()
                 await kv.get(f"k{i % 100}")
+                lat.append(time.perf_counter() - s)
             dt = time.perf_counter() - t0
             await nc.close()
             return dt
 
-        return {"rate": n / asyncio.run(main())}
+        lat: list[float] = []
+        return _lat(n / asyncio.run(main()), lat)
+
+    @staticmethod
+    def floor(url: str, n: int, payload: bytes) -> dict[str, float]:
+        """A direct get of the key's last value (the ADR-31 request jssync's kv.get sends)."""
+        n = max(1000, n // 20)
+        with jssync.connect(url) as nc:
+            js = nc.jetstream()
+            try:
+                js.delete_key_value("BKV")
+            except jssync.Error:
+                pass
+            kv = js.create_key_value(bucket="BKV", storage="memory")
+            for i in range(100):
+                kv.put(f"k{i}", payload)
+        subjects = [b"$JS.API.DIRECT.GET.KV_BKV.$KV.BKV.k%d" % (i % 100) for i in range(n)]
+        return raw_round_trips(url, subjects, b"")
 
 
 # ---------------------------------------------------------------------------------- threads
@@ -895,7 +939,110 @@ def memory_consume(url: str, n: int) -> dict[str, Any]:
 def _responder_main(url: str, stop: Any, ready: Any) -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, range(os.cpu_count() or 1))  # not pinned with the clients
-    RequestReply._responder(url, stop, ready)
+    _raw_responder(url, stop, ready)
+
+
+# ------------------------------------------------------------------ the raw-socket floor
+#
+# The floor of a synchronous round trip: one blocking socket, no library, no thread, no
+# event loop: write PUB, read the one MSG/HMSG that answers it. The same raw responder
+# answers every requester of request_reply (jssync, nats-py and the floor), so that the
+# responder is not what is measured.
+
+
+class _RawNats:
+    """A minimal blocking NATS protocol client: CONNECT, SUB, PUB, and reading MSG/HMSG."""
+
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
+        import socket
+        from urllib.parse import urlsplit
+
+        u = urlsplit(url)
+        self.sock = socket.create_connection((u.hostname or "127.0.0.1", u.port or 4222), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}'
+                          b"\r\nPING\r\n")
+        while True:  # INFO, then PONG
+            line = self._line()
+            if line == b"PONG":
+                break
+
+    def _fill(self) -> None:
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("server closed the connection")
+        self.buf += data
+
+    def _line(self) -> bytes:
+        while True:
+            i = self.buf.find(b"\r\n")
+            if i >= 0:
+                line, self.buf = self.buf[:i], self.buf[i + 2:]
+                return line
+            self._fill()
+
+    def next_msg(self) -> tuple[bytes, bytes | None, bytes]:
+        """The next MSG/HMSG: (subject, reply, raw headers + payload); answers PINGs on the way."""
+        while True:
+            line = self._line()
+            if line.startswith(b"MSG ") or line.startswith(b"HMSG "):
+                parts = line.split()
+                size = int(parts[-1])
+                reply = parts[3] if len(parts) == (5 if parts[0] == b"MSG" else 6) else None
+                while len(self.buf) < size + 2:
+                    self._fill()
+                body, self.buf = self.buf[:size], self.buf[size + 2:]
+                return parts[1], reply, body
+            if line == b"PING":
+                self.sock.sendall(b"PONG\r\n")
+            # INFO, PONG, +OK: nothing to do
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _raw_responder(url: str, stop: Any, ready: Any) -> None:
+    c = _RawNats(url)
+    c.sock.sendall(b"SUB bench.rr 1\r\nPING\r\n")
+    while c._line() != b"PONG":
+        pass
+    ready.set()
+    c.sock.settimeout(0.05)
+    while not stop.is_set():
+        try:
+            _subject, reply, body = c.next_msg()
+        except TimeoutError:
+            continue
+        if reply is not None:
+            c.sock.sendall(b"PUB %s %d\r\n%s\r\n" % (reply, len(body), body))
+    c.close()
+
+
+def raw_round_trips(url: str, subjects: list[bytes], payload: bytes, warm: int = 50) -> dict[str, float]:
+    """The floor: one blocking socket sends PUB <subject> <inbox> and reads the answer, one at a time."""
+    c = _RawNats(url)
+    inbox = b"_INBOX.floor.%d" % os.getpid()
+    c.sock.sendall(b"SUB %s 1\r\nPING\r\n" % inbox)
+    while c._line() != b"PONG":
+        pass
+    head = [b"PUB %s %s %d\r\n" % (s, inbox, len(payload)) for s in subjects]
+    tail = payload + b"\r\n"
+    send, nxt = c.sock.sendall, c.next_msg
+    for i in range(warm):
+        send(head[i % len(head)] + tail)
+        nxt()
+    lat = []
+    n = len(subjects)
+    t0 = time.perf_counter()
+    for i in range(n):
+        s = time.perf_counter()
+        send(head[i] + tail)
+        nxt()
+        lat.append(time.perf_counter() - s)
+    dt = time.perf_counter() - t0
+    c.close()
+    return _lat(n / dt, lat)
 
 
 def _lat(rate: float, lat: list[float]) -> dict[str, float]:
@@ -943,7 +1090,8 @@ def _run_pairs(url: str, names: list[str], n: int, payload: bytes, runs: int, si
     for name in names:
         fj, fn = SCENARIOS[name]
         with_natsio = natsio_py is not None and name in NATSIO_SCENARIOS
-        rj, rn, ri = [], [], []
+        rj, rn, ri, rf = [], [], [], []
+        ff = FLOORS.get(name)
         for _ in range(runs):
             if side != "natspy":
                 rj.append(fj(url, n, payload))
@@ -952,6 +1100,8 @@ def _run_pairs(url: str, names: list[str], n: int, payload: bytes, runs: int, si
             if with_natsio:
                 assert natsio_py is not None
                 ri.append(natsio_run(natsio_py, name, url, n, payload))
+            if ff is not None:
+                rf.append(ff(url, n, payload))
         nan = {"rate": float("nan")}
         mj = _median(rj) if rj else nan
         mn = _median(rn) if rn else nan
@@ -962,6 +1112,13 @@ def _run_pairs(url: str, names: list[str], n: int, payload: bytes, runs: int, si
                      f" p99 {mj['p99_us']:.0f}/{mn['p99_us']:.0f} us")
         row = f"{name:28} {mj['rate']:>12,.0f} {mn['rate']:>12,.0f} {ratio:>7.2f}"
         out[name] = {"jssync": mj, "natspy": mn, "ratio": ratio}
+        if rf:
+            mf = _median(rf)
+            out[name]["floor"] = mf
+            extra += f"; floor {mf['rate']:,.0f}/s p50 {mf['p50_us']:.0f} p99 {mf['p99_us']:.0f} us"
+            if "p50_us" in mj:
+                out[name]["p50_vs_floor"] = mj["p50_us"] / mf["p50_us"]
+                extra += f" (jssync p50 {mj['p50_us'] / mf['p50_us']:.2f}x floor)"
         if with_natsio:
             mi = _median(ri)
             ratio_i = mj["rate"] / mi["rate"]
