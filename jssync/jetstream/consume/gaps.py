@@ -219,6 +219,12 @@ class GapTracker:
         starting at it, or IGNORE (an older generation, or without ``recover``)."""
         return self.status_from(generation, "a message was dropped (slow consumer)")
 
+    def is_next(self, consumer_seq: int, generation: int) -> bool:
+        """True when a message with ``consumer_seq`` from ``generation`` would be in order now
+        (a question: nothing changes)."""
+        last = self.last_consumer_seq
+        return generation == self.generation and (last is None or consumer_seq == last + 1)
+
     # -- what the caller decides ----------------------------------------------------------------
 
     def begin(self) -> int:

@@ -95,6 +95,13 @@ def test_without_recover_a_gap_is_reported_and_tracking_goes_on() -> None:
     assert t.resets == 0 and t.generation == 0
 
 
+def test_is_next_asks_without_changing_anything() -> None:
+    t = GapTracker()
+    t.message(4, 1, 0)
+    assert t.is_next(2, 0) and not t.is_next(3, 0) and not t.is_next(2, 1)
+    assert t.last_consumer_seq == 1
+
+
 def test_begin_and_rewind_are_the_callers_decisions() -> None:
     t = GapTracker()
     t.message(5, 1, 0)
