@@ -19,20 +19,22 @@ Liftbridge subscription) feeds it what arrives and gets back what to do:
 
 The states (``c``: the last consumer sequence received, ``s``: the next stream sequence)::
 
-                 message(s', c+1, g), s' >= s  -> DELIVER, c += 1, s = s'+1
-                 message(s', c+1, g), s' <  s  -> SKIP,    c += 1
-                 heartbeat(c, g)               -> IGNORE
-                +----------------+
-                v                |
-         +-----------------------+--+   message(_, c' != c+1, g) / heartbeat(c' != c, g)
-   ----->|  generation g, c, s       |   missed_heartbeat() / reconnected()
-   begin |                           |   status_from(g) / dropped(g)
-         +-----------------------+--+------------------------------+
-                ^                |                                  | Reset(from_stream_seq=s)
-                |                | anything tagged g' < g: IGNORE   v
-                |                +------------------->     +---------------------------+
-                +---------------------------------------- | generation g+1, c = 0, s  |
-                        (the same state, one generation on) +---------------------------+
+                 message(s', c+1, g), s' >= s   -> DELIVER  (c = c+1, s = s'+1)
+                 message(s', c+1, g), s' <  s   -> SKIP     (c = c+1)
+                 heartbeat(c, g)                -> IGNORE
+                 anything from generation < g   -> IGNORE
+                    +-------+
+                    |       v
+   begin  +----------------------------+
+  ------> |  generation g               |
+          |  c: last consumer seq       |
+          |  s: next stream seq         |
+          +----------------------------+
+                    |  message(_, c' != c+1, g)   heartbeat(c' != c, g)
+                    |  missed_heartbeat()         reconnected()
+                    |  status_from(g)             dropped(g)
+                    v
+          Reset(from_stream_seq = s)  ->  generation g+1, c = 0, s unchanged
 
 Not thread-safe: feed it from one thread (the consumer's I/O thread or reader).
 """
