@@ -58,6 +58,7 @@ from ..core import natspy as _natspy
 from ..core.msg import Msg
 from ..core.subscription import _END, Subscription, _Inbound
 from .consume.gaps import DELIVER, Gap, GapTracker, Reset
+from .consume.heartbeat import HeartbeatMonitor
 from .consume.runner import HeartbeatTimer
 
 if TYPE_CHECKING:
@@ -396,6 +397,7 @@ class JetStreamSubscription(Subscription):
         self._fc_replies = 0
         # heartbeat alarm: one timer on the I/O thread (made once the idle heartbeat is known)
         self._hb_timer: HeartbeatTimer | None = None
+        self._hb_mon: HeartbeatMonitor | None = None  # the timer's monitor (told of each message)
         self.alarms = 0
         # ordered resets
         self._reset_lock = threading.Lock()
@@ -451,9 +453,9 @@ class JetStreamSubscription(Subscription):
             pool.submit(self._conn.internal.call_user_cb, cb, exc)
 
     def _deliver(self, msg: Msg) -> None:
-        hb = self._hb_timer
-        if hb is not None:
-            hb.seen()
+        mon = self._hb_mon
+        if mon is not None:
+            mon.seen(_monotonic())
         if msg.reply.startswith(_ACK_PREFIX):
             self._ack_fence = msg.reply
             if self._ack_none:
@@ -557,6 +559,7 @@ class JetStreamSubscription(Subscription):
         if alarm is not None and not self._closed:
             timer = HeartbeatTimer(self._conn.internal.loop, alarm, self._on_alarm)
             self._hb_timer = timer
+            self._hb_mon = timer.monitor
             timer.start()
 
     def _on_alarm(self) -> None:
