@@ -41,6 +41,7 @@ from ..base.status import is_user_msg, message_size
 from ..base.validate import validate_subject
 from ..core import natspy as _natspy
 from ..core.msg import Msg
+from .consume.gaps import DELIVER, SKIP, Action, GapTracker, Reset
 from .params import validate_name
 from .pull import (
     _DISCARD,
@@ -171,11 +172,12 @@ class OrderedConsumer:
         self._prefix = name_prefix or f"OC_{uuid.uuid4().hex[:16].upper()}"
         self._serial = itertools.count(1)
         self._lock = threading.RLock()
-        #: the consumer in use, and where it stands
+        #: the consumer in use
         self._name: str | None = None
-        self._expected = 1  # next consumer sequence
-        #: next stream sequence to start a new consumer at (0: use the configured start)
-        self._next_seq = 0
+        #: where it stands: the consumer sequence check, the next stream sequence to start a new
+        #: consumer at (next_stream_seq 0: the configured start), the generation of the consumer
+        #: in use (each consumer made is a new one: what an older one sends is ignored)
+        self._tracker = GapTracker()
         self._needs_reset = False
         #: last_per_subject: True while the initial values (the last per subject when the
         #: consumer was created) are read; _initial_left of them are still to come
@@ -186,7 +188,8 @@ class OrderedConsumer:
         self._consume: OrderedConsumeContext | None = None
 
     def __repr__(self) -> str:
-        return f"<jssync.OrderedConsumer {self.stream!r} consumer={self._name!r} next_seq={self._next_seq}>"
+        return (f"<jssync.OrderedConsumer {self.stream!r} consumer={self._name!r} "
+                f"next_seq={self._tracker.next_stream_seq}>")
 
     @property
     def name(self) -> str | None:
@@ -216,9 +219,9 @@ class OrderedConsumer:
             cfg.deliver_policy = api.DeliverPolicy.LAST_PER_SUBJECT
             if not self._filters:
                 cfg.filter_subject = ">"
-        elif self._next_seq > 0:
+        elif self._tracker.next_stream_seq > 0:
             cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-            cfg.opt_start_seq = self._next_seq
+            cfg.opt_start_seq = self._tracker.next_stream_seq
         else:
             cfg.deliver_policy = self._policy
             cfg.opt_start_seq = self._opt_start_seq
@@ -230,13 +233,14 @@ class OrderedConsumer:
         name = f"{self._prefix}_{next(self._serial)}"
         cons = self._js.create_consumer(self.stream, self._config(name), timeout=timeout)
         info = cons.cached_info
-        if self._next_seq == 0 and self._policy is not api.DeliverPolicy.LAST_PER_SUBJECT:
+        tracker = self._tracker
+        if tracker.next_stream_seq == 0 and self._policy is not api.DeliverPolicy.LAST_PER_SUBJECT:
             # pin the start: a later reset must not move it (e.g. with deliver_policy "new")
             floor = info.delivered.stream_seq if info.delivered is not None else 0
             if floor:
-                self._next_seq = floor + 1
+                tracker.next_stream_seq = floor + 1
             elif self._policy is api.DeliverPolicy.ALL:
-                self._next_seq = 1
+                tracker.next_stream_seq = 1
         if self._initial:
             # all it has pending now is initial (it delivers them first, in stream order)
             left = int(info.num_pending or 0) + int(getattr(info.delivered, "consumer_seq", 0) or 0)
@@ -244,24 +248,22 @@ class OrderedConsumer:
             if left == 0:
                 self._initial_done(info)
         self._name = name
-        self._expected = 1
         self._needs_reset = False
         return name
 
     def _initial_done(self, info: api.ConsumerInfo | None = None) -> None:
         """The initial values are read: a later consumer starts at the next stream sequence."""
         self._initial = False
-        if self._next_seq == 0 and info is not None:
+        if self._tracker.next_stream_seq == 0 and info is not None:
             # none matched: what is stored later comes after the consumer's start (1 on an empty stream)
-            self._next_seq = int(getattr(info.delivered, "stream_seq", 0) or 0) + 1
+            self._tracker.next_stream_seq = int(getattr(info.delivered, "stream_seq", 0) or 0) + 1
 
-    def _initial_msg(self, sseq: int) -> bool:
+    def _initial_msg(self) -> None:
         """While the initial values are read (I/O thread, under the sequence check's lock):
-        count one; True when it was delivered already (by a consumer this one replaced)."""
+        count one (delivered, or passed over as delivered already by a consumer this one replaced)."""
         self._initial_left -= 1
         if self._initial_left <= 0:
             self._initial = False
-        return sseq < self._next_seq
 
     def _delete_soon(self, name: str | None) -> None:
         """Delete a consumer we no longer use, in the background (best effort)."""
@@ -277,7 +279,13 @@ class OrderedConsumer:
 
         js.conn.internal.pool.submit(_delete)
 
+    def _begin(self, timeout: float | None | Default = DEFAULT) -> str:
+        """Make a consumer for the next operation (blocking, under ``_lock``): a new generation."""
+        self._tracker.begin()
+        return self._reset(timeout)
+
     def _reset(self, timeout: float | None | Default = DEFAULT) -> str:
+        """Replace the consumer (blocking) for the tracker's current generation."""
         old = self._name
         self._name = None
         self._delete_soon(old)
@@ -306,12 +314,12 @@ class OrderedConsumer:
               ) -> tuple[FetchResult, _FetchControl]:
         """Send one pull request (under ``_lock``), creating the consumer first when needed (blocking)."""
         if self._name is None or self._needs_reset:
-            self._reset(create_timeout)
+            self._begin(create_timeout)
         assert self._name is not None
         kw: dict[str, Any] = {}
         if grace is not None:
             kw["grace"] = grace
-        ctl = _FetchControl(self, self._name)
+        ctl = _FetchControl(self, self._name, self._tracker.generation)
         res = fetch(self._js, self.stream, self._name, batch, max_bytes=max_bytes, expires=expires,
                     idle_heartbeat=idle_heartbeat, no_wait=no_wait, ack_none=True,
                     check=ctl.check, on_end=ctl.on_end, **kw)
@@ -423,7 +431,7 @@ class OrderedConsumer:
                 self._fetch.stop()
                 self._fetch = None
             if self._name is None or self._needs_reset:
-                self._reset()
+                self._begin()
             assert self._name is not None
             cc = OrderedConsumeContext(self, opts, callback, error_cb)
             self._consume = cc
@@ -435,11 +443,12 @@ class OrderedConsumer:
 class _FetchControl:
     """The sequence check of one ordered fetch (I/O thread) and its end (user thread)."""
 
-    __slots__ = ("oc", "name", "lock", "ended", "gone")
+    __slots__ = ("oc", "name", "gen", "lock", "ended", "gone")
 
-    def __init__(self, oc: OrderedConsumer, name: str) -> None:
+    def __init__(self, oc: OrderedConsumer, name: str, gen: int) -> None:
         self.oc = oc
         self.name = name
+        self.gen = gen  # the gap tracker's generation of consumer ``name``
         self.lock = threading.Lock()
         self.ended = False
         #: the pull ended because the consumer does not exist (any more): recreate it
@@ -451,15 +460,21 @@ class _FetchControl:
         with self.lock:
             if self.ended:
                 return False
-            if t is None or t[0] != self.name or t[2] != oc._expected:
+            if t is None:
                 oc._needs_reset = True
                 return False
-            oc._expected = t[2] + 1
-            if oc._initial and oc._initial_msg(t[1]):
+            act = oc._tracker.message(t[1], t[2], self.gen if t[0] == self.name else -1)
+            if act is DELIVER:
+                if oc._initial:
+                    oc._initial_msg()
+                return True
+            if act is SKIP:
+                if oc._initial:
+                    oc._initial_msg()
                 oc._passed += 1
                 return None  # delivered already: passed over
-            oc._next_seq = t[1] + 1
-            return True
+            oc._needs_reset = True  # a gap (a Reset: the next pull makes the new consumer), or not ours
+            return False
 
     def on_end(self, state: _FetchState) -> None:
         oc = self.oc
@@ -477,7 +492,7 @@ class _FetchControl:
         if first is not None:
             t = _ack_tokens(first.reply)
             if t is not None:
-                oc._next_seq = t[1]
+                oc._tracker.rewind(t[1])
             oc._needs_reset = True
         if not (state.done and state.clean) or state.error is not None:
             oc._needs_reset = True
@@ -581,6 +596,9 @@ class OrderedConsumeContext(ConsumeContext):
         assert oc._name is not None
         super().__init__(oc._js, oc.stream, oc._name, opts, callback, error_cb, ack_none=True)
         self._oc = oc
+        self._tracker = oc._tracker
+        #: the gap tracker's generation of the consumer read now (what older ones send is ignored)
+        self._cgen = oc._tracker.generation
         self._resets = 0
 
     @property
@@ -596,33 +614,35 @@ class OrderedConsumeContext(ConsumeContext):
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
             oc = self._oc
             t = _ack_tokens(msg.reply)
+            if t is None:
+                return
             with self._lock:
-                if self._resetting or (self._state is not _State.RUNNING and self._state is not _State.DRAINING):
+                if self._state is not _State.RUNNING and self._state is not _State.DRAINING:
                     return
-                if t is None or t[0] != self.consumer:
-                    return  # a late message of a consumer we dropped
-                if t[2] != oc._expected:
-                    gap = True
-                else:
-                    gap = False
-                    oc._expected = t[2] + 1
+                # a late message of a consumer dropped (another name, or the one being replaced) is ignored
+                act = self._tracker.message(t[1], t[2], self._cgen if t[0] == self.consumer else -1)
+                if act is DELIVER or act is SKIP:
                     self._rx += 1
                     size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(
                         self._conn, msg)) if self._bytes_mode else 0
                     self._rx_b += size
-                    if oc._initial and oc._initial_msg(t[1]):
+                    if oc._initial:
+                        oc._initial_msg()
+                    if act is SKIP:
                         # delivered already (by a consumer this one replaced): it took its place
                         # in a pull request but is never taken, so it is discounted at once
                         self._disc += 1
                         self._disc_b += size
                         return
-                    oc._next_seq = t[1] + 1
                     if self._bytes_mode:
                         self._sizes.append(size)
                     msg._ack_none = True
                     self._q.put(msg)
-            if gap:
-                self._start_reset(f"gap: consumer sequence {t[2]} where {oc._expected} was expected")
+                    reset = False
+                else:
+                    reset = type(act) is Reset and self._claim_reset()
+            if reset:
+                self._log_reset(act)
             elif self._cb is not None and not self._running:
                 self._kick_lane()
             return
@@ -641,8 +661,7 @@ class OrderedConsumeContext(ConsumeContext):
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
             t = _ack_tokens(msg.reply)
             with self._lock:
-                if (t is not None and t[0] == self.consumer and t[2] == self._oc._expected
-                        and not self._resetting):
+                if t is not None and t[0] == self.consumer and self._tracker.is_next(t[2], self._cgen):
                     self._disc -= 1
                     if self._bytes_mode:
                         self._disc_b -= message_size(msg.subject, msg.reply, h, msg.data,
@@ -652,33 +671,51 @@ class OrderedConsumeContext(ConsumeContext):
             self._activity += 1
 
     def _terminal(self, exc: BaseException) -> None:
-        self._start_reset(str(exc))
+        self._start_reset(lambda tr: tr.status_from(self._cgen, str(exc)))
 
     def _no_responders(self, exc: BaseException) -> None:
-        self._start_reset(str(exc))
+        self._start_reset(lambda tr: tr.status_from(self._cgen, str(exc)))
 
     def _missed_heartbeat(self) -> None:
         self._report(NoHeartbeatError(
             f"no heartbeat from the ordered consumer {self.consumer!r} on stream {self.stream!r} "
             f"within {2 * self._hb}s: recreating it"
         ))
-        self._start_reset("missed heartbeats")
+        self._start_reset(GapTracker.missed_heartbeat)
 
     def _reconnected(self) -> None:
         self._paused = False
         if self._state is not _State.RUNNING:
             return
-        self._start_reset("reconnected")
+        self._start_reset(GapTracker.reconnected)
         self._cancel_timer()
         self._arm_timer()
 
-    def _start_reset(self, why: str) -> None:
-        """Drop the current consumer and make a new one (the work runs on the worker pool)."""
+    def _start_reset(self, event: Callable[[GapTracker], Action]) -> None:
+        """Tell the gap tracker ``event`` (a missed heartbeat, a reconnect, the consumer gone);
+        on its :class:`Reset`, drop the current consumer and make a new one (on the worker pool).
+
+        One reset at a time: while one runs (or the consume is not running) the event is not
+        passed on; the consumer being made is for the newest generation anyway.
+        """
         with self._lock:
             if self._resetting or self._state is not _State.RUNNING:
                 return
+            act = event(self._tracker)
+            if type(act) is not Reset:
+                return
             self._resetting = True
-        log.debug("ordered consumer on %s: reset (%s)", self.stream, why)
+        self._log_reset(act)
+
+    def _claim_reset(self) -> bool:
+        """Under ``_lock``: the tracker returned a Reset; True when this call is to run it."""
+        if self._resetting or self._state is not _State.RUNNING:
+            return False
+        self._resetting = True
+        return True
+
+    def _log_reset(self, act: Action) -> None:
+        log.debug("ordered consumer on %s: reset (%s)", self.stream, getattr(act, "reason", act))
         self._conn.internal.pool.submit(self._do_reset)
 
     def _do_reset(self) -> None:
@@ -735,6 +772,7 @@ class OrderedConsumeContext(ConsumeContext):
             old = self._nsub
             if current:
                 self.consumer = name
+                self._cgen = self._tracker.generation
                 self._next_subject = f"{self._js.prefix}.CONSUMER.MSG.NEXT.{self.stream}.{name}"
                 self._inbox = inbox
                 self._nsub = nsub
@@ -774,9 +812,8 @@ class OrderedConsumeContext(ConsumeContext):
         # (the lane may hold one it took just before stop(): it counts, whichever runs first)
         t = _ack_tokens(msg.reply)
         if t is not None:
-            oc = self._oc
-            with self._lock:  # the lock put_nowait moves _next_seq under (never held for long)
-                oc._next_seq = min(oc._next_seq, t[1])
+            with self._lock:  # the lock put_nowait moves the tracker under (never held for long)
+                self._tracker.rewind(t[1])
 
     def stop(self) -> None:
         super().stop()

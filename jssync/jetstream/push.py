@@ -57,6 +57,9 @@ from ..base.status import PushAction, Status, classify, decide_push
 from ..core import natspy as _natspy
 from ..core.msg import Msg
 from ..core.subscription import _END, Subscription, _Inbound
+from .consume.gaps import DELIVER, Gap, GapTracker, Reset
+from .consume.heartbeat import HeartbeatMonitor
+from .consume.runner import HeartbeatTimer
 
 if TYPE_CHECKING:
     from ..core.connection import Connection
@@ -330,7 +333,7 @@ class _PushInbound(_Inbound):
 
     def put_nowait(self, msg: Msg) -> None:
         sub = self._sub
-        if sub._gen == self._gen:  # type: ignore[attr-defined]
+        if sub._tracker.generation == self._gen:  # type: ignore[attr-defined]
             sub._deliver(msg)
 
 
@@ -383,20 +386,18 @@ class JetStreamSubscription(Subscription):
         self.heartbeat_alarm: float | None = None
         self._auto_ack = callback is not None and not manual_ack
         self._error_cb = error_cb
-        # I/O thread state
-        self._gen = 0
+        # I/O thread state: the generation of the NATS subscription in use and, unless this is a
+        # queue subscription, the consumer sequence check (ordered: a gap resets; else: reported)
         self._ack_none = False
         self._gaps = queue is None
-        self._cseq: int | None = None  # last consumer sequence received (None: not known yet)
-        self._sseq = 0  # stream sequence of the last message received
-        self._last_seen = _monotonic()
+        self._tracker = GapTracker(recover=ordered, last_consumer_seq=None)
         # flow control
         self._fc_lock = threading.Lock()
         self._fc_last: str | None = None
         self._fc_replies = 0
-        # heartbeat alarm
-        self._timer: threading.Timer | None = None
-        self._timer_lock = threading.Lock()
+        # heartbeat alarm: one timer on the I/O thread (made once the idle heartbeat is known)
+        self._hb_timer: HeartbeatTimer | None = None
+        self._hb_mon: HeartbeatMonitor | None = None  # the timer's monitor (told of each message)
         self.alarms = 0
         # ordered resets
         self._reset_lock = threading.Lock()
@@ -452,7 +453,9 @@ class JetStreamSubscription(Subscription):
             pool.submit(self._conn.internal.call_user_cb, cb, exc)
 
     def _deliver(self, msg: Msg) -> None:
-        self._last_seen = _monotonic()
+        mon = self._hb_mon
+        if mon is not None:
+            mon.seen(_monotonic())
         if msg.reply.startswith(_ACK_PREFIX):
             self._ack_fence = msg.reply
             if self._ack_none:
@@ -467,22 +470,16 @@ class JetStreamSubscription(Subscription):
                 self._accept(msg)
                 return
             lane = self._lane
+            tracker = self._tracker
             if (len(lane) if lane is not None else self._q.qsize()) >= self._limit:
                 # dropped (reported as a slow consumer); the gap shows with the next message. Only
                 # this thread adds to the queue, so a message that fits here is accepted below.
-                if self.ordered:
-                    self._request_reset("slow consumer drop")
+                self._act(tracker.dropped(tracker.generation))
                 self._drop()
-            cseq = seq.consumer
-            last = self._cseq
-            if last is not None and cseq != last + 1:
-                if self.ordered:
-                    self._request_reset("consumer sequence gap")
-                    return
-                self._report(ConsumerSequenceMismatchError(self.subject, self._sseq + 1, cseq, last))
+            act = tracker.message(seq.stream, seq.consumer, tracker.generation)
+            if act is not DELIVER and not self._act(act):
+                return  # a reset (or passed over): the new consumer sends it again
             Subscription._deliver(self, msg)
-            self._cseq = cseq
-            self._sseq = seq.stream
             return
         hdrs = msg.headers
         if hdrs is not None and not msg.data and "Status" in hdrs:
@@ -519,31 +516,32 @@ class JetStreamSubscription(Subscription):
             if st.stalled:
                 self._respond_fc(st.stalled)
             if self._gaps:
-                self._check_heartbeat(st.last_consumer)
+                tracker = self._tracker
+                self._act(tracker.heartbeat(st.last_consumer, tracker.generation))
             return
         if act is PushAction.END:
             return
         exc = StatusError(st.code, st.description, self.subject)
-        if self.ordered and act is PushAction.CONSUMER_DELETED:
-            self._request_reset("consumer deleted")
+        if act is PushAction.CONSUMER_DELETED:
+            self._act(self._tracker.status_from(self._tracker.generation, "consumer deleted"))
         self._report(exc)
         if self._lane is None:
             self._q.put(_Raise(exc))
 
-    def _check_heartbeat(self, server_cseq: int) -> None:
-        if server_cseq < 0:  # no (readable) Nats-Last-Consumer
-            return
-        last = self._cseq
-        if last is None:
-            self._cseq = server_cseq  # bound to an existing consumer: the first count we see
-            return
-        if server_cseq == last:
-            return
-        if self.ordered:
-            self._request_reset("heartbeat shows a gap")
-            return
-        self._report(ConsumerSequenceMismatchError(self.subject, self._sseq + 1, server_cseq, last))
-        self._cseq = server_cseq  # reported once
+    def _act(self, act: object) -> bool:
+        """Carry out what the gap tracker answered (I/O thread); True: deliver the message.
+
+        A :class:`Reset` recreates the ordered consumer; a :class:`Gap` (not ordered) is
+        reported once and the message delivered.
+        """
+        if type(act) is Reset:
+            self._request_reset(act.reason)
+            return False
+        if type(act) is Gap:
+            self._report(ConsumerSequenceMismatchError(self.subject, act.stream_seq, act.consumer_seq,
+                                                       act.last_consumer_seq))
+            return True
+        return act is DELIVER
 
     def _respond_fc(self, subject: str) -> None:
         """Answer a flow control subject, once per subject (any thread)."""
@@ -554,43 +552,28 @@ class JetStreamSubscription(Subscription):
             self._fc_replies += 1
         self._conn.internal.publish_raw(subject, b"")
 
-    # -- heartbeat alarm (a threading timer) ---------------------------------------------
+    # -- heartbeat alarm (one timer on the I/O thread, see consume/runner.py) -------------
 
     def _start_alarm(self) -> None:
-        if self.heartbeat_alarm is not None:
-            self._last_seen = _monotonic()
-            self._arm(self.heartbeat_alarm)
-
-    def _arm(self, delay: float) -> None:
-        with self._timer_lock:
-            if self._closed:
-                return
-            t = threading.Timer(max(delay, 0.01), self._on_timer)
-            t.name = f"jssync-push-hb-{self._conn.internal.id}"
-            t.daemon = True
-            self._timer = t
-            t.start()
-
-    def _on_timer(self) -> None:
         alarm = self.heartbeat_alarm
-        if self._closed or alarm is None:
+        if alarm is not None and not self._closed:
+            timer = HeartbeatTimer(self._conn.internal.loop, alarm, self._on_alarm)
+            self._hb_timer = timer
+            self._hb_mon = timer.monitor
+            timer.start()
+
+    def _on_alarm(self) -> None:
+        """I/O thread: the heartbeat monitor reported a silent ``heartbeat_alarm`` period (once per period)."""
+        if self._closed:
             return
-        idle = _monotonic() - self._last_seen
-        if idle >= alarm * 0.999:
-            self._last_seen = _monotonic()  # the next alarm comes after another silent period
-            self.alarms += 1
-            self._report(HeartbeatAlarmError(self.subject, self.idle_heartbeat or 0.0, alarm))
-            if self.ordered:
-                self._request_reset("heartbeat alarm")
-            self._arm(alarm)
-        else:
-            self._arm(alarm - idle)
+        self.alarms += 1
+        self._report(HeartbeatAlarmError(self.subject, self.idle_heartbeat or 0.0, self.heartbeat_alarm or 0.0))
+        self._act(self._tracker.missed_heartbeat())
 
     def _stop_alarm(self) -> None:
-        with self._timer_lock:
-            t, self._timer = self._timer, None
-        if t is not None:
-            t.cancel()
+        timer = self._hb_timer
+        if timer is not None:
+            timer.stop()
 
     # -- NATS subscriptions ------------------------------------------------------------------
 
@@ -601,8 +584,9 @@ class JetStreamSubscription(Subscription):
         """
         conn = self._conn
         await conn.internal.sync_pubs()
-        if fresh:
-            self._cseq = 0
+        if self._gaps and gen == self._tracker.generation:
+            # a consumer about to be created starts at 1; an existing one: its first message tells
+            self._tracker.last_consumer_seq = 0 if fresh else None
         with translating():
             return await _natspy.subscribe(conn.internal.nc, subject, _PushInbound(self, gen), queue)
 
@@ -611,7 +595,7 @@ class JetStreamSubscription(Subscription):
 
     def _subscribe(self, subject: str, queue: str | None, deadline: Deadline, fresh: bool) -> None:
         self.subject = subject
-        self._nsub = self._conn.run(self._nats_subscribe(subject, queue, self._gen, fresh), deadline,
+        self._nsub = self._conn.run(self._nats_subscribe(subject, queue, self._tracker.generation, fresh), deadline,
                                     "subscribe")
 
     def _unsubscribe_nats(self, nsub: Any, deadline: Deadline) -> None:
@@ -630,12 +614,12 @@ class JetStreamSubscription(Subscription):
     # -- ordered resets --------------------------------------------------------------------
 
     def _request_reset(self, reason: str) -> None:
-        """Recreate the ordered consumer from the last stream sequence + 1 (any thread, no wait)."""
+        """Recreate the ordered consumer (I/O thread, no wait): the gap tracker started a new
+        generation, so whatever the old consumer still sends is dropped from now on."""
         with self._reset_lock:
             if self._closed or self._draining:
                 return
             log.debug("ordered subscription on %s: reset (%s)", self.stream_name, reason)
-            self._gen += 1  # from now on, whatever the old consumer sends is dropped
             self._reset_wanted = True
             if self._reset_running:
                 return
@@ -671,7 +655,7 @@ class JetStreamSubscription(Subscription):
                     self._reset_idle.set()
                     return
                 self._reset_wanted = False
-                gen = self._gen
+                gen = self._tracker.generation
             try:
                 self._reset_once(gen)
                 failures = 0
@@ -705,9 +689,10 @@ class JetStreamSubscription(Subscription):
         inbox = conn.new_inbox()
         nsub = conn.run(self._nats_subscribe(inbox, None, gen, True), deadline, "subscribe")
         cfg = base.evolve(deliver_subject=inbox)
-        if self._sseq > 0:
+        start = self._tracker.next_stream_seq  # the last stream sequence delivered + 1 (0: none yet)
+        if start > 0:
             cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-            cfg.opt_start_seq = self._sseq + 1
+            cfg.opt_start_seq = start
             cfg.opt_start_time = None
         try:
             consumer = js._upsert_consumer(self.stream_name, cfg, "create", deadline.remaining())
@@ -725,7 +710,8 @@ class JetStreamSubscription(Subscription):
             self._unsubscribe_nats(nsub, Deadline(1.0))
             self._try_delete(consumer.name)
             return
-        self._last_seen = _monotonic()
+        if self._hb_timer is not None:
+            self._hb_timer.restart()
         log.debug("ordered subscription reset to consumer %s from stream sequence %s",
                   consumer.name, cfg.opt_start_seq or cfg.deliver_policy)
         if old_name and old_name != consumer.name:
@@ -739,7 +725,7 @@ class JetStreamSubscription(Subscription):
 
     def _on_reconnect(self) -> None:
         # I/O thread: an ordered consumer (memory storage, R1) may not have survived
-        self._request_reset("reconnect")
+        self._act(self._tracker.reconnected())
 
     # -- user side -------------------------------------------------------------------------
 

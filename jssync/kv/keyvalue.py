@@ -57,6 +57,8 @@ from ..base.errors import (
 )
 from ..base.status import CONFLICT, NOT_FOUND, PushAction, classify, decide_push
 from ..jetstream import hooks as _js_hooks
+from ..jetstream.consume.gaps import DELIVER, SKIP, GapTracker, Reset
+from ..jetstream.consume.heartbeat import HeartbeatMonitor
 from ..jetstream.direct import _no_responders, parse_timestamp, status_error
 from ..jetstream.features import require
 from ..jetstream.params import check_options, normalize_config
@@ -950,18 +952,20 @@ class _PushWatcher(Generic[T]):
         self._lock = threading.RLock()
         self._ready: collections.deque[T | None] = collections.deque()
         self._stopped = False
-        self._reset_needed = False
+        self._reset_needed = False  # a consumer must be (re-)created by the reader
+        self._reconnected = False  # set on the I/O thread; the reader tells the gap tracker
         self._init_done = False
         self._init_pending = 0
         self._received = 0
-        self._next_start: int | None = resume_from
-        self._cseq = 0
+        #: the consumer sequence check and the next stream sequence (ordered delivery, resets)
+        self._tracker = GapTracker(next_stream_seq=resume_from or 0)
         #: The current subscription, in a holder the finalizer shares (it must not keep us alive).
         self._holder = _SubHolder()
         self._consumer: str | None = None
-        self._last_activity = time.monotonic()
         self._retry_at = 0.0
         self._hb = WATCH_HEARTBEAT
+        #: 2 x the idle heartbeat without anything: the consumer is re-created (ADR-37)
+        self._hb_mon = HeartbeatMonitor(2 * self._hb, time.monotonic())
         # The connection must not keep an abandoned watcher alive (a watcher dropped without
         # stop() would keep its subscription and server-side consumer as long as the
         # connection lives): the listener holds it weakly, and a finalizer cleans up.
@@ -978,8 +982,8 @@ class _PushWatcher(Generic[T]):
             raise
         if updates_only:
             self._mark_init_done()
-            if self._next_start is None and info is not None and info.delivered is not None:
-                self._next_start = int(info.delivered.stream_seq or 0) + 1
+            if self._tracker.next_stream_seq == 0 and info is not None and info.delivered is not None:
+                self._tracker.next_stream_seq = int(info.delivered.stream_seq or 0) + 1
         else:
             self._count_initial(info)
 
@@ -1005,7 +1009,8 @@ class _PushWatcher(Generic[T]):
     # -- consumer plumbing ----------------------------------------------------------------------
 
     def _on_reconnect(self) -> None:
-        # on the I/O thread: only set a flag; the reader re-creates the consumer
+        # on the I/O thread: only set flags; the reader tells the gap tracker and re-creates the consumer
+        self._reconnected = True
         self._reset_needed = True
 
     def _create_first(self, deadline: Deadline | None) -> api.ConsumerInfo | None:
@@ -1059,11 +1064,11 @@ class _PushWatcher(Generic[T]):
         else:
             cfg.filter_subjects = list(self._subjects)
         if self._last_per_subject and not self._init_done:
-            # (again) the latest per subject; those before _next_start were delivered already
+            # (again) the latest per subject; the gap tracker skips those delivered already
             cfg.deliver_policy = api.DeliverPolicy.LAST_PER_SUBJECT
-        elif self._next_start is not None:
+        elif self._tracker.next_stream_seq > 0:
             cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-            cfg.opt_start_seq = self._next_start
+            cfg.opt_start_seq = self._tracker.next_stream_seq
         elif self._updates_only:
             cfg.deliver_policy = api.DeliverPolicy.NEW
         elif self._include_history:
@@ -1084,8 +1089,8 @@ class _PushWatcher(Generic[T]):
             raise
         self._sub = sub
         self._consumer = consumer.name
-        self._cseq = 0
-        self._last_activity = time.monotonic()
+        self._tracker.last_consumer_seq = 0  # a new consumer starts at consumer sequence 1
+        self._hb_mon.resumed(time.monotonic())
         return consumer.cached_info
 
     def _drop_consumer(self) -> None:
@@ -1117,7 +1122,7 @@ class _PushWatcher(Generic[T]):
                      exc)
             self._reset_needed = True
             self._retry_at = time.monotonic() + 0.5
-            self._last_activity = time.monotonic()
+            self._hb_mon.resumed(time.monotonic())
             return
         self._count_initial(info)
 
@@ -1127,7 +1132,8 @@ class _PushWatcher(Generic[T]):
             self._ready.append(None)
 
     def _handle(self, msg: Msg) -> None:
-        self._last_activity = time.monotonic()
+        self._hb_mon.seen(time.monotonic())
+        tracker = self._tracker
         hdrs = msg.headers
         st = classify(hdrs, msg.data, msg.reply) if hdrs and not msg.data and "Status" in hdrs else None
         if st is not None:
@@ -1137,29 +1143,29 @@ class _PushWatcher(Generic[T]):
                     self._conn.internal.publish_raw(st.flow_control, b"")
                 if st.stalled:
                     self._conn.internal.publish_raw(st.stalled, b"")
-                last = st.last_consumer
-                if last > self._cseq:
-                    self._reset(f"heartbeat says consumer sequence {last}, last seen {self._cseq}")
+                hb = tracker.heartbeat(st.last_consumer, tracker.generation)
+                if type(hb) is Reset:
+                    self._reset(hb.reason)
                 return
             if st.code in (CONFLICT, NOT_FOUND):
-                self._reset(f"status {st.code} {st.description}")
+                gone = tracker.status_from(tracker.generation, f"status {st.code} {st.description}")
+                if type(gone) is Reset:
+                    self._reset(gone.reason)
             return
         try:
             meta = msg.metadata
         except Error:
             return
-        if meta.sequence.consumer != self._cseq + 1:
-            self._reset(f"gap: consumer sequence {meta.sequence.consumer} after {self._cseq}")
-            return
-        self._cseq = meta.sequence.consumer
-        seq = meta.sequence.stream
-        ns = self._next_start
-        if ns is None or seq >= ns:
-            self._next_start = seq + 1
+        step = tracker.message(meta.sequence.stream, meta.sequence.consumer, tracker.generation)
+        if step is DELIVER:
             item = self._item(msg, meta)
             if item is not None:
                 self._ready.append(item)
-        # else: a consumer re-created during the initial values delivers the latest per
+        elif step is not SKIP:
+            # a gap: re-created from the next stream sequence
+            self._reset(step.reason if type(step) is Reset else "out of order")
+            return
+        # SKIP: a consumer re-created during the initial values delivers the latest per
         # subject again; those before the last one delivered were delivered already
         if not self._init_done:
             self._received += 1
@@ -1193,7 +1199,12 @@ class _PushWatcher(Generic[T]):
                 if self._stopped or self._conn.is_closed:
                     raise StopIteration
                 if self._reset_needed and time.monotonic() >= self._retry_at:
-                    self._reset("reconnected" if self._sub is not None else "retry")
+                    why = "retry"
+                    if self._reconnected:  # one reset per reconnect
+                        self._reconnected = False
+                        act = self._tracker.reconnected()
+                        why = act.reason if type(act) is Reset else "reconnected"
+                    self._reset(why)
                     continue
                 sub = self._sub
                 if sub is None:
@@ -1205,8 +1216,9 @@ class _PushWatcher(Generic[T]):
                 try:
                     got = sub.next_msg(timeout=deadline.slice())
                 except TimeoutError:
-                    if time.monotonic() - self._last_activity > 2 * self._hb:
-                        self._reset("missed heartbeats")
+                    if self._hb_mon.check(time.monotonic()):
+                        missed = self._tracker.missed_heartbeat()
+                        self._reset(missed.reason if type(missed) is Reset else "missed heartbeats")
                 except SubscriptionClosedError:
                     got = _CLOSED
                 # raised outside the handlers: no internal context

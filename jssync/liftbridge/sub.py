@@ -42,6 +42,8 @@ from ..base.errors import (
 )
 from ..base.status import PushAction, classify, decide_push
 from ..core.workers import SerialLane
+from ..jetstream.consume.gaps import DELIVER, SKIP, GapTracker, Reset
+from ..jetstream.consume.heartbeat import HeartbeatMonitor
 from .codec import Message, StartPosition, message_from, public
 
 if TYPE_CHECKING:
@@ -199,12 +201,13 @@ class Subscription:
         self._sub: CoreSubscription | None = None
         self._consumer: str | None = None
         self._advisory: CoreSubscription | None = None
-        self._cseq = 0
-        self._next_seq: int | None = None
+        #: the consumer sequence check and the next stream sequence (next_stream_seq 0: not known yet)
+        self._tracker = GapTracker()
         self._last_offset: int | None = None
-        self._activity = 0
-        self._activity_at = time.monotonic()
-        self._reset_reason: str | None = None
+        #: 3 x the idle heartbeat without anything: resubscribe
+        self._hb_mon = HeartbeatMonitor(3 * idle_heartbeat, time.monotonic())
+        self._reconnected = False  # set on the I/O thread; the reader tells the gap tracker
+        self._reset_reason: str | None = None  # set: the reader resubscribes
         self._fail_since: float | None = None
         self._attempt_at = 0.0
         self._last_error: BaseException | None = None
@@ -267,9 +270,10 @@ class Subscription:
                 idle_heartbeat=self._hb, mem_storage=True, num_replicas=1,
                 inactive_threshold=max(5.0, 3 * self._hb), replay_policy=api.ReplayPolicy.INSTANT,
             )
-            if self._next_seq is not None:
+            start = self._tracker.next_stream_seq
+            if start > 0:
                 params["deliver_policy"] = api.DeliverPolicy.BY_START_SEQUENCE
-                params["opt_start_seq"] = self._next_seq
+                params["opt_start_seq"] = start
             else:
                 params["deliver_policy"] = self._start.policy
                 if self._start.opt_start_seq is not None:
@@ -291,12 +295,12 @@ class Subscription:
             sub.unsubscribe()
             self._delete_consumer(cons.name)
             return
-        self._cseq = 0
-        if self._next_seq is None:
+        tracker = self._tracker
+        tracker.last_consumer_seq = 0  # a new consumer starts at consumer sequence 1
+        if tracker.next_stream_seq == 0:
             delivered = cons.cached_info.delivered
-            self._next_seq = (delivered.stream_seq if delivered is not None else 0) + 1
-        self._activity = sub.delivered
-        self._activity_at = time.monotonic()
+            tracker.next_stream_seq = (delivered.stream_seq if delivered is not None else 0) + 1
+        self._hb_mon.resumed(time.monotonic())
 
     def _watch_deletions(self) -> None:
         """Listen for the server's consumer-deleted advisories on the partition stream.
@@ -346,9 +350,9 @@ class Subscription:
         self._delete_consumer(name)
 
     def _on_reconnect(self) -> None:
-        # on the I/O thread: only flag it; the reader resubscribes
+        # on the I/O thread: only flag it; the reader tells the gap tracker and resubscribes
         if not self._closed:
-            self._reset_reason = "the connection reconnected"
+            self._reconnected = True
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -362,6 +366,11 @@ class Subscription:
         while True:
             if self._closed:
                 return None
+            if self._reconnected:  # one reset per reconnect
+                self._reconnected = False
+                act = self._tracker.reconnected()
+                if type(act) is Reset:
+                    self._reset_reason = f"the connection reconnected ({act.reason})"
             if self._reset_reason is not None or self._sub is None:
                 self._resubscribe(deadline)
                 continue
@@ -371,7 +380,7 @@ class Subscription:
             try:
                 msg = sub.next_msg(timeout=deadline.slice())
             except TimeoutError:
-                self._check_heartbeat(sub)
+                self._check_heartbeat()
             except SubscriptionClosedError:
                 ended = True
             # raised outside the handlers: no internal exception as context
@@ -393,18 +402,16 @@ class Subscription:
             if m is not None:
                 return m
 
-    def _check_heartbeat(self, sub: CoreSubscription) -> None:
-        n = sub.delivered
-        now = time.monotonic()
-        if n != self._activity:
-            self._activity = n
-            self._activity_at = now
-        elif now - self._activity_at > 3 * self._hb:
-            self._reset_reason = f"no heartbeat within {3 * self._hb}s"
+    def _check_heartbeat(self) -> None:
+        """Nothing to read within a slice: resubscribe after 3 x the idle heartbeat of silence (once)."""
+        if self._hb_mon.check(time.monotonic()):
+            act = self._tracker.missed_heartbeat()
+            if type(act) is Reset:
+                self._reset_reason = f"no heartbeat within {3 * self._hb}s"
 
     def _handle(self, msg: Msg, sub: CoreSubscription) -> Message | None:
-        self._activity = sub.delivered
-        self._activity_at = time.monotonic()
+        self._hb_mon.seen(time.monotonic())
+        tracker = self._tracker
         reply = msg.reply
         if reply.startswith("$JS.ACK."):
             parsed = _ack_numbers(reply)
@@ -412,15 +419,14 @@ class Subscription:
                 meta = msg.metadata  # raises for a malformed ack subject
                 parsed = (meta.sequence.stream, meta.sequence.consumer, meta.timestamp)
             sseq, cseq, ts = parsed
-            if cseq != self._cseq + 1:
-                self._reset_reason = f"gap: consumer sequence {cseq}, expected {self._cseq + 1}"
+            step = tracker.message(sseq, cseq, tracker.generation)
+            if step is not DELIVER:
+                if step is SKIP:  # already delivered (cannot happen with one consumer; be safe)
+                    self._fail_since = None
+                elif type(step) is Reset:
+                    self._reset_reason = step.reason
                 return None
-            self._cseq = cseq
             self._fail_since = None
-            assert self._next_seq is not None
-            if sseq < self._next_seq:
-                return None  # already delivered (cannot happen with one consumer; be safe)
-            self._next_seq = sseq + 1
             self._last_offset = sseq - 1
             return message_from(msg.subject, msg.data, msg.headers, self.stream, self.partition, sseq, ts)
         h = msg.headers
@@ -435,11 +441,13 @@ class Subscription:
             self._fail_since = None
             if st.stalled:
                 self._conn.internal.publish_raw(st.stalled, b"")
-            last = st.last_consumer
-            if last >= 0 and last != self._cseq:
-                self._reset_reason = f"gap: heartbeat says consumer sequence {last}, have {self._cseq}"
+            hb = tracker.heartbeat(st.last_consumer, tracker.generation)
+            if type(hb) is Reset:
+                self._reset_reason = hb.reason
         else:
-            self._reset_reason = f"status {st.code} {st.description}".strip()
+            gone = tracker.status_from(tracker.generation, f"status {st.code} {st.description}".strip())
+            if type(gone) is Reset:
+                self._reset_reason = gone.reason
         return None
 
     def _resubscribe(self, deadline: Deadline) -> None:
@@ -449,7 +457,7 @@ class Subscription:
             reason = self._reset_reason or "reset"
             self._reset_reason = None
             log.info("jssync.liftbridge: resubscribing to %s partition %d from offset %s: %s", self.stream,
-                     self.partition, (self._next_seq or 1) - 1, reason)
+                     self.partition, (self._tracker.next_stream_seq or 1) - 1, reason)
             self._drop_current()
             if self._fail_since is None:
                 self._fail_since = now

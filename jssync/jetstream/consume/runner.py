@@ -1,0 +1,105 @@
+"""The runner: the only consuming code that turns the pure parts' answers into I/O.
+
+:class:`HeartbeatTimer` owns the one timer of one :class:`HeartbeatMonitor`: an
+``asyncio`` timer on the connection's I/O thread, armed at the monitor's
+:meth:`~HeartbeatMonitor.next_deadline`, never a thread per alarm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ...base.errors import Error
+from .heartbeat import HeartbeatMonitor
+
+if TYPE_CHECKING:
+    from ...core.loop import IOLoop
+
+__all__ = ["HeartbeatTimer"]
+
+log = logging.getLogger("jssync")
+
+_monotonic = time.monotonic
+
+
+class HeartbeatTimer:
+    """Runs one :class:`HeartbeatMonitor` on the I/O thread; calls ``on_miss()`` there once per miss.
+
+    :meth:`seen` is for the I/O thread (each message or status); :meth:`start`,
+    :meth:`restart` and :meth:`stop` may be called from any thread and never wait.
+
+    Args:
+        loop: the connection's I/O loop.
+        interval: seconds without traffic that count as a miss.
+        on_miss: called on the I/O thread for each miss (it must not block).
+    """
+
+    __slots__ = ("monitor", "_loop", "_on_miss", "_handle", "_stopped")
+
+    def __init__(self, loop: IOLoop, interval: float, on_miss: Callable[[], None]) -> None:
+        self.monitor = HeartbeatMonitor(interval, _monotonic())
+        self._loop = loop
+        self._on_miss = on_miss
+        self._handle: asyncio.TimerHandle | None = None
+        self._stopped = False
+
+    def seen(self) -> None:
+        """A message or status arrived (I/O thread)."""
+        self.monitor.seen(_monotonic())
+
+    def start(self) -> None:
+        """Start watching from now (any thread, no wait; nothing when the connection is closed)."""
+        self._soon(self._restart)
+
+    def restart(self) -> None:
+        """Count the next interval from now (e.g. a new consumer was made; any thread, no wait)."""
+        self._soon(self._restart)
+
+    def stop(self) -> None:
+        """Stop watching (any thread, no wait; idempotent)."""
+        self._stopped = True
+        self._soon(self._cancel)
+
+    def _soon(self, fn: Callable[[], None]) -> None:
+        if self._loop.in_loop_thread():
+            fn()
+            return
+        try:
+            self._loop.call_soon(fn)
+        except Error:
+            pass  # the connection is closed: no more heartbeats to watch
+
+    # -- on the I/O thread ------------------------------------------------------------------
+
+    def _restart(self) -> None:
+        if self._stopped:
+            return
+        self.monitor.resumed(_monotonic())
+        self._arm()
+
+    def _cancel(self) -> None:
+        h, self._handle = self._handle, None
+        if h is not None:
+            h.cancel()
+
+    def _arm(self) -> None:
+        self._cancel()
+        at = self.monitor.next_deadline()
+        if self._stopped or at is None:
+            return
+        self._handle = self._loop.loop.call_later(max(at - _monotonic(), 0.001), self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        if self._stopped:
+            return
+        try:
+            if self.monitor.check(_monotonic()):
+                self._on_miss()
+        except Exception:  # noqa: BLE001 - the timer must go on
+            log.exception("heartbeat miss handler %r raised", self._on_miss)
+        self._arm()
