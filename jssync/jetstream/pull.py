@@ -420,6 +420,11 @@ class FetchResult:
             item = wait_get(q, deadline.slice())
             if item is not EXPIRED:
                 return item
+            gone = self._conn.internal.close_error
+            if gone is not None:  # it gave up reconnecting: the iteration raises why
+                st.error = ConnectionClosedError(str(gone))
+                st.raise_error = True
+                return _END
             if self._conn.internal.closed:
                 st.error = ConnectionClosedError("the connection closed during the fetch")
                 return _END
@@ -1416,13 +1421,20 @@ class ConsumeContext(_natspy.Receiver):
         for msg in later:
             msg._nak_quiet()
 
-    def _end(self) -> None:
-        """The connection closed (any thread): iterators and the callback lane end quietly, at
-        once (the buffered messages are dropped; the server redelivers them after ack_wait)."""
+    def _end(self, error: Error | None = None) -> None:
+        """The connection closed (any thread): iterators and the callback lane end at once
+        (the buffered messages are dropped; the server redelivers them after ack_wait).
+
+        Quietly after ``close()``; with ``error`` (the connection gave up reconnecting) the
+        iterator raises it, and the consume's own ``error_cb`` gets it (the connection's
+        ``error_cb`` had it already).
+        """
         with self._lock:
             if self._state is _State.CLOSED:
                 return
             self._state = _State.CLOSED
+            if error is not None:
+                self.error = error
         self._detach()
         with self._conn.internal.subs_lock:
             self._conn.internal.subs.discard(self)  # type: ignore[arg-type]
@@ -1433,7 +1445,12 @@ class ConsumeContext(_natspy.Receiver):
                 q.get_nowait()
             except Empty:
                 break
-        q.put(_END)
+        if error is not None and self._cb is None:
+            q.put(_Control(ConnectionClosedError(str(error))))
+        else:
+            q.put(_END)
+        if error is not None and self._error_cb is not None:
+            self._report(ConnectionClosedError(str(error)))
         self._closed.set()
 
     # -- the handle -------------------------------------------------------------------------
