@@ -1771,6 +1771,12 @@ def connect(servers: str | Sequence[str] | None = None, **options: Any) -> Conne
     queue's bound; past it a publish raises :class:`jssync.ReconnectBufferExceededError`
     at once and the first refusal of each outage goes to ``error_cb``).
 
+    During an outage ``error_cb`` gets one error when it starts, not one per reconnect
+    attempt, and calls that time out say the connection is reconnecting. When
+    ``max_reconnect_attempts`` runs out the connection is closed (``is_closed``, before
+    ``closed_cb`` runs): every later call and every waiting iterator raises
+    :class:`jssync.ConnectionClosedError` saying why.
+
     Blocks until connected or ``timeout`` passes. Works from any thread, including one
     that runs an asyncio event loop (Jupyter).
 
