@@ -9,6 +9,7 @@ import logging
 import os
 import ssl
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -203,8 +204,15 @@ class Connection:
         self._perm_watch: dict[int, tuple[str, str, Callable[[PermissionDeniedError], None]]] = {}
         self._perm_keys = itertools.count(1)
         self._last_connect_error: BaseException | None = None
-        #: the server connected to last (password redacted): named when it goes away
-        self._last_url: str | None = None
+        # outages (I/O thread): the one under way, the link error seen just before it, the
+        # server connected to last; why nats-py closed the connection by itself (it gave up)
+        self._outage: _Outage | None = None
+        self._lost_cause: BaseException | None = None
+        self._server_url: str | None = None
+        self._reconnect_wait = reconnect_time_wait
+        self._max_reconnects = max_reconnect_attempts
+        self._closed_error: ConnectionClosedError | None = None
+        self._dropped_at_close = 0  # queued messages close() dropped (drain() reports them)
 
         opts: dict[str, Any] = dict(
             servers=self._urls,
@@ -244,7 +252,6 @@ class Connection:
             self._nc = self._loop.run(self._make_client(), None)
             self._fast = self._caps["pump_buffer"]
             self._loop.run(self._connect(), Deadline(timeout), "connect")
-            self._last_url = self.connected_url
         except BaseException as exc:
             self._teardown(0.5)
             if not isinstance(exc, Error) or isinstance(exc, ConnectionClosedError):
@@ -334,6 +341,7 @@ class Connection:
         finally:
             self._connecting = False
         self._max_payload = self._nc.max_payload
+        self._server_url = self.connected_url
         self._install_direct()
 
     # -- reprs, properties -----------------------------------------------------------------
@@ -355,7 +363,9 @@ class Connection:
 
     @property
     def is_closed(self) -> bool:
-        return self._closed or self._closing
+        """True once :meth:`close` or :meth:`drain` started, or the connection gave up
+        reconnecting (``max_reconnect_attempts``; already True when ``closed_cb`` runs)."""
+        return self._closed or self._closing or self._closed_error is not None
 
     @property
     def is_reconnecting(self) -> bool:
@@ -439,6 +449,8 @@ class Connection:
 
         if isinstance(exc, ne.SlowConsumerError):
             return  # already reported by the subscription
+        if self._link_error(exc):
+            return
         err = translate(exc)
         if isinstance(err, PermissionDeniedError) and self._notify_permission(err):
             # a waiting subscribe/request raises it on its caller's thread: report it once
@@ -506,12 +518,116 @@ class Connection:
                 operation="subscribe", subject=subject,
             ) from denied[0]
 
+    def _link_error(self, exc: BaseException) -> bool:
+        """On the loop: an error of the link itself, counted for the outage instead of reported.
+
+        While connected: the error that ends the connection (EOF, a socket error, a stale
+        connection), named by the report of the outage that follows. During an outage: a
+        failed reconnect attempt (logged at debug level; a refused authorization is also
+        reported, once per outage). Permission errors are never link errors. Returns True
+        when ``exc`` is not to be reported.
+        """
+        import nats.errors as ne
+
+        o = self._outage
+        if o is None:
+            if not isinstance(exc, ne.UnexpectedEOF | ne.StaleConnectionError | OSError):
+                return False
+            self._lost_cause = exc
+            log.debug("the connection is lost: %s", self._describe(exc))
+            return True
+        if "permissions violation" in str(exc).lower():
+            return False
+        o.attempts += 1
+        o.last = exc
+        log.debug("reconnect attempt %d failed: %s", o.attempts, self._describe(exc))
+        if isinstance(translate(exc), AuthorizationError) and not o.auth_reported:
+            o.auth_reported = True
+            return False
+        return True
+
+    def _servers_text(self) -> str:
+        """The server(s) reconnect attempts go to, without passwords (for error texts)."""
+        try:
+            urls = [redact_url(u.geturl()) for u in self._nc.servers]
+        except Exception:  # pragma: no cover - an unexpected nats-py
+            urls = []
+        urls = urls or [redact_url(u) for u in self._urls]
+        return urls[0] if len(urls) == 1 else "one of " + ", ".join(urls)
+
+    def _link_state(self) -> str | None:
+        """Why a call may have timed out: the connection is disconnected and reconnecting (to
+        which server, which attempt, the last error), or it gave up; None while connected.
+
+        Any thread; never blocks.
+        """
+        if self._closed_error is not None:
+            return str(self._closed_error)
+        if self._closed or self._closing or self._nc.is_connected:
+            return None
+        o = self._outage
+        if o is None:
+            return f"the connection is disconnected and reconnecting (to {self._servers_text()})"
+        last = f"; last error: {self._describe(o.last)}" if o.last is not None else ""
+        return (f"the connection is disconnected and reconnecting (to {self._servers_text()}, attempt "
+                f"{o.attempts + 1}, for {time.monotonic() - o.start:.1f}s{last})")
+
+    def _outage_started(self) -> None:
+        """On the loop, at a disconnect: report the outage once (not each reconnect attempt)."""
+        cause = self._lost_cause
+        self._lost_cause = None
+        self._outage = _Outage(time.monotonic())
+        url = self._server_url or ", ".join(redact_url(u) for u in self._urls)
+        why = f" ({self._describe(cause)})" if cause is not None else ""
+        limit = "" if self._max_reconnects < 0 else f", max_reconnect_attempts={self._max_reconnects}"
+        err = Error(f"disconnected from {url}{why}: reconnecting (every {self._reconnect_wait}s{limit}); "
+                    "reported once per outage, the attempts are logged at debug level")
+        err.__cause__ = cause
+        self._report_error(err)
+
+    def _gave_up(self) -> None:
+        """On the loop: nats-py closed the connection by itself (no more reconnect attempts).
+
+        From now on the connection is closed (``is_closed``) and every call raises
+        :class:`ConnectionClosedError` saying why; what was queued is dropped; ``error_cb``
+        gets that error once. Then a helper thread runs :meth:`close` (a thread of its own:
+        close joins this one), which ends every subscription, consume and iterator with it.
+        """
+        o = self._outage
+        self._outage = None
+        took = last = ""
+        n = 0
+        if o is not None:
+            n = o.attempts
+            took = f" over {time.monotonic() - o.start:.1f}s"
+            if o.last is not None:
+                last = f"; last error: {self._describe(o.last)}"
+        why = (f"the connection is closed: it gave up reconnecting to {self._servers_text()} after {n} failed "
+               f"attempt(s){took} (max_reconnect_attempts={self._max_reconnects}{last})")
+        self._closed_error = ConnectionClosedError(why)
+        q = self._pubq
+        dropped = len(q)
+        q.clear()
+        self._pub_room.set()
+        self._report_error(ConnectionClosedError(
+            why + (f"; {dropped} queued message(s) dropped" if dropped else "")))
+        threading.Thread(target=self._close_given_up, name=f"jssync-{self._id}-close", daemon=True).start()
+
+    def _close_given_up(self) -> None:
+        try:
+            self.close()
+        except BaseException:  # noqa: BLE001 - a helper thread: nobody to raise to
+            log.debug("closing the connection that gave up failed", exc_info=True)
+
     async def _on_disconnected(self) -> None:
         if getattr(self, "_connecting", False):
             return
-        if not self._closing:  # a close() the user asked for is no disconnect worth a log line
+        if not (self._closing or self._closed or self._nc.is_closed):
+            # a close() the user asked for, or nats-py closing after it gave up, is no disconnect
             again = "; reconnecting" if self._connect_opts.get("max_reconnect_attempts") != 0 else ""
-            log.warning("disconnected from %s%s", self._last_url or "the server", again)
+            log.warning("disconnected from %s%s", self._server_url or "the server", again)
+            if self._outage is None:
+                self._outage_started()
         for fn in list(self._disconnect_listeners):
             try:
                 fn()
@@ -521,8 +637,14 @@ class Connection:
             self._pool.submit(self._call_user_cb, self._disconnected_cb)
 
     async def _on_reconnected(self) -> None:
-        self._last_url = self.connected_url
-        log.info("reconnected to %s", self._last_url)
+        o = self._outage
+        self._outage = None
+        self._server_url = self.connected_url
+        if o is not None:  # the outage's end: reported once
+            log.info("reconnected to %s after %d failed attempt(s) in %.1fs", self.connected_url,
+                     o.attempts, time.monotonic() - o.start)
+        else:
+            log.info("reconnected to %s", self.connected_url)
         with self._offline_lock:  # reconnect_buffer_size counts afresh for the next outage
             self._offline_used = 0
             self._offline_refused = False
@@ -537,6 +659,8 @@ class Connection:
     async def _on_closed(self) -> None:
         if getattr(self, "_connecting", False):
             return
+        if not (self._closing or self._closed or self._loop.forked) and self._closed_error is None:
+            self._gave_up()  # not close(): nats-py gave up reconnecting
         if self._closed_cb is not None:
             self._pool.submit(self._call_user_cb, self._closed_cb)
 
@@ -544,15 +668,22 @@ class Connection:
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None | Deadline, what: str = "operation") -> T:
         """Run a coroutine on the I/O thread and wait for it (see :meth:`IOLoop.run`)."""
-        if self._closed:
+        if self._closed or self._closed_error is not None:
             coro.close()
-            raise ConnectionClosedError("the connection is closed")
+            raise self._closed_exc()
         return self._loop.run(coro, timeout, what)
 
     def _check_open(self) -> None:
+        if self._closed_error is not None and not self._loop.forked:
+            raise self._closed_exc()
         self._loop.check()
         if self._closed or self._closing:
             raise ConnectionClosedError("the connection is closed")
+
+    def _closed_exc(self) -> ConnectionClosedError:
+        """A new error for a call on this closed connection: why it closed, when it closed by itself."""
+        err = self._closed_error
+        return ConnectionClosedError(str(err) if err is not None else "the connection is closed")
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -791,16 +922,8 @@ class Connection:
         # on the loop: resume the pump once connected again
         self._park_timer = None
         q = self._pubq
-        if not q or self._closed or self._closing:
-            return  # (close() drops what is left)
-        if self._nc.is_closed:
-            # nats-py gave up reconnecting (max_reconnect_attempts): nothing queued can go out
-            n = len(q)
-            q.clear()
-            self._pub_room.set()
-            self._report_error(ConnectionClosedError(
-                f"the connection closed (no more reconnect attempts): {n} queued message(s) dropped"))
-            return
+        if not q or self._closed or self._closing or self._nc.is_closed:
+            return  # (close() drops what is left; so does _gave_up)
         self._kick_pump()
 
     def _drop_stale(self) -> None:
@@ -1115,7 +1238,9 @@ class Connection:
                     f"permission denied: the server refused the request's publish to {subject!r}",
                     operation="publish", subject=subject,
                 ) from waiter.exc
-            raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s")
+            state = self._link_state()
+            raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s"
+                               + (f": {state}" if state else ""))
         hdrs = msg.headers
         if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
             raise NoRespondersError(f"no responders are available for the request on {subject!r}")
@@ -1424,22 +1549,48 @@ class Connection:
         still buffered when ``timeout`` runs out, is nak'ed, so the server redelivers it at
         once. A stopped consume's naks go out before the close, too.
 
+        While disconnected it waits (within ``timeout``) for the reconnect, so that what was
+        published goes out. The connection is closed when it returns or raises.
+
         Blocks up to ``timeout`` seconds (None: no limit).
+
+        Raises:
+            jssync.TimeoutError: ``timeout`` passed before everything was drained (e.g. during
+                an outage); raised after closing, and says what was left: the subscriptions
+                and consumes not drained, the queued messages dropped, and the state of the
+                connection (reconnecting: to which server, which attempt).
         """
         if self._closed or self._closing:
             return
         deadline = Deadline(timeout)
         with self._subs_lock:
             subs = list(self._subs)
+        left: list[str] = []
         for sub in subs:
             try:
                 sub.drain(timeout=deadline.remaining())
+            except TimeoutError as exc:
+                left.append(_drain_what(sub, exc))
             except Error as exc:
                 self._report_error(exc)
-        if not self._loop.forked and not self._loop.in_loop_thread():
+        in_loop = self._loop.forked or self._loop.in_loop_thread()
+        if not in_loop:
             self._before_close(deadline, drain=True, subs=subs)  # (a drained consume left _subs)
+        state = self._link_state()  # (before close: why the drain could not finish)
+        if self._pubq and not in_loop and not self._nc.is_connected and not deadline.expired():
+            try:  # what was published waits for the reconnect, within the drain's timeout
+                self.flush(timeout=deadline.remaining())
+            except TimeoutError:
+                state = self._link_state()
+            except Error as exc:
+                self._report_error(exc)
         rem = deadline.remaining()
         self.close(timeout=None if rem is None else max(0.5, rem))
+        dropped = self._dropped_at_close
+        if left or dropped:
+            what = left + ([f"{dropped} queued message(s) dropped"] if dropped else [])
+            raise TimeoutError(f"drain did not finish within {timeout}s and closed the connection; "
+                               f"not drained: {'; '.join(what)}" + (f" ({state})" if state else ""))
 
     def close(self, timeout: float | None = 5.0) -> None:
         """Flush what was published, close the connection and stop its threads.
@@ -1489,6 +1640,7 @@ class Connection:
                             log.debug("could not hand over every publish before close", exc_info=True)
                     q = self._pubq
                     if q:
+                        self._dropped_at_close = len(q)
                         log.warning("close: %d queued message(s) dropped (not sent before close)", len(q))
                         q.clear()
                         self._pub_room.set()
@@ -1526,11 +1678,24 @@ class Connection:
         with self._subs_lock:
             subs = list(self._subs)
             self._subs.clear()
+        err = self._closed_error  # None after close(): iterators end quietly
         for sub in subs:
-            sub._end()
+            sub._end(err)
         self._loop.stop(timeout)
         self._pool.stop(1.0 if timeout is None or timeout > 1.0 else timeout)  # at most 1 s
         _live.discard(self)
+
+
+class _Outage:
+    """One outage, from the disconnect to the reconnect or the give-up (I/O thread)."""
+
+    __slots__ = ("start", "attempts", "last", "auth_reported")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.attempts = 0  # failed reconnect attempts so far
+        self.last: BaseException | None = None  # the last attempt's error
+        self.auth_reported = False
 
 
 class _Waiter:
@@ -1579,8 +1744,20 @@ class _Waiter:
                 return self.msg
             if deadline.expired():
                 return None
+            if conn._closed_error is not None:
+                raise conn._closed_exc()
             if conn._closed:
                 raise ConnectionClosedError("the connection closed while waiting for a reply")
+
+
+def _drain_what(sub: Any, exc: BaseException) -> str:
+    """What a subscription (or consume, or the PubAck waiter) whose drain timed out was, for drain's error."""
+    if isinstance(sub, Subscription):
+        return f"the subscription on {sub.subject!r}"
+    stream, consumer = getattr(sub, "stream", None), getattr(sub, "consumer", None)
+    if isinstance(stream, str) and isinstance(consumer, str):
+        return f"the consume of {stream}/{consumer}"
+    return str(exc)
 
 
 @atexit.register
@@ -1607,6 +1784,12 @@ def connect(servers: str | Sequence[str] | None = None, **options: Any) -> Conne
     disconnected; default None: no limit of its own, publishers block at the publish
     queue's bound; past it a publish raises :class:`jssync.ReconnectBufferExceededError`
     at once and the first refusal of each outage goes to ``error_cb``).
+
+    During an outage ``error_cb`` gets one error when it starts, not one per reconnect
+    attempt, and calls that time out say the connection is reconnecting. When
+    ``max_reconnect_attempts`` runs out the connection is closed (``is_closed``, before
+    ``closed_cb`` runs): every later call and every waiting iterator raises
+    :class:`jssync.ConnectionClosedError` saying why.
 
     Blocks until connected or ``timeout`` passes. Works from any thread, including one
     that runs an asyncio event loop (Jupyter).

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..base.errors import ConnectionClosedError
     from .connection import Connection
 
 
@@ -51,14 +52,16 @@ class ConnectionInternal:
     - ``drain_nsub(nsub, timeout)`` (a coroutine, on the loop): drain a nats-py subscription.
     - ``sync_pubs()`` (a coroutine, on the loop): wait until queued publishes reached nats-py.
     - ``unsubscribe(sub, drain, timeout)``: end a subscription.
+    - ``link_state() -> str | None``: while not connected, why a call may time out (the
+      connection is reconnecting: to which server, which attempt; or it gave up); else None.
 
-    State (properties): ``closed``, ``closing``, ``mux_prefix``.
+    State (properties): ``closed``, ``closing``, ``close_error``, ``mux_prefix``.
     """
 
     __slots__ = ("_conn", "loop", "pool", "nc", "subs", "subs_lock", "replies", "tokens", "disconnect_listeners",
                  "reconnect_listeners", "id", "urls", "timeout", "offline_limit", "request", "enqueue",
                  "publish_raw", "send_ack", "check_open", "offline_check", "start_mux", "report_error",
-                 "call_user_cb", "drain_nsub", "sync_pubs", "unsubscribe")
+                 "call_user_cb", "drain_nsub", "sync_pubs", "unsubscribe", "link_state")
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
@@ -87,6 +90,7 @@ class ConnectionInternal:
         self.drain_nsub = conn._drain_nsub
         self.sync_pubs = conn._sync_pubs
         self.unsubscribe = conn._unsubscribe
+        self.link_state = conn._link_state
 
     @property
     def closed(self) -> bool:
@@ -97,6 +101,14 @@ class ConnectionInternal:
     def closing(self) -> bool:
         """``close``/``drain`` has started."""
         return self._conn._closing
+
+    @property
+    def close_error(self) -> ConnectionClosedError | None:
+        """Why the connection closed by itself (it gave up reconnecting); None otherwise.
+
+        Set as soon as nats-py gave up, before the connection is torn down.
+        """
+        return self._conn._closed_error
 
     @property
     def mux_prefix(self) -> str | None:

@@ -10,7 +10,14 @@ from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from ..base.deadline import EXPIRED, Deadline
-from ..base.errors import SlowConsumerError, SubscriptionClosedError, TimeoutError, ValidationError
+from ..base.errors import (
+    ConnectionClosedError,
+    Error,
+    SlowConsumerError,
+    SubscriptionClosedError,
+    TimeoutError,
+    ValidationError,
+)
 from . import natspy as _natspy
 from .msg import Msg
 from .workers import SerialLane
@@ -70,6 +77,7 @@ class Subscription:
             self._lane = SerialLane(conn._pool, self._run_callback)
         self._nsub: Any = None
         self._closed = False
+        self._end_error: Error | None = None
         self._dropped = 0
         self._slow_reported = False
         self._delivered = 0
@@ -98,12 +106,24 @@ class Subscription:
         else:
             self._q.put(msg)
 
-    def _end(self) -> None:
-        """Mark the subscription finished; wakes iterators (any thread)."""
+    def _end(self, error: Error | None = None) -> None:
+        """Mark the subscription finished; wakes iterators (any thread).
+
+        ``error``: why the connection closed by itself (it gave up reconnecting): reading
+        past the end then raises it instead of ending quietly.
+        """
         if self._closed:
             return
+        self._end_error = error
         self._closed = True
         self._q.put(_END)
+
+    def _ended_error(self) -> Error:
+        """What reading past the end raises: the connection's close error, or SubscriptionClosedError."""
+        err = self._end_error
+        if err is not None:
+            return ConnectionClosedError(str(err))
+        return SubscriptionClosedError(f"subscription on {self.subject!r} is closed")
 
     def _run_callback(self, msg: Msg) -> None:
         assert self._callback is not None
@@ -138,6 +158,8 @@ class Subscription:
         Raises:
             jssync.TimeoutError: no message in time.
             jssync.SubscriptionClosedError: the subscription ended and no message is left.
+            jssync.ConnectionClosedError: the connection gave up reconnecting (the message says
+                why); iterating raises it too (after ``close()`` iteration ends quietly).
             jssync.ForkError: called in a forked child (nothing would ever arrive).
             RuntimeError: the subscription has a callback.
         """
@@ -156,7 +178,7 @@ class Subscription:
                 raise TimeoutError(f"no message on {self.subject!r} within {timeout}s")
         if item is _END:
             q.put(_END)
-            raise SubscriptionClosedError(f"subscription on {self.subject!r} is closed")
+            raise self._ended_error()
         return item  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[Msg]:

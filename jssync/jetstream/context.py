@@ -878,8 +878,13 @@ class JetStream:
         looked up in the background on the worker pool (stream for the subject, its info),
         so the caller's timeout is kept: the first timed-out publish to a ``no_ack`` stream
         raises TimeoutError (with a hint) and logs a warning naming the stream once the
-        lookup has answered; later ones raise NoAckStreamError.
+        lookup has answered; later ones raise NoAckStreamError. While the connection is not
+        connected the TimeoutError says so instead (reconnecting: to which server, which
+        attempt; or closed: why), and nothing is looked up.
         """
+        state = self.conn.internal.link_state()
+        if state is not None:  # not the stream's fault: no PubAck can come while disconnected
+            return TimeoutError(f"no PubAck for the publish on {subject!r} within {waited}s: {state}")
         name = self._no_ack.get(subject)
         if name is not None:
             return NoAckStreamError(
@@ -1491,9 +1496,13 @@ class _AsyncPublisher:
                 with conn.internal.subs_lock:
                     conn.internal.subs.discard(self)
 
-    def _end(self) -> None:
-        """The connection closed (any thread): fail every Future still waiting. Idempotent."""
+    def _end(self, error: Error | None = None) -> None:
+        """The connection closed (any thread): fail every Future still waiting. Idempotent.
+
+        ``error``: why it closed by itself (it gave up reconnecting), named by the Futures' error.
+        """
         conn = self._js.conn
+        why = f": {error}" if error is not None else ""
         with self._lock:
             self._ended = True
             self._registered = False
@@ -1503,7 +1512,7 @@ class _AsyncPublisher:
             item = self._inflight.pop(t, None)
             conn.internal.replies.pop(t, None)
             if item is not None:
-                _resolve(item[0], None, ConnectionClosedError("the connection closed before the PubAck arrived"))
+                _resolve(item[0], None, ConnectionClosedError(f"the connection closed before the PubAck arrived{why}"))
         self._wake_all()
 
     def _wake_all(self) -> None:

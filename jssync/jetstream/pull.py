@@ -397,7 +397,7 @@ def _abandon_inbox(conn: Connection, box: _Inbox, state: _FetchState) -> None:
             if not _natspy.sub_closed(box.nsub) and not conn.internal.nc.is_closed:
                 await conn.internal.drain_nsub(box.nsub, 5.0)
         except Exception:  # disconnected or timed out: the subscription is removed anyway
-            log.debug("jssync: draining an abandoned fetch inbox failed", exc_info=True)
+            log.debug("draining an abandoned fetch inbox failed", exc_info=True)
         finally:
             _natspy.set_sub_queue(box.nsub, _DISCARD)
             state.nak_queued()
@@ -521,6 +521,11 @@ class FetchResult:
             item = wait_get(q, deadline.slice())
             if item is not EXPIRED:
                 return item
+            gone = self._conn.internal.close_error
+            if gone is not None:  # it gave up reconnecting: the iteration raises why
+                st.error = ConnectionClosedError(str(gone))
+                st.raise_error = True
+                return _END
             if self._conn.internal.closed:
                 st.error = ConnectionClosedError("the connection closed during the fetch")
                 return _END
@@ -1341,7 +1346,7 @@ class ConsumeContext(_natspy.Receiver):
             plan = plan_leases(leases, now, ack_wait, MAX_EXTENSION, _terminally_acked)
             self._leases = plan.keep
             if plan.expired:
-                log.warning("jssync: consume %s/%s: %d message(s) held %ss without a terminal ack: "
+                log.warning("consume %s/%s: %d message(s) held %ss without a terminal ack: "
                             "their ack wait is no longer extended", self.stream, self.consumer,
                             plan.expired, MAX_EXTENSION)
             for lease in plan.extend:
@@ -1613,13 +1618,20 @@ class ConsumeContext(_natspy.Receiver):
         for msg in later:
             msg._nak_quiet()
 
-    def _end(self) -> None:
-        """The connection closed (any thread): iterators and the callback lane end quietly, at
-        once (the buffered messages are dropped; the server redelivers them after ack_wait)."""
+    def _end(self, error: Error | None = None) -> None:
+        """The connection closed (any thread): iterators and the callback lane end at once
+        (the buffered messages are dropped; the server redelivers them after ack_wait).
+
+        Quietly after ``close()``; with ``error`` (the connection gave up reconnecting) the
+        iterator raises it, and the consume's own ``error_cb`` gets it (the connection's
+        ``error_cb`` had it already).
+        """
         with self._lock:
             if self._state is _State.CLOSED:
                 return
             self._state = _State.CLOSED
+            if error is not None:
+                self.error = error
         self._detach()
         with self._conn.internal.subs_lock:
             self._conn.internal.subs.discard(self)  # type: ignore[arg-type]
@@ -1630,7 +1642,12 @@ class ConsumeContext(_natspy.Receiver):
                 q.get_nowait()
             except Empty:
                 break
-        q.put(_END)
+        if error is not None and self._cb is None:
+            q.put(_Control(ConnectionClosedError(str(error))))
+        else:
+            q.put(_END)
+        if error is not None and self._error_cb is not None:
+            self._report(ConnectionClosedError(str(error)))
         self._closed.set()
 
     # -- the handle -------------------------------------------------------------------------

@@ -48,7 +48,6 @@ from ..base.errors import (
     StatusError,
     StreamNotFoundError,
     SubjectMismatchError,
-    SubscriptionClosedError,
     TimeoutError,
     ValidationError,
     translating,
@@ -780,7 +779,7 @@ class JetStreamSubscription(Subscription):
                 q.put(_END)
                 if self._delete_at_end:
                     self._delete_after_drain()
-                raise SubscriptionClosedError(f"subscription on {self.subject!r} is closed")
+                raise self._ended_error()
             t = type(item)
             if t is _FlowControl:
                 self._respond_fc(item.reply)
@@ -789,9 +788,9 @@ class JetStreamSubscription(Subscription):
                 raise item.exc
             return item  # type: ignore[no-any-return]
 
-    def _end(self) -> None:
+    def _end(self, error: Error | None = None) -> None:
         with self._reset_lock:
-            super()._end()
+            super()._end(error)
         self._stop_alarm()
         listeners = self._conn.internal.reconnect_listeners
         if self._on_reconnect in listeners:
