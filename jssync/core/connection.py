@@ -622,12 +622,10 @@ class Connection:
     async def _on_disconnected(self) -> None:
         if getattr(self, "_connecting", False):
             return
-        if not (self._closing or self._closed or self._nc.is_closed):
-            # a close() the user asked for, or nats-py closing after it gave up, is no disconnect
-            again = "; reconnecting" if self._connect_opts.get("max_reconnect_attempts") != 0 else ""
-            log.warning("disconnected from %s%s", self._server_url or "the server", again)
-            if self._outage is None:
-                self._outage_started()
+        # a close() the user asked for, or nats-py closing after it gave up, is no outage; an
+        # outage is reported once, to error_cb (by default the jssync logger), when it starts
+        if self._outage is None and not (self._closing or self._closed or self._nc.is_closed):
+            self._outage_started()
         for fn in list(self._disconnect_listeners):
             try:
                 fn()
