@@ -11,6 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
+#: The Django test project runs under Django's own test runner (tests/integration/test_django_app.py
+#: starts it in a subprocess), not under pytest.
+collect_ignore = ["django_project"]
+
 #: Multiply every test wait by this (slow CI machines): JSSYNC_TEST_TIME_FACTOR=2
 FACTOR = float(os.environ.get("JSSYNC_TEST_TIME_FACTOR", "1"))
 

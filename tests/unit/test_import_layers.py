@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "testing": 8,  # nats-server processes, pytest plugin
     "server": 8,  # public name of testing.server
     "pytest_plugin": 8,  # public name of testing.pytest_plugin
+    "contrib": 8,  # framework integrations (contrib.django): use the facade, never used by it
     "cli": 9,
     "__main__": 9,
 }

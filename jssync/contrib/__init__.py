@@ -1,0 +1,1 @@
+"""Integrations with web and task frameworks (optional extras): ``jssync.contrib.django``."""

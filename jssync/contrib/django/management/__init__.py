@@ -1,0 +1,1 @@
+"""The management commands of the ``jssync.contrib.django`` app."""

@@ -1,0 +1,1 @@
+"""``jssync_consume``: see :mod:`jssync.contrib.django.management.commands.jssync_consume`."""
