@@ -1079,8 +1079,29 @@ def _demo_js(nc: Any, count: int) -> None:
     print("  deleted stream DEMO")
 
 
+def _port_free(port: int) -> bool:
+    """Whether 127.0.0.1:``port`` can be listened on (as nats-server would: SO_REUSEADDR set)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+        except OSError:
+            return False
+    return True
+
+
+def _port_taken(port: int) -> int:
+    """Say (one line on stderr) that ``port`` is taken; exit status 1."""
+    sys.stderr.write(f"jssync: port {port} on 127.0.0.1 is already in use (another nats-server?): "
+                     f"pick another with --port, e.g. --port {port + 1}\n")
+    return 1
+
+
 def _server(args: argparse.Namespace) -> int:
-    from jssync.server import NatsServer
+    from jssync.server import NatsServer, ServerError
 
     # SIGTERM, SIGHUP and SIGINT all stop the server the same way: the nats-server child is stopped and
     # the temporary directory (with the store, unless --store-dir) removed. A signal that comes before
@@ -1099,12 +1120,22 @@ def _server(args: argparse.Namespace) -> int:
     old = {sig: signal.signal(sig, on_signal) for sig in sigs}
     srv: NatsServer | None = None
     try:
+        if not _port_free(args.port):
+            return _port_taken(args.port)
         srv = NatsServer(jetstream=True, port=args.port, store_dir=args.store_dir)
         state["armed"] = True
         if state["signal"] is not None:
             state["stopping"] = True
             raise _Stop(state["signal"])
-        srv.start()
+        try:
+            srv.start()
+        except ServerError as exc:
+            if "address already in use" in str(exc):  # taken between the check and the start
+                return _port_taken(args.port)
+            fatal = [ln for ln in str(exc).splitlines() if "[FTL]" in ln or "[ERR]" in ln]
+            sys.stderr.write(f"jssync: nats-server did not start: "
+                             f"{(fatal[-1].split('] ', 2)[-1] if fatal else str(exc).splitlines()[0])}\n")
+            return 1
         kind = "kept" if args.store_dir else "temporary: removed on exit"
         print(f"nats-server running at {srv.url}, store {srv.store_dir} ({kind}); Ctrl-C to stop", flush=True)
         while srv.running:

@@ -534,6 +534,21 @@ def test_server_command_store_dir_keeps_data(env, tmp_path):
                 os.kill(child, signal.SIGKILL)
 
 
+def test_server_command_port_in_use_is_one_line(env):
+    """A taken port: one line naming the port and suggesting --port, no traceback, no server log; exit 1."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        p = jssync_run(env, "server", "--port", str(port))
+    assert p.returncode != 0
+    assert p.stdout == "", p.stdout
+    assert p.stderr.count("\n") == 1, p.stderr
+    assert str(port) in p.stderr and "--port" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 def test_server_command_help_says_the_store_is_temporary(env):
     p = jssync_run(env, "server", "--help")
     assert p.returncode == 0 and "--store-dir" in p.stdout and "temporary" in p.stdout
