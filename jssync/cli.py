@@ -202,6 +202,38 @@ def _ttl(text: str) -> float | str:
     return "never" if str(text).strip().lower() == "never" else _duration(text)
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
+               "g": 1024**3, "gb": 1024**3, "gib": 1024**3, "t": 1024**4, "tb": 1024**4, "tib": 1024**4}
+
+
+def _limit(text: str) -> int:
+    """A count limit: a whole number >= 0, or ``-1``/``unlimited`` (-1: no limit, as the server takes it)."""
+    t = str(text).strip().lower()
+    if t in ("-1", "unlimited", "none"):
+        return -1
+    try:
+        n = int(t)
+    except ValueError:
+        n = -2
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (a whole number >= 0, or -1/unlimited)")
+    return n
+
+
+def _size(text: str) -> int:
+    """A size in bytes: ``1048576``, ``512KiB``, ``1MB``, ``2G`` (K/M/G/T are powers of 1024, as the nats CLI
+    takes them), or ``-1``/``unlimited``."""
+    import re
+
+    t = str(text).strip().lower()
+    if t in ("-1", "unlimited", "none"):
+        return -1
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", t)
+    if m is None or m.group(2) not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, or e.g. 512KiB, 1MB, 2GiB; -1: unlimited)")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
 def _config_home() -> Path:
     """Where the nats CLI keeps its configuration: $XDG_CONFIG_HOME, else ~/.config."""
     xdg = os.environ.get("XDG_CONFIG_HOME")
@@ -391,22 +423,66 @@ def _stream_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int
 
 
 def _stream_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
-    params: dict[str, Any] = {"name": args.name, "subjects": args.subjects.split(",") if args.subjects else
-                              [f"{args.name}.>"], "storage": args.storage, "retention": args.retention,
-                              "num_replicas": args.replicas}
-    if args.max_msgs is not None:
-        params["max_msgs"] = args.max_msgs
-    if args.max_bytes is not None:
-        params["max_bytes"] = args.max_bytes
-    if args.max_age is not None:
-        params["max_age"] = args.max_age
-    if args.allow_direct:
-        params["allow_direct"] = True
+    params: dict[str, Any] = {"name": args.name, "subjects": [f"{args.name}.>"], "storage": args.storage,
+                              "retention": args.retention, **_stream_settings(args)}
     st = js.create_stream(**params)
     if args.json:
         _print_json(st.cached_info, out)
     else:
         out.write(f"created stream {st.name}\n")
+    return 0
+
+
+#: the stream settings ``stream add`` and ``stream edit`` both take: (flag, config field, type, help)
+_STREAM_SETTINGS: list[tuple[str, str, Callable[[str], Any], str]] = [
+    ("--max-msgs", "max_msgs", _limit, "keep at most this many messages (-1: unlimited)"),
+    ("--max-bytes", "max_bytes", _size, "keep at most this many bytes, e.g. 1GiB (-1: unlimited)"),
+    ("--max-age", "max_age", _duration_or_zero,
+     "how long messages are kept: seconds or e.g. 1h, 90m, 1h30m (0: no limit)"),
+    ("--max-msgs-per-subject", "max_msgs_per_subject", _limit,
+     "keep at most this many messages per subject (-1: unlimited)"),
+    ("--max-msg-size", "max_msg_size", _size, "refuse messages larger than this, e.g. 1MiB (-1: unlimited)"),
+    ("--dupe-window", "duplicate_window", _duration_or_zero,
+     "how long message ids are remembered to drop duplicates, e.g. 2m"),
+    ("--description", "description", str, "a description of the stream"),
+]
+
+
+def _add_stream_settings(x: argparse.ArgumentParser) -> None:
+    for flag, _field, kind, hlp in _STREAM_SETTINGS:
+        metavars: dict[Callable[[str], Any], str] = {_duration_or_zero: "DURATION", _size: "SIZE", _limit: "N"}
+        metavar = metavars.get(kind, "TEXT")
+        x.add_argument(flag, type=kind, metavar=metavar, help=hlp)
+
+
+def _stream_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The stream config fields given on the command line (subjects, limits, ...)."""
+    params: dict[str, Any] = {}
+    for flag, field, _kind, _hlp in _STREAM_SETTINGS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None:
+            params[field] = value
+    if args.subjects:
+        params["subjects"] = [x.strip() for x in args.subjects.split(",") if x.strip()]
+    if getattr(args, "replicas", None) is not None:
+        params["num_replicas"] = args.replicas
+    if args.allow_direct:
+        params["allow_direct"] = True
+    return params
+
+
+def _stream_edit(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    params = _stream_settings(args)
+    if args.no_allow_direct:
+        params["allow_direct"] = False
+    if not params:
+        raise ValidationError(f"stream edit {args.name}: nothing to change: give --subjects or a limit "
+                              "(see jssync stream edit --help)")
+    st = js.update_stream(name=args.name, **params)
+    if args.json:
+        _print_json(st.cached_info, out)
+    else:
+        out.write(f"updated stream {st.name}: {', '.join(sorted(params))}\n")
     return 0
 
 
@@ -486,6 +562,30 @@ def _stream_export(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
     return 0
 
 
+def _capture_hint(js: Any, stream: str | None, subject: str, prefix: str | None) -> str:
+    """What to run so that a stream captures ``subject``: add it to ``stream`` when that stream exists
+    (``stream edit`` with its subjects plus this one), else create ``stream``."""
+    import shlex
+
+    import jssync
+
+    pattern = f"{prefix}.>" if prefix else subject
+    if stream:
+        try:
+            info = js.stream(stream).info()
+        except jssync.StreamNotFoundError:
+            info = None
+        except (jssync.Error, ValueError):  # a name the server refuses, or no answer: suggest a new stream
+            info = None
+            stream = None
+        if info is not None and stream:
+            subjects = [*(info.config.subjects or []), pattern]
+            return (f"stream {stream} exists and does not capture it: add the subject to it, e.g. jssync stream "
+                    f"edit {shlex.quote(stream)} --subjects {shlex.quote(','.join(subjects))}")
+    return (f"create the stream first, e.g. jssync stream add {shlex.quote(stream) if stream else 'NAME'} "
+            f"--subjects {shlex.quote(pattern)}")
+
+
 def _stream_import(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
     import threading
 
@@ -545,10 +645,8 @@ def _stream_import(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
         missing = next((origin for exc, origin in failed if isinstance(exc, jssync.NoRespondersError)), None)
     if missing is not None:
         i, subject, stream = missing
-        pattern = f"{args.subject_prefix}.>" if args.subject_prefix else subject
         sys.stderr.write(f"jssync: no stream captures subject {subject!r} (line {i} of {where}); stopped there "
-                         f"after {sent} messages: create the stream first, e.g. jssync stream add "
-                         f"{stream or 'NAME'} --subjects {pattern!r}\n")
+                         f"after {sent} messages: {_capture_hint(js, stream, subject, args.subject_prefix)}\n")
         return 1
     if failed:
         sys.stderr.write(f"jssync: {len(failed)} publishes failed, first: {failed[0][0]}\n")
@@ -1197,12 +1295,19 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--storage", choices=["file", "memory"], default="file")
     x.add_argument("--retention", choices=["limits", "interest", "workqueue"], default="limits")
     x.add_argument("--replicas", type=int, default=1)
-    x.add_argument("--max-msgs", type=int)
-    x.add_argument("--max-bytes", type=int)
-    x.add_argument("--max-age", type=_duration_or_zero, metavar="DURATION",
-                   help="how long messages are kept: seconds or e.g. 1h, 90m, 1h30m (default 0: no limit)")
-    x.add_argument("--allow-direct", action="store_true")
+    _add_stream_settings(x)
+    x.add_argument("--allow-direct", action="store_true", help="answer direct gets (ADR-31)")
     x.set_defaults(func=_with_js(_stream_add))
+    x = _add(st, "edit", help="change the subjects or limits of a stream",
+             description="Change the subjects or limits of an existing stream; what is not given stays as it is "
+                         "(like nats stream edit).")
+    x.add_argument("name")
+    x.add_argument("--subjects", help="comma-separated subjects: the new list (replaces the old one)")
+    x.add_argument("--replicas", type=int)
+    _add_stream_settings(x)
+    x.add_argument("--allow-direct", action="store_true", help="answer direct gets (ADR-31)")
+    x.add_argument("--no-allow-direct", action="store_true", help="stop answering direct gets")
+    x.set_defaults(func=_with_js(_stream_edit))
     x = _add(st, "rm", help="delete a stream")
     x.add_argument("name")
     x.set_defaults(func=_with_js(_stream_rm))

@@ -742,3 +742,56 @@ def test_cli_duration_options_take_go_durations(env, nats_server, js, unique):
             assert p.returncode == 2 and "--max-age" in p.stderr and repr(bad) in p.stderr, (bad, p.stderr)
     finally:
         js.delete_stream(name)
+
+
+# -- stream import / edit, rm confirmation, stream add defaults -------------------------------------
+
+
+def test_stream_import_into_an_existing_stream_suggests_a_command_that_works(env, nats_server, js, unique,
+                                                                             tmp_path):
+    """The export's stream exists: the hint adds the subject to it (stream edit), and that command works."""
+    import shlex
+
+    name = f"T{unique}"
+    url = nats_server.url
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        for i in range(3):
+            js.publish(f"{name}.a", b"m%d" % i)
+        f = tmp_path / "t.jsonl"
+        assert jssync_run(env, "stream", "export", name, str(f), "-s", url).returncode == 0
+        prefix = f"COPY{unique}"
+        p = jssync_run(env, "stream", "import", str(f), "--subject-prefix", prefix, "-s", url)
+        assert p.returncode == 1 and "no stream captures" in p.stderr, p.stderr
+        hint = p.stderr.split("e.g. ", 1)[1].strip()
+        argv = shlex.split(hint)
+        assert argv[0] == "jssync" and "stream add " + name not in hint, hint
+        q = jssync_run(env, *argv[1:], "-s", url)
+        assert q.returncode == 0, (hint, q.stderr)
+        p = jssync_run(env, "stream", "import", str(f), "--subject-prefix", prefix, "-s", url)
+        assert p.returncode == 0 and "imported 3" in p.stdout, p.stderr
+        assert js.stream(name).info().state.messages == 6
+    finally:
+        js.delete_stream(name)
+
+
+def test_stream_edit_changes_subjects_and_limits(env, nats_server, js, unique):
+    name = f"SE{unique}"
+    url = nats_server.url
+    js.create_stream(name=name, subjects=[f"{name}.a"], storage="memory", max_msgs=100)
+    try:
+        p = jssync_run(env, "stream", "edit", name, "--subjects", f"{name}.a,{name}.b", "--max-age", "1h",
+                       "--max-bytes", "1048576", "-s", url)
+        assert p.returncode == 0, p.stderr
+        c = js.stream(name).info().config
+        assert c.subjects == [f"{name}.a", f"{name}.b"] and c.max_age == 3600.0 and c.max_bytes == 1048576
+        assert c.max_msgs == 100, "a field not given was changed"
+        assert "memory" in str(c.storage)
+        p = jssync_run(env, "stream", "edit", name, "--max-age", "an hour", "-s", url)
+        assert p.returncode == 2 and "--max-age" in p.stderr, p.stderr
+        p = jssync_run(env, "stream", "edit", f"NO{name}", "--max-msgs", "5", "-s", url)
+        assert p.returncode == 1 and "StreamNotFoundError" in p.stderr, p.stderr
+        p = jssync_run(env, "stream", "edit", name, "-s", url)
+        assert p.returncode == 2 and "nothing to change" in p.stderr, p.stderr
+    finally:
+        js.delete_stream(name)
