@@ -423,7 +423,7 @@ def _stream_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int
 
 
 def _stream_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
-    params: dict[str, Any] = {"name": args.name, "subjects": [f"{args.name}.>"], "storage": args.storage,
+    params: dict[str, Any] = {"name": args.name, "subjects": [args.name], "storage": args.storage,
                               "retention": args.retention, **_stream_settings(args)}
     st = js.create_stream(**params)
     if args.json:
@@ -486,7 +486,32 @@ def _stream_edit(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int
     return 0
 
 
+def _confirmed(args: argparse.Namespace, what: str) -> bool:
+    """Whether to go on deleting ``what``: yes with ``-f/--force`` or when stdin is not a terminal (scripts);
+    else the answer to a ``[y/N]`` question on stderr (blocks reading one line of stdin)."""
+    if args.force or not sys.stdin.isatty():
+        return True
+    sys.stderr.write(f"Really delete {what}? [y/N] ")
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        answer = ""
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    sys.stderr.write(f"jssync: {what} not deleted\n")
+    return False
+
+
+def _add_force(x: argparse.ArgumentParser) -> None:
+    x.add_argument("-f", "--force", action="store_true",
+                   help="delete without asking (without a terminal on stdin it never asks)")
+
+
 def _stream_rm(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    js.stream(args.name)  # StreamNotFoundError before any question
+    if not _confirmed(args, f"stream {args.name}"):
+        return 1
     js.delete_stream(args.name)
     if args.json:
         _print_json({"deleted": args.name}, out)
@@ -753,6 +778,9 @@ def _consumer_unpin(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> 
 
 
 def _consumer_rm(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    js.consumer(args.stream, args.name)  # ConsumerNotFoundError before any question
+    if not _confirmed(args, f"consumer {args.stream}/{args.name}"):
+        return 1
     js.delete_consumer(args.stream, args.name)
     if args.json:
         _print_json({"deleted": f"{args.stream}/{args.name}"}, out)
@@ -1062,6 +1090,8 @@ def _kv(args: argparse.Namespace) -> int:
             else:
                 out.write(f"revision {rev}\n")
         elif args.kv_cmd == "del":
+            if not _confirmed(args, f"key {args.key} of bucket {args.bucket}"):
+                return 1
             kv.delete(args.key)
             if args.json:
                 _print_json({"deleted": args.key, "bucket": args.bucket}, out)
@@ -1291,7 +1321,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=_with_js(_stream_info))
     x = _add(st, "add", help="create a stream")
     x.add_argument("name")
-    x.add_argument("--subjects", help="comma-separated subjects (default NAME.>)")
+    x.add_argument("--subjects", help="comma-separated subjects (default: the stream name, as the nats CLI)")
     x.add_argument("--storage", choices=["file", "memory"], default="file")
     x.add_argument("--retention", choices=["limits", "interest", "workqueue"], default="limits")
     x.add_argument("--replicas", type=int, default=1)
@@ -1308,8 +1338,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--allow-direct", action="store_true", help="answer direct gets (ADR-31)")
     x.add_argument("--no-allow-direct", action="store_true", help="stop answering direct gets")
     x.set_defaults(func=_with_js(_stream_edit))
-    x = _add(st, "rm", help="delete a stream")
+    x = _add(st, "rm", help="delete a stream (asks first on a terminal, unless -f)")
     x.add_argument("name")
+    _add_force(x)
     x.set_defaults(func=_with_js(_stream_rm))
     x = _add(st, "purge", help="purge a stream")
     x.add_argument("name")
@@ -1354,9 +1385,10 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--overflow-groups", metavar="GROUPS", help="priority groups of an overflow consumer")
     x.add_argument("--prioritized-groups", metavar="GROUPS", help="priority groups of a prioritized consumer")
     x.set_defaults(func=_with_js(_consumer_add))
-    x = _add(co, "rm", help="delete a consumer")
+    x = _add(co, "rm", help="delete a consumer (asks first on a terminal, unless -f)")
     x.add_argument("stream")
     x.add_argument("name")
+    _add_force(x)
     x.set_defaults(func=_with_js(_consumer_rm))
     x = _add(co, "next", help="fetch (and ack) messages from a pull consumer")
     x.add_argument("stream")
@@ -1431,10 +1463,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("bucket")
     x.add_argument("--history", type=int, default=1)
     x.set_defaults(func=_kv)
-    for name, hlp in (("get", "read a key"), ("del", "delete a key")):
+    for name, hlp in (("get", "read a key"), ("del", "delete a key (asks first on a terminal, unless -f)")):
         x = _add(kv, name, help=hlp)
         x.add_argument("bucket")
         x.add_argument("key")
+        if name == "del":
+            _add_force(x)
         x.set_defaults(func=_kv)
     x = _add(kv, "put", help="write a key")
     x.add_argument("bucket")

@@ -154,6 +154,7 @@ from pathlib import Path  # noqa: E402
 
 import nkeys  # noqa: E402
 
+import jssync  # noqa: E402
 from jssync.server import NatsServer, free_port  # noqa: E402
 from tests.conftest import FACTOR, wait_for  # noqa: E402
 from tests.integration.test_auth import operator  # noqa: E402, F401 - a fixture: an operator/JWT server
@@ -519,7 +520,7 @@ def test_server_command_store_dir_keeps_data(env, tmp_path):
             assert shown == str(store)
             if round_ == 0:
                 assert jssync_run(env, "stream", "add", "KEEP", "-s", url).returncode == 0
-                assert jssync_run(env, "pub", "KEEP.a", "kept", "--js", "-s", url).returncode == 0
+                assert jssync_run(env, "pub", "KEEP", "kept", "--js", "-s", url).returncode == 0
             else:
                 p = jssync_run(env, "stream", "get", "KEEP", "1", "--json", "-s", url)
                 assert p.returncode == 0 and _data(json.loads(p.stdout)) == b"kept", p.stderr
@@ -793,5 +794,84 @@ def test_stream_edit_changes_subjects_and_limits(env, nats_server, js, unique):
         assert p.returncode == 1 and "StreamNotFoundError" in p.stderr, p.stderr
         p = jssync_run(env, "stream", "edit", name, "-s", url)
         assert p.returncode == 2 and "nothing to change" in p.stderr, p.stderr
+    finally:
+        js.delete_stream(name)
+
+
+def _run_on_a_terminal(env: dict[str, str], argv: list[str], answer: bytes | None) -> tuple[int, str]:
+    """Run `python -m jssync ARGV` with stdin, stdout and stderr on a pseudo-terminal; type ``answer`` once
+    it asks (None: expect no question). Its exit status and everything it wrote."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "jssync", *argv], env=env, stdin=follower, stdout=follower,
+                            stderr=follower, close_fds=True)
+    os.close(follower)
+    seen = b""
+    answered = False
+    deadline = time.monotonic() + 30 * FACTOR
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([leader], [], [], 0.1)
+            if r:
+                try:
+                    chunk = os.read(leader, 4096)
+                except OSError:  # the child closed the terminal
+                    chunk = b""
+                if not chunk and proc.poll() is not None:
+                    break
+                seen += chunk
+            if answer is not None and not answered and b"[y/N]" in seen:
+                os.write(leader, answer)
+                answered = True
+            if proc.poll() is not None and not r:
+                break
+        rc = proc.wait(10 * FACTOR)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+    return rc, seen.decode(errors="replace")
+
+
+def test_rm_asks_on_a_terminal_unless_forced(env, nats_server, js, unique):
+    """`stream rm` / `consumer rm` / `kv del` ask on a terminal; `-f`/`--force` skips the question;
+    without a terminal (scripts) they delete without asking, as before."""
+    name = f"RM{unique}"
+    url = nats_server.url
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        js.create_consumer(name, durable_name="C")
+        rc, seen = _run_on_a_terminal(env, ["stream", "rm", name, "-s", url], b"n\n")
+        assert "[y/N]" in seen and name in seen and rc == 1, seen
+        assert js.stream(name).name == name  # still there
+        rc, seen = _run_on_a_terminal(env, ["consumer", "rm", name, "C", "-s", url], b"y\n")
+        assert "[y/N]" in seen and rc == 0, seen
+        with pytest.raises(jssync.ConsumerNotFoundError):
+            js.consumer(name, "C")
+        js.create_consumer(name, durable_name="C2")
+        rc, seen = _run_on_a_terminal(env, ["consumer", "rm", name, "C2", "--force", "-s", url], None)
+        assert rc == 0 and "[y/N]" not in seen, seen
+        # not a terminal: a script deletes without a question (and -f, the nats CLI's force, is taken)
+        p = jssync_run(env, "stream", "rm", name, "-f", "-s", url)
+        assert p.returncode == 0 and "[y/N]" not in p.stdout + p.stderr, p.stderr
+        with pytest.raises(jssync.StreamNotFoundError):
+            js.stream(name)
+    finally:
+        try:
+            js.delete_stream(name)
+        except jssync.StreamNotFoundError:
+            pass
+
+
+def test_stream_add_subjects_default_to_the_stream_name(env, nats_server, js, unique):
+    """As `nats stream add NAME` does: with no --subjects the stream captures the subject NAME."""
+    name = f"PLAIN{unique}"
+    p = jssync_run(env, "stream", "add", name, "--storage", "memory", "-s", nats_server.url)
+    try:
+        assert p.returncode == 0, p.stderr
+        assert js.stream(name).info().config.subjects == [name]
     finally:
         js.delete_stream(name)
