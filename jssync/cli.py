@@ -102,17 +102,70 @@ def _entry_record(e: Any) -> dict[str, Any]:
     return rec
 
 
+def _colour(out: TextIO) -> bool:
+    """Colours only on a terminal (never into a pipe or a file), and not when $NO_COLOR is set."""
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
+
+
 def _table(rows: list[list[Any]], headers: list[str], out: TextIO) -> None:
     cells = [[str(c) for c in r] for r in rows]
     widths = [len(h) for h in headers]
     for r in cells:
         for i, c in enumerate(r):
             widths[i] = max(widths[i], len(c))
-    line = "  ".join(h.ljust(widths[i]) for i, h in enumerate(headers))
-    out.write(line.rstrip() + "\n")
+    line = "  ".join(h.ljust(widths[i]) for i, h in enumerate(headers)).rstrip()
+    out.write((f"\x1b[1m{line}\x1b[0m" if _colour(out) else line) + "\n")
     out.write("  ".join("-" * w for w in widths) + "\n")
     for r in cells:
         out.write("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() + "\n")
+
+
+def _human_size(n: Any) -> str:
+    """Bytes for people, as the nats CLI shows them: ``512 B``, ``4.9 KiB``, ``1.0 MiB``; -1: unlimited."""
+    if not isinstance(n, int | float) or isinstance(n, bool):
+        return "-"
+    if n < 0:
+        return "unlimited"
+    if n < 1024:
+        return f"{n:.0f} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024
+        if value < 1024 or unit == "PiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _human_duration(secs: Any, zero: str = "unlimited") -> str:
+    """Seconds as Go prints a duration (``1h30m0s``, ``30s``, ``1.5s``, ``500ms``); 0 (or less): ``zero``."""
+    if not isinstance(secs, int | float) or isinstance(secs, bool):
+        return "-"
+    if secs <= 0:
+        return zero
+    ns = round(secs * 1e9)
+    if ns < 1_000_000_000:
+        for unit, size in (("ms", 1_000_000), ("\u00b5s", 1_000), ("ns", 1)):
+            if ns >= size:
+                return f"{ns / size:g}{unit}"
+    h, rest = divmod(ns, 3_600_000_000_000)
+    m, rest = divmod(rest, 60_000_000_000)
+    sec = f"{rest / 1e9:.9f}".rstrip("0").rstrip(".") + "s"
+    if h:
+        return f"{h}h{m}m{sec}"
+    if m:
+        return f"{m}m{sec}"
+    return sec
+
+
+def _limit_text(n: Any) -> str:
+    """A count limit for people: -1 (or None) is ``unlimited``."""
+    return "unlimited" if n is None or (isinstance(n, int) and n < 0) else str(n)
+
+
+def _value(v: Any) -> str:
+    """An enum's value, or the value itself, as text."""
+    return str(getattr(v, "value", v))
 
 
 class Progress:
@@ -311,7 +364,37 @@ _GLOBAL_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
 def _add_global_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("global options (before or after the command)")
     for flags, kw in _GLOBAL_OPTIONS:
-        g.add_argument(*flags, default=argparse.SUPPRESS, **kw)
+        action = g.add_argument(*flags, default=argparse.SUPPRESS, **kw)
+        _GLOBAL_ACTIONS.add(id(action))
+
+
+#: the argparse actions of the global options (left out of the usage lines)
+_GLOBAL_ACTIONS: set[int] = set()
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage line shows the command's own options, not the global ones
+    (``--help`` still lists them, in their own group)."""
+
+    def _own_actions(self) -> list[argparse.Action]:
+        return [a for a in self._actions if id(a) not in _GLOBAL_ACTIONS]
+
+    def format_usage(self) -> str:
+        formatter = self._get_formatter()
+        formatter.add_usage(self.usage, self._own_actions(), self._mutually_exclusive_groups)
+        return formatter.format_help()
+
+    def format_help(self) -> str:
+        formatter = self._get_formatter()
+        formatter.add_usage(self.usage, self._own_actions(), self._mutually_exclusive_groups)
+        formatter.add_text(self.description)
+        for group in self._action_groups:
+            formatter.start_section(group.title)
+            formatter.add_text(group.description)
+            formatter.add_arguments(group._group_actions)
+            formatter.end_section()
+        formatter.add_text(self.epilog)
+        return formatter.format_help()
 
 
 def _resolve(args: argparse.Namespace, connects: bool) -> None:
@@ -410,15 +493,24 @@ def _stream_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int
         return 0
     c, s = info.config, info.state
     rows = [
-        ["name", c.name], ["subjects", ",".join(c.subjects or [])],
-        ["storage", getattr(c.storage, "value", c.storage)], ["retention", getattr(c.retention, "value", c.retention)],
-        ["replicas", c.num_replicas], ["max_msgs", c.max_msgs], ["max_bytes", c.max_bytes],
-        ["max_age", c.max_age], ["messages", s.messages], ["bytes", s.bytes],
+        ["name", c.name], ["subjects", ",".join(c.subjects or []) or "-"],
+        ["storage", _value(c.storage)], ["retention", _value(c.retention)],
+        ["replicas", c.num_replicas], ["max_msgs", _limit_text(c.max_msgs)],
+        ["max_msgs_per_subject", _limit_text(c.max_msgs_per_subject)],
+        ["max_bytes", _human_size(c.max_bytes if c.max_bytes is not None else -1)],
+        ["max_msg_size", _human_size(c.max_msg_size if c.max_msg_size is not None else -1)],
+        ["max_age", _human_duration(c.max_age)],
+        ["duplicate_window", _human_duration(c.duplicate_window, zero="-")],
+        ["discard", _value(c.discard)],
+        ["messages", f"{s.messages:,}"], ["bytes", _human_size(s.bytes)],
         ["first_seq", s.first_seq], ["last_seq", s.last_seq], ["consumers", s.consumer_count],
     ]
-    if s.subjects:
-        rows.append(["subjects_count", json.dumps(s.subjects)])
+    if c.description:
+        rows.insert(1, ["description", c.description])
     _table(rows, ["FIELD", "VALUE"], out)
+    if s.subjects:
+        out.write("\n")
+        _table(sorted([k, v] for k, v in s.subjects.items()), ["SUBJECT", "MESSAGES"], out)
     return 0
 
 
@@ -723,14 +815,17 @@ def _consumer_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
             ["filter", info.config.filter_subject or ",".join(info.config.filter_subjects or [])],
             ["delivered", f"consumer {info.delivered.consumer_seq} / stream {info.delivered.stream_seq}"],
             ["ack_floor", f"consumer {info.ack_floor.consumer_seq} / stream {info.ack_floor.stream_seq}"],
-            ["num_pending", info.num_pending], ["num_ack_pending", info.num_ack_pending],
+            ["ack_wait", _human_duration(info.config.ack_wait, zero="-")],
+            ["max_deliver", _limit_text(info.config.max_deliver)],
+            ["max_ack_pending", _limit_text(info.config.max_ack_pending)],
+            ["num_pending", f"{info.num_pending:,}"], ["num_ack_pending", info.num_ack_pending],
             ["num_redelivered", info.num_redelivered]]
     policy = getattr(info.config, "priority_policy", None)
     if policy:
         rows.append(["priority_policy", policy])
         rows.append(["priority_groups", ",".join(getattr(info.config, "priority_groups", None) or [])])
         if getattr(info.config, "priority_timeout", None):
-            rows.append(["priority_timeout", f"{info.config.priority_timeout}s"])
+            rows.append(["priority_timeout", _human_duration(info.config.priority_timeout)])
         for st in getattr(info, "priority_groups", None) or []:
             if isinstance(st, dict) and st.get("pinned_client_id"):
                 rows.append([f"pinned ({st.get('group')})", f"{st['pinned_client_id']} since {st.get('pinned_ts')}"])
@@ -1292,7 +1387,7 @@ def _add(group: Any, name: str, **kw: Any) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="jssync", description="jssync: NATS JetStream from the command line",
         epilog="Settings come from the flag, else the environment (NATS_URL, NATS_USER, ...), else the "
                "nats CLI context (--context NAME, else the selected one).")

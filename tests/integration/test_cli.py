@@ -656,7 +656,7 @@ def test_consumer_priority_groups(env, nats_server, js, unique):
         p = jssync_run(env, "consumer", "next", name, "W", "--group", "jobs", "--wait", "2", "-s", url)
         assert p.returncode == 0 and "job 0" in p.stdout, p.stderr
         p = jssync_run(env, "consumer", "info", name, "W", "-s", url)
-        assert "pinned_client" in p.stdout and "pinned (jobs)" in p.stdout and "30.0s" in p.stdout
+        assert "pinned_client" in p.stdout and "pinned (jobs)" in p.stdout and "priority_timeout  30s" in p.stdout
         p = jssync_run(env, "consumer", "info", name, "W", "--json", "-s", url)
         doc = json.loads(p.stdout)
         assert doc["config"]["priority_policy"] == "pinned_client" and doc["config"]["priority_groups"] == ["jobs"]
@@ -875,3 +875,50 @@ def test_stream_add_subjects_default_to_the_stream_name(env, nats_server, js, un
         assert js.stream(name).info().config.subjects == [name]
     finally:
         js.delete_stream(name)
+
+
+def test_stream_and_consumer_info_read_like_the_nats_cli(env, nats_server, js, unique):
+    """Limits say "unlimited", sizes are KiB/MiB, durations Go style; per-subject counts are rows, not a dict;
+    no colour codes into a pipe."""
+    name = f"SI{unique}"
+    url = nats_server.url
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory", duplicate_window=90)
+    try:
+        for i in range(20):
+            js.publish(f"{name}.{i % 2}", b"x" * 200)
+        js.create_consumer(name, durable_name="W", ack_wait=90 * 60)
+        p = jssync_run(env, "stream", "info", name, "--subjects", ">", "-s", url)
+        assert p.returncode == 0, p.stderr
+        out = p.stdout
+        assert "\x1b" not in out, "colour codes in a pipe"
+        rows = {ln.split()[0]: ln.split(None, 1)[1] for ln in out.splitlines() if len(ln.split()) > 1}
+        assert "{" not in out and not {"-1", "0.0"} & set(rows.values()), out
+        assert rows["max_msgs"] == "unlimited" and rows["max_bytes"] == "unlimited", out
+        assert rows["max_age"] == "unlimited" and rows["duplicate_window"] == "1m30s", out
+        assert rows["bytes"].endswith("KiB"), out
+        assert rows[f"{name}.0"] == "10" and rows[f"{name}.1"] == "10", out
+        p = jssync_run(env, "stream", "edit", name, "--max-age", "90m", "--max-bytes", "1MiB", "-s", url)
+        assert p.returncode == 0, p.stderr
+        out = jssync_run(env, "stream", "info", name, "-s", url).stdout
+        rows = {ln.split()[0]: ln.split(None, 1)[1] for ln in out.splitlines() if len(ln.split()) > 1}
+        assert rows["max_age"] == "1h30m0s" and rows["max_bytes"] == "1.0 MiB", out
+        p = jssync_run(env, "consumer", "info", name, "W", "-s", url)
+        assert p.returncode == 0 and "\x1b" not in p.stdout, p.stderr
+        rows = {ln.split()[0]: ln.split(None, 1)[1] for ln in p.stdout.splitlines() if len(ln.split()) > 1}
+        assert rows["ack_wait"] == "1h30m0s" and rows["max_deliver"] == "unlimited", p.stdout
+    finally:
+        js.delete_stream(name)
+
+
+def test_a_bad_option_value_prints_the_subcommands_own_usage(env):
+    """The usage line of `stream add` shows its own options, not the 15 global ones."""
+    p = jssync_run(env, "stream", "add", "X", "--max-age", "an hour")
+    assert p.returncode == 2 and "--max-age" in p.stderr, p.stderr
+    usage = p.stderr.split("error:", 1)[0]
+    assert usage.startswith("usage: jssync stream add"), p.stderr
+    for flag in ("--tlscert", "--creds", "--connect-timeout", "--password"):
+        assert flag not in usage, usage
+    assert "--max-age" in usage and "name" in usage, usage
+    # the global options are still taken after the subcommand, and --help still lists them
+    h = jssync_run(env, "stream", "add", "--help")
+    assert h.returncode == 0 and "--tlscert" in h.stdout and "global options" in h.stdout, h.stdout
