@@ -863,6 +863,36 @@ def _consumer_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> in
     return 0
 
 
+def _consumer_edit(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    import copy
+
+    changes: dict[str, Any] = {}
+    for field in ("description", "ack_wait", "max_deliver", "max_ack_pending", "max_waiting", "inactive_threshold"):
+        value = getattr(args, field)
+        if value is not None:
+            changes[field] = value
+    if args.filter:
+        fs = [x.strip() for x in args.filter.split(",") if x.strip()]
+        if len(fs) == 1:
+            changes.update(filter_subject=fs[0], filter_subjects=None)
+        else:
+            changes.update(filter_subject=None, filter_subjects=fs)
+    if not changes:
+        raise ValidationError(f"consumer edit {args.stream} {args.name}: nothing to change: give --filter or a "
+                              "setting (see jssync consumer edit --help)")
+    info = js.consumer(args.stream, args.name).info()
+    cfg = copy.copy(info.config)  # keeps every field not given, the priority group ones too
+    for field, value in changes.items():
+        setattr(cfg, field, value)
+    c = js.update_consumer(args.stream, cfg)
+    if args.json:
+        _print_json(_consumer_json(c.cached_info), out)
+    else:
+        out.write(f"updated consumer {args.stream}/{c.name}: "
+                  f"{', '.join(sorted(k for k, v in changes.items() if v is not None))}\n")
+    return 0
+
+
 def _consumer_unpin(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
     js.consumer(args.stream, args.name).unpin(args.group)
     if args.json:
@@ -1480,6 +1510,21 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--overflow-groups", metavar="GROUPS", help="priority groups of an overflow consumer")
     x.add_argument("--prioritized-groups", metavar="GROUPS", help="priority groups of a prioritized consumer")
     x.set_defaults(func=_with_js(_consumer_add))
+    x = _add(co, "edit", help="change the settings of a consumer",
+             description="Change settings of an existing consumer; what is not given stays as it is "
+                         "(like nats consumer edit).")
+    x.add_argument("stream")
+    x.add_argument("name")
+    x.add_argument("--filter", help="comma-separated filter subjects: the new list")
+    x.add_argument("--ack-wait", type=_duration, metavar="DURATION", help="redeliver when no ack came this long")
+    x.add_argument("--max-deliver", type=_limit, metavar="N", help="deliveries per message (-1: unlimited)")
+    x.add_argument("--max-ack-pending", type=_limit, metavar="N",
+                   help="messages delivered and not yet acked (-1: unlimited)")
+    x.add_argument("--max-waiting", type=int, metavar="N", help="pull requests that may wait")
+    x.add_argument("--inactive-threshold", type=_duration, metavar="DURATION",
+                   help="remove the consumer when unused this long")
+    x.add_argument("--description")
+    x.set_defaults(func=_with_js(_consumer_edit))
     x = _add(co, "rm", help="delete a consumer (asks first on a terminal, unless -f)")
     x.add_argument("stream")
     x.add_argument("name")

@@ -922,3 +922,27 @@ def test_a_bad_option_value_prints_the_subcommands_own_usage(env):
     # the global options are still taken after the subcommand, and --help still lists them
     h = jssync_run(env, "stream", "add", "--help")
     assert h.returncode == 0 and "--tlscert" in h.stdout and "global options" in h.stdout, h.stdout
+
+
+def test_consumer_edit_changes_what_it_is_given(env, nats_server, js, unique):
+    name = f"CE{unique}"
+    url = nats_server.url
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        js.create_consumer(name, durable_name="W", filter_subject=f"{name}.a", max_deliver=5,
+                           priority_policy="pinned_client", priority_groups=["jobs"])
+        p = jssync_run(env, "consumer", "edit", name, "W", "--ack-wait", "2m", "--max-ack-pending", "50",
+                       "--filter", f"{name}.a,{name}.b", "-s", url)
+        assert p.returncode == 0, p.stderr
+        info = js.consumer(name, "W").info()
+        c = info.config
+        assert c.ack_wait == 120.0 and c.max_ack_pending == 50 and c.filter_subjects == [f"{name}.a", f"{name}.b"]
+        assert c.max_deliver == 5 and getattr(c, "priority_groups", None) == ["jobs"], "a field not given changed"
+        p = jssync_run(env, "consumer", "edit", name, "W", "--ack-wait", "soon", "-s", url)
+        assert p.returncode == 2 and "--ack-wait" in p.stderr, p.stderr
+        p = jssync_run(env, "consumer", "edit", name, "NOPE", "--max-deliver", "3", "-s", url)
+        assert p.returncode == 1 and "ConsumerNotFoundError" in p.stderr, p.stderr
+        p = jssync_run(env, "consumer", "edit", name, "W", "-s", url)
+        assert p.returncode == 2 and "nothing to change" in p.stderr, p.stderr
+    finally:
+        js.delete_stream(name)
