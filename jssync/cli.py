@@ -102,17 +102,70 @@ def _entry_record(e: Any) -> dict[str, Any]:
     return rec
 
 
+def _colour(out: TextIO) -> bool:
+    """Colours only on a terminal (never into a pipe or a file), and not when $NO_COLOR is set."""
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
+
+
 def _table(rows: list[list[Any]], headers: list[str], out: TextIO) -> None:
     cells = [[str(c) for c in r] for r in rows]
     widths = [len(h) for h in headers]
     for r in cells:
         for i, c in enumerate(r):
             widths[i] = max(widths[i], len(c))
-    line = "  ".join(h.ljust(widths[i]) for i, h in enumerate(headers))
-    out.write(line.rstrip() + "\n")
+    line = "  ".join(h.ljust(widths[i]) for i, h in enumerate(headers)).rstrip()
+    out.write((f"\x1b[1m{line}\x1b[0m" if _colour(out) else line) + "\n")
     out.write("  ".join("-" * w for w in widths) + "\n")
     for r in cells:
         out.write("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() + "\n")
+
+
+def _human_size(n: Any) -> str:
+    """Bytes for people, as the nats CLI shows them: ``512 B``, ``4.9 KiB``, ``1.0 MiB``; -1: unlimited."""
+    if not isinstance(n, int | float) or isinstance(n, bool):
+        return "-"
+    if n < 0:
+        return "unlimited"
+    if n < 1024:
+        return f"{n:.0f} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024
+        if value < 1024 or unit == "PiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _human_duration(secs: Any, zero: str = "unlimited") -> str:
+    """Seconds as Go prints a duration (``1h30m0s``, ``30s``, ``1.5s``, ``500ms``); 0 (or less): ``zero``."""
+    if not isinstance(secs, int | float) or isinstance(secs, bool):
+        return "-"
+    if secs <= 0:
+        return zero
+    ns = round(secs * 1e9)
+    if ns < 1_000_000_000:
+        for unit, size in (("ms", 1_000_000), ("\u00b5s", 1_000), ("ns", 1)):
+            if ns >= size:
+                return f"{ns / size:g}{unit}"
+    h, rest = divmod(ns, 3_600_000_000_000)
+    m, rest = divmod(rest, 60_000_000_000)
+    sec = f"{rest / 1e9:.9f}".rstrip("0").rstrip(".") + "s"
+    if h:
+        return f"{h}h{m}m{sec}"
+    if m:
+        return f"{m}m{sec}"
+    return sec
+
+
+def _limit_text(n: Any) -> str:
+    """A count limit for people: -1 (or None) is ``unlimited``."""
+    return "unlimited" if n is None or (isinstance(n, int) and n < 0) else str(n)
+
+
+def _value(v: Any) -> str:
+    """An enum's value, or the value itself, as text."""
+    return str(getattr(v, "value", v))
 
 
 class Progress:
@@ -202,6 +255,38 @@ def _ttl(text: str) -> float | str:
     return "never" if str(text).strip().lower() == "never" else _duration(text)
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
+               "g": 1024**3, "gb": 1024**3, "gib": 1024**3, "t": 1024**4, "tb": 1024**4, "tib": 1024**4}
+
+
+def _limit(text: str) -> int:
+    """A count limit: a whole number >= 0, or ``-1``/``unlimited`` (-1: no limit, as the server takes it)."""
+    t = str(text).strip().lower()
+    if t in ("-1", "unlimited", "none"):
+        return -1
+    try:
+        n = int(t)
+    except ValueError:
+        n = -2
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (a whole number >= 0, or -1/unlimited)")
+    return n
+
+
+def _size(text: str) -> int:
+    """A size in bytes: ``1048576``, ``512KiB``, ``1MB``, ``2G`` (K/M/G/T are powers of 1024, as the nats CLI
+    takes them), or ``-1``/``unlimited``."""
+    import re
+
+    t = str(text).strip().lower()
+    if t in ("-1", "unlimited", "none"):
+        return -1
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", t)
+    if m is None or m.group(2) not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, or e.g. 512KiB, 1MB, 2GiB; -1: unlimited)")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
 def _config_home() -> Path:
     """Where the nats CLI keeps its configuration: $XDG_CONFIG_HOME, else ~/.config."""
     xdg = os.environ.get("XDG_CONFIG_HOME")
@@ -279,7 +364,37 @@ _GLOBAL_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
 def _add_global_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("global options (before or after the command)")
     for flags, kw in _GLOBAL_OPTIONS:
-        g.add_argument(*flags, default=argparse.SUPPRESS, **kw)
+        action = g.add_argument(*flags, default=argparse.SUPPRESS, **kw)
+        _GLOBAL_ACTIONS.add(id(action))
+
+
+#: the argparse actions of the global options (left out of the usage lines)
+_GLOBAL_ACTIONS: set[int] = set()
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage line shows the command's own options, not the global ones
+    (``--help`` still lists them, in their own group)."""
+
+    def _own_actions(self) -> list[argparse.Action]:
+        return [a for a in self._actions if id(a) not in _GLOBAL_ACTIONS]
+
+    def format_usage(self) -> str:
+        formatter = self._get_formatter()
+        formatter.add_usage(self.usage, self._own_actions(), self._mutually_exclusive_groups)
+        return formatter.format_help()
+
+    def format_help(self) -> str:
+        formatter = self._get_formatter()
+        formatter.add_usage(self.usage, self._own_actions(), self._mutually_exclusive_groups)
+        formatter.add_text(self.description)
+        for group in self._action_groups:
+            formatter.start_section(group.title)
+            formatter.add_text(group.description)
+            formatter.add_arguments(group._group_actions)
+            formatter.end_section()
+        formatter.add_text(self.epilog)
+        return formatter.format_help()
 
 
 def _resolve(args: argparse.Namespace, connects: bool) -> None:
@@ -378,30 +493,30 @@ def _stream_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int
         return 0
     c, s = info.config, info.state
     rows = [
-        ["name", c.name], ["subjects", ",".join(c.subjects or [])],
-        ["storage", getattr(c.storage, "value", c.storage)], ["retention", getattr(c.retention, "value", c.retention)],
-        ["replicas", c.num_replicas], ["max_msgs", c.max_msgs], ["max_bytes", c.max_bytes],
-        ["max_age", c.max_age], ["messages", s.messages], ["bytes", s.bytes],
+        ["name", c.name], ["subjects", ",".join(c.subjects or []) or "-"],
+        ["storage", _value(c.storage)], ["retention", _value(c.retention)],
+        ["replicas", c.num_replicas], ["max_msgs", _limit_text(c.max_msgs)],
+        ["max_msgs_per_subject", _limit_text(c.max_msgs_per_subject)],
+        ["max_bytes", _human_size(c.max_bytes if c.max_bytes is not None else -1)],
+        ["max_msg_size", _human_size(c.max_msg_size if c.max_msg_size is not None else -1)],
+        ["max_age", _human_duration(c.max_age)],
+        ["duplicate_window", _human_duration(c.duplicate_window, zero="-")],
+        ["discard", _value(c.discard)],
+        ["messages", f"{s.messages:,}"], ["bytes", _human_size(s.bytes)],
         ["first_seq", s.first_seq], ["last_seq", s.last_seq], ["consumers", s.consumer_count],
     ]
-    if s.subjects:
-        rows.append(["subjects_count", json.dumps(s.subjects)])
+    if c.description:
+        rows.insert(1, ["description", c.description])
     _table(rows, ["FIELD", "VALUE"], out)
+    if s.subjects:
+        out.write("\n")
+        _table(sorted([k, v] for k, v in s.subjects.items()), ["SUBJECT", "MESSAGES"], out)
     return 0
 
 
 def _stream_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
-    params: dict[str, Any] = {"name": args.name, "subjects": args.subjects.split(",") if args.subjects else
-                              [f"{args.name}.>"], "storage": args.storage, "retention": args.retention,
-                              "num_replicas": args.replicas}
-    if args.max_msgs is not None:
-        params["max_msgs"] = args.max_msgs
-    if args.max_bytes is not None:
-        params["max_bytes"] = args.max_bytes
-    if args.max_age is not None:
-        params["max_age"] = args.max_age
-    if args.allow_direct:
-        params["allow_direct"] = True
+    params: dict[str, Any] = {"name": args.name, "subjects": [args.name], "storage": args.storage,
+                              "retention": args.retention, **_stream_settings(args)}
     st = js.create_stream(**params)
     if args.json:
         _print_json(st.cached_info, out)
@@ -410,7 +525,85 @@ def _stream_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+#: the stream settings ``stream add`` and ``stream edit`` both take: (flag, config field, type, help)
+_STREAM_SETTINGS: list[tuple[str, str, Callable[[str], Any], str]] = [
+    ("--max-msgs", "max_msgs", _limit, "keep at most this many messages (-1: unlimited)"),
+    ("--max-bytes", "max_bytes", _size, "keep at most this many bytes, e.g. 1GiB (-1: unlimited)"),
+    ("--max-age", "max_age", _duration_or_zero,
+     "how long messages are kept: seconds or e.g. 1h, 90m, 1h30m (0: no limit)"),
+    ("--max-msgs-per-subject", "max_msgs_per_subject", _limit,
+     "keep at most this many messages per subject (-1: unlimited)"),
+    ("--max-msg-size", "max_msg_size", _size, "refuse messages larger than this, e.g. 1MiB (-1: unlimited)"),
+    ("--dupe-window", "duplicate_window", _duration_or_zero,
+     "how long message ids are remembered to drop duplicates, e.g. 2m"),
+    ("--description", "description", str, "a description of the stream"),
+]
+
+
+def _add_stream_settings(x: argparse.ArgumentParser) -> None:
+    for flag, _field, kind, hlp in _STREAM_SETTINGS:
+        metavars: dict[Callable[[str], Any], str] = {_duration_or_zero: "DURATION", _size: "SIZE", _limit: "N"}
+        metavar = metavars.get(kind, "TEXT")
+        x.add_argument(flag, type=kind, metavar=metavar, help=hlp)
+
+
+def _stream_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The stream config fields given on the command line (subjects, limits, ...)."""
+    params: dict[str, Any] = {}
+    for flag, field, _kind, _hlp in _STREAM_SETTINGS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None:
+            params[field] = value
+    if args.subjects:
+        params["subjects"] = [x.strip() for x in args.subjects.split(",") if x.strip()]
+    if getattr(args, "replicas", None) is not None:
+        params["num_replicas"] = args.replicas
+    if args.allow_direct:
+        params["allow_direct"] = True
+    return params
+
+
+def _stream_edit(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    params = _stream_settings(args)
+    if args.no_allow_direct:
+        params["allow_direct"] = False
+    if not params:
+        raise ValidationError(f"stream edit {args.name}: nothing to change: give --subjects or a limit "
+                              "(see jssync stream edit --help)")
+    st = js.update_stream(name=args.name, **params)
+    if args.json:
+        _print_json(st.cached_info, out)
+    else:
+        out.write(f"updated stream {st.name}: {', '.join(sorted(params))}\n")
+    return 0
+
+
+def _confirmed(args: argparse.Namespace, what: str) -> bool:
+    """Whether to go on deleting ``what``: yes with ``-f/--force`` or when stdin is not a terminal (scripts);
+    else the answer to a ``[y/N]`` question on stderr (blocks reading one line of stdin)."""
+    if args.force or not sys.stdin.isatty():
+        return True
+    sys.stderr.write(f"Really delete {what}? [y/N] ")
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        answer = ""
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    sys.stderr.write(f"jssync: {what} not deleted\n")
+    return False
+
+
+def _add_force(x: argparse.ArgumentParser) -> None:
+    x.add_argument("-f", "--force", action="store_true",
+                   help="delete without asking (without a terminal on stdin it never asks)")
+
+
 def _stream_rm(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    js.stream(args.name)  # StreamNotFoundError before any question
+    if not _confirmed(args, f"stream {args.name}"):
+        return 1
     js.delete_stream(args.name)
     if args.json:
         _print_json({"deleted": args.name}, out)
@@ -486,6 +679,30 @@ def _stream_export(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
     return 0
 
 
+def _capture_hint(js: Any, stream: str | None, subject: str, prefix: str | None) -> str:
+    """What to run so that a stream captures ``subject``: add it to ``stream`` when that stream exists
+    (``stream edit`` with its subjects plus this one), else create ``stream``."""
+    import shlex
+
+    import jssync
+
+    pattern = f"{prefix}.>" if prefix else subject
+    if stream:
+        try:
+            info = js.stream(stream).info()
+        except jssync.StreamNotFoundError:
+            info = None
+        except (jssync.Error, ValueError):  # a name the server refuses, or no answer: suggest a new stream
+            info = None
+            stream = None
+        if info is not None and stream:
+            subjects = [*(info.config.subjects or []), pattern]
+            return (f"stream {stream} exists and does not capture it: add the subject to it, e.g. jssync stream "
+                    f"edit {shlex.quote(stream)} --subjects {shlex.quote(','.join(subjects))}")
+    return (f"create the stream first, e.g. jssync stream add {shlex.quote(stream) if stream else 'NAME'} "
+            f"--subjects {shlex.quote(pattern)}")
+
+
 def _stream_import(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
     import threading
 
@@ -545,10 +762,8 @@ def _stream_import(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
         missing = next((origin for exc, origin in failed if isinstance(exc, jssync.NoRespondersError)), None)
     if missing is not None:
         i, subject, stream = missing
-        pattern = f"{args.subject_prefix}.>" if args.subject_prefix else subject
         sys.stderr.write(f"jssync: no stream captures subject {subject!r} (line {i} of {where}); stopped there "
-                         f"after {sent} messages: create the stream first, e.g. jssync stream add "
-                         f"{stream or 'NAME'} --subjects {pattern!r}\n")
+                         f"after {sent} messages: {_capture_hint(js, stream, subject, args.subject_prefix)}\n")
         return 1
     if failed:
         sys.stderr.write(f"jssync: {len(failed)} publishes failed, first: {failed[0][0]}\n")
@@ -600,14 +815,17 @@ def _consumer_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
             ["filter", info.config.filter_subject or ",".join(info.config.filter_subjects or [])],
             ["delivered", f"consumer {info.delivered.consumer_seq} / stream {info.delivered.stream_seq}"],
             ["ack_floor", f"consumer {info.ack_floor.consumer_seq} / stream {info.ack_floor.stream_seq}"],
-            ["num_pending", info.num_pending], ["num_ack_pending", info.num_ack_pending],
+            ["ack_wait", _human_duration(info.config.ack_wait, zero="-")],
+            ["max_deliver", _limit_text(info.config.max_deliver)],
+            ["max_ack_pending", _limit_text(info.config.max_ack_pending)],
+            ["num_pending", f"{info.num_pending:,}"], ["num_ack_pending", info.num_ack_pending],
             ["num_redelivered", info.num_redelivered]]
     policy = getattr(info.config, "priority_policy", None)
     if policy:
         rows.append(["priority_policy", policy])
         rows.append(["priority_groups", ",".join(getattr(info.config, "priority_groups", None) or [])])
         if getattr(info.config, "priority_timeout", None):
-            rows.append(["priority_timeout", f"{info.config.priority_timeout}s"])
+            rows.append(["priority_timeout", _human_duration(info.config.priority_timeout)])
         for st in getattr(info, "priority_groups", None) or []:
             if isinstance(st, dict) and st.get("pinned_client_id"):
                 rows.append([f"pinned ({st.get('group')})", f"{st['pinned_client_id']} since {st.get('pinned_ts')}"])
@@ -645,6 +863,36 @@ def _consumer_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> in
     return 0
 
 
+def _consumer_edit(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    import copy
+
+    changes: dict[str, Any] = {}
+    for field in ("description", "ack_wait", "max_deliver", "max_ack_pending", "max_waiting", "inactive_threshold"):
+        value = getattr(args, field)
+        if value is not None:
+            changes[field] = value
+    if args.filter:
+        fs = [x.strip() for x in args.filter.split(",") if x.strip()]
+        if len(fs) == 1:
+            changes.update(filter_subject=fs[0], filter_subjects=None)
+        else:
+            changes.update(filter_subject=None, filter_subjects=fs)
+    if not changes:
+        raise ValidationError(f"consumer edit {args.stream} {args.name}: nothing to change: give --filter or a "
+                              "setting (see jssync consumer edit --help)")
+    info = js.consumer(args.stream, args.name).info()
+    cfg = copy.copy(info.config)  # keeps every field not given, the priority group ones too
+    for field, value in changes.items():
+        setattr(cfg, field, value)
+    c = js.update_consumer(args.stream, cfg)
+    if args.json:
+        _print_json(_consumer_json(c.cached_info), out)
+    else:
+        out.write(f"updated consumer {args.stream}/{c.name}: "
+                  f"{', '.join(sorted(k for k, v in changes.items() if v is not None))}\n")
+    return 0
+
+
 def _consumer_unpin(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
     js.consumer(args.stream, args.name).unpin(args.group)
     if args.json:
@@ -655,6 +903,9 @@ def _consumer_unpin(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> 
 
 
 def _consumer_rm(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    js.consumer(args.stream, args.name)  # ConsumerNotFoundError before any question
+    if not _confirmed(args, f"consumer {args.stream}/{args.name}"):
+        return 1
     js.delete_consumer(args.stream, args.name)
     if args.json:
         _print_json({"deleted": f"{args.stream}/{args.name}"}, out)
@@ -964,6 +1215,8 @@ def _kv(args: argparse.Namespace) -> int:
             else:
                 out.write(f"revision {rev}\n")
         elif args.kv_cmd == "del":
+            if not _confirmed(args, f"key {args.key} of bucket {args.bucket}"):
+                return 1
             kv.delete(args.key)
             if args.json:
                 _print_json({"deleted": args.key, "bucket": args.bucket}, out)
@@ -1079,8 +1332,29 @@ def _demo_js(nc: Any, count: int) -> None:
     print("  deleted stream DEMO")
 
 
+def _port_free(port: int) -> bool:
+    """Whether 127.0.0.1:``port`` can be listened on (as nats-server would: SO_REUSEADDR set)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+        except OSError:
+            return False
+    return True
+
+
+def _port_taken(port: int) -> int:
+    """Say (one line on stderr) that ``port`` is taken; exit status 1."""
+    sys.stderr.write(f"jssync: port {port} on 127.0.0.1 is already in use (another nats-server?): "
+                     f"pick another with --port, e.g. --port {port + 1}\n")
+    return 1
+
+
 def _server(args: argparse.Namespace) -> int:
-    from jssync.server import NatsServer
+    from jssync.server import NatsServer, ServerError
 
     # SIGTERM, SIGHUP and SIGINT all stop the server the same way: the nats-server child is stopped and
     # the temporary directory (with the store, unless --store-dir) removed. A signal that comes before
@@ -1099,12 +1373,22 @@ def _server(args: argparse.Namespace) -> int:
     old = {sig: signal.signal(sig, on_signal) for sig in sigs}
     srv: NatsServer | None = None
     try:
+        if not _port_free(args.port):
+            return _port_taken(args.port)
         srv = NatsServer(jetstream=True, port=args.port, store_dir=args.store_dir)
         state["armed"] = True
         if state["signal"] is not None:
             state["stopping"] = True
             raise _Stop(state["signal"])
-        srv.start()
+        try:
+            srv.start()
+        except ServerError as exc:
+            if "address already in use" in str(exc):  # taken between the check and the start
+                return _port_taken(args.port)
+            fatal = [ln for ln in str(exc).splitlines() if "[FTL]" in ln or "[ERR]" in ln]
+            sys.stderr.write(f"jssync: nats-server did not start: "
+                             f"{(fatal[-1].split('] ', 2)[-1] if fatal else str(exc).splitlines()[0])}\n")
+            return 1
         kind = "kept" if args.store_dir else "temporary: removed on exit"
         print(f"nats-server running at {srv.url}, store {srv.store_dir} ({kind}); Ctrl-C to stop", flush=True)
         while srv.running:
@@ -1133,7 +1417,7 @@ def _add(group: Any, name: str, **kw: Any) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="jssync", description="jssync: NATS JetStream from the command line",
         epilog="Settings come from the flag, else the environment (NATS_URL, NATS_USER, ...), else the "
                "nats CLI context (--context NAME, else the selected one).")
@@ -1162,18 +1446,26 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=_with_js(_stream_info))
     x = _add(st, "add", help="create a stream")
     x.add_argument("name")
-    x.add_argument("--subjects", help="comma-separated subjects (default NAME.>)")
+    x.add_argument("--subjects", help="comma-separated subjects (default: the stream name, as the nats CLI)")
     x.add_argument("--storage", choices=["file", "memory"], default="file")
     x.add_argument("--retention", choices=["limits", "interest", "workqueue"], default="limits")
     x.add_argument("--replicas", type=int, default=1)
-    x.add_argument("--max-msgs", type=int)
-    x.add_argument("--max-bytes", type=int)
-    x.add_argument("--max-age", type=_duration_or_zero, metavar="DURATION",
-                   help="how long messages are kept: seconds or e.g. 1h, 90m, 1h30m (default 0: no limit)")
-    x.add_argument("--allow-direct", action="store_true")
+    _add_stream_settings(x)
+    x.add_argument("--allow-direct", action="store_true", help="answer direct gets (ADR-31)")
     x.set_defaults(func=_with_js(_stream_add))
-    x = _add(st, "rm", help="delete a stream")
+    x = _add(st, "edit", help="change the subjects or limits of a stream",
+             description="Change the subjects or limits of an existing stream; what is not given stays as it is "
+                         "(like nats stream edit).")
     x.add_argument("name")
+    x.add_argument("--subjects", help="comma-separated subjects: the new list (replaces the old one)")
+    x.add_argument("--replicas", type=int)
+    _add_stream_settings(x)
+    x.add_argument("--allow-direct", action="store_true", help="answer direct gets (ADR-31)")
+    x.add_argument("--no-allow-direct", action="store_true", help="stop answering direct gets")
+    x.set_defaults(func=_with_js(_stream_edit))
+    x = _add(st, "rm", help="delete a stream (asks first on a terminal, unless -f)")
+    x.add_argument("name")
+    _add_force(x)
     x.set_defaults(func=_with_js(_stream_rm))
     x = _add(st, "purge", help="purge a stream")
     x.add_argument("name")
@@ -1218,9 +1510,25 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--overflow-groups", metavar="GROUPS", help="priority groups of an overflow consumer")
     x.add_argument("--prioritized-groups", metavar="GROUPS", help="priority groups of a prioritized consumer")
     x.set_defaults(func=_with_js(_consumer_add))
-    x = _add(co, "rm", help="delete a consumer")
+    x = _add(co, "edit", help="change the settings of a consumer",
+             description="Change settings of an existing consumer; what is not given stays as it is "
+                         "(like nats consumer edit).")
     x.add_argument("stream")
     x.add_argument("name")
+    x.add_argument("--filter", help="comma-separated filter subjects: the new list")
+    x.add_argument("--ack-wait", type=_duration, metavar="DURATION", help="redeliver when no ack came this long")
+    x.add_argument("--max-deliver", type=_limit, metavar="N", help="deliveries per message (-1: unlimited)")
+    x.add_argument("--max-ack-pending", type=_limit, metavar="N",
+                   help="messages delivered and not yet acked (-1: unlimited)")
+    x.add_argument("--max-waiting", type=int, metavar="N", help="pull requests that may wait")
+    x.add_argument("--inactive-threshold", type=_duration, metavar="DURATION",
+                   help="remove the consumer when unused this long")
+    x.add_argument("--description")
+    x.set_defaults(func=_with_js(_consumer_edit))
+    x = _add(co, "rm", help="delete a consumer (asks first on a terminal, unless -f)")
+    x.add_argument("stream")
+    x.add_argument("name")
+    _add_force(x)
     x.set_defaults(func=_with_js(_consumer_rm))
     x = _add(co, "next", help="fetch (and ack) messages from a pull consumer")
     x.add_argument("stream")
@@ -1295,10 +1603,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("bucket")
     x.add_argument("--history", type=int, default=1)
     x.set_defaults(func=_kv)
-    for name, hlp in (("get", "read a key"), ("del", "delete a key")):
+    for name, hlp in (("get", "read a key"), ("del", "delete a key (asks first on a terminal, unless -f)")):
         x = _add(kv, name, help=hlp)
         x.add_argument("bucket")
         x.add_argument("key")
+        if name == "del":
+            _add_force(x)
         x.set_defaults(func=_kv)
     x = _add(kv, "put", help="write a key")
     x.add_argument("bucket")

@@ -181,6 +181,10 @@ class Msg:
     def ack(self) -> None:
         """Acknowledge (+ACK). Buffered: returns at once.
 
+        Once a message is acked (or nak'd or term'd), a second ``ack()`` is silent: it sends
+        nothing and does not raise (nats-py raises ``MsgAlreadyAckdError``; see
+        docs/migrating.md).
+
         Raises:
             jssync.ConnectionClosedError: the connection is closed or closing (nothing sent,
                 the message stays unacknowledged).

@@ -156,7 +156,7 @@ class JetStream:
         if max_pending < 1:
             raise ValidationError(f"max_pending must be >= 1, got {max_pending!r}")
         self.domain = domain
-        self.conn = conn
+        self._conn = conn
         self.timeout = timeout
         self.max_pending = max_pending
         self._async = _AsyncPublisher(self)
@@ -166,6 +166,16 @@ class JetStream:
 
     def __repr__(self) -> str:
         return f"<jssync.JetStream prefix={self.prefix!r}>"
+
+    @property
+    def conn(self) -> Connection:
+        """The :class:`jssync.Connection` this context was made from (no I/O).
+
+        A context owns no connection of its own: to shut down, close this one
+        (``js.conn.close()``; see docs/frameworks.md, rule 4), which also ends every consumer,
+        subscription and pending publish of the context.
+        """
+        return self._conn
 
     # -- API requests -----------------------------------------------------------------------
 

@@ -188,6 +188,25 @@ def test_sync_kinds_after_terminal_ack_are_ignored(nc, js, stream):
     assert nc.stats["out_msgs"] == out
 
 
+def test_a_second_ack_is_silent_and_only_one_ack_reaches_the_server(nats_server, js, stream):
+    """Unlike nats-py (MsgAlreadyAckdError), a second ``ack()`` neither raises nor sends: a watcher on
+    ``$JS.ACK`` sees exactly one +ACK, and the consumer counts the message acked."""
+    publish(js, stream, 1)
+    c = durable(stream)
+    with jssync.connect(nats_server.url) as watcher:
+        acks = watcher.subscribe(f"$JS.ACK.{stream.name}.>")
+        watcher.flush()
+        m = c.next(timeout=2 * FACTOR)
+        m.ack()
+        m.ack()  # silent
+        m.ack_sync(timeout=2 * FACTOR)  # silent too: already acked, nothing sent
+        assert acks.next_msg(2 * FACTOR).data == b"+ACK"
+        js.conn.flush()
+        with pytest.raises(jssync.TimeoutError):
+            acks.next_msg(0.5 * FACTOR)
+    wait_for(lambda: c.info().ack_floor.stream_seq == 1, what="the message acked")
+
+
 def test_sync_kinds_bad_arguments(js, stream):
     publish(js, stream, 1)
     c = durable(stream)

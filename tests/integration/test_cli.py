@@ -154,6 +154,7 @@ from pathlib import Path  # noqa: E402
 
 import nkeys  # noqa: E402
 
+import jssync  # noqa: E402
 from jssync.server import NatsServer, free_port  # noqa: E402
 from tests.conftest import FACTOR, wait_for  # noqa: E402
 from tests.integration.test_auth import operator  # noqa: E402, F401 - a fixture: an operator/JWT server
@@ -519,7 +520,7 @@ def test_server_command_store_dir_keeps_data(env, tmp_path):
             assert shown == str(store)
             if round_ == 0:
                 assert jssync_run(env, "stream", "add", "KEEP", "-s", url).returncode == 0
-                assert jssync_run(env, "pub", "KEEP.a", "kept", "--js", "-s", url).returncode == 0
+                assert jssync_run(env, "pub", "KEEP", "kept", "--js", "-s", url).returncode == 0
             else:
                 p = jssync_run(env, "stream", "get", "KEEP", "1", "--json", "-s", url)
                 assert p.returncode == 0 and _data(json.loads(p.stdout)) == b"kept", p.stderr
@@ -532,6 +533,21 @@ def test_server_command_store_dir_keeps_data(env, tmp_path):
                 proc.wait()
             if _alive(child):
                 os.kill(child, signal.SIGKILL)
+
+
+def test_server_command_port_in_use_is_one_line(env):
+    """A taken port: one line naming the port and suggesting --port, no traceback, no server log; exit 1."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        p = jssync_run(env, "server", "--port", str(port))
+    assert p.returncode != 0
+    assert p.stdout == "", p.stdout
+    assert p.stderr.count("\n") == 1, p.stderr
+    assert str(port) in p.stderr and "--port" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 def test_server_command_help_says_the_store_is_temporary(env):
@@ -640,7 +656,7 @@ def test_consumer_priority_groups(env, nats_server, js, unique):
         p = jssync_run(env, "consumer", "next", name, "W", "--group", "jobs", "--wait", "2", "-s", url)
         assert p.returncode == 0 and "job 0" in p.stdout, p.stderr
         p = jssync_run(env, "consumer", "info", name, "W", "-s", url)
-        assert "pinned_client" in p.stdout and "pinned (jobs)" in p.stdout and "30.0s" in p.stdout
+        assert "pinned_client" in p.stdout and "pinned (jobs)" in p.stdout and "priority_timeout  30s" in p.stdout
         p = jssync_run(env, "consumer", "info", name, "W", "--json", "-s", url)
         doc = json.loads(p.stdout)
         assert doc["config"]["priority_policy"] == "pinned_client" and doc["config"]["priority_groups"] == ["jobs"]
@@ -725,5 +741,208 @@ def test_cli_duration_options_take_go_durations(env, nats_server, js, unique):
             p = jssync_run(env, "stream", "add", f"{name}X", "--subjects", f"{name}X.>", f"--max-age={bad}",
                            "-s", url)
             assert p.returncode == 2 and "--max-age" in p.stderr and repr(bad) in p.stderr, (bad, p.stderr)
+    finally:
+        js.delete_stream(name)
+
+
+# -- stream import / edit, rm confirmation, stream add defaults -------------------------------------
+
+
+def test_stream_import_into_an_existing_stream_suggests_a_command_that_works(env, nats_server, js, unique,
+                                                                             tmp_path):
+    """The export's stream exists: the hint adds the subject to it (stream edit), and that command works."""
+    import shlex
+
+    name = f"T{unique}"
+    url = nats_server.url
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        for i in range(3):
+            js.publish(f"{name}.a", b"m%d" % i)
+        f = tmp_path / "t.jsonl"
+        assert jssync_run(env, "stream", "export", name, str(f), "-s", url).returncode == 0
+        prefix = f"COPY{unique}"
+        p = jssync_run(env, "stream", "import", str(f), "--subject-prefix", prefix, "-s", url)
+        assert p.returncode == 1 and "no stream captures" in p.stderr, p.stderr
+        hint = p.stderr.split("e.g. ", 1)[1].strip()
+        argv = shlex.split(hint)
+        assert argv[0] == "jssync" and "stream add " + name not in hint, hint
+        q = jssync_run(env, *argv[1:], "-s", url)
+        assert q.returncode == 0, (hint, q.stderr)
+        p = jssync_run(env, "stream", "import", str(f), "--subject-prefix", prefix, "-s", url)
+        assert p.returncode == 0 and "imported 3" in p.stdout, p.stderr
+        assert js.stream(name).info().state.messages == 6
+    finally:
+        js.delete_stream(name)
+
+
+def test_stream_edit_changes_subjects_and_limits(env, nats_server, js, unique):
+    name = f"SE{unique}"
+    url = nats_server.url
+    js.create_stream(name=name, subjects=[f"{name}.a"], storage="memory", max_msgs=100)
+    try:
+        p = jssync_run(env, "stream", "edit", name, "--subjects", f"{name}.a,{name}.b", "--max-age", "1h",
+                       "--max-bytes", "1048576", "-s", url)
+        assert p.returncode == 0, p.stderr
+        c = js.stream(name).info().config
+        assert c.subjects == [f"{name}.a", f"{name}.b"] and c.max_age == 3600.0 and c.max_bytes == 1048576
+        assert c.max_msgs == 100, "a field not given was changed"
+        assert "memory" in str(c.storage)
+        p = jssync_run(env, "stream", "edit", name, "--max-age", "an hour", "-s", url)
+        assert p.returncode == 2 and "--max-age" in p.stderr, p.stderr
+        p = jssync_run(env, "stream", "edit", f"NO{name}", "--max-msgs", "5", "-s", url)
+        assert p.returncode == 1 and "StreamNotFoundError" in p.stderr, p.stderr
+        p = jssync_run(env, "stream", "edit", name, "-s", url)
+        assert p.returncode == 2 and "nothing to change" in p.stderr, p.stderr
+    finally:
+        js.delete_stream(name)
+
+
+def _run_on_a_terminal(env: dict[str, str], argv: list[str], answer: bytes | None) -> tuple[int, str]:
+    """Run `python -m jssync ARGV` with stdin, stdout and stderr on a pseudo-terminal; type ``answer`` once
+    it asks (None: expect no question). Its exit status and everything it wrote."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "jssync", *argv], env=env, stdin=follower, stdout=follower,
+                            stderr=follower, close_fds=True)
+    os.close(follower)
+    seen = b""
+    answered = False
+    deadline = time.monotonic() + 30 * FACTOR
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([leader], [], [], 0.1)
+            if r:
+                try:
+                    chunk = os.read(leader, 4096)
+                except OSError:  # the child closed the terminal
+                    chunk = b""
+                if not chunk and proc.poll() is not None:
+                    break
+                seen += chunk
+            if answer is not None and not answered and b"[y/N]" in seen:
+                os.write(leader, answer)
+                answered = True
+            if proc.poll() is not None and not r:
+                break
+        rc = proc.wait(10 * FACTOR)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+    return rc, seen.decode(errors="replace")
+
+
+def test_rm_asks_on_a_terminal_unless_forced(env, nats_server, js, unique):
+    """`stream rm` / `consumer rm` / `kv del` ask on a terminal; `-f`/`--force` skips the question;
+    without a terminal (scripts) they delete without asking, as before."""
+    name = f"RM{unique}"
+    url = nats_server.url
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        js.create_consumer(name, durable_name="C")
+        rc, seen = _run_on_a_terminal(env, ["stream", "rm", name, "-s", url], b"n\n")
+        assert "[y/N]" in seen and name in seen and rc == 1, seen
+        assert js.stream(name).name == name  # still there
+        rc, seen = _run_on_a_terminal(env, ["consumer", "rm", name, "C", "-s", url], b"y\n")
+        assert "[y/N]" in seen and rc == 0, seen
+        with pytest.raises(jssync.ConsumerNotFoundError):
+            js.consumer(name, "C")
+        js.create_consumer(name, durable_name="C2")
+        rc, seen = _run_on_a_terminal(env, ["consumer", "rm", name, "C2", "--force", "-s", url], None)
+        assert rc == 0 and "[y/N]" not in seen, seen
+        # not a terminal: a script deletes without a question (and -f, the nats CLI's force, is taken)
+        p = jssync_run(env, "stream", "rm", name, "-f", "-s", url)
+        assert p.returncode == 0 and "[y/N]" not in p.stdout + p.stderr, p.stderr
+        with pytest.raises(jssync.StreamNotFoundError):
+            js.stream(name)
+    finally:
+        try:
+            js.delete_stream(name)
+        except jssync.StreamNotFoundError:
+            pass
+
+
+def test_stream_add_subjects_default_to_the_stream_name(env, nats_server, js, unique):
+    """As `nats stream add NAME` does: with no --subjects the stream captures the subject NAME."""
+    name = f"PLAIN{unique}"
+    p = jssync_run(env, "stream", "add", name, "--storage", "memory", "-s", nats_server.url)
+    try:
+        assert p.returncode == 0, p.stderr
+        assert js.stream(name).info().config.subjects == [name]
+    finally:
+        js.delete_stream(name)
+
+
+def test_stream_and_consumer_info_read_like_the_nats_cli(env, nats_server, js, unique):
+    """Limits say "unlimited", sizes are KiB/MiB, durations Go style; per-subject counts are rows, not a dict;
+    no colour codes into a pipe."""
+    name = f"SI{unique}"
+    url = nats_server.url
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory", duplicate_window=90)
+    try:
+        for i in range(20):
+            js.publish(f"{name}.{i % 2}", b"x" * 200)
+        js.create_consumer(name, durable_name="W", ack_wait=90 * 60)
+        p = jssync_run(env, "stream", "info", name, "--subjects", ">", "-s", url)
+        assert p.returncode == 0, p.stderr
+        out = p.stdout
+        assert "\x1b" not in out, "colour codes in a pipe"
+        rows = {ln.split()[0]: ln.split(None, 1)[1] for ln in out.splitlines() if len(ln.split()) > 1}
+        assert "{" not in out and not {"-1", "0.0"} & set(rows.values()), out
+        assert rows["max_msgs"] == "unlimited" and rows["max_bytes"] == "unlimited", out
+        assert rows["max_age"] == "unlimited" and rows["duplicate_window"] == "1m30s", out
+        assert rows["bytes"].endswith("KiB"), out
+        assert rows[f"{name}.0"] == "10" and rows[f"{name}.1"] == "10", out
+        p = jssync_run(env, "stream", "edit", name, "--max-age", "90m", "--max-bytes", "1MiB", "-s", url)
+        assert p.returncode == 0, p.stderr
+        out = jssync_run(env, "stream", "info", name, "-s", url).stdout
+        rows = {ln.split()[0]: ln.split(None, 1)[1] for ln in out.splitlines() if len(ln.split()) > 1}
+        assert rows["max_age"] == "1h30m0s" and rows["max_bytes"] == "1.0 MiB", out
+        p = jssync_run(env, "consumer", "info", name, "W", "-s", url)
+        assert p.returncode == 0 and "\x1b" not in p.stdout, p.stderr
+        rows = {ln.split()[0]: ln.split(None, 1)[1] for ln in p.stdout.splitlines() if len(ln.split()) > 1}
+        assert rows["ack_wait"] == "1h30m0s" and rows["max_deliver"] == "unlimited", p.stdout
+    finally:
+        js.delete_stream(name)
+
+
+def test_a_bad_option_value_prints_the_subcommands_own_usage(env):
+    """The usage line of `stream add` shows its own options, not the 15 global ones."""
+    p = jssync_run(env, "stream", "add", "X", "--max-age", "an hour")
+    assert p.returncode == 2 and "--max-age" in p.stderr, p.stderr
+    usage = p.stderr.split("error:", 1)[0]
+    assert usage.startswith("usage: jssync stream add"), p.stderr
+    for flag in ("--tlscert", "--creds", "--connect-timeout", "--password"):
+        assert flag not in usage, usage
+    assert "--max-age" in usage and "name" in usage, usage
+    # the global options are still taken after the subcommand, and --help still lists them
+    h = jssync_run(env, "stream", "add", "--help")
+    assert h.returncode == 0 and "--tlscert" in h.stdout and "global options" in h.stdout, h.stdout
+
+
+def test_consumer_edit_changes_what_it_is_given(env, nats_server, js, unique):
+    name = f"CE{unique}"
+    url = nats_server.url
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        js.create_consumer(name, durable_name="W", filter_subject=f"{name}.a", max_deliver=5,
+                           priority_policy="pinned_client", priority_groups=["jobs"])
+        p = jssync_run(env, "consumer", "edit", name, "W", "--ack-wait", "2m", "--max-ack-pending", "50",
+                       "--filter", f"{name}.a,{name}.b", "-s", url)
+        assert p.returncode == 0, p.stderr
+        info = js.consumer(name, "W").info()
+        c = info.config
+        assert c.ack_wait == 120.0 and c.max_ack_pending == 50 and c.filter_subjects == [f"{name}.a", f"{name}.b"]
+        assert c.max_deliver == 5 and getattr(c, "priority_groups", None) == ["jobs"], "a field not given changed"
+        p = jssync_run(env, "consumer", "edit", name, "W", "--ack-wait", "soon", "-s", url)
+        assert p.returncode == 2 and "--ack-wait" in p.stderr, p.stderr
+        p = jssync_run(env, "consumer", "edit", name, "NOPE", "--max-deliver", "3", "-s", url)
+        assert p.returncode == 1 and "ConsumerNotFoundError" in p.stderr, p.stderr
+        p = jssync_run(env, "consumer", "edit", name, "W", "-s", url)
+        assert p.returncode == 2 and "nothing to change" in p.stderr, p.stderr
     finally:
         js.delete_stream(name)

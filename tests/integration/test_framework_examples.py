@@ -471,3 +471,26 @@ def test_notebook_runs(tmp_path: Path) -> None:
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "published 72 readings" in text
     assert "closed: True" in text
+
+
+def test_frameworks_page_helper_closes_its_connection_through_js_conn(server: NatsServer,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/frameworks.md's per-process helper hands out a JetStream; rule 4 says close its connection:
+    the page shows how (``js.conn.close()``), and ``JetStream.conn`` is a documented, typed property."""
+    text = (ROOT / "docs" / "frameworks.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    helper = next(b for b in blocks if "def jetstream()" in b)
+    assert ".conn.close()" in helper, "the helper shows no way to close the connection it made"
+    prop = jssync.JetStream.__dict__.get("conn")
+    assert isinstance(prop, property) and "close" in (prop.__doc__ or ""), "JetStream.conn is not documented"
+    assert prop.fget.__annotations__["return"] in ("Connection", jssync.Connection), "JetStream.conn is not typed"
+    monkeypatch.setenv("NATS_URL", server.url)
+    ns: dict[str, Any] = {}
+    exec(compile(helper, "frameworks.md", "exec"), ns)  # noqa: S102 - the page's own code
+    js = ns["jetstream"]()
+    assert isinstance(js, jssync.JetStream) and ns["jetstream"]() is js
+    nc = js.conn
+    assert nc.is_connected
+    ns["close_jetstream"]()
+    assert nc.is_closed
+    ns["close_jetstream"]()  # twice: nothing to close
