@@ -431,8 +431,7 @@ class Connection:
         if getattr(self, "_connecting", False):
             self._last_connect_error = exc
             log.debug("connect attempt failed: %s", self._describe(exc))
-            server = getattr(self._nc, "_current_server", None)
-            url = server.uri.geturl() if server is not None and getattr(server, "uri", None) else None
+            url = _natspy.current_server_url(self._nc)
             if isinstance(exc, ne.AuthorizationError) or "authorization" in str(exc).lower():
                 # Raising here ends nats-py's first-connect loop: wrong credentials will not
                 # get better by retrying.
@@ -440,8 +439,7 @@ class Connection:
                 raise exc
             if isinstance(exc, ConnectionRefusedError):
                 self._refused.add(url or str(len(self._refused)))
-                pool = getattr(self._nc, "_server_pool", None) or self._urls
-                if len(self._refused) >= len(pool):
+                if len(self._refused) >= (len(_natspy.server_uris(self._nc)) or len(self._urls)):
                     # every server refused: nothing listens there, so waiting out the
                     # connect timeout would not help
                     raise self._refused_error()

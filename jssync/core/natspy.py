@@ -280,6 +280,23 @@ def server_info(nc: Any) -> dict[str, Any]:
     return dict(getattr(nc, "_server_info", None) or {})
 
 
+def server_uris(nc: Any) -> list[Any]:
+    """The parsed URLs (``urllib.parse.SplitResult``) of the servers nats-py may connect to:
+    the ones given and the ones the cluster announced (empty if nats-py keeps no pool)."""
+    try:
+        pool = list(getattr(nc, "_server_pool", None) or [])
+    except Exception:  # pragma: no cover - nats-py internals changed
+        return []
+    return [uri for uri in (getattr(srv, "uri", None) for srv in pool) if uri is not None]
+
+
+def current_server_url(nc: Any) -> str | None:
+    """The URL of the server nats-py is connected or connecting to, or None."""
+    server = getattr(nc, "_current_server", None)
+    uri = getattr(server, "uri", None) if server is not None else None
+    return uri.geturl() if uri is not None else None
+
+
 # ----------------------------------------------------------------------------- times
 
 

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from ..base.deadline import Deadline
 from ..base.errors import Error
+from ..core import natspy
 from .codec import (
     META_PARTITION,
     META_PARTITIONS,
@@ -420,13 +421,8 @@ class MetadataCache:
 
         for a in info.get("connect_urls") or []:
             add(str(a))
-        try:
-            pool = list(getattr(self._conn.client, "_server_pool", []) or [])
-        except Exception:  # pragma: no cover - nats-py internals changed
-            pool = []
-        for srv in pool:
-            uri = getattr(srv, "uri", None)
-            if uri is not None and uri.hostname and uri.port:
+        for uri in natspy.server_uris(self._conn.client):
+            if uri.hostname and uri.port:
                 add(_fmt(uri.hostname, uri.port))
         for a in self._seeds:
             add(a)
