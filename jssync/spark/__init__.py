@@ -26,8 +26,9 @@ read or write does not take, or a ``subjects`` filter outside the stream's subje
 fails the query when it is planned.
 Writes publish every row with ``publish_async`` and wait for all PubAcks before the
 task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
-(from a column, or derived from the query, batch, partition and row) so retried tasks
-and replayed micro-batches are de-duplicated by the stream's duplicate window.
+(from a column, or derived from the query, batch, partition and the row's content and
+its occurrence count, never its position) so retried tasks and replayed micro-batches
+are de-duplicated by the stream's duplicate window whatever order their rows come in.
 
 Everything the executors get (readers, partitions, writers) holds plain option values
 only, never a connection. Needs PySpark 4.2 or newer (``pip install 'jssync[spark]'``)
@@ -502,19 +503,36 @@ def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def derive_msg_id(prefix: str, batch: int, partition: int, row: int, subject: str, data: bytes) -> str:
-    """The ``Nats-Msg-Id`` of a row written without an id column.
+#: Bytes of the content digest in a derived ``Nats-Msg-Id`` (96 bits: two different rows of
+#: one partition share a digest with odds of about n**2 / 2**97 for n rows).
+_DIGEST_SIZE = 12
 
-    Made of the write's ``prefix`` (the streaming query id, or a per-write id), the
-    micro-batch, the Spark partition, the row's index in it, and a short digest of the
-    subject and payload. A retried task or a replayed micro-batch that produces the same
-    rows in the same order produces the same ids (so the stream drops the copies); rows
-    that come in another order get other ids, so they are duplicated rather than lost.
-    """
-    h = hashlib.blake2b(subject.encode(), digest_size=6)
+
+def _row_digest(subject: str, data: bytes, headers: Mapping[str, str] | None = None) -> Any:
+    """The blake2b state of a row's content: its subject, payload and headers (sorted)."""
+    h = hashlib.blake2b(subject.encode(), digest_size=_DIGEST_SIZE)
     h.update(b"\x00")
     h.update(data)
-    return f"{prefix}.{batch}.{partition}.{row}.{h.hexdigest()}"
+    if headers:
+        h.update(b"\x00" + len(data).to_bytes(8, "big"))
+        for k, v in sorted(headers.items()):
+            h.update(f"{len(k)}:{k}{len(v)}:{v}".encode())
+    return h
+
+
+def derive_msg_id(prefix: str, batch: int, partition: int, subject: str, data: bytes, occurrence: int = 0,
+                  headers: Mapping[str, str] | None = None) -> str:
+    """The ``Nats-Msg-Id`` of a row written without an id column.
+
+    ``<prefix>.<batch>.<partition>.<digest>.<occurrence>``: the write's ``prefix`` (the
+    streaming query id, or a per-write id), the micro-batch, the Spark partition, a digest
+    of the row's content (subject, payload and headers) and how many rows with the same
+    content came before it in the partition's input (0 for the first). None of it depends
+    on the order of the rows, so a retried task or a replayed micro-batch that produces the
+    same rows in any order produces the same ids (the stream drops the copies), and two
+    identical rows of one partition get two ids (both are stored). Pure.
+    """
+    return f"{prefix}.{batch}.{partition}.{_row_digest(subject, data, headers).hexdigest()}.{occurrence}"
 
 
 # -- reading (executors) -------------------------------------------------------------------------
@@ -1270,9 +1288,12 @@ class _FastRows:
     (the same id as :func:`derive_msg_id`), and the payload plus header block is checked
     against the server's max_payload; then the row goes straight to the publisher, with
     the same Future, flow control and PubAck handling as ``publish_async``.
+
+    It also counts the rows of each content digest seen so far in the partition (the
+    occurrence part of derived ids): one dict entry per distinct row, about 100 bytes each.
     """
 
-    __slots__ = ("_head", "_extra", "_derive", "_max_payload", "_subjects")
+    __slots__ = ("_head", "_extra", "_derive", "_max_payload", "_subjects", "_seen")
 
     #: Distinct subjects remembered as checked (more: checked again, the cache starts over).
     MAX_SUBJECTS = 4096
@@ -1289,15 +1310,25 @@ class _FastRows:
         self._derive = derive
         self._max_payload = conn.max_payload
         self._subjects: dict[str, Any] = {}  # subject -> blake2b state after "subject\0"
+        self._seen: dict[str, int] = {}  # content digest -> rows with it so far
 
-    def headers(self, subject: str, row: int, data: bytes) -> dict[str, str] | None:
+    def _next_id(self, digest: str) -> str:
+        n = self._seen.get(digest, 0)
+        self._seen[digest] = n + 1
+        return f"{self._head}{digest}.{n}"
+
+    def msg_id(self, subject: str, data: bytes, headers: Mapping[str, str] | None) -> str:
+        """The derived id of a row that has headers of its own (see :func:`derive_msg_id`)."""
+        return self._next_id(_row_digest(subject, data, headers).hexdigest())
+
+    def headers(self, subject: str, data: bytes) -> dict[str, str] | None:
         """The row's headers (its ``Nats-Msg-Id`` or None); raises like ``publish_async``."""
         base = self._subjects.get(subject)
         if base is None:
             from ..base.validate import validate_subject
 
             validate_subject(subject, wildcards=False)
-            base = hashlib.blake2b(subject.encode(), digest_size=6)
+            base = hashlib.blake2b(subject.encode(), digest_size=_DIGEST_SIZE)
             base.update(b"\x00")
             if len(self._subjects) >= self.MAX_SUBJECTS:
                 self._subjects.clear()
@@ -1308,7 +1339,7 @@ class _FastRows:
         else:
             h = base.copy()
             h.update(data)
-            msg_id = f"{self._head}{row}.{h.hexdigest()}"
+            msg_id = self._next_id(h.hexdigest())
             size = len(data) + len(msg_id) + self._extra
             hdrs = {"Nats-Msg-Id": msg_id}
         if size > self._max_payload:
@@ -1386,13 +1417,13 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                 try:
                     if not h and (ids is None or ids[i] is None):
                         # the common row: no headers of its own, a derived id (or none)
-                        fut = publish(subj, d, fast.headers(subj, row, d), timeout)
+                        fut = publish(subj, d, fast.headers(subj, d), timeout)
                     else:
                         hdrs = dict(h) if h else None
                         if ids is not None and ids[i] is not None:
                             msg_id: str | None = str(ids[i])
                         elif opts.derive_msg_id:
-                            msg_id = derive_msg_id(prefix, batch_id, partition, row, subj, d)
+                            msg_id = fast.msg_id(subj, d, hdrs)
                         else:
                             msg_id = None
                         fut = js.publish_async(subj, d, headers=hdrs, msg_id=msg_id, timeout=timeout)
