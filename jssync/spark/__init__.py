@@ -1352,22 +1352,61 @@ class _FastRows:
         return hdrs
 
 
+def _js_or_none(conn: Connection) -> JetStream | None:
+    """``conn.jetstream()``, or None when the connection is closed."""
+    try:
+        return conn.jetstream()
+    except Exception:  # noqa: BLE001 - only used to count what is in the stream after a failure
+        return None
+
+
+def _failed_write_text(cause: str, opts: WriteOptions, js: JetStream | None, inflight: deque[tuple[int, str, Any]],
+                       stored: int, duplicates: int, prefix: str, batch_id: int, partition: int) -> str:
+    """The text of a failed task's error: the cause, the rows in the stream, how to re-run.
+
+    Waits up to 5 s for the PubAcks still in flight (what the server stores anyway), then
+    counts the rows of this partition that are in the stream.
+    """
+    if js is not None and inflight:
+        try:
+            js.publish_async_completed(timeout=min(5.0, opts.publish_timeout))
+        except Exception:  # noqa: BLE001 - counted below as not stored
+            pass
+    for _row, _subj, fut in inflight:
+        if fut.done() and fut.exception() is None:
+            if fut.result().duplicate:
+                duplicates += 1
+            else:
+                stored += 1
+    text = (f"{cause}. {stored + duplicates} row(s) of partition {partition} are in the stream "
+            f"({duplicates} of them were already there); what the write's other tasks stored stays too")
+    if opts.derive_msg_id:
+        text += (f". Derived message ids of this write start with '{prefix}.{batch_id}.': write the same rows "
+                 f"again with option msgIdPrefix='{prefix}' within the stream's duplicate window and none "
+                 "of them is stored twice")
+    return text
+
+
 def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch_id: int,
                   partition: int) -> JetStreamCommitMessage:
     """Publish every row of ``batches`` (Arrow record batches) and wait for all PubAcks.
 
     Raises:
-        SparkWriteError: a row could not be published or its PubAck failed.
+        SparkWriteError: a row could not be published or its PubAck failed; the text also
+            says how many rows of this partition are in the stream (their PubAcks came back,
+            waited for up to 5 s after the failure) and, for derived ids, the id prefix to
+            write the same rows again with (``msgIdPrefix``) so that none is stored twice.
     """
     conn = opts.conn.connect(f"writer-{partition}")
     rows = 0
+    stored = 0  # PubAcks of new messages
     duplicates = 0
     first_seq: int | None = None
     last_seq: int | None = None
     inflight: deque[tuple[int, str, Any]] = deque()
 
     def settle(item: tuple[int, str, Any]) -> None:
-        nonlocal duplicates, first_seq, last_seq
+        nonlocal stored, duplicates, first_seq, last_seq
         row, subj, fut = item
         try:
             # done, or its PubAck was taken off the table just now and is being set:
@@ -1380,6 +1419,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
         if ack.duplicate:
             duplicates += 1
         else:
+            stored += 1
             first_seq = ack.seq if first_seq is None else min(first_seq, ack.seq)
             last_seq = ack.seq if last_seq is None else max(last_seq, ack.seq)
 
@@ -1444,6 +1484,9 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
             ) from exc
         while inflight:
             settle(inflight.popleft())
+    except SparkWriteError as exc:
+        raise SparkWriteError(_failed_write_text(str(exc), opts, _js_or_none(conn), inflight, stored, duplicates,
+                                                 prefix, batch_id, partition)) from exc
     finally:
         conn.close()
     return JetStreamCommitMessage(partition=partition, rows=rows, duplicates=duplicates, first_seq=first_seq,
@@ -1473,7 +1516,13 @@ class JetStreamBatchWriter(DataSourceArrowWriter):
         _log_commit(messages, "write")
 
     def abort(self, messages: list[Any]) -> None:
-        log.warning("jssync.spark: write aborted; messages published by finished tasks stay in the stream")
+        done = [m for m in messages if isinstance(m, JetStreamCommitMessage)]
+        rows = sum(m.rows for m in done)
+        hint = (f"; derived ids start with '{self.prefix}.0.': write the same rows again with option "
+                f"msgIdPrefix='{self.prefix}' within the stream's duplicate window and none is stored twice"
+                if self.opts.derive_msg_id else "")
+        log.warning("jssync.spark: write aborted: the %d row(s) of %d finished task(s) stay in the stream, and "
+                    "what the failed tasks stored (their errors say how many)%s", rows, len(done), hint)
 
 
 class JetStreamStreamWriter(DataSourceStreamArrowWriter):

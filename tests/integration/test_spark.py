@@ -578,6 +578,53 @@ def test_task_retry_with_rows_in_another_order_stores_each_row_once(spark, nats_
         js.delete_stream(name)
 
 
+def test_failed_write_says_what_it_stored_and_a_rerun_with_its_prefix_stores_nothing_twice(
+        spark, nats_server, js, unique):
+    """Partition 0 fails on a bad row (every attempt) while partition 1, far bigger, is still
+    publishing when the job aborts. The error says how many rows of the failed partition
+    are in the stream and the id prefix of the write; nothing lands after ``save()`` raised
+    (Spark kills the other task's Python worker); and a re-run of the corrected rows with
+    that ``msgIdPrefix`` stores each row exactly once."""
+    import re
+
+    from pyspark.errors import PySparkException
+
+    name = f"AB{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+    small, n = 1000, 201_000
+
+    def rows(bad: bool):
+        # partition 0: ids 0..999, id 600 on a subject no stream captures when bad;
+        # partition 1: ids 1000..200999
+        subject = (f"case when id = 600 then 'NOSTREAM{name}.x' else concat('{name}.', id % 3) end" if bad
+                   else f"concat('{name}.', id % 3)")
+        return spark.range(0, small, numPartitions=1).union(spark.range(small, n, numPartitions=1)) \
+            .selectExpr(f"{subject} as subject", "cast(id as string) as data")
+
+    try:
+        with pytest.raises(PySparkException) as ei:
+            rows(True).write.format("jetstream").option("servers", url).option("maxPending", "200").save()
+        text = str(ei.value)
+        m = re.search(r"(\d+) row\(s\) of partition 0 are in the stream.*msgIdPrefix='([^']+)'", text, re.S)
+        assert m, text
+        assert int(m.group(1)) >= 600  # the rows before the bad one (the first 600 at least)
+        prefix = m.group(2)
+        # partition 1 stops publishing: the stream does not grow any more
+        time.sleep(1 * FACTOR)
+        stored = js.stream(name).info().state.messages
+        time.sleep(3 * FACTOR)
+        assert js.stream(name).info().state.messages == stored
+        assert stored < n - small
+        # the corrected rows again, under the same prefix: only the missing ones are stored
+        rows(False).write.format("jetstream").option("servers", url).option("msgIdPrefix", prefix).save()
+        assert js.stream(name).info().state.messages == n
+        got = sorted(int(r.data) for r in _read(spark, url, name).select("data").collect())
+        assert got == list(range(n))
+    finally:
+        js.delete_stream(name)
+
+
 def test_write_errors_are_clear(spark, nats_server, js, unique):
     from pyspark.errors import PySparkException
 
