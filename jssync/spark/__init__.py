@@ -221,7 +221,8 @@ _CONNECT_OPTIONS = ("servers", "user", "password", "token", "creds", "nkeysSeed"
 _READ_OPTIONS = ("stream", "subjects", "subject", "startingSequence", "startingTime", "endingSequence",
                  "numPartitions", "includeHeaders", "readMethod", "batchSize", "arrowBatchSize",
                  "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay", "failOnDataLoss")
-_WRITE_OPTIONS = ("subject", "msgIdColumn", "deriveMsgId", "msgIdPrefix", "maxPending", "publishTimeout")
+_WRITE_OPTIONS = ("subject", "msgIdColumn", "deriveMsgId", "msgIdPrefix", "maxPending", "publishTimeout",
+                  "expectedRestartTime")
 #: Options Spark itself adds (``load(path)``, ``start(path)``, a streaming write's checkpoint and
 #: query name): accepted and ignored.
 _SPARK_OPTIONS = ("path", "paths", "checkpointLocation", "queryName")
@@ -458,6 +459,9 @@ class WriteOptions:
     msg_id_prefix: str | None = None
     max_pending: int = 4000
     publish_timeout: float = 30.0
+    #: Seconds: the longest restart (or re-run) expected; planning warns when the stream's
+    #: duplicate window is shorter. 0: no check.
+    expected_restart_time: float = 600.0
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> WriteOptions:
@@ -475,6 +479,7 @@ class WriteOptions:
             msg_id_prefix=_opt_str(opts, "msgIdPrefix"),
             max_pending=_opt_int(opts, "maxPending", 4000) or 4000,
             publish_timeout=_opt_float(opts, "publishTimeout", 30.0),
+            expected_restart_time=_opt_duration(opts, "expectedRestartTime", 600.0),
         )
 
 
@@ -1493,6 +1498,64 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                                   last_seq=last_seq)
 
 
+def _go_duration(seconds: float) -> str:
+    """``seconds`` written like a Go duration: ``2m0s``, ``1h0m0s``, ``1m30s``, ``500ms``."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    whole = int(seconds)
+    frac = seconds - whole
+    h, rest = divmod(whole, 3600)
+    m, sec = divmod(rest, 60)
+    tail = f"{sec + frac:g}s"
+    if h:
+        return f"{h}h{m}m{tail}"
+    if m:
+        return f"{m}m{tail}"
+    return tail
+
+
+def check_duplicate_window(opts: WriteOptions) -> None:
+    """Warn when the sink's stream forgets message ids sooner than ``expectedRestartTime``.
+
+    Looks up (on the driver, when the write is planned) the stream that captures option
+    ``subject`` and logs a warning on the ``jssync.spark`` logger when its duplicate window
+    is shorter than ``opts.expected_restart_time``: a micro-batch replayed, or a batch
+    write re-run with the same ``msgIdPrefix``, later than the window after the first
+    attempt would store copies. Nothing is checked without option ``subject`` (subjects
+    from a column are only known to the tasks), without message ids (``deriveMsgId=false``
+    and no ``msgIdColumn``) or with ``expectedRestartTime=0``. Blocks for one connection
+    and two JetStream API requests (``connectTimeout`` / ``timeout``); a lookup that fails
+    is logged at INFO and never fails the write (the tasks report their own errors).
+    """
+    if opts.subject is None or opts.expected_restart_time <= 0:
+        return
+    if not opts.derive_msg_id and opts.msg_id_column is None:
+        return
+    try:
+        conn = opts.conn.connect("planner")
+    except Exception as exc:  # noqa: BLE001 - planning a write never needed the server before
+        log.info("jssync.spark: cannot check the duplicate window for subject %r: %s: %s", opts.subject,
+                 type(exc).__name__, exc)
+        return
+    try:
+        js = conn.jetstream(timeout=opts.conn.timeout)
+        name = js.find_stream_name_by_subject(opts.subject)
+        window = float(js.stream(name).info().config.duplicate_window or 0.0)
+    except Exception as exc:  # noqa: BLE001 - no stream captures it, permissions: the tasks say so
+        log.info("jssync.spark: cannot check the duplicate window for subject %r: %s: %s", opts.subject,
+                 type(exc).__name__, exc)
+        return
+    finally:
+        conn.close()
+    if window < opts.expected_restart_time:
+        log.warning(
+            "jssync.spark: the duplicate window of stream %r (%s) is shorter than expectedRestartTime (%s): a "
+            "micro-batch replayed, or a write re-run with the same msgIdPrefix, more than %s after the first "
+            "attempt stores its rows again. Raise the stream's duplicate_window, or set expectedRestartTime "
+            "to the longest restart you expect", name, _go_duration(window), _go_duration(opts.expected_restart_time),
+            _go_duration(window))
+
+
 def _log_commit(messages: Sequence[Any], what: str) -> None:
     rows = sum(m.rows for m in messages if isinstance(m, JetStreamCommitMessage))
     dups = sum(m.duplicates for m in messages if isinstance(m, JetStreamCommitMessage))
@@ -1584,11 +1647,13 @@ class JetStreamDataSource(DataSource):
                 "the jetstream sink only appends: use mode('append') (a stream cannot be overwritten)")
         opts = WriteOptions.parse(_plain(self.options))
         check_write_schema(schema, opts)
+        check_duplicate_window(opts)
         return JetStreamBatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> JetStreamStreamWriter:
         opts = WriteOptions.parse(_plain(self.options))
         check_write_schema(schema, opts)
+        check_duplicate_window(opts)
         return JetStreamStreamWriter(opts)
 
 
