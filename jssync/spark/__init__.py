@@ -26,8 +26,9 @@ read or write does not take, or a ``subjects`` filter outside the stream's subje
 fails the query when it is planned.
 Writes publish every row with ``publish_async`` and wait for all PubAcks before the
 task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
-(from a column, or derived from the query, batch, partition and row) so retried tasks
-and replayed micro-batches are de-duplicated by the stream's duplicate window.
+(from a column, or derived from the query, batch, partition and the row's content and
+its occurrence count, never its position) so retried tasks and replayed micro-batches
+are de-duplicated by the stream's duplicate window whatever order their rows come in.
 
 Everything the executors get (readers, partitions, writers) holds plain option values
 only, never a connection. Needs PySpark 4.2 or newer (``pip install 'jssync[spark]'``)
@@ -220,7 +221,8 @@ _CONNECT_OPTIONS = ("servers", "user", "password", "token", "creds", "nkeysSeed"
 _READ_OPTIONS = ("stream", "subjects", "subject", "startingSequence", "startingTime", "endingSequence",
                  "numPartitions", "includeHeaders", "readMethod", "batchSize", "arrowBatchSize",
                  "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay", "failOnDataLoss")
-_WRITE_OPTIONS = ("subject", "msgIdColumn", "deriveMsgId", "msgIdPrefix", "maxPending", "publishTimeout")
+_WRITE_OPTIONS = ("subject", "msgIdColumn", "deriveMsgId", "msgIdPrefix", "maxPending", "publishTimeout",
+                  "expectedRestartTime")
 #: Options Spark itself adds (``load(path)``, ``start(path)``, a streaming write's checkpoint and
 #: query name): accepted and ignored.
 _SPARK_OPTIONS = ("path", "paths", "checkpointLocation", "queryName")
@@ -457,6 +459,9 @@ class WriteOptions:
     msg_id_prefix: str | None = None
     max_pending: int = 4000
     publish_timeout: float = 30.0
+    #: Seconds: the longest restart (or re-run) expected; planning warns when the stream's
+    #: duplicate window is shorter. 0: no check.
+    expected_restart_time: float = 600.0
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> WriteOptions:
@@ -474,6 +479,7 @@ class WriteOptions:
             msg_id_prefix=_opt_str(opts, "msgIdPrefix"),
             max_pending=_opt_int(opts, "maxPending", 4000) or 4000,
             publish_timeout=_opt_float(opts, "publishTimeout", 30.0),
+            expected_restart_time=_opt_duration(opts, "expectedRestartTime", 600.0),
         )
 
 
@@ -502,19 +508,36 @@ def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def derive_msg_id(prefix: str, batch: int, partition: int, row: int, subject: str, data: bytes) -> str:
-    """The ``Nats-Msg-Id`` of a row written without an id column.
+#: Bytes of the content digest in a derived ``Nats-Msg-Id`` (96 bits: two different rows of
+#: one partition share a digest with odds of about n**2 / 2**97 for n rows).
+_DIGEST_SIZE = 12
 
-    Made of the write's ``prefix`` (the streaming query id, or a per-write id), the
-    micro-batch, the Spark partition, the row's index in it, and a short digest of the
-    subject and payload. A retried task or a replayed micro-batch that produces the same
-    rows in the same order produces the same ids (so the stream drops the copies); rows
-    that come in another order get other ids, so they are duplicated rather than lost.
-    """
-    h = hashlib.blake2b(subject.encode(), digest_size=6)
+
+def _row_digest(subject: str, data: bytes, headers: Mapping[str, str] | None = None) -> Any:
+    """The blake2b state of a row's content: its subject, payload and headers (sorted)."""
+    h = hashlib.blake2b(subject.encode(), digest_size=_DIGEST_SIZE)
     h.update(b"\x00")
     h.update(data)
-    return f"{prefix}.{batch}.{partition}.{row}.{h.hexdigest()}"
+    if headers:
+        h.update(b"\x00" + len(data).to_bytes(8, "big"))
+        for k, v in sorted(headers.items()):
+            h.update(f"{len(k)}:{k}{len(v)}:{v}".encode())
+    return h
+
+
+def derive_msg_id(prefix: str, batch: int, partition: int, subject: str, data: bytes, occurrence: int = 0,
+                  headers: Mapping[str, str] | None = None) -> str:
+    """The ``Nats-Msg-Id`` of a row written without an id column.
+
+    ``<prefix>.<batch>.<partition>.<digest>.<occurrence>``: the write's ``prefix`` (the
+    streaming query id, or a per-write id), the micro-batch, the Spark partition, a digest
+    of the row's content (subject, payload and headers) and how many rows with the same
+    content came before it in the partition's input (0 for the first). None of it depends
+    on the order of the rows, so a retried task or a replayed micro-batch that produces the
+    same rows in any order produces the same ids (the stream drops the copies), and two
+    identical rows of one partition get two ids (both are stored). Pure.
+    """
+    return f"{prefix}.{batch}.{partition}.{_row_digest(subject, data, headers).hexdigest()}.{occurrence}"
 
 
 # -- reading (executors) -------------------------------------------------------------------------
@@ -1270,9 +1293,12 @@ class _FastRows:
     (the same id as :func:`derive_msg_id`), and the payload plus header block is checked
     against the server's max_payload; then the row goes straight to the publisher, with
     the same Future, flow control and PubAck handling as ``publish_async``.
+
+    It also counts the rows of each content digest seen so far in the partition (the
+    occurrence part of derived ids): one dict entry per distinct row, about 100 bytes each.
     """
 
-    __slots__ = ("_head", "_extra", "_derive", "_max_payload", "_subjects")
+    __slots__ = ("_head", "_extra", "_derive", "_max_payload", "_subjects", "_seen")
 
     #: Distinct subjects remembered as checked (more: checked again, the cache starts over).
     MAX_SUBJECTS = 4096
@@ -1289,15 +1315,25 @@ class _FastRows:
         self._derive = derive
         self._max_payload = conn.max_payload
         self._subjects: dict[str, Any] = {}  # subject -> blake2b state after "subject\0"
+        self._seen: dict[str, int] = {}  # content digest -> rows with it so far
 
-    def headers(self, subject: str, row: int, data: bytes) -> dict[str, str] | None:
+    def _next_id(self, digest: str) -> str:
+        n = self._seen.get(digest, 0)
+        self._seen[digest] = n + 1
+        return f"{self._head}{digest}.{n}"
+
+    def msg_id(self, subject: str, data: bytes, headers: Mapping[str, str] | None) -> str:
+        """The derived id of a row that has headers of its own (see :func:`derive_msg_id`)."""
+        return self._next_id(_row_digest(subject, data, headers).hexdigest())
+
+    def headers(self, subject: str, data: bytes) -> dict[str, str] | None:
         """The row's headers (its ``Nats-Msg-Id`` or None); raises like ``publish_async``."""
         base = self._subjects.get(subject)
         if base is None:
             from ..base.validate import validate_subject
 
             validate_subject(subject, wildcards=False)
-            base = hashlib.blake2b(subject.encode(), digest_size=6)
+            base = hashlib.blake2b(subject.encode(), digest_size=_DIGEST_SIZE)
             base.update(b"\x00")
             if len(self._subjects) >= self.MAX_SUBJECTS:
                 self._subjects.clear()
@@ -1308,7 +1344,7 @@ class _FastRows:
         else:
             h = base.copy()
             h.update(data)
-            msg_id = f"{self._head}{row}.{h.hexdigest()}"
+            msg_id = self._next_id(h.hexdigest())
             size = len(data) + len(msg_id) + self._extra
             hdrs = {"Nats-Msg-Id": msg_id}
         if size > self._max_payload:
@@ -1321,22 +1357,61 @@ class _FastRows:
         return hdrs
 
 
+def _js_or_none(conn: Connection) -> JetStream | None:
+    """``conn.jetstream()``, or None when the connection is closed."""
+    try:
+        return conn.jetstream()
+    except Exception:  # noqa: BLE001 - only used to count what is in the stream after a failure
+        return None
+
+
+def _failed_write_text(cause: str, opts: WriteOptions, js: JetStream | None, inflight: deque[tuple[int, str, Any]],
+                       stored: int, duplicates: int, prefix: str, batch_id: int, partition: int) -> str:
+    """The text of a failed task's error: the cause, the rows in the stream, how to re-run.
+
+    Waits up to 5 s for the PubAcks still in flight (what the server stores anyway), then
+    counts the rows of this partition that are in the stream.
+    """
+    if js is not None and inflight:
+        try:
+            js.publish_async_completed(timeout=min(5.0, opts.publish_timeout))
+        except Exception:  # noqa: BLE001 - counted below as not stored
+            pass
+    for _row, _subj, fut in inflight:
+        if fut.done() and fut.exception() is None:
+            if fut.result().duplicate:
+                duplicates += 1
+            else:
+                stored += 1
+    text = (f"{cause}. {stored + duplicates} row(s) of partition {partition} are in the stream "
+            f"({duplicates} of them were already there); what the write's other tasks stored stays too")
+    if opts.derive_msg_id:
+        text += (f". Derived message ids of this write start with '{prefix}.{batch_id}.': write the same rows "
+                 f"again with option msgIdPrefix='{prefix}' within the stream's duplicate window and none "
+                 "of them is stored twice")
+    return text
+
+
 def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch_id: int,
                   partition: int) -> JetStreamCommitMessage:
     """Publish every row of ``batches`` (Arrow record batches) and wait for all PubAcks.
 
     Raises:
-        SparkWriteError: a row could not be published or its PubAck failed.
+        SparkWriteError: a row could not be published or its PubAck failed; the text also
+            says how many rows of this partition are in the stream (their PubAcks came back,
+            waited for up to 5 s after the failure) and, for derived ids, the id prefix to
+            write the same rows again with (``msgIdPrefix``) so that none is stored twice.
     """
     conn = opts.conn.connect(f"writer-{partition}")
     rows = 0
+    stored = 0  # PubAcks of new messages
     duplicates = 0
     first_seq: int | None = None
     last_seq: int | None = None
     inflight: deque[tuple[int, str, Any]] = deque()
 
     def settle(item: tuple[int, str, Any]) -> None:
-        nonlocal duplicates, first_seq, last_seq
+        nonlocal stored, duplicates, first_seq, last_seq
         row, subj, fut = item
         try:
             # done, or its PubAck was taken off the table just now and is being set:
@@ -1349,6 +1424,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
         if ack.duplicate:
             duplicates += 1
         else:
+            stored += 1
             first_seq = ack.seq if first_seq is None else min(first_seq, ack.seq)
             last_seq = ack.seq if last_seq is None else max(last_seq, ack.seq)
 
@@ -1386,13 +1462,13 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                 try:
                     if not h and (ids is None or ids[i] is None):
                         # the common row: no headers of its own, a derived id (or none)
-                        fut = publish(subj, d, fast.headers(subj, row, d), timeout)
+                        fut = publish(subj, d, fast.headers(subj, d), timeout)
                     else:
                         hdrs = dict(h) if h else None
                         if ids is not None and ids[i] is not None:
                             msg_id: str | None = str(ids[i])
                         elif opts.derive_msg_id:
-                            msg_id = derive_msg_id(prefix, batch_id, partition, row, subj, d)
+                            msg_id = fast.msg_id(subj, d, hdrs)
                         else:
                             msg_id = None
                         fut = js.publish_async(subj, d, headers=hdrs, msg_id=msg_id, timeout=timeout)
@@ -1413,10 +1489,71 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
             ) from exc
         while inflight:
             settle(inflight.popleft())
+    except SparkWriteError as exc:
+        raise SparkWriteError(_failed_write_text(str(exc), opts, _js_or_none(conn), inflight, stored, duplicates,
+                                                 prefix, batch_id, partition)) from exc
     finally:
         conn.close()
     return JetStreamCommitMessage(partition=partition, rows=rows, duplicates=duplicates, first_seq=first_seq,
                                   last_seq=last_seq)
+
+
+def _go_duration(seconds: float) -> str:
+    """``seconds`` written like a Go duration: ``2m0s``, ``1h0m0s``, ``1m30s``, ``500ms``."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    whole = int(seconds)
+    frac = seconds - whole
+    h, rest = divmod(whole, 3600)
+    m, sec = divmod(rest, 60)
+    tail = f"{sec + frac:g}s"
+    if h:
+        return f"{h}h{m}m{tail}"
+    if m:
+        return f"{m}m{tail}"
+    return tail
+
+
+def check_duplicate_window(opts: WriteOptions) -> None:
+    """Warn when the sink's stream forgets message ids sooner than ``expectedRestartTime``.
+
+    Looks up (on the driver, when the write is planned) the stream that captures option
+    ``subject`` and logs a warning on the ``jssync.spark`` logger when its duplicate window
+    is shorter than ``opts.expected_restart_time``: a micro-batch replayed, or a batch
+    write re-run with the same ``msgIdPrefix``, later than the window after the first
+    attempt would store copies. Nothing is checked without option ``subject`` (subjects
+    from a column are only known to the tasks), without message ids (``deriveMsgId=false``
+    and no ``msgIdColumn``) or with ``expectedRestartTime=0``. Blocks for one connection
+    and two JetStream API requests (``connectTimeout`` / ``timeout``); a lookup that fails
+    is logged at INFO and never fails the write (the tasks report their own errors).
+    """
+    if opts.subject is None or opts.expected_restart_time <= 0:
+        return
+    if not opts.derive_msg_id and opts.msg_id_column is None:
+        return
+    try:
+        conn = opts.conn.connect("planner")
+    except Exception as exc:  # noqa: BLE001 - planning a write never needed the server before
+        log.info("jssync.spark: cannot check the duplicate window for subject %r: %s: %s", opts.subject,
+                 type(exc).__name__, exc)
+        return
+    try:
+        js = conn.jetstream(timeout=opts.conn.timeout)
+        name = js.find_stream_name_by_subject(opts.subject)
+        window = float(js.stream(name).info().config.duplicate_window or 0.0)
+    except Exception as exc:  # noqa: BLE001 - no stream captures it, permissions: the tasks say so
+        log.info("jssync.spark: cannot check the duplicate window for subject %r: %s: %s", opts.subject,
+                 type(exc).__name__, exc)
+        return
+    finally:
+        conn.close()
+    if window < opts.expected_restart_time:
+        log.warning(
+            "jssync.spark: the duplicate window of stream %r (%s) is shorter than expectedRestartTime (%s): a "
+            "micro-batch replayed, or a write re-run with the same msgIdPrefix, more than %s after the first "
+            "attempt stores its rows again. Raise the stream's duplicate_window, or set expectedRestartTime "
+            "to the longest restart you expect", name, _go_duration(window), _go_duration(opts.expected_restart_time),
+            _go_duration(window))
 
 
 def _log_commit(messages: Sequence[Any], what: str) -> None:
@@ -1442,7 +1579,13 @@ class JetStreamBatchWriter(DataSourceArrowWriter):
         _log_commit(messages, "write")
 
     def abort(self, messages: list[Any]) -> None:
-        log.warning("jssync.spark: write aborted; messages published by finished tasks stay in the stream")
+        done = [m for m in messages if isinstance(m, JetStreamCommitMessage)]
+        rows = sum(m.rows for m in done)
+        hint = (f"; derived ids start with '{self.prefix}.0.': write the same rows again with option "
+                f"msgIdPrefix='{self.prefix}' within the stream's duplicate window and none is stored twice"
+                if self.opts.derive_msg_id else "")
+        log.warning("jssync.spark: write aborted: the %d row(s) of %d finished task(s) stay in the stream, and "
+                    "what the failed tasks stored (their errors say how many)%s", rows, len(done), hint)
 
 
 class JetStreamStreamWriter(DataSourceStreamArrowWriter):
@@ -1504,11 +1647,13 @@ class JetStreamDataSource(DataSource):
                 "the jetstream sink only appends: use mode('append') (a stream cannot be overwritten)")
         opts = WriteOptions.parse(_plain(self.options))
         check_write_schema(schema, opts)
+        check_duplicate_window(opts)
         return JetStreamBatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> JetStreamStreamWriter:
         opts = WriteOptions.parse(_plain(self.options))
         check_write_schema(schema, opts)
+        check_duplicate_window(opts)
         return JetStreamStreamWriter(opts)
 
 

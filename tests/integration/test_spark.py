@@ -101,18 +101,22 @@ def test_split_range_covers_every_sequence_once():
         jspark.split_range(1, 2, 0)
 
 
-def test_derived_msg_ids_are_deterministic_and_distinct():
-    a = jspark.derive_msg_id("q", 3, 1, 7, "OUT.x", b"data")
-    assert a == jspark.derive_msg_id("q", 3, 1, 7, "OUT.x", b"data")
+def test_derived_msg_ids_depend_on_content_and_occurrence_not_on_row_order():
+    a = jspark.derive_msg_id("q", 3, 1, "OUT.x", b"data")
+    assert a == jspark.derive_msg_id("q", 3, 1, "OUT.x", b"data", 0)
     others = {
-        jspark.derive_msg_id("q2", 3, 1, 7, "OUT.x", b"data"),
-        jspark.derive_msg_id("q", 4, 1, 7, "OUT.x", b"data"),
-        jspark.derive_msg_id("q", 3, 2, 7, "OUT.x", b"data"),
-        jspark.derive_msg_id("q", 3, 1, 8, "OUT.x", b"data"),
-        jspark.derive_msg_id("q", 3, 1, 7, "OUT.y", b"data"),
-        jspark.derive_msg_id("q", 3, 1, 7, "OUT.x", b"datb"),
+        jspark.derive_msg_id("q2", 3, 1, "OUT.x", b"data"),
+        jspark.derive_msg_id("q", 4, 1, "OUT.x", b"data"),
+        jspark.derive_msg_id("q", 3, 2, "OUT.x", b"data"),
+        jspark.derive_msg_id("q", 3, 1, "OUT.x", b"data", 1),  # the same row again in the partition
+        jspark.derive_msg_id("q", 3, 1, "OUT.y", b"data"),
+        jspark.derive_msg_id("q", 3, 1, "OUT.x", b"datb"),
+        jspark.derive_msg_id("q", 3, 1, "OUT.x", b"data", headers={"k": "v"}),
+        jspark.derive_msg_id("q", 3, 1, "OUT.x", b"data", headers={"k": "w"}),
     }
-    assert a not in others and len(others) == 6
+    assert a not in others and len(others) == 8
+    assert jspark.derive_msg_id("q", 3, 1, "OUT.x", b"d", headers={"a": "1", "b": "2"}) == \
+        jspark.derive_msg_id("q", 3, 1, "OUT.x", b"d", headers={"b": "2", "a": "1"})
 
 
 def test_write_batches_rows_carry_the_derived_ids_and_bad_rows_fail(nats_server, js, stream):
@@ -134,7 +138,8 @@ def test_write_batches_rows_carry_the_derived_ids_and_bad_rows_fail(nats_server,
     for seq, (subj, data) in enumerate(zip(subjects, datas, strict=True), start=1):
         m = stream.get_msg(seq)
         assert (m.subject, m.data) == (subj, data)
-        assert m.headers["Nats-Msg-Id"] == jspark.derive_msg_id("pfx", 5, 2, seq - 1, subj, data)
+        hdrs = {"X-K": "v"} if seq == 4 else None
+        assert m.headers["Nats-Msg-Id"] == jspark.derive_msg_id("pfx", 5, 2, subj, data, headers=hdrs)
     assert stream.get_msg(4).headers["X-K"] == "v"
     # the same rows again: all dropped by the duplicate window
     again = jspark.write_batches(opts, iter([rb]), "pfx", 5, 2)
@@ -529,6 +534,94 @@ def test_forced_task_retry_creates_no_duplicates(spark, nats_server, js, unique)
         assert len(ids) == 4000
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+        js.delete_stream(name)
+
+
+def test_task_retry_with_rows_in_another_order_stores_each_row_once(spark, nats_server, js, unique):
+    """The first attempt of partition 0 publishes all its rows, then fails on a bad row; the
+    retry produces the same rows in reverse order (and no bad row). Derived ids do not depend
+    on the order, so the stream keeps exactly one copy of each row, and identical rows of one
+    partition (same subject and data) are each stored once, not collapsed into one."""
+    import collections
+
+    name = f"RO{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+
+    def fail_first_attempt_then_reverse(batches):
+        import pandas as pd
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        pdf = pd.concat(list(batches), ignore_index=True)
+        if tc.partitionId() == 0 and tc.attemptNumber() == 0:
+            # a wildcard subject: the writer fails the task on this row, after the others
+            pdf = pd.concat([pdf, pd.DataFrame({"subject": [f"{name}.*"], "data": ["bad"]})], ignore_index=True)
+        elif tc.attemptNumber() > 0:
+            pdf = pdf.iloc[::-1].reset_index(drop=True)
+        for lo in range(0, len(pdf), 250):
+            yield pdf.iloc[lo:lo + 250]
+
+    try:
+        # ids 0, 700 and 1400 of partition 0 are the same row (same subject, same data)
+        df = spark.range(0, 4000, numPartitions=2).selectExpr(
+            f"concat('{name}.p', cast(id div 2000 as string), '.', id % 4) as subject",
+            "cast(id % 700 as string) as data")
+        expected = collections.Counter((r.subject, r.data.encode()) for r in df.collect())
+        df.mapInPandas(fail_first_attempt_then_reverse, df.schema).write.format("jetstream") \
+            .option("servers", url).save()
+        got = collections.Counter((r.subject, r.data) for r in _read(spark, url, name).select(
+            "subject", "data").collect())
+        assert js.stream(name).info().state.messages == 4000
+        assert got == expected
+    finally:
+        js.delete_stream(name)
+
+
+def test_failed_write_says_what_it_stored_and_a_rerun_with_its_prefix_stores_nothing_twice(
+        spark, nats_server, js, unique):
+    """Partition 0 fails on a bad row (every attempt) while partition 1, far bigger, is still
+    publishing when the job aborts. The error says how many rows of the failed partition
+    are in the stream and the id prefix of the write; nothing lands after ``save()`` raised
+    (Spark kills the other task's Python worker); and a re-run of the corrected rows with
+    that ``msgIdPrefix`` stores each row exactly once."""
+    import re
+
+    from pyspark.errors import PySparkException
+
+    name = f"AB{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+    small, n = 1000, 201_000
+
+    def rows(bad: bool):
+        # partition 0: ids 0..999, id 600 on a subject no stream captures when bad;
+        # partition 1: ids 1000..200999
+        subject = (f"case when id = 600 then 'NOSTREAM{name}.x' else concat('{name}.', id % 3) end" if bad
+                   else f"concat('{name}.', id % 3)")
+        return spark.range(0, small, numPartitions=1).union(spark.range(small, n, numPartitions=1)) \
+            .selectExpr(f"{subject} as subject", "cast(id as string) as data")
+
+    try:
+        with pytest.raises(PySparkException) as ei:
+            rows(True).write.format("jetstream").option("servers", url).option("maxPending", "200").save()
+        text = str(ei.value)
+        m = re.search(r"(\d+) row\(s\) of partition 0 are in the stream.*msgIdPrefix='([^']+)'", text, re.S)
+        assert m, text
+        assert int(m.group(1)) >= 600  # the rows before the bad one (the first 600 at least)
+        prefix = m.group(2)
+        # partition 1 stops publishing: the stream does not grow any more
+        time.sleep(1 * FACTOR)
+        stored = js.stream(name).info().state.messages
+        time.sleep(3 * FACTOR)
+        assert js.stream(name).info().state.messages == stored
+        assert stored < n - small
+        # the corrected rows again, under the same prefix: only the missing ones are stored
+        rows(False).write.format("jetstream").option("servers", url).option("msgIdPrefix", prefix).save()
+        assert js.stream(name).info().state.messages == n
+        got = sorted(int(r.data) for r in _read(spark, url, name).select("data").collect())
+        assert got == list(range(n))
+    finally:
         js.delete_stream(name)
 
 

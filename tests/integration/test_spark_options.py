@@ -397,3 +397,41 @@ def test_range_planned_before_the_stream_was_recreated_fails_or_is_skipped(nats_
     opts = jspark.ReadOptions.parse({"servers": nats_server.url, "stream": name, "failondataloss": "false"})
     assert list(jspark.read_range(opts, 1, 10, 1, planned)) == []
     assert sum(b.num_rows for b in jspark.read_range(opts, 1, 10, 1, now)) == 10
+
+
+def test_write_planning_warns_when_the_duplicate_window_is_shorter_than_the_expected_restart_time(
+        nats_server, js, unique, caplog):
+    """Planning a write (``writer()`` / ``streamWriter()``, which Spark calls before any task)
+    looks up the stream that captures option ``subject`` and warns on the ``jssync`` logger,
+    once, when its duplicate window is shorter than ``expectedRestartTime`` (default 10
+    minutes): a replay after a restart that slow would store copies."""
+    import logging
+
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    name = f"DW{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory", duplicate_window=120)
+    schema = StructType([StructField("data", StringType())])
+    opts = {"servers": nats_server.url, "subject": f"{name}.out"}
+    try:
+        def planned(**extra: str) -> list[logging.LogRecord]:
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="jssync"):
+                ds = jspark.JetStreamDataSource({**opts, **extra})
+                ds.writer(schema, False)
+                ds.streamWriter(schema, False)
+            return [r for r in caplog.records if "duplicate window" in r.getMessage()]
+
+        # the default expected restart time (10 minutes) is longer than the 2-minute window
+        warned = planned()
+        assert len(warned) == 2, [r.getMessage() for r in warned]  # once per planned write
+        text = warned[0].getMessage()
+        assert warned[0].levelno == logging.WARNING and warned[0].name.startswith("jssync")
+        assert f"stream {name!r}" in text and "2m0s" in text and "10m0s" in text and "expectedRestartTime" in text
+        assert planned(expectedRestartTime="90s") == []
+        assert planned(expectedRestartTime="2m") == []
+        assert len(planned(expectedRestartTime="1h")) == 2
+        with pytest.raises(ValueError, match="expectedRestartTime"):
+            planned(expectedRestartTime="soon")
+    finally:
+        js.delete_stream(name)
