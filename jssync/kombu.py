@@ -51,6 +51,7 @@ from queue import Empty
 from typing import Any
 
 from kombu.transport import TRANSPORT_ALIASES, virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
 from kombu.transport.virtual.base import BrokerState
 from nats.js import api
 
@@ -233,6 +234,10 @@ class Channel(virtual.Channel):
         return self.connection.js
 
     # -- queues -------------------------------------------------------------------------------
+
+    def prepare_queue_arguments(self, arguments: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """kombu's ``Queue(message_ttl=, max_length=, max_length_bytes=)`` as ``x-`` queue arguments."""
+        return dict(to_rabbitmq_queue_arguments(arguments, **kwargs))
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
         """Create the queue's stream and consumer unless they exist (blocks on two API calls)."""
@@ -547,7 +552,8 @@ class Transport(virtual.Transport):
         """Create ``queue``'s stream and durable consumer unless they exist; remember the consumer.
 
         ``arguments["x-message-ttl"]`` (milliseconds, kombu's ``Queue(message_ttl=...)``) becomes
-        the stream's max age. Blocks on up to three JetStream API calls.
+        the stream's max age, ``x-max-length`` / ``x-max-length-bytes`` its ``max_msgs`` /
+        ``max_bytes`` (the oldest messages are dropped). Blocks on up to three JetStream API calls.
         """
         opts = self.options
         name = channel.stream_name(queue)
@@ -560,9 +566,12 @@ class Transport(virtual.Transport):
             allow_msg_ttl=True,
             description=f"kombu queue {queue}",
         )
-        ttl = arguments.get("x-message-ttl")
-        if ttl is not None:
-            config.max_age = float(ttl) / 1000
+        if arguments.get("x-message-ttl") is not None:
+            config.max_age = float(arguments["x-message-ttl"]) / 1000
+        if arguments.get("x-max-length") is not None:
+            config.max_msgs = int(arguments["x-max-length"])  # the oldest go first, as in AMQP
+        if arguments.get("x-max-length-bytes") is not None:
+            config.max_bytes = int(arguments["x-max-length-bytes"])
         with self._declare_lock:
             try:
                 self.js.create_stream(config)

@@ -46,6 +46,11 @@ def _conn(url: str, prefix: str, **options: Any) -> kombu.Connection:
     return kombu.Connection(url, transport=TRANSPORT, transport_options={"subject_prefix": prefix, **options})
 
 
+def _stored(server: NatsServer, stream: str) -> int:
+    with jssync.connect(server.url) as nc:
+        return nc.jetstream().stream(stream).info().state.messages
+
+
 def _drain(conn: kombu.Connection, until: Any, timeout: float = 10.0) -> None:
     end = time.monotonic() + timeout * FACTOR
     while not until():
@@ -171,11 +176,11 @@ def test_ack_from_another_thread(nats_server: NatsServer, prefix: str) -> None:
         msg = q.get(timeout=5 * FACTOR)
         t = threading.Thread(target=msg.ack)
         t.start()
-        t.join(5)
-        # acked: not delivered again after ack_wait
-        time.sleep(3)
+        t.join(5 * FACTOR)
+        # acked: the work-queue stream dropped it, and it is not delivered again after ack_wait
+        wait_for(lambda: _stored(nats_server, f"{prefix}_threads") == 0, timeout=5, what="the ack")
         with pytest.raises(q.Empty):
-            q.get(timeout=0.5)
+            q.get(timeout=3 * FACTOR)
         q.close()
 
 
@@ -197,7 +202,7 @@ def test_held_messages_are_kept_in_progress(nats_server: NatsServer, prefix: str
         q.put("long task")
         msg = q.get(timeout=5 * FACTOR)
         with pytest.raises(q.Empty):
-            q.get(timeout=3)  # three ack waits: in-progress keeps it with us
+            q.get(timeout=3 * FACTOR)  # three ack waits or more: in-progress keeps it with us
         msg.ack()
         q.close()
 
@@ -207,17 +212,20 @@ def test_message_ttl_per_message_and_per_queue(nats_server: NatsServer, prefix: 
         q = conn.SimpleQueue("ttl")
         q.put("short", expiration=1)
         q.put("long")
-        time.sleep(2.5)
+        wait_for(lambda: q.qsize() == 1, timeout=10, interval=0.1, what="the message TTL to expire one")
         assert q.get(timeout=5 * FACTOR).payload == "long"
         with pytest.raises(q.Empty):
             q.get(timeout=0.3)
         q.close()
-        qq = conn.SimpleQueue(Queue("qttl", message_ttl=1))
+        qq = conn.SimpleQueue(Queue("qttl", Exchange("qttl"), routing_key="qttl", message_ttl=1))
         qq.put("gone")
-        time.sleep(2.5)
+        assert qq.qsize() == 1
+        wait_for(lambda: qq.qsize() == 0, timeout=10, interval=0.1, what="the queue's TTL to expire it")
         with pytest.raises(qq.Empty):
             qq.get(timeout=0.3)
         qq.close()
+        with jssync.connect(nats_server.url) as nc:
+            assert nc.jetstream().stream(f"{prefix}_qttl").info().config.max_age == 1.0
 
 
 def test_purge_delete_and_counts(nats_server: NatsServer, prefix: str) -> None:
@@ -368,7 +376,7 @@ def test_celery_worker_runs_each_task_exactly_once(nats_server: NatsServer, pref
         for i in range(20):
             sender.send_task("kombu_tasks.record", args=[i])
         wait_for(lambda: len(_lines(tmp_path)) >= 20, timeout=60, interval=0.1, what="20 tasks to run")
-        time.sleep(1)
+        time.sleep(1 * FACTOR)  # a duplicate would show up now
     finally:
         code = _stop(proc)
         _close(sender)
@@ -391,7 +399,7 @@ def test_celery_task_with_acks_late_runs_again_after_its_worker_was_killed(
         second = _worker(tmp_path, "threads", "--concurrency=2")
         wait_for(lambda: "done job" in _lines(tmp_path), timeout=60, interval=0.1,
                  what="the task to run again on the second worker")
-        time.sleep(3)  # one more ack wait: nothing else arrives
+        time.sleep(3 * FACTOR)  # more than one ack wait: nothing else arrives
     finally:
         _stop(first, signal.SIGKILL)
         if second is not None:
