@@ -208,6 +208,8 @@ class Channel(virtual.Channel):
         self._held: dict[str, Msg] = {}
         #: messages pulled beyond the one _get returned, per queue
         self._buffers: dict[str, deque[Msg]] = {}
+        #: queues consumed with no_ack: their messages are acked when taken
+        self._no_ack: set[str] = set()
         self._keepalive_stop = threading.Event()
         self._keepalive_thread: threading.Thread | None = None
 
@@ -291,6 +293,10 @@ class Channel(virtual.Channel):
         if not buf:
             raise Empty()
         msg = buf.popleft()
+        return self._payload(msg, settle=queue in self._no_ack)
+
+    def _payload(self, msg: Msg, *, settle: bool) -> dict[str, Any]:
+        """kombu's message dict for ``msg``; held for a later ack, or acked now (``settle``)."""
         payload: dict[str, Any] = json.loads(msg.data)
         props = payload.setdefault("properties", {})
         tag = uuid.uuid4().hex
@@ -299,10 +305,40 @@ class Channel(virtual.Channel):
         if msg.metadata.num_delivered > 1:
             payload["redelivered"] = True
             info["redelivered"] = True
+        if settle:
+            msg.ack()
+            return payload
         with self._lock:
             self._held[tag] = msg
         self._start_keepalive()
         return payload
+
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        """Consume ``queue``; with ``no_ack`` every message is acked as it is taken."""
+        if no_ack:
+            self._no_ack.add(queue)
+        else:
+            self._no_ack.discard(queue)
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def basic_cancel(self, consumer_tag: str) -> Any:
+        queue = self._tag_to_queue.get(consumer_tag)
+        result = super().basic_cancel(consumer_tag)
+        if queue is not None and queue not in self._active_queues:
+            self._no_ack.discard(queue)
+        return result
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        """One message of ``queue`` or None (never waits); with ``no_ack`` it is acked at once."""
+        if not no_ack:
+            return super().basic_get(queue, no_ack, **kwargs)
+        was = queue in self._no_ack
+        self._no_ack.add(queue)
+        try:
+            return super().basic_get(queue, no_ack, **kwargs)
+        finally:
+            if not was:
+                self._no_ack.discard(queue)
 
     def _held_pop(self, tag: str) -> Msg | None:
         with self._lock:
@@ -459,11 +495,12 @@ class Transport(virtual.Transport):
 
     def servers(self) -> list[str]:
         """The URLs to connect to: the current one first, then kombu's alternates."""
-        first = self._url(self._client.hostname or "127.0.0.1", self._client.port)
-        out = [first]
-        for alt in self._client.alt or []:
-            if isinstance(alt, str):
-                url = self._url(alt, None)
+        hosts = [self._client.hostname or "127.0.0.1"]
+        hosts += [alt for alt in self._client.alt or [] if isinstance(alt, str)]
+        out: list[str] = []
+        for host in hosts:
+            for one in host.split(","):  # "nats://a:4222,nats://b:4222" is one kombu host
+                url = self._url(one.strip(), self._client.port if not out else None)
                 if url not in out:
                     out.append(url)
         return out

@@ -116,6 +116,26 @@ def test_simple_buffer_delivers_with_headers(nats_server: NatsServer, prefix: st
         buf.close()
 
 
+def test_a_no_ack_consumer_settles_on_receipt(nats_server: NatsServer, prefix: str) -> None:
+    """SimpleBuffer consumes with no_ack: a message taken is acked, never delivered again."""
+    with _conn(nats_server.url, prefix, ack_wait=1.0, keepalive=False) as conn:
+        buf = conn.SimpleBuffer("noack")
+        buf.put("once")
+        assert buf.get(timeout=5 * FACTOR).payload == "once"
+        wait_for(lambda: _stored(nats_server, f"{prefix}_noack") == 0, timeout=5, what="the stream to drop it")
+        with pytest.raises(buf.Empty):
+            buf.get(timeout=3 * FACTOR)  # past ack_wait
+        buf.close()
+        ch = conn.channel()
+        q = Queue("noack2", Exchange("nx"), routing_key="n")(ch)
+        q.declare()
+        Producer(ch).publish("got", exchange="nx", routing_key="n")
+        msg = q.get(no_ack=True)
+        assert msg is not None and msg.payload == "got"
+        wait_for(lambda: _stored(nats_server, f"{prefix}_noack2") == 0, timeout=5, what="basic_get(no_ack) to ack")
+        ch.close()
+
+
 def test_direct_topic_and_fanout_exchanges_route_across_connections(nats_server: NatsServer, prefix: str) -> None:
     direct, topic, fanout = Exchange("d", "direct"), Exchange("t", "topic"), Exchange("f", "fanout")
     queues = [Queue("dq", direct, routing_key="rk"), Queue("tq", topic, routing_key="orders.#"),
@@ -259,7 +279,15 @@ def test_failover_to_a_second_server(prefix: str) -> None:
         with _conn(f"{dead};{b.url}", prefix, connect_options={"reconnect_time_wait": 0.1}) as conn:
             q = conn.SimpleQueue("fo")
             q.put("on b")
-            assert q.get(timeout=5 * FACTOR).payload == "on b"
+            msg = q.get(timeout=5 * FACTOR)
+            assert msg.payload == "on b"
+            msg.ack()
+            q.close()
+        # one kombu host with comma-separated URLs: jssync tries each
+        with _conn(f"{dead},{b.url}", prefix) as conn:
+            q = conn.SimpleQueue("fo")
+            q.put("comma")
+            assert q.get(timeout=5 * FACTOR).payload == "comma"
             q.close()
         # connected to a, a stops: the connection moves to b and the queue is made there again
         with _conn(f"{a.url};{b.url}", prefix, connect_options={"reconnect_time_wait": 0.1}) as conn:
