@@ -434,3 +434,22 @@ def test_celery_task_with_acks_late_runs_again_after_its_worker_was_killed(
             _stop(second)
         _close(sender)
     assert _lines(tmp_path) == ["start job", "start job", "done job"], (tmp_path / "worker.log").read_text()
+
+
+def test_celery_remote_control_reaches_the_worker(nats_server: NatsServer, prefix: str, tmp_path: Path) -> None:
+    """``control.ping``: a fanout broadcast to the worker's pidbox queue and a direct reply back, both
+    routed by bindings the other process stored."""
+    sender = _app(tmp_path, nats_server.url, prefix)
+    proc = _worker(tmp_path, "threads", "--concurrency=1")
+    replies: list[Any] = []
+    try:
+        def pinged() -> bool:
+            replies[:] = sender.control.ping(timeout=1.0 * FACTOR)
+            return bool(replies)
+
+        wait_for(pinged, timeout=60, interval=0.1, what="a pong from the worker")
+    finally:
+        code = _stop(proc)
+        _close(sender)
+    assert len(replies) == 1 and list(replies[0].values()) == [{"ok": "pong"}], replies
+    assert code == 0, (tmp_path / "worker.log").read_text()
