@@ -281,18 +281,22 @@ class Channel(virtual.Channel):
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
         """The next message of ``queue``; raises ``Empty`` when there is none now (never waits)."""
-        buf = self._buffers.setdefault(queue, deque())
+        with self._lock:
+            buf = self._buffers.setdefault(queue, deque())
         if not buf:
             room = self.qos.can_consume_max_estimate()
             batch = max(1, min(self.options["fetch_batch"], room if room else self.options["fetch_batch"]))
             try:
-                buf.extend(self._consumer(queue).fetch_no_wait(batch))
+                fetched = list(self._consumer(queue).fetch_no_wait(batch))
             except (StreamNotFoundError, ConsumerNotFoundError):
                 self.connection.consumers.pop(queue, None)
-                buf.extend(self._consumer(queue).fetch_no_wait(batch))
-        if not buf:
-            raise Empty()
-        msg = buf.popleft()
+                fetched = list(self._consumer(queue).fetch_no_wait(batch))
+            with self._lock:
+                buf.extend(fetched)
+        with self._lock:
+            if not buf:
+                raise Empty()
+            msg = buf.popleft()
         return self._payload(msg, settle=queue in self._no_ack)
 
     def _payload(self, msg: Msg, *, settle: bool) -> dict[str, Any]:
@@ -367,7 +371,8 @@ class Channel(virtual.Channel):
         self.connection.delete_bindings(queue)
         self.state.queue_bindings_delete(queue)
         self.connection.consumers.pop(queue, None)
-        self._buffers.pop(queue, None)
+        with self._lock:
+            self._buffers.pop(queue, None)
         try:
             st = self.js.stream(self.stream_name(queue))
             held = st.info().state.messages
@@ -406,8 +411,8 @@ class Channel(virtual.Channel):
     def _keepalive(self) -> None:
         interval = max(0.2, self.options["ack_wait"] / 3)
         while not self._keepalive_stop.wait(interval):
-            with self._lock:
-                held = list(self._held.values())
+            with self._lock:  # delivered and unacked, and pulled and not yet delivered
+                held = list(self._held.values()) + [m for buf in self._buffers.values() for m in buf]
             for msg in held:
                 try:
                     msg.in_progress()

@@ -189,6 +189,32 @@ def test_ack_reject_and_requeue(nats_server: NatsServer, prefix: str) -> None:
         q.close()
 
 
+def test_prefetch_count_limits_unacked_deliveries(nats_server: NatsServer, prefix: str) -> None:
+    got: list[Any] = []
+    with _conn(nats_server.url, prefix, fetch_batch=10) as conn:
+        ch = conn.channel()
+        queue = Queue("pf", Exchange("pfx"), routing_key="pf")
+        queue(ch).declare()
+        producer = Producer(ch)
+        for i in range(5):
+            producer.publish(i, exchange="pfx", routing_key="pf")
+        with Consumer(ch, [queue], callbacks=[lambda body, message: got.append(message)]) as consumer:
+            consumer.qos(prefetch_count=2)
+            _drain(conn, lambda: len(got) >= 2)
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=1 * FACTOR)  # two unacked: no third
+            assert len(got) == 2
+            got[0].ack()
+            _drain(conn, lambda: len(got) >= 3)
+            for m in got[1:]:
+                m.ack()
+            _drain(conn, lambda: len(got) >= 5)
+            for m in got[3:]:
+                m.ack()
+        assert sorted(m.payload for m in got) == [0, 1, 2, 3, 4]
+        ch.close()
+
+
 def test_ack_from_another_thread(nats_server: NatsServer, prefix: str) -> None:
     with _conn(nats_server.url, prefix, ack_wait=2.0, keepalive=False) as conn:
         q = conn.SimpleQueue("threads")
