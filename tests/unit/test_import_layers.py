@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "micro": 5,  # needs only core
     "liftbridge": 5,
     "spark": 6,
+    "kombu": 6,  # the kombu/Celery transport: uses core, jetstream and kv
     "": 7,  # jssync/__init__.py: the public facade, imports every layer
     "testing": 8,  # nats-server processes, pytest plugin
     "server": 8,  # public name of testing.server

@@ -1,0 +1,658 @@
+"""JetStream as a kombu transport, so Celery can use NATS JetStream as its broker.
+
+Use it with kombu or Celery (install ``jssync[celery]``)::
+
+    kombu.Connection("nats://127.0.0.1:4222", transport="jssync.kombu:Transport")
+    app.conf.broker_url = "nats://127.0.0.1:4222"
+    app.conf.broker_transport = "jssync.kombu:Transport"
+
+How kombu's model maps onto JetStream (docs/celery.md has the long form):
+
+- A queue is one work-queue stream, ``<prefix>_<queue>`` on the subject ``<prefix>.q.<queue>``
+  (queue names are escaped into subject and stream tokens), with one durable pull consumer
+  ``<prefix>`` that every worker of the queue shares. Work-queue retention removes a
+  message once it is acked, so the stream holds exactly what is still to do.
+- Exchanges are kombu's virtual exchanges (direct, topic, fanout); the bindings live in the
+  key-value bucket ``<prefix>_bindings``, so a publisher routes by bindings other processes
+  declared (fanout copies reach every bound queue; Celery's remote control works).
+- ack, reject, requeue are +ACK, +TERM, -NAK. A message delivered and not acked comes back
+  after ``ack_wait`` once its holder is gone; while the holder lives, the transport sends
+  +WPI (in progress) for the messages it holds, so a long task is not delivered twice.
+- The stream and consumer calls raise jssync errors: :attr:`Transport.connection_errors`
+  and :attr:`Transport.channel_errors` sort them for kombu's retry logic.
+
+Transport options (``transport_options`` / Celery's ``broker_transport_options``):
+``subject_prefix`` (default ``"kombu"``), ``storage`` (``"file"`` or ``"memory"``),
+``replicas`` (1), ``ack_wait`` (seconds, 1800), ``max_deliver`` (-1: no limit),
+``max_ack_pending`` (-1: no limit), ``fetch_batch`` (messages per pull, at most the free
+prefetch room; 1), ``keepalive`` (send in-progress for held messages; True),
+``polling_interval`` (seconds between polls of empty queues; 0.1), ``connect_options``
+(a dict passed to :func:`jssync.connect`: ``creds``, ``nkeys_seed``, ``token``, ``tls``,
+``name``, ...).
+
+Importing this module registers the URL schemes ``jssync`` and ``nats`` with kombu (only where
+kombu has no transport of that name), so ``jssync://host:4222`` URLs work after the import
+and kombu's failover switch between ``nats://`` alternates finds this transport.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import socket
+import ssl
+import threading
+import uuid
+from collections import deque
+from importlib import metadata
+from queue import Empty
+from typing import Any
+
+from kombu.transport import TRANSPORT_ALIASES, virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
+from kombu.transport.virtual.base import BrokerState
+from nats.js import api
+
+from .base.errors import (
+    APIError,
+    BucketExistsError,
+    BucketNotFoundError,
+    ConnectionClosedError,
+    ConsumerNotFoundError,
+    Error,
+    KeyValueError,
+    NoRespondersError,
+    NoServersError,
+    ServiceUnavailableError,
+    StreamNameInUseError,
+    StreamNotFoundError,
+    TimeoutError,
+    ValidationError,
+)
+from .core.connection import Connection, connect
+from .core.msg import Msg
+from .jetstream.consumers import Consumer
+from .jetstream.context import JetStream
+from .kv.keyvalue import KeyValue
+
+__all__ = ["Channel", "QoS", "Transport"]
+
+logger = logging.getLogger("jssync")
+
+DEFAULT_PORT = 4222
+
+#: transport options and their defaults
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "subject_prefix": "kombu",
+    "storage": "file",
+    "replicas": 1,
+    "ack_wait": 1800.0,
+    "max_deliver": -1,
+    "max_ack_pending": -1,
+    "fetch_batch": 1,
+    "keepalive": True,
+    "polling_interval": 0.1,
+    "connect_options": {},
+}
+
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def escape(name: str) -> str:
+    """``name`` as one subject, stream-name and key token: ``[A-Za-z0-9-]`` kept, every other
+    byte (``_`` too) written ``_xx``; ``""`` is ``"_"``. Different names give different tokens."""
+    if not name:
+        return "_"
+    out = []
+    for ch in name:
+        if ch in _SAFE:
+            out.append(ch)
+        else:
+            out.extend(f"_{b:02x}" for b in ch.encode("utf-8"))
+    return "".join(out)
+
+
+def unescape(token: str) -> str:
+    """The name :func:`escape` made ``token`` from."""
+    if token == "_":
+        return ""
+    raw = bytearray()
+    i = 0
+    while i < len(token):
+        if token[i] == "_":
+            raw.append(int(token[i + 1:i + 3], 16))
+            i += 3
+        else:
+            raw.extend(token[i].encode("ascii"))
+            i += 1
+    return raw.decode("utf-8")
+
+
+def _options(raw: dict[str, Any]) -> dict[str, Any]:
+    """The transport options with defaults filled in, checked; raises ValidationError naming a bad one."""
+    opts = dict(DEFAULT_OPTIONS)
+    opts.update({k: v for k, v in raw.items() if k in DEFAULT_OPTIONS})
+    prefix = opts["subject_prefix"]
+    if not isinstance(prefix, str) or not _PREFIX_RE.match(prefix):
+        raise ValidationError(f"subject_prefix {prefix!r}: need subject tokens of A-Z a-z 0-9 _ - joined by dots")
+    if opts["storage"] not in ("file", "memory"):
+        raise ValidationError(f"storage {opts['storage']!r}: need 'file' or 'memory'")
+    for name in ("replicas", "fetch_batch"):
+        if not isinstance(opts[name], int) or isinstance(opts[name], bool) or opts[name] < 1:
+            raise ValidationError(f"{name} {opts[name]!r}: need an int >= 1")
+    for name in ("max_deliver", "max_ack_pending"):
+        if not isinstance(opts[name], int) or isinstance(opts[name], bool) or opts[name] == 0 or opts[name] < -1:
+            raise ValidationError(f"{name} {opts[name]!r}: need -1 (no limit) or an int >= 1")
+    for name in ("ack_wait", "polling_interval"):
+        value = opts[name]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValidationError(f"{name} {value!r}: need seconds > 0")
+    if not isinstance(opts["connect_options"], dict):
+        raise ValidationError(f"connect_options {opts['connect_options']!r}: need a dict of jssync.connect options")
+    return opts
+
+
+class QoS(virtual.QoS):
+    """kombu's prefetch accounting, with acks, rejects and restores sent to JetStream."""
+
+    channel: Channel
+
+    def ack(self, delivery_tag: str) -> None:
+        """+ACK the message; returns at once (the ack is buffered). Safe from any thread."""
+        msg = self.channel._held_pop(delivery_tag)
+        if msg is not None:
+            msg.ack()
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        """-NAK (``requeue=True``: delivered again at once) or +TERM (never delivered again)."""
+        msg = self.channel._held_pop(delivery_tag)
+        if msg is not None:
+            if requeue:
+                msg.nak()
+            else:
+                msg.term("rejected by kombu")
+        self._quick_ack(delivery_tag)
+
+    def restore_unacked(self) -> list[tuple[BaseException, Any]]:
+        """-NAK every message delivered and not yet acked (channel close, ``basic_recover``)."""
+        self._flush()
+        errors: list[tuple[BaseException, Any]] = []
+        for tag in list(self._delivered):
+            msg = self.channel._held_pop(tag)
+            if msg is None:
+                continue
+            try:
+                msg.nak()
+            except Error as exc:
+                errors.append((exc, self._delivered.get(tag)))
+        self._delivered.clear()
+        return errors
+
+
+class Channel(virtual.Channel):
+    """A kombu channel on the transport's one jssync connection. Queues are work-queue streams."""
+
+    QoS = QoS
+    supports_fanout = True
+    do_restore = True
+    connection: Transport
+
+    def __init__(self, connection: Transport, **kwargs: Any) -> None:
+        super().__init__(connection, **kwargs)
+        self._lock = threading.Lock()
+        #: delivery tag -> the JetStream message, for every message delivered and not settled
+        self._held: dict[str, Msg] = {}
+        #: messages pulled beyond the one _get returned, per queue
+        self._buffers: dict[str, deque[Msg]] = {}
+        #: queues consumed with no_ack: their messages are acked when taken
+        self._no_ack: set[str] = set()
+        self._keepalive_stop = threading.Event()
+        self._keepalive_thread: threading.Thread | None = None
+
+    # -- names --------------------------------------------------------------------------------
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return self.connection.options
+
+    def stream_name(self, queue: str) -> str:
+        """The stream that holds ``queue``."""
+        return f"{self.options['subject_prefix'].replace('.', '_')}_{escape(queue)}"
+
+    def subject(self, queue: str) -> str:
+        """The subject messages for ``queue`` are published on."""
+        return f"{self.options['subject_prefix']}.q.{escape(queue)}"
+
+    @property
+    def consumer_name(self) -> str:
+        return str(self.options["subject_prefix"]).replace(".", "_")
+
+    @property
+    def js(self) -> JetStream:
+        return self.connection.js
+
+    # -- queues -------------------------------------------------------------------------------
+
+    def prepare_queue_arguments(self, arguments: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """kombu's ``Queue(message_ttl=, max_length=, max_length_bytes=)`` as ``x-`` queue arguments."""
+        return dict(to_rabbitmq_queue_arguments(arguments, **kwargs))
+
+    def _new_queue(self, queue: str, **kwargs: Any) -> None:
+        """Create the queue's stream and consumer unless they exist (blocks on two API calls)."""
+        self.connection.declare_queue(queue, kwargs.get("arguments") or {}, self)
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        try:
+            self.js.stream(self.stream_name(queue))
+        except StreamNotFoundError:
+            return False
+        return True
+
+    def _consumer(self, queue: str) -> Consumer:
+        consumer = self.connection.consumers.get(queue)
+        if consumer is None:
+            self._new_queue(queue)
+            consumer = self.connection.consumers[queue]
+        return consumer
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        """Store ``message`` in ``queue``'s stream; blocks until the stream confirmed it."""
+        if queue not in self.connection.consumers:
+            self._new_queue(queue)
+        ttl: int | None = None
+        expiration = message.get("properties", {}).get("expiration")
+        if expiration is not None:
+            try:
+                ttl = max(1, math.ceil(float(expiration) / 1000))
+            except (TypeError, ValueError):
+                raise ValidationError(f"message expiration {expiration!r}: need milliseconds") from None
+        data = json.dumps(message).encode("utf-8")
+        try:
+            self.js.publish(self.subject(queue), data, ttl=ttl)
+        except (NoRespondersError, StreamNotFoundError):
+            # the stream went away (deleted, or a failover to a server without it): make it again
+            self.connection.consumers.pop(queue, None)
+            self._new_queue(queue)
+            self.js.publish(self.subject(queue), data, ttl=ttl)
+
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        """The next message of ``queue``; raises ``Empty`` when there is none now (never waits)."""
+        with self._lock:
+            buf = self._buffers.setdefault(queue, deque())
+        if not buf:
+            room = self.qos.can_consume_max_estimate()
+            batch = max(1, min(self.options["fetch_batch"], room if room else self.options["fetch_batch"]))
+            try:
+                fetched = list(self._consumer(queue).fetch_no_wait(batch))
+            except (StreamNotFoundError, ConsumerNotFoundError):
+                self.connection.consumers.pop(queue, None)
+                fetched = list(self._consumer(queue).fetch_no_wait(batch))
+            with self._lock:
+                buf.extend(fetched)
+        with self._lock:
+            if not buf:
+                raise Empty()
+            msg = buf.popleft()
+        return self._payload(msg, settle=queue in self._no_ack)
+
+    def _payload(self, msg: Msg, *, settle: bool) -> dict[str, Any]:
+        """kombu's message dict for ``msg``; held for a later ack, or acked now (``settle``)."""
+        payload: dict[str, Any] = json.loads(msg.data)
+        props = payload.setdefault("properties", {})
+        tag = uuid.uuid4().hex
+        props["delivery_tag"] = tag
+        info = props.setdefault("delivery_info", {})
+        if msg.metadata.num_delivered > 1:
+            payload["redelivered"] = True
+            info["redelivered"] = True
+        if settle:
+            msg.ack()
+            return payload
+        with self._lock:
+            self._held[tag] = msg
+        self._start_keepalive()
+        return payload
+
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        """Consume ``queue``; with ``no_ack`` every message is acked as it is taken."""
+        if no_ack:
+            self._no_ack.add(queue)
+        else:
+            self._no_ack.discard(queue)
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def basic_cancel(self, consumer_tag: str) -> Any:
+        queue = self._tag_to_queue.get(consumer_tag)
+        result = super().basic_cancel(consumer_tag)
+        if queue is not None and queue not in self._active_queues:
+            self._no_ack.discard(queue)
+        return result
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        """One message of ``queue`` or None (never waits); with ``no_ack`` it is acked at once."""
+        if not no_ack:
+            return super().basic_get(queue, no_ack, **kwargs)
+        was = queue in self._no_ack
+        self._no_ack.add(queue)
+        try:
+            return super().basic_get(queue, no_ack, **kwargs)
+        finally:
+            if not was:
+                self._no_ack.discard(queue)
+
+    def _held_pop(self, tag: str) -> Msg | None:
+        with self._lock:
+            return self._held.pop(tag, None)
+
+    def _size(self, queue: str) -> int:
+        """Messages ready for delivery: stored minus delivered-and-unacked (two API calls)."""
+        try:
+            stored = self.js.stream(self.stream_name(queue)).info().state.messages
+            pending = self._consumer(queue).info().num_ack_pending or 0
+        except StreamNotFoundError:
+            return 0
+        return max(0, stored - pending)
+
+    def _purge(self, queue: str) -> int:
+        """Remove every message of ``queue`` (delivered and unacked ones too); returns how many."""
+        try:
+            return self.js.stream(self.stream_name(queue)).purge()
+        except StreamNotFoundError:
+            return 0
+
+    def queue_delete(self, queue: str, if_unused: bool = False, if_empty: bool = False, **kwargs: Any) -> int:
+        """Delete ``queue``'s stream (its messages) and every binding of it; returns how many it held."""
+        if if_empty and self._size(queue):
+            return 0
+        self.connection.delete_bindings(queue)
+        self.state.queue_bindings_delete(queue)
+        self.connection.consumers.pop(queue, None)
+        with self._lock:
+            self._buffers.pop(queue, None)
+        try:
+            st = self.js.stream(self.stream_name(queue))
+            held = st.info().state.messages
+            self.js.delete_stream(st.name)
+        except StreamNotFoundError:
+            return 0
+        return held
+
+    # -- bindings (shared through the key-value bucket) ----------------------------------------
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: Any, queue: str) -> None:
+        self.connection.bindings().put(f"{escape(exchange)}.{escape(queue)}.{escape(routing_key)}", b"")
+
+    def get_table(self, exchange: str) -> list[tuple[str, Any, str]]:
+        """The bindings of ``exchange``: this process's and those stored by others (one KV listing)."""
+        table = {(rk, queue) for rk, _pattern, queue in self.state.exchanges.get(exchange, {}).get("table", [])}
+        for key in self.connection.bindings().keys(f"{escape(exchange)}.*.*"):
+            _, q, rk = key.split(".")
+            table.add((unescape(rk), unescape(q)))
+        typ = self.typeof(exchange)
+        return [typ.prepare_bind(queue, exchange, rk, None) for rk, queue in sorted(table)]
+
+    def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:
+        """A copy of ``message`` to every queue bound to ``exchange``."""
+        for queue in {q for _rk, _p, q in self.get_table(exchange)}:
+            self._put(queue, message, **kwargs)
+
+    # -- in progress for held messages --------------------------------------------------------
+
+    def _start_keepalive(self) -> None:
+        if not self.options["keepalive"] or self._keepalive_thread is not None:
+            return
+        self._keepalive_thread = threading.Thread(target=self._keepalive, name="jssync-kombu-keepalive", daemon=True)
+        self._keepalive_thread.start()
+
+    def _keepalive(self) -> None:
+        interval = max(0.2, self.options["ack_wait"] / 3)
+        while not self._keepalive_stop.wait(interval):
+            with self._lock:  # delivered and unacked, and pulled and not yet delivered
+                held = list(self._held.values()) + [m for buf in self._buffers.values() for m in buf]
+            for msg in held:
+                try:
+                    msg.in_progress()
+                except Error as exc:
+                    logger.debug("kombu transport: in-progress not sent: %s", exc)
+
+    def basic_qos(self, prefetch_size: int = 0, prefetch_count: int = 0, apply_global: bool = False) -> None:
+        """Limit the messages delivered and not acked on this channel (kombu counts them)."""
+        self.qos.prefetch_count = prefetch_count
+
+    def close(self) -> None:
+        """Cancel consumers, -NAK what was delivered and not acked or pulled and not delivered."""
+        if self.closed:
+            return
+        self._keepalive_stop.set()
+        thread = self._keepalive_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5.0)
+        try:
+            for buf in self._buffers.values():
+                while buf:
+                    buf.popleft().nak()
+        except Error as exc:
+            logger.debug("kombu transport: nak on close failed: %s", exc)
+        self._buffers.clear()
+        try:
+            super().close()
+        except Error as exc:
+            logger.debug("kombu transport: channel close: %s", exc)
+
+
+_Channel = Channel
+
+
+class Transport(virtual.Transport):
+    """kombu transport on one jssync connection (its own I/O thread); see the module docs."""
+
+    Channel = Channel
+    driver_type = "nats"
+    driver_name = "jssync"
+    can_parse_url = True
+    polling_interval = 0.1
+
+    implements = virtual.Transport.implements.extend(
+        asynchronous=False,
+        exchange_type=frozenset(["direct", "topic", "fanout"]),
+        heartbeats=False,
+    )
+
+    #: errors a reconnect can cure: kombu reconnects and retries on these
+    connection_errors = (  # type: ignore[assignment]  # kombu types it as a 1-tuple
+        *virtual.Transport.connection_errors,
+        ConnectionClosedError,
+        NoServersError,
+        TimeoutError,
+        ServiceUnavailableError,
+        NoRespondersError,
+        socket.error,
+    )
+    #: errors of one call (bad request, missing stream, refused config)
+    channel_errors = (  # type: ignore[assignment]  # kombu types it as a 1-tuple
+        *virtual.Transport.channel_errors, APIError, ValidationError, KeyValueError)
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        self.options = _options(client.transport_options or {})
+        super().__init__(client, **kwargs)
+        self.state = BrokerState()
+        if "polling_interval" not in (client.transport_options or {}):
+            self.polling_interval = self.options["polling_interval"]
+        self._nc: Connection | None = None
+        self._js: JetStream | None = None
+        self._kv: KeyValue | None = None
+        self._declare_lock = threading.Lock()
+        #: queue -> its durable consumer, for queues declared on this connection
+        self.consumers: dict[str, Consumer] = {}
+
+    # -- connection ---------------------------------------------------------------------------
+
+    @property
+    def _client(self) -> Any:
+        """The kombu Connection this transport serves; ConnectionClosedError once it let go of it."""
+        if self.client is None:
+            raise ConnectionClosedError("the kombu connection of this transport was closed")
+        return self.client
+
+    def servers(self) -> list[str]:
+        """The URLs to connect to: the current one first, then kombu's alternates."""
+        hosts = [self._client.hostname or "127.0.0.1"]
+        hosts += [alt for alt in self._client.alt or [] if isinstance(alt, str)]
+        out: list[str] = []
+        for host in hosts:
+            for one in host.split(","):  # "nats://a:4222,nats://b:4222" is one kombu host
+                url = self._url(one.strip(), self._client.port if not out else None)
+                if url not in out:
+                    out.append(url)
+        return out
+
+    def _url(self, host: str, port: int | None) -> str:
+        if "://" in host:
+            scheme, rest = host.split("://", 1)
+            if scheme == "jssync":
+                scheme = "nats"
+            return f"{scheme}://{rest}"
+        return f"nats://{host}:{port or DEFAULT_PORT}"
+
+    def _tls(self) -> ssl.SSLContext | None:
+        value = self._client.ssl
+        if not value:
+            return None
+        if isinstance(value, ssl.SSLContext):
+            return value
+        ctx = ssl.create_default_context(cafile=value.get("ca_certs")) if isinstance(value, dict) \
+            else ssl.create_default_context()
+        if isinstance(value, dict):
+            if value.get("certfile"):
+                ctx.load_cert_chain(value["certfile"], value.get("keyfile"))
+            if value.get("cert_reqs") == ssl.CERT_NONE:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+    def establish_connection(self) -> Transport:
+        """Connect to NATS (all URLs kombu knows; jssync fails over between them) and check JetStream.
+
+        Blocks up to the connection's ``connect_timeout``. Raises one of :attr:`connection_errors`
+        (``jssync.NoServersError`` when no server answers).
+        """
+        if self._nc is None or self._nc.is_closed:
+            opts: dict[str, Any] = {"name": f"kombu-{socket.gethostname()}"}
+            if self._client.userid:
+                opts["user"] = self._client.userid
+                opts["password"] = self._client.password
+            tls = self._tls()
+            if tls is not None:
+                opts["tls"] = tls
+            if self._client.connect_timeout:
+                opts["timeout"] = float(self._client.connect_timeout)
+            opts.update(self.options["connect_options"])
+            nc = connect(self.servers(), **opts)
+            try:
+                js = nc.jetstream()
+                js.account_info()
+            except BaseException:
+                nc.close()
+                raise
+            self._nc, self._js = nc, js
+            self._kv = None
+            self.consumers.clear()
+        super().establish_connection()
+        return self
+
+    def close_connection(self, connection: Any) -> None:
+        """Close the channels (-NAK what they hold), then the NATS connection (flushes acks)."""
+        try:
+            super().close_connection(connection)
+        finally:
+            nc, self._nc, self._js, self._kv = self._nc, None, None, None
+            if nc is not None:
+                nc.close()
+
+    def verify_connection(self, connection: Any) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    def driver_version(self) -> str:
+        try:
+            return metadata.version("jssync")
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    @property
+    def js(self) -> JetStream:
+        if self._js is None:
+            raise ConnectionClosedError("the kombu transport is not connected")
+        return self._js
+
+    # -- shared state: queues and bindings -----------------------------------------------------
+
+    def declare_queue(self, queue: str, arguments: dict[str, Any], channel: _Channel) -> None:
+        """Create ``queue``'s stream and durable consumer unless they exist; remember the consumer.
+
+        ``arguments["x-message-ttl"]`` (milliseconds, kombu's ``Queue(message_ttl=...)``) becomes
+        the stream's max age, ``x-max-length`` / ``x-max-length-bytes`` its ``max_msgs`` /
+        ``max_bytes`` (the oldest messages are dropped). Blocks on up to three JetStream API calls.
+        """
+        opts = self.options
+        name = channel.stream_name(queue)
+        config = api.StreamConfig(
+            name=name,
+            subjects=[channel.subject(queue)],
+            retention=api.RetentionPolicy.WORK_QUEUE,
+            storage=api.StorageType(opts["storage"]),
+            num_replicas=opts["replicas"],
+            allow_msg_ttl=True,
+            description=f"kombu queue {queue}",
+        )
+        if arguments.get("x-message-ttl") is not None:
+            config.max_age = float(arguments["x-message-ttl"]) / 1000
+        if arguments.get("x-max-length") is not None:
+            config.max_msgs = int(arguments["x-max-length"])  # the oldest go first, as in AMQP
+        if arguments.get("x-max-length-bytes") is not None:
+            config.max_bytes = int(arguments["x-max-length-bytes"])
+        with self._declare_lock:
+            try:
+                self.js.create_stream(config)
+            except StreamNameInUseError:
+                pass
+            cconfig = api.ConsumerConfig(
+                durable_name=channel.consumer_name,
+                ack_policy=api.AckPolicy.EXPLICIT,
+                ack_wait=float(opts["ack_wait"]),
+                max_deliver=opts["max_deliver"],
+                max_ack_pending=opts["max_ack_pending"],
+            )
+            self.consumers[queue] = self.js.create_or_update_consumer(name, cconfig)
+
+    def bindings(self) -> KeyValue:
+        """The key-value bucket of bindings (``<exchange>.<queue>.<routing key>``, escaped)."""
+        if self._kv is None:
+            bucket = f"{self.options['subject_prefix'].replace('.', '_')}_bindings"
+            try:
+                self._kv = self.js.key_value(bucket)
+            except BucketNotFoundError:
+                try:
+                    self._kv = self.js.create_key_value(bucket=bucket, history=1, storage=self.options["storage"],
+                                                        replicas=self.options["replicas"])
+                except BucketExistsError:
+                    self._kv = self.js.key_value(bucket)
+        return self._kv
+
+    def delete_bindings(self, queue: str) -> None:
+        """Remove every stored binding of ``queue``."""
+        kv = self.bindings()
+        for key in kv.keys(f"*.{escape(queue)}.*"):
+            kv.delete(key)
+
+
+def _register_aliases() -> None:
+    # kombu has no registration API; only names kombu itself does not use are added
+    for scheme in ("jssync", "nats"):
+        TRANSPORT_ALIASES.setdefault(scheme, "jssync.kombu:Transport")
+
+
+_register_aliases()
