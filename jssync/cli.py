@@ -250,6 +250,17 @@ def _duration_or_zero(text: str) -> float:
                                          "1h30m)") from None
 
 
+def _positive(text: str) -> int:
+    """A whole number >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return n
+
+
 def _ttl(text: str) -> float | str:
     """A message TTL: ``never``, or a duration (checked to be >= 1s by the publish)."""
     return "never" if str(text).strip().lower() == "never" else _duration(text)
@@ -638,6 +649,115 @@ def _stream_get(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
                 out.write(f"{k}: {v}\n")
         out.write(m.data.decode(errors="replace") + "\n")
     return 0
+
+
+def _find_stream(js: Any, name: str) -> Any:
+    """The stream ``name``; raises :class:`jssync.StreamNotFoundError` naming it when there is none."""
+    import jssync
+
+    try:
+        return js.stream(name)
+    except jssync.StreamNotFoundError as exc:
+        raise jssync.StreamNotFoundError(exc.code, exc.err_code, f"stream {name} not found") from None
+
+
+def _printable(data: bytes) -> str | None:
+    """``data`` as text when it is UTF-8 and printable (newlines and tabs allowed), else None."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if all(c.isprintable() or c in "\n\r\t" for c in text) else None
+
+
+def _view_start(args: argparse.Namespace, state: Any) -> dict[str, Any]:
+    """The ordered consumer options of ``stream view``: where to start reading."""
+    import datetime as _dt
+
+    opts: dict[str, Any] = {}
+    if args.subject:
+        opts["filter_subjects"] = args.subject
+    if args.start_seq is not None:
+        opts["opt_start_seq"] = args.start_seq
+    elif args.since is not None:
+        opts["opt_start_time"] = _dt.datetime.now(_dt.UTC) - _dt.timedelta(seconds=args.since)
+    elif args.last is not None and not args.subject:
+        # the last N messages start no earlier than this (fewer than N lie after it, even with holes)
+        start = state.last_seq - args.last + 1 - (state.num_deleted or 0)
+        if start > max(1, state.first_seq):
+            opts["opt_start_seq"] = start
+    return opts
+
+
+def _show_stored(m: Any, args: argparse.Namespace, out: TextIO) -> None:
+    """One message of ``stream view``: a JSON record, the raw payload, or for people like ``nats stream view``."""
+    md = m.metadata
+    if args.raw:
+        out.flush()
+        buf = getattr(out, "buffer", None)
+        if buf is not None:
+            buf.write(m.data + b"\n")
+            buf.flush()
+        else:
+            out.write(m.data.decode(errors="replace") + "\n")
+        return
+    if args.json:
+        _print_record(_msg_record(m.subject, m.data, m.headers, seq=md.sequence.stream,
+                                  time=md.timestamp.isoformat(), stream=args.name), out)
+        return
+    when = md.timestamp.astimezone().isoformat(timespec="seconds")
+    out.write(f"[{md.sequence.stream}] Subject: {m.subject} Received: {when}\n")
+    for k, v in (m.headers or {}).items():
+        out.write(f"  {k}: {v}\n")
+    text = _printable(m.data)
+    if text is None:
+        text = f"<{len(m.data)} bytes of binary data: --json shows them as base64, --raw as they are>"
+    out.write(f"\n{text}\n\n")
+
+
+def _stream_view(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """Print a stream's messages in order through an ordered consumer (ephemeral, deleted at the end):
+    from the start, ``--start-seq`` or ``--since``; the ``--last`` N; at most ``--count``; up to the
+    last message stored when it started. Each read waits at most ``--timeout``."""
+    st = _find_stream(js, args.name)
+    oc = st.ordered_consumer(**_view_start(args, st.cached_info.state))
+    shown = 0
+    done = False
+    try:
+        while not done:
+            res = oc.fetch_no_wait(min(256, args.count - shown) if args.count else 256)
+            got = 0
+            for m in res:
+                got += 1
+                pending = m.metadata.num_pending
+                done = pending == 0
+                if args.last is not None and pending >= args.last:
+                    continue  # before the last N
+                _show_stored(m, args, out)
+                shown += 1
+                if args.count and shown >= args.count:
+                    done = True
+                    break
+            res.stop()
+            done = done or got == 0
+    finally:
+        _delete_quietly(js, args.name, oc.name)
+    if not shown:
+        which = f" on {args.subject}" if args.subject else ""
+        sys.stderr.write(f"jssync: no messages{which} in stream {args.name}\n")
+    return 0
+
+
+def _delete_quietly(js: Any, stream: str, consumer: str | None) -> None:
+    """Delete a consumer we made (best effort: the server removes it when inactive anyway)."""
+    import jssync
+
+    if consumer is None:
+        return
+    try:
+        js.delete_consumer(stream, consumer)
+    except jssync.Error as exc:
+        logging.getLogger("jssync").debug("could not delete consumer %s/%s: %s", stream, consumer, exc)
 
 
 def _iter_stream(st: Any, first: int, last: int) -> Iterable[Any]:
@@ -1478,6 +1598,20 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("seq", type=int, nargs="?")
     x.add_argument("--last-by-subject")
     x.set_defaults(func=_with_js(_stream_get), _spill=(("seq", int),))
+    x = _add(st, "view", help="print the messages of a stream (leaves no consumer behind)",
+             description="Print a stream's messages in order, like nats stream view: sequence, subject, time, "
+                         "headers and data (as text when printable). Reads through an ordered consumer that is "
+                         "deleted at the end, up to the last message stored when it started.")
+    x.add_argument("name")
+    x.add_argument("--subject", help="only messages on this subject (wildcards allowed)")
+    start = x.add_mutually_exclusive_group()
+    start.add_argument("--since", type=_duration, metavar="DURATION",
+                       help="start with the messages stored this long ago, e.g. 1h, 30m")
+    start.add_argument("--start-seq", type=_positive, metavar="N", help="start at this stream sequence")
+    x.add_argument("--last", type=_positive, metavar="N", help="only the last N messages (of those selected)")
+    x.add_argument("--count", type=_positive, metavar="N", help="print at most N messages")
+    x.add_argument("--raw", action="store_true", help="print only the payloads, each on a line of its own")
+    x.set_defaults(func=_with_js(_stream_view))
     x = _add(st, "export", help="write every message to a JSON Lines file")
     x.add_argument("name")
     x.add_argument("file", help="output file, - for stdout")

@@ -946,3 +946,51 @@ def test_consumer_edit_changes_what_it_is_given(env, nats_server, js, unique):
         assert p.returncode == 2 and "nothing to change" in p.stderr, p.stderr
     finally:
         js.delete_stream(name)
+
+
+def test_stream_view_prints_messages_without_leaving_a_consumer(env, nats_server, js, unique):
+    name = f"CV{unique}"
+    s = ["-s", nats_server.url]
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        for i in range(1, 6):
+            js.publish(f"{name}.a", f"text {i}".encode(), headers={"Trace": str(i)} if i == 2 else None)
+        js.publish(f"{name}.b", BINARY)  # seq 6
+        js.stream(name).delete_msg(4)  # a hole: seq 4 is gone
+        # for people: sequence, subject, time, headers, data (as text when printable)
+        p = jssync_run(env, "stream", "view", name, *s)
+        assert p.returncode == 0, p.stderr
+        assert "[1] Subject: " + f"{name}.a" in p.stdout and "Received: " in p.stdout
+        assert "Trace: 2" in p.stdout and "text 5" in p.stdout and "[4]" not in p.stdout
+        assert "[6]" in p.stdout and "binary" in p.stdout and "bin\x80" not in p.stdout
+        # --json: one record per message, in stream order
+        p = jssync_run(env, "--json", "stream", "view", name, *s)
+        recs = [json.loads(x) for x in p.stdout.splitlines()]
+        assert [r["seq"] for r in recs] == [1, 2, 3, 5, 6]
+        assert recs[1]["headers"] == {"Trace": "2"} and _data(recs[4]) == BINARY and recs[0]["time"]
+        # a subject filter, a start sequence with a count, the last N, a start time
+        p = jssync_run(env, "--json", "stream", "view", name, "--subject", f"{name}.b", *s)
+        assert [json.loads(x)["seq"] for x in p.stdout.splitlines()] == [6]
+        p = jssync_run(env, "--json", "stream", "view", name, "--start-seq", "2", "--count", "2", *s)
+        assert [json.loads(x)["seq"] for x in p.stdout.splitlines()] == [2, 3]
+        p = jssync_run(env, "--json", "stream", "view", name, "--last", "3", *s)
+        assert [json.loads(x)["seq"] for x in p.stdout.splitlines()] == [3, 5, 6]
+        p = jssync_run(env, "--json", "stream", "view", name, "--subject", f"{name}.a", "--last", "2", *s)
+        assert [json.loads(x)["seq"] for x in p.stdout.splitlines()] == [3, 5]
+        p = jssync_run(env, "--json", "stream", "view", name, "--since", "1h", "--count", "1", *s)
+        assert [json.loads(x)["seq"] for x in p.stdout.splitlines()] == [1]
+        # --raw: the payloads alone, one per line
+        p = jssync_run(env, "stream", "view", name, "--subject", f"{name}.a", "--raw", *s)
+        assert p.stdout.splitlines() == ["text 1", "text 2", "text 3", "text 5"]
+        # nothing matches: says so, exit 0
+        p = jssync_run(env, "stream", "view", name, "--subject", f"{name}.none", *s)
+        assert p.returncode == 0 and "no messages" in p.stdout + p.stderr
+        # no consumer is left behind
+        assert js.stream(name).info().state.consumer_count == 0
+        # bad input: one line, exit 1 (unknown stream) or 2 (usage)
+        p = jssync_run(env, "stream", "view", f"NO{unique}", *s)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and f"NO{unique}" in p.stderr
+        p = jssync_run(env, "stream", "view", name, "--since", "1h", "--start-seq", "2", *s)
+        assert p.returncode == 2 and "usage: jssync stream view" in p.stderr
+    finally:
+        js.delete_stream(name)
