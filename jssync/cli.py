@@ -1342,6 +1342,8 @@ def _kv(args: argparse.Namespace) -> int:
                 _print_json({"deleted": args.key, "bucket": args.bucket}, out)
             else:
                 out.write(f"deleted {args.key}\n")
+        elif args.kv_cmd == "history":
+            _kv_history(kv, args, out)
         elif args.kv_cmd == "ls":
             try:
                 keys = sorted(kv.keys())
@@ -1377,6 +1379,26 @@ def _kv(args: argparse.Namespace) -> int:
                 if stop is not None:
                     stop()
     return 0
+
+
+def _kv_history(kv: Any, args: argparse.Namespace, out: TextIO) -> None:
+    """``kv history BUCKET KEY``: every stored revision of the key (puts, deletes, purges), oldest first."""
+    entries = kv.history(args.key)
+    if args.json:
+        for e in entries:
+            _print_record(_entry_record(e), out)
+        return
+    rows = []
+    for e in entries:
+        op = _value(e.operation) or "PUT"
+        text = _printable(e.value or b"")
+        if text is None:
+            text = f"<{len(e.value)} bytes of binary data>"
+        elif len(text) > 60:
+            text = text[:57] + "..."
+        created = e.created.astimezone().isoformat(timespec="seconds") if e.created else "-"
+        rows.append([e.key, e.revision, op, created, len(e.value or b""), text if op == "PUT" else ""])
+    _table(rows, ["KEY", "REVISION", "OP", "CREATED", "LENGTH", "VALUE"], out)
 
 
 def _kv_buckets(js: Any, args: argparse.Namespace, out: TextIO) -> int:
@@ -1744,6 +1766,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "del":
             _add_force(x)
         x.set_defaults(func=_kv)
+    x = _add(kv, "history", help="show every revision of a key (puts, deletes, purges)")
+    x.add_argument("bucket")
+    x.add_argument("key")
+    x.set_defaults(func=_kv)
     x = _add(kv, "put", help="write a key")
     x.add_argument("bucket")
     x.add_argument("key")

@@ -994,3 +994,36 @@ def test_stream_view_prints_messages_without_leaving_a_consumer(env, nats_server
         assert p.returncode == 2 and "usage: jssync stream view" in p.stderr
     finally:
         js.delete_stream(name)
+
+
+def test_kv_history_lists_every_revision(env, nats_server, js, unique):
+    bucket = f"KH{unique}"
+    s = ["-s", nats_server.url]
+    kv = js.create_key_value(bucket=bucket, history=10)
+    try:
+        kv.put("a", b"one")
+        kv.put("a", b"two")
+        kv.delete("a")
+        kv.put("b", BINARY)
+        kv.put("c", b"gone")
+        kv.purge("c")
+        p = jssync_run(env, "kv", "history", bucket, "a", *s)
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        assert lines[0].split() == ["KEY", "REVISION", "OP", "CREATED", "LENGTH", "VALUE"]
+        rows = [ln.split() for ln in lines[2:]]
+        assert [(r[0], r[1], r[2]) for r in rows] == [("a", "1", "PUT"), ("a", "2", "PUT"), ("a", "3", "DEL")]
+        assert rows[0][-1] == "one" and rows[1][-1] == "two"
+        p = jssync_run(env, "--json", "kv", "history", bucket, "c", *s)
+        recs = [json.loads(x) for x in p.stdout.splitlines()]
+        assert [(r["key"], r["revision"], r["operation"]) for r in recs] == [("c", 6, "PURGE")]
+        p = jssync_run(env, "--json", "kv", "history", bucket, "b", *s)
+        rec = json.loads(p.stdout)
+        assert rec["value_encoding"] == "base64" and base64.b64decode(rec["value"]) == BINARY and rec["created"]
+        # bad input: one line naming it, exit 1
+        p = jssync_run(env, "kv", "history", bucket, "nokey", *s)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "nokey" in p.stderr
+        p = jssync_run(env, "kv", "history", f"NO{unique}", "a", *s)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and f"NO{unique}" in p.stderr
+    finally:
+        js.delete_key_value(bucket)
