@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -1419,6 +1420,152 @@ def _kv_buckets(js: Any, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+# -- object store ------------------------------------------------------------------------------
+
+
+def _obj_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    params: dict[str, Any] = {"bucket": args.bucket, "storage": args.storage}
+    if args.description:
+        params["description"] = args.description
+    if args.max_bytes is not None:
+        params["max_bytes"] = args.max_bytes
+    js.create_object_store(**params)
+    if args.json:
+        _print_json({"bucket": args.bucket, "storage": args.storage}, out)
+    else:
+        out.write(f"created object store {args.bucket}\n")
+    return 0
+
+
+def _obj_put(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """Store FILE (``-``: stdin) as object ``--name`` (default: the file's name); blocks until every chunk
+    is acknowledged (at most --timeout plus one second per MiB)."""
+    name = args.name or ("stdin" if args.file == "-" else os.path.basename(args.file))
+    store = js.object_store(args.bucket)
+    if args.file == "-":
+        info = store.put(name, sys.stdin.buffer)
+    else:
+        with open(args.file, "rb") as f:
+            info = store.put(name, f)
+    if args.json:
+        _print_json(info, out)
+    else:
+        out.write(f"stored {info.name} in {args.bucket}: {_human_size(info.size)} in {info.chunks} chunk(s)\n")
+    return 0
+
+
+def _obj_get(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """Read object NAME into -O FILE (``-``: stdout; default: a file named after it in the current directory,
+    which must not exist yet unless -f); blocks until every chunk was read and the digest checked."""
+    store = js.object_store(args.bucket)
+    dest = args.output or os.path.basename(args.name.rstrip("/")) or args.name
+    if dest == "-":
+        out.flush()
+        info = store.get(args.name, writeinto=sys.stdout.buffer).info
+        sys.stdout.buffer.flush()
+        return 0
+    if args.output is None and not args.force and os.path.exists(dest):
+        sys.stderr.write(f"jssync: {dest} exists: give -O FILE, or -f to overwrite it\n")
+        return 1
+    store.get_info(args.name)  # ObjectNotFoundError before a file is made
+    try:
+        with open(dest, "wb") as f:
+            info = store.get(args.name, writeinto=f).info
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(dest)
+        raise
+    if args.json:
+        _print_json({"name": info.name, "bucket": args.bucket, "size": info.size, "file": dest}, out)
+    else:
+        out.write(f"wrote {_human_size(info.size)} of {info.name} to {dest}\n")
+    return 0
+
+
+def _obj_ls(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    infos = sorted(js.object_store(args.bucket).list(), key=lambda i: i.name)
+    if args.json:
+        _print_json(infos, out)
+        return 0
+    if not infos:
+        out.write(f"no objects in {args.bucket}\n")
+        return 0
+    _table([[i.name, _human_size(i.size), i.chunks, _obj_time(i.mtime)] for i in infos],
+           ["NAME", "SIZE", "CHUNKS", "TIME"], out)
+    return 0
+
+
+def _obj_time(mtime: Any) -> str:
+    """An object's RFC 3339 modification time, in local time to the second (as given when unreadable)."""
+    import datetime as _dt
+
+    if not mtime:
+        return "-"
+    text = str(mtime)
+    try:
+        head, _, frac = text.partition(".")
+        tail = frac.lstrip("0123456789") if frac else ""
+        when = _dt.datetime.fromisoformat((head + tail).replace("Z", "+00:00"))
+    except ValueError:
+        return text
+    return when.astimezone().isoformat(timespec="seconds")
+
+
+def _obj_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    info = js.object_store(args.bucket).get_info(args.name)
+    if args.json:
+        _print_json(info, out)
+        return 0
+    rows = [["name", info.name], ["bucket", info.bucket or args.bucket],
+            ["size", f"{_human_size(info.size)} ({info.size:,} bytes)"], ["chunks", info.chunks],
+            ["modified", _obj_time(info.mtime)], ["digest", info.digest or "-"], ["id", info.nuid or "-"]]
+    if info.description:
+        rows.insert(2, ["description", info.description])
+    for k, v in sorted((info.headers or {}).items()):
+        rows.append([f"header {k}", ", ".join(v) if isinstance(v, list) else v])
+    link = getattr(info.options, "link", None) if info.options else None
+    if link is not None:
+        rows.append(["link", f"{link.bucket}/{link.name or ''}"])
+    _table(rows, ["FIELD", "VALUE"], out)
+    return 0
+
+
+def _obj_rm(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    store = js.object_store(args.bucket)
+    store.get_info(args.name)  # ObjectNotFoundError before any question
+    if not _confirmed(args, f"object {args.name} of {args.bucket}"):
+        return 1
+    store.delete(args.name)
+    if args.json:
+        _print_json({"deleted": args.name, "bucket": args.bucket}, out)
+    else:
+        out.write(f"deleted object {args.name} of {args.bucket}\n")
+    return 0
+
+
+def _obj_watch(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """Print the objects of a store, then each change, until --count changes were printed or Ctrl-C."""
+    n = 0
+    with js.object_store(args.bucket).watch() as w:
+        try:
+            for info in w:
+                if info is None:
+                    continue
+                n += 1
+                if args.json:
+                    _print_record(_jsonable(info), out)
+                else:
+                    op = "DEL" if info.deleted else "PUT"
+                    out.write(f"[{_obj_time(info.mtime)}] {op} {args.bucket} > {info.name}: "
+                              f"{_human_size(info.size)}\n")
+                    out.flush()
+                if args.count and n >= args.count:
+                    break
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
 # -- demo and server ---------------------------------------------------------------------------
 
 
@@ -1783,6 +1930,42 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("key", nargs="?")
     x.add_argument("--count", type=int, default=0, help="stop after N updates")
     x.set_defaults(func=_kv, _spill=(("key", str),))
+
+    ob = _add(sub, "obj", help="object stores").add_subparsers(dest="obj_cmd", required=True)
+    x = _add(ob, "add", help="create an object store")
+    x.add_argument("bucket")
+    x.add_argument("--storage", choices=["file", "memory"], default="file")
+    x.add_argument("--max-bytes", type=_size, metavar="SIZE", help="the store's size limit, e.g. 1GiB")
+    x.add_argument("--description")
+    x.set_defaults(func=_with_js(_obj_add))
+    x = _add(ob, "put", help="store a file as an object")
+    x.add_argument("bucket")
+    x.add_argument("file", help="the file to store, - for stdin")
+    x.add_argument("--name", help="the object's name (default: the file's name)")
+    x.set_defaults(func=_with_js(_obj_put))
+    x = _add(ob, "get", help="read an object into a file")
+    x.add_argument("bucket")
+    x.add_argument("name")
+    x.add_argument("-O", "--output", metavar="FILE",
+                   help="write it here, - for stdout (default: a file named after it in the current directory)")
+    x.add_argument("-f", "--force", action="store_true", help="overwrite the default file when it exists")
+    x.set_defaults(func=_with_js(_obj_get))
+    x = _add(ob, "ls", help="list the objects of a store")
+    x.add_argument("bucket")
+    x.set_defaults(func=_with_js(_obj_ls))
+    x = _add(ob, "info", help="show an object")
+    x.add_argument("bucket")
+    x.add_argument("name")
+    x.set_defaults(func=_with_js(_obj_info))
+    x = _add(ob, "rm", help="delete an object (asks first on a terminal, unless -f)")
+    x.add_argument("bucket")
+    x.add_argument("name")
+    _add_force(x)
+    x.set_defaults(func=_with_js(_obj_rm))
+    x = _add(ob, "watch", help="print the objects of a store, then each change")
+    x.add_argument("bucket")
+    x.add_argument("--count", type=int, default=0, help="stop after N objects/changes")
+    x.set_defaults(func=_with_js(_obj_watch))
     return p
 
 

@@ -1027,3 +1027,68 @@ def test_kv_history_lists_every_revision(env, nats_server, js, unique):
         assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and f"NO{unique}" in p.stderr
     finally:
         js.delete_key_value(bucket)
+
+
+def test_obj_commands_store_read_list_and_delete_objects(env, nats_server, js, unique, tmp_path):
+    bucket = f"OB{unique}"
+    url = nats_server.url
+    s = ["-s", url]
+    src = tmp_path / "photo.bin"
+    src.write_bytes(BINARY * 20000)  # about 240 KiB: more than one chunk
+    try:
+        p = jssync_run(env, "obj", "add", bucket, *s)
+        assert p.returncode == 0 and bucket in p.stdout, p.stderr
+        p = jssync_run(env, "obj", "put", bucket, str(src), *s)
+        assert p.returncode == 0 and "photo.bin" in p.stdout, p.stderr
+        p = jssync_run(env, "obj", "put", bucket, str(src), "--name", "copy/two", *s)
+        assert p.returncode == 0, p.stderr
+        store = js.object_store(bucket)
+        assert store.get_bytes("photo.bin") == src.read_bytes() == store.get_bytes("copy/two")
+        # ls: a table of the objects; info: one object's size, chunks, digest
+        p = jssync_run(env, "obj", "ls", bucket, *s)
+        assert p.returncode == 0 and p.stdout.splitlines()[0].split()[:2] == ["NAME", "SIZE"], p.stdout
+        assert "photo.bin" in p.stdout and "copy/two" in p.stdout and "KiB" in p.stdout
+        p = jssync_run(env, "--json", "obj", "ls", bucket, *s)
+        assert sorted(o["name"] for o in json.loads(p.stdout)) == ["copy/two", "photo.bin"]
+        p = jssync_run(env, "obj", "info", bucket, "photo.bin", *s)
+        assert p.returncode == 0 and "SHA-256=" in p.stdout and "chunks" in p.stdout, p.stdout
+        p = jssync_run(env, "--json", "obj", "info", bucket, "photo.bin", *s)
+        assert json.loads(p.stdout)["size"] == len(BINARY) * 20000
+        # get: into -O FILE, to stdout with -O -, by default into ./NAME (never over an existing file)
+        out = tmp_path / "out.bin"
+        p = jssync_run(env, "obj", "get", bucket, "copy/two", "-O", str(out), *s)
+        assert p.returncode == 0 and out.read_bytes() == src.read_bytes(), p.stderr
+        r = subprocess.run([sys.executable, "-m", "jssync", "obj", "get", bucket, "photo.bin", "-O", "-", *s],
+                           env=env, capture_output=True, timeout=60 * FACTOR)
+        assert r.returncode == 0 and r.stdout == src.read_bytes()
+        work = tmp_path / "cwd"
+        work.mkdir()
+        r = subprocess.run([sys.executable, "-m", "jssync", "obj", "get", bucket, "photo.bin", *s], env=env,
+                           cwd=work, capture_output=True, timeout=60 * FACTOR)
+        assert r.returncode == 0 and (work / "photo.bin").read_bytes() == src.read_bytes(), r.stderr
+        r = subprocess.run([sys.executable, "-m", "jssync", "obj", "get", bucket, "photo.bin", *s], env=env,
+                           cwd=work, capture_output=True, text=True, timeout=60 * FACTOR)
+        assert r.returncode == 1 and "exists" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        # watch: the objects there, then stops after --count
+        p = jssync_run(env, "obj", "watch", bucket, "--count", "2", *s)
+        assert p.returncode == 0 and "photo.bin" in p.stdout and "copy/two" in p.stdout, p.stderr
+        # rm asks on a terminal; -f does not; a script is not asked
+        rc, seen = _run_on_a_terminal(env, ["obj", "rm", bucket, "photo.bin", *s], b"n\n")
+        assert "[y/N]" in seen and "photo.bin" in seen and rc == 1, seen
+        assert store.get_info("photo.bin").size > 0
+        rc, seen = _run_on_a_terminal(env, ["obj", "rm", bucket, "photo.bin", "-f", *s], None)
+        assert rc == 0 and "[y/N]" not in seen, seen
+        with pytest.raises(jssync.ObjectNotFoundError):
+            store.get_info("photo.bin")
+        # bad input: one line naming what was wrong, exit 1
+        p = jssync_run(env, "obj", "info", bucket, "photo.bin", *s)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "photo.bin" in p.stderr
+        p = jssync_run(env, "obj", "ls", f"NO{unique}", *s)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and f"NO{unique}" in p.stderr
+        p = jssync_run(env, "obj", "put", bucket, str(tmp_path / "missing.txt"), *s)
+        assert p.returncode == 1 and "missing.txt" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    finally:
+        try:
+            js.delete_object_store(bucket)
+        except jssync.Error:
+            pass
