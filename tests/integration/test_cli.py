@@ -1092,3 +1092,52 @@ def test_obj_commands_store_read_list_and_delete_objects(env, nats_server, js, u
             js.delete_object_store(bucket)
         except jssync.Error:
             pass
+
+
+def test_bench_reports_rates_and_cleans_up(env, nats_server, js, nc, unique):
+    s = ["-s", nats_server.url]
+    subj = f"bench{unique}"
+    streams_before = set(js.stream_names())
+    # core: 2 publishers, 1 subscriber in the same run
+    p = jssync_run(env, "--json", "bench", "pub", f"{subj}.core", "--msgs", "2000", "--size", "16", "--pubs", "2",
+                   "--subs", "1", *s)
+    assert p.returncode == 0, p.stderr
+    rows = {r["kind"]: r for r in json.loads(p.stdout)}
+    assert rows["pub"]["msgs"] == 2000 and rows["pub"]["clients"] == 2 and rows["pub"]["msgs_per_sec"] > 0
+    assert rows["sub"]["msgs"] == 2000 and rows["pub"]["bytes"] == 2000 * 16
+    p = jssync_run(env, "bench", "pub", f"{subj}.core", "--msgs", "100", "--size", "8", *s)
+    assert p.returncode == 0 and "MSGS/S" in p.stdout and "MB/S" in p.stdout, p.stderr
+    # core sub: waits for --msgs messages from someone else
+    proc = _subscriber(env, "--json", "bench", "sub", f"{subj}.s", "--msgs", "50", *s)
+    out, err = _feed(proc, nc, f"{subj}.s", b"x" * 10)
+    assert proc.returncode == 0, err
+    assert json.loads(out)[0]["msgs"] == 50
+    # JetStream: a stream of its own when none captures the subject, removed at the end
+    p = jssync_run(env, "--json", "bench", "js", "pub", f"{subj}.js", "--msgs", "500", "--size", "64", *s)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)[0]["msgs"] == 500
+    assert set(js.stream_names()) == streams_before
+    # one PubAck at a time: a request-style run, with latencies
+    p = jssync_run(env, "--json", "bench", "js", "pub", f"{subj}.js", "--msgs", "50", "--sync", *s)
+    row = json.loads(p.stdout)[0]
+    assert p.returncode == 0 and row["msgs"] == 50 and 0 < row["latency_p50_ms"] <= row["latency_max_ms"]
+    # consume: from an existing stream, through a consumer that is not left behind
+    name = f"BN{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        for _ in range(300):
+            js.publish_async(f"{name}.x", b"y" * 32)
+        js.publish_async_completed(timeout=10 * FACTOR)
+        p = jssync_run(env, "--json", "bench", "js", "consume", f"{name}.x", "--msgs", "300", *s)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)[0]["msgs"] == 300
+        assert js.stream(name).info().state.consumer_count == 0
+        p = jssync_run(env, "--json", "bench", "js", "pub", f"{name}.x", "--msgs", "10", *s)
+        assert p.returncode == 0 and js.stream(name).info().state.messages == 310  # the existing stream
+    finally:
+        js.delete_stream(name)
+    # bad input
+    p = jssync_run(env, "bench", "pub", subj, "--msgs", "10", "--size", "0", *s)
+    assert p.returncode == 2 and "usage: jssync bench pub" in p.stderr
+    p = jssync_run(env, "bench", "js", "consume", f"NOSTREAM{unique}.x", "--msgs", "10", *s)
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and f"NOSTREAM{unique}.x" in p.stderr
