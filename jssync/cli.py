@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import functools
 import json
 import logging
 import os
@@ -248,6 +250,17 @@ def _duration_or_zero(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration >= 0 (seconds, or e.g. 500ms, 5s, "
                                          "1h30m)") from None
+
+
+def _positive(text: str) -> int:
+    """A whole number >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return n
 
 
 def _ttl(text: str) -> float | str:
@@ -638,6 +651,115 @@ def _stream_get(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
                 out.write(f"{k}: {v}\n")
         out.write(m.data.decode(errors="replace") + "\n")
     return 0
+
+
+def _find_stream(js: Any, name: str) -> Any:
+    """The stream ``name``; raises :class:`jssync.StreamNotFoundError` naming it when there is none."""
+    import jssync
+
+    try:
+        return js.stream(name)
+    except jssync.StreamNotFoundError as exc:
+        raise jssync.StreamNotFoundError(exc.code, exc.err_code, f"stream {name} not found") from None
+
+
+def _printable(data: bytes) -> str | None:
+    """``data`` as text when it is UTF-8 and printable (newlines and tabs allowed), else None."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if all(c.isprintable() or c in "\n\r\t" for c in text) else None
+
+
+def _view_start(args: argparse.Namespace, state: Any) -> dict[str, Any]:
+    """The ordered consumer options of ``stream view``: where to start reading."""
+    import datetime as _dt
+
+    opts: dict[str, Any] = {}
+    if args.subject:
+        opts["filter_subjects"] = args.subject
+    if args.start_seq is not None:
+        opts["opt_start_seq"] = args.start_seq
+    elif args.since is not None:
+        opts["opt_start_time"] = _dt.datetime.now(_dt.UTC) - _dt.timedelta(seconds=args.since)
+    elif args.last is not None and not args.subject:
+        # the last N messages start no earlier than this (fewer than N lie after it, even with holes)
+        start = state.last_seq - args.last + 1 - (state.num_deleted or 0)
+        if start > max(1, state.first_seq):
+            opts["opt_start_seq"] = start
+    return opts
+
+
+def _show_stored(m: Any, args: argparse.Namespace, out: TextIO) -> None:
+    """One message of ``stream view``: a JSON record, the raw payload, or for people like ``nats stream view``."""
+    md = m.metadata
+    if args.raw:
+        out.flush()
+        buf = getattr(out, "buffer", None)
+        if buf is not None:
+            buf.write(m.data + b"\n")
+            buf.flush()
+        else:
+            out.write(m.data.decode(errors="replace") + "\n")
+        return
+    if args.json:
+        _print_record(_msg_record(m.subject, m.data, m.headers, seq=md.sequence.stream,
+                                  time=md.timestamp.isoformat(), stream=args.name), out)
+        return
+    when = md.timestamp.astimezone().isoformat(timespec="seconds")
+    out.write(f"[{md.sequence.stream}] Subject: {m.subject} Received: {when}\n")
+    for k, v in (m.headers or {}).items():
+        out.write(f"  {k}: {v}\n")
+    text = _printable(m.data)
+    if text is None:
+        text = f"<{len(m.data)} bytes of binary data: --json shows them as base64, --raw as they are>"
+    out.write(f"\n{text}\n\n")
+
+
+def _stream_view(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """Print a stream's messages in order through an ordered consumer (ephemeral, deleted at the end):
+    from the start, ``--start-seq`` or ``--since``; the ``--last`` N; at most ``--count``; up to the
+    last message stored when it started. Each read waits at most ``--timeout``."""
+    st = _find_stream(js, args.name)
+    oc = st.ordered_consumer(**_view_start(args, st.cached_info.state))
+    shown = 0
+    done = False
+    try:
+        while not done:
+            res = oc.fetch_no_wait(min(256, args.count - shown) if args.count else 256)
+            got = 0
+            for m in res:
+                got += 1
+                pending = m.metadata.num_pending
+                done = pending == 0
+                if args.last is not None and pending >= args.last:
+                    continue  # before the last N
+                _show_stored(m, args, out)
+                shown += 1
+                if args.count and shown >= args.count:
+                    done = True
+                    break
+            res.stop()
+            done = done or got == 0
+    finally:
+        _delete_quietly(js, args.name, oc.name)
+    if not shown:
+        which = f" on {args.subject}" if args.subject else ""
+        sys.stderr.write(f"jssync: no messages{which} in stream {args.name}\n")
+    return 0
+
+
+def _delete_quietly(js: Any, stream: str, consumer: str | None) -> None:
+    """Delete a consumer we made (best effort: the server removes it when inactive anyway)."""
+    import jssync
+
+    if consumer is None:
+        return
+    try:
+        js.delete_consumer(stream, consumer)
+    except jssync.Error as exc:
+        logging.getLogger("jssync").debug("could not delete consumer %s/%s: %s", stream, consumer, exc)
 
 
 def _iter_stream(st: Any, first: int, last: int) -> Iterable[Any]:
@@ -1222,6 +1344,8 @@ def _kv(args: argparse.Namespace) -> int:
                 _print_json({"deleted": args.key, "bucket": args.bucket}, out)
             else:
                 out.write(f"deleted {args.key}\n")
+        elif args.kv_cmd == "history":
+            _kv_history(kv, args, out)
         elif args.kv_cmd == "ls":
             try:
                 keys = sorted(kv.keys())
@@ -1259,6 +1383,26 @@ def _kv(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kv_history(kv: Any, args: argparse.Namespace, out: TextIO) -> None:
+    """``kv history BUCKET KEY``: every stored revision of the key (puts, deletes, purges), oldest first."""
+    entries = kv.history(args.key)
+    if args.json:
+        for e in entries:
+            _print_record(_entry_record(e), out)
+        return
+    rows = []
+    for e in entries:
+        op = _value(e.operation) or "PUT"
+        text = _printable(e.value or b"")
+        if text is None:
+            text = f"<{len(e.value)} bytes of binary data>"
+        elif len(text) > 60:
+            text = text[:57] + "..."
+        created = e.created.astimezone().isoformat(timespec="seconds") if e.created else "-"
+        rows.append([e.key, e.revision, op, created, len(e.value or b""), text if op == "PUT" else ""])
+    _table(rows, ["KEY", "REVISION", "OP", "CREATED", "LENGTH", "VALUE"], out)
+
+
 def _kv_buckets(js: Any, args: argparse.Namespace, out: TextIO) -> int:
     """``kv ls`` without a bucket: every bucket, as ``nats kv ls`` lists them."""
     rows = []
@@ -1275,6 +1419,394 @@ def _kv_buckets(js: Any, args: argparse.Namespace, out: TextIO) -> int:
              r["mirror"] or "-"] for r in rows],
            ["BUCKET", "VALUES", "BYTES", "HISTORY", "TTL", "STORAGE", "MIRROR"], out)
     return 0
+
+
+# -- object store ------------------------------------------------------------------------------
+
+
+def _obj_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    params: dict[str, Any] = {"bucket": args.bucket, "storage": args.storage}
+    if args.description:
+        params["description"] = args.description
+    if args.max_bytes is not None:
+        params["max_bytes"] = args.max_bytes
+    js.create_object_store(**params)
+    if args.json:
+        _print_json({"bucket": args.bucket, "storage": args.storage}, out)
+    else:
+        out.write(f"created object store {args.bucket}\n")
+    return 0
+
+
+def _obj_put(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """Store FILE (``-``: stdin) as object ``--name`` (default: the file's name); blocks until every chunk
+    is acknowledged (at most --timeout plus one second per MiB)."""
+    name = args.name or ("stdin" if args.file == "-" else os.path.basename(args.file))
+    store = js.object_store(args.bucket)
+    if args.file == "-":
+        info = store.put(name, sys.stdin.buffer)
+    else:
+        with open(args.file, "rb") as f:
+            info = store.put(name, f)
+    if args.json:
+        _print_json(info, out)
+    else:
+        out.write(f"stored {info.name} in {args.bucket}: {_human_size(info.size)} in {info.chunks} chunk(s)\n")
+    return 0
+
+
+def _obj_get(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """Read object NAME into -O FILE (``-``: stdout; default: a file named after it in the current directory,
+    which must not exist yet unless -f); blocks until every chunk was read and the digest checked."""
+    store = js.object_store(args.bucket)
+    dest = args.output or os.path.basename(args.name.rstrip("/")) or args.name
+    if dest == "-":
+        out.flush()
+        info = store.get(args.name, writeinto=sys.stdout.buffer).info
+        sys.stdout.buffer.flush()
+        return 0
+    if args.output is None and not args.force and os.path.exists(dest):
+        sys.stderr.write(f"jssync: {dest} exists: give -O FILE, or -f to overwrite it\n")
+        return 1
+    store.get_info(args.name)  # ObjectNotFoundError before a file is made
+    try:
+        with open(dest, "wb") as f:
+            info = store.get(args.name, writeinto=f).info
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(dest)
+        raise
+    if args.json:
+        _print_json({"name": info.name, "bucket": args.bucket, "size": info.size, "file": dest}, out)
+    else:
+        out.write(f"wrote {_human_size(info.size)} of {info.name} to {dest}\n")
+    return 0
+
+
+def _obj_ls(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    infos = sorted(js.object_store(args.bucket).list(), key=lambda i: i.name)
+    if args.json:
+        _print_json(infos, out)
+        return 0
+    if not infos:
+        out.write(f"no objects in {args.bucket}\n")
+        return 0
+    _table([[i.name, _human_size(i.size), i.chunks, _obj_time(i.mtime)] for i in infos],
+           ["NAME", "SIZE", "CHUNKS", "TIME"], out)
+    return 0
+
+
+def _obj_time(mtime: Any) -> str:
+    """An object's RFC 3339 modification time, in local time to the second (as given when unreadable)."""
+    import datetime as _dt
+
+    if not mtime:
+        return "-"
+    text = str(mtime)
+    try:
+        head, _, frac = text.partition(".")
+        tail = frac.lstrip("0123456789") if frac else ""
+        when = _dt.datetime.fromisoformat((head + tail).replace("Z", "+00:00"))
+    except ValueError:
+        return text
+    return when.astimezone().isoformat(timespec="seconds")
+
+
+def _obj_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    info = js.object_store(args.bucket).get_info(args.name)
+    if args.json:
+        _print_json(info, out)
+        return 0
+    rows = [["name", info.name], ["bucket", info.bucket or args.bucket],
+            ["size", f"{_human_size(info.size)} ({info.size:,} bytes)"], ["chunks", info.chunks],
+            ["modified", _obj_time(info.mtime)], ["digest", info.digest or "-"], ["id", info.nuid or "-"]]
+    if info.description:
+        rows.insert(2, ["description", info.description])
+    for k, v in sorted((info.headers or {}).items()):
+        rows.append([f"header {k}", ", ".join(v) if isinstance(v, list) else v])
+    link = getattr(info.options, "link", None) if info.options else None
+    if link is not None:
+        rows.append(["link", f"{link.bucket}/{link.name or ''}"])
+    _table(rows, ["FIELD", "VALUE"], out)
+    return 0
+
+
+def _obj_rm(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    store = js.object_store(args.bucket)
+    store.get_info(args.name)  # ObjectNotFoundError before any question
+    if not _confirmed(args, f"object {args.name} of {args.bucket}"):
+        return 1
+    store.delete(args.name)
+    if args.json:
+        _print_json({"deleted": args.name, "bucket": args.bucket}, out)
+    else:
+        out.write(f"deleted object {args.name} of {args.bucket}\n")
+    return 0
+
+
+def _obj_watch(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """Print the objects of a store, then each change, until --count changes were printed or Ctrl-C."""
+    n = 0
+    with js.object_store(args.bucket).watch() as w:
+        try:
+            for info in w:
+                if info is None:
+                    continue
+                n += 1
+                if args.json:
+                    _print_record(_jsonable(info), out)
+                else:
+                    op = "DEL" if info.deleted else "PUT"
+                    out.write(f"[{_obj_time(info.mtime)}] {op} {args.bucket} > {info.name}: "
+                              f"{_human_size(info.size)}\n")
+                    out.flush()
+                if args.count and n >= args.count:
+                    break
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+# -- bench ------------------------------------------------------------------------------------
+
+#: the most messages one bench run sends or waits for
+_BENCH_MAX_MSGS = 10_000_000
+
+
+def _bench_row(kind: str, clients: int, msgs: int, size: int, secs: float,
+               latencies: list[float] | None = None) -> dict[str, Any]:
+    """One line of a bench summary: counts, rates and (request-style runs) latencies in ms."""
+    secs = max(secs, 1e-9)
+    row: dict[str, Any] = {"kind": kind, "clients": clients, "msgs": msgs, "bytes": msgs * size,
+                           "seconds": round(secs, 6), "msgs_per_sec": round(msgs / secs, 1),
+                           "mb_per_sec": round(msgs * size / secs / 1024 / 1024, 3)}
+    if latencies:
+        lat = sorted(latencies)
+        for name, q in (("p50", 0.5), ("p99", 0.99)):
+            row[f"latency_{name}_ms"] = round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 3)
+        row["latency_max_ms"] = round(lat[-1] * 1000, 3)
+    return row
+
+
+def _bench_report(rows: list[dict[str, Any]], args: argparse.Namespace, out: TextIO) -> int:
+    if args.json:
+        _print_json(rows, out)
+    else:
+        lat = any("latency_p50_ms" in r for r in rows)
+        _table([[r["kind"], r["clients"], f"{r['msgs']:,}", _human_size(r["bytes"]), f"{r['seconds']:.3f}",
+                 f"{r['msgs_per_sec']:,.0f}", f"{r['mb_per_sec']:.2f}",
+                 *([r.get("latency_p50_ms", "-"), r.get("latency_p99_ms", "-"), r.get("latency_max_ms", "-")]
+                   if lat else [])] for r in rows],
+               ["KIND", "CLIENTS", "MSGS", "BYTES", "SECONDS", "MSGS/S", "MB/S",
+                *(["P50_MS", "P99_MS", "MAX_MS"] if lat else [])], out)
+    short = [r for r in rows if r.get("expected") and r["msgs"] < r["expected"]]
+    for r in short:
+        sys.stderr.write(f"jssync: {r['kind']}: {r['msgs']} of {r['expected']} messages within --max-time\n")
+    return 1 if short else 0
+
+
+def _split(total: int, clients: int) -> list[int]:
+    """``total`` messages shared by ``clients`` (the first ones take the remainder)."""
+    return [total // clients + (1 if i < total % clients else 0) for i in range(clients)]
+
+
+def _run_clients(work: list[Callable[[], Any]]) -> list[Any]:
+    """Run each callable on a thread of its own; their results (an exception is raised again)."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(work))) as pool:
+        return [f.result() for f in [pool.submit(w) for w in work]]
+
+
+def _bench_subscribers(args: argparse.Namespace, subject: str, count: int, expected: int) -> tuple[list[Any],
+                                                                                                   list[Any]]:
+    """``count`` connections, each subscribed to ``subject`` (and flushed, so they get what follows)."""
+    conns, subs = [], []
+    for _ in range(count):
+        c = _connect(args)
+        conns.append(c)
+        subs.append(c.subscribe(subject))
+        c.flush(timeout=args.timeout)
+    return conns, subs
+
+
+def _bench_receive(sub: Any, expected: int, deadline: float) -> tuple[int, float, float]:
+    """Take up to ``expected`` messages until ``deadline``: (count, first arrival, last arrival)."""
+    import jssync
+
+    n, first, last = 0, 0.0, 0.0
+    while n < expected:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            sub.next_msg(timeout=min(left, 1.0))
+        except jssync.TimeoutError:
+            continue
+        last = time.monotonic()
+        if n == 0:
+            first = last
+        n += 1
+    return n, first, last
+
+
+def _bench_core(args: argparse.Namespace) -> int:
+    """``bench pub`` (--pubs publishers, --subs subscribers in the same run) and ``bench sub``."""
+    payload = b"\0" * args.size
+    deadline = time.monotonic() + args.max_time
+    subs_n = args.subs if args.bench_cmd == "pub" else max(1, args.subs or 1)
+    conns, subs = _bench_subscribers(args, args.subject, subs_n, args.msgs)
+    rows: list[dict[str, Any]] = []
+    try:
+        receivers: list[Callable[[], Any]] = [functools.partial(_bench_receive, sub, args.msgs, deadline)
+                                              for sub in subs]
+        if args.bench_cmd == "sub":
+            got = _run_clients(receivers)
+            total = sum(g[0] for g in got)
+            span = max((g[2] for g in got), default=0.0) - min((g[1] for g in got if g[0]), default=0.0)
+            size = args.size
+            rows.append({**_bench_row("sub", subs_n, total, size, span), "expected": args.msgs * subs_n})
+            return _bench_report(rows, args, sys.stdout)
+
+        def publish(n: int) -> tuple[int, float]:
+            with _connect(args) as c:
+                t0 = time.monotonic()
+                sent = 0
+                while sent < n and time.monotonic() < deadline:
+                    c.publish(args.subject, payload)
+                    sent += 1
+                c.flush(timeout=max(args.timeout, 1.0))
+                return sent, time.monotonic() - t0
+
+        start = time.monotonic()
+        work: list[Callable[[], Any]] = [functools.partial(publish, n) for n in _split(args.msgs, args.pubs)]
+        results = _run_clients(work + receivers)
+        pubs, got = results[:len(work)], results[len(work):]
+        sent = sum(r[0] for r in pubs)
+        rows.append({**_bench_row("pub", args.pubs, sent, args.size, max(r[1] for r in pubs)),
+                     "expected": args.msgs})
+        if subs:
+            total = sum(g[0] for g in got)
+            rows.append({**_bench_row("sub", subs_n, total, args.size,
+                                      max((g[2] for g in got), default=start) - start),
+                         "expected": args.msgs * subs_n})
+        return _bench_report(rows, args, sys.stdout)
+    finally:
+        for c in conns:
+            c.close()
+
+
+def _bench_js(args: argparse.Namespace) -> int:
+    """``bench js pub`` (async, or --sync: one PubAck at a time, with latencies) and ``bench js consume``."""
+    import jssync
+
+    deadline = time.monotonic() + args.max_time
+    with _connect(args) as nc:
+        js = nc.jetstream(timeout=args.timeout)
+        try:
+            stream = js.find_stream_name_by_subject(args.subject)
+            made = False
+        except jssync.StreamNotFoundError:
+            if args.js_cmd == "consume":
+                raise jssync.StreamNotFoundError(404, 10059, f"no stream captures subject {args.subject}") from None
+            stream = f"JSSYNC_BENCH_{os.getpid()}"
+            js.create_stream(name=stream, subjects=[args.subject], storage=args.storage)
+            made = True
+        try:
+            if args.js_cmd == "consume":
+                return _bench_report([_bench_js_consume(js, stream, args, deadline)], args, sys.stdout)
+            payload = b"\0" * args.size
+
+            def publish(n: int) -> tuple[int, float, list[float]]:
+                with _connect(args) as c:
+                    cjs = c.jetstream(timeout=args.timeout)
+                    lat: list[float] = []
+                    t0 = time.monotonic()
+                    sent = 0
+                    if args.sync:
+                        while sent < n and time.monotonic() < deadline:
+                            t = time.monotonic()
+                            cjs.publish(args.subject, payload)
+                            lat.append(time.monotonic() - t)
+                            sent += 1
+                    else:
+                        futs: list[Any] = []
+                        while len(futs) < n and time.monotonic() < deadline:
+                            futs.append(cjs.publish_async(args.subject, payload))
+                        with contextlib.suppress(jssync.TimeoutError):
+                            cjs.publish_async_completed(timeout=max(0.1, deadline - time.monotonic()))
+                        sent = sum(1 for f in futs if f.done() and f.exception() is None)
+                    return sent, time.monotonic() - t0, lat
+
+            res = _run_clients([functools.partial(publish, n) for n in _split(args.msgs, args.pubs)])
+            sent = sum(r[0] for r in res)
+            lats = [x for r in res for x in r[2]]
+            row = _bench_row("js pub" + (" (sync)" if args.sync else ""), args.pubs, sent, args.size,
+                             max(r[1] for r in res), lats or None)
+            return _bench_report([{**row, "stream": stream, "expected": args.msgs}], args, sys.stdout)
+        finally:
+            if made:
+                js.delete_stream(stream)
+
+
+def _bench_js_consume(js: Any, stream: str, args: argparse.Namespace, deadline: float) -> dict[str, Any]:
+    """Read up to --msgs messages on the subject through an ordered consumer (deleted at the end)."""
+    oc = js.stream(stream).ordered_consumer(filter_subjects=args.subject)
+    n, size = 0, 0
+    t0 = time.monotonic()
+    try:
+        while n < args.msgs:
+            left = deadline - time.monotonic()
+            if left <= 0.01:
+                break
+            res = oc.fetch(min(1000, args.msgs - n), expires=min(left, 1.0))
+            got = 0
+            for m in res:
+                got += 1
+                n += 1
+                size += len(m.data)
+                pending = m.metadata.num_pending
+            res.stop()
+            if got and pending == 0 and n < args.msgs:
+                break  # all there is
+    finally:
+        _delete_quietly(js, stream, oc.name)
+    secs = time.monotonic() - t0
+    row = _bench_row("js consume", 1, n, 0, secs)
+    row.update(bytes=size, mb_per_sec=round(size / max(secs, 1e-9) / 1024 / 1024, 3), stream=stream,
+               expected=args.msgs)
+    return row
+
+
+def _add_bench_options(x: argparse.ArgumentParser, size: bool = True, pubs: bool = True, subs: bool = False) -> None:
+    x.add_argument("subject")
+    x.add_argument("--msgs", type=_bench_msgs, default=100_000, metavar="N",
+                   help=f"messages to send or take (default 100000, at most {_BENCH_MAX_MSGS:,})")
+    if size:
+        x.add_argument("--size", type=_bench_size, default=128, metavar="BYTES",
+                       help="payload size, e.g. 128 or 1KiB (default 128)")
+    if pubs:
+        x.add_argument("--pubs", "--clients", type=_positive, default=1, metavar="K",
+                       help="publishing connections, sharing --msgs (default 1)")
+    if subs:
+        x.add_argument("--subs", type=int, default=0, metavar="K",
+                       help="subscribing connections in the same run, each taking every message (default 0)")
+    x.add_argument("--max-time", type=_duration, default=60.0, metavar="DURATION",
+                   help="stop after this long and report what was done (default 60s)")
+
+
+def _bench_msgs(text: str) -> int:
+    n = _positive(text)
+    if n > _BENCH_MAX_MSGS:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than {_BENCH_MAX_MSGS:,} messages")
+    return n
+
+
+def _bench_size(text: str) -> int:
+    n = _size(text)
+    if n < 1 or n > 64 * 1024 * 1024:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a payload size from 1 byte to 64MiB")
+    return n
 
 
 # -- demo and server ---------------------------------------------------------------------------
@@ -1478,6 +2010,20 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("seq", type=int, nargs="?")
     x.add_argument("--last-by-subject")
     x.set_defaults(func=_with_js(_stream_get), _spill=(("seq", int),))
+    x = _add(st, "view", help="print the messages of a stream (leaves no consumer behind)",
+             description="Print a stream's messages in order, like nats stream view: sequence, subject, time, "
+                         "headers and data (as text when printable). Reads through an ordered consumer that is "
+                         "deleted at the end, up to the last message stored when it started.")
+    x.add_argument("name")
+    x.add_argument("--subject", help="only messages on this subject (wildcards allowed)")
+    start = x.add_mutually_exclusive_group()
+    start.add_argument("--since", type=_duration, metavar="DURATION",
+                       help="start with the messages stored this long ago, e.g. 1h, 30m")
+    start.add_argument("--start-seq", type=_positive, metavar="N", help="start at this stream sequence")
+    x.add_argument("--last", type=_positive, metavar="N", help="only the last N messages (of those selected)")
+    x.add_argument("--count", type=_positive, metavar="N", help="print at most N messages")
+    x.add_argument("--raw", action="store_true", help="print only the payloads, each on a line of its own")
+    x.set_defaults(func=_with_js(_stream_view))
     x = _add(st, "export", help="write every message to a JSON Lines file")
     x.add_argument("name")
     x.add_argument("file", help="output file, - for stdout")
@@ -1610,6 +2156,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "del":
             _add_force(x)
         x.set_defaults(func=_kv)
+    x = _add(kv, "history", help="show every revision of a key (puts, deletes, purges)")
+    x.add_argument("bucket")
+    x.add_argument("key")
+    x.set_defaults(func=_kv)
     x = _add(kv, "put", help="write a key")
     x.add_argument("bucket")
     x.add_argument("key")
@@ -1623,6 +2173,65 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("key", nargs="?")
     x.add_argument("--count", type=int, default=0, help="stop after N updates")
     x.set_defaults(func=_kv, _spill=(("key", str),))
+
+    ob = _add(sub, "obj", help="object stores").add_subparsers(dest="obj_cmd", required=True)
+    x = _add(ob, "add", help="create an object store")
+    x.add_argument("bucket")
+    x.add_argument("--storage", choices=["file", "memory"], default="file")
+    x.add_argument("--max-bytes", type=_size, metavar="SIZE", help="the store's size limit, e.g. 1GiB")
+    x.add_argument("--description")
+    x.set_defaults(func=_with_js(_obj_add))
+    x = _add(ob, "put", help="store a file as an object")
+    x.add_argument("bucket")
+    x.add_argument("file", help="the file to store, - for stdin")
+    x.add_argument("--name", help="the object's name (default: the file's name)")
+    x.set_defaults(func=_with_js(_obj_put))
+    x = _add(ob, "get", help="read an object into a file")
+    x.add_argument("bucket")
+    x.add_argument("name")
+    x.add_argument("-O", "--output", metavar="FILE",
+                   help="write it here, - for stdout (default: a file named after it in the current directory)")
+    x.add_argument("-f", "--force", action="store_true", help="overwrite the default file when it exists")
+    x.set_defaults(func=_with_js(_obj_get))
+    x = _add(ob, "ls", help="list the objects of a store")
+    x.add_argument("bucket")
+    x.set_defaults(func=_with_js(_obj_ls))
+    x = _add(ob, "info", help="show an object")
+    x.add_argument("bucket")
+    x.add_argument("name")
+    x.set_defaults(func=_with_js(_obj_info))
+    x = _add(ob, "rm", help="delete an object (asks first on a terminal, unless -f)")
+    x.add_argument("bucket")
+    x.add_argument("name")
+    _add_force(x)
+    x.set_defaults(func=_with_js(_obj_rm))
+    x = _add(ob, "watch", help="print the objects of a store, then each change")
+    x.add_argument("bucket")
+    x.add_argument("--count", type=int, default=0, help="stop after N objects/changes")
+    x.set_defaults(func=_with_js(_obj_watch))
+    be = _add(sub, "bench", help="measure publish and consume rates against the server (-s)",
+              description="Benchmarks like nats bench, bounded by --msgs and --max-time, against the server "
+                          "given (-s/--server) only.").add_subparsers(dest="bench_cmd", required=True)
+    x = _add(be, "pub", help="publish --msgs core messages (--pubs publishers, --subs subscribers)")
+    _add_bench_options(x, subs=True)
+    x.set_defaults(func=_bench_core)
+    x = _add(be, "sub", help="wait for --msgs core messages (sent by someone else)")
+    _add_bench_options(x, pubs=False)
+    x.add_argument("--subs", "--clients", type=_positive, default=1, metavar="K",
+                   help="subscribing connections, each taking every message (default 1)")
+    x.set_defaults(func=_bench_core)
+    bj = _add(be, "js", help="JetStream benchmarks").add_subparsers(dest="js_cmd", required=True)
+    x = _add(bj, "pub", help="publish --msgs messages to a stream (one of its own, removed after, if none "
+                             "captures SUBJECT)")
+    _add_bench_options(x)
+    x.add_argument("--sync", action="store_true", help="wait for each PubAck before the next (shows latencies)")
+    x.add_argument("--storage", choices=["file", "memory"], default="memory",
+                   help="storage of the stream made for the run (default memory)")
+    x.set_defaults(func=_bench_js)
+    x = _add(bj, "consume", help="read --msgs messages on SUBJECT from its stream (an ordered consumer, "
+                                 "removed after)")
+    _add_bench_options(x, size=False, pubs=False)
+    x.set_defaults(func=_bench_js, storage="memory", sync=False)
     return p
 
 

@@ -946,3 +946,198 @@ def test_consumer_edit_changes_what_it_is_given(env, nats_server, js, unique):
         assert p.returncode == 2 and "nothing to change" in p.stderr, p.stderr
     finally:
         js.delete_stream(name)
+
+
+def test_stream_view_prints_messages_without_leaving_a_consumer(env, nats_server, js, unique):
+    name = f"CV{unique}"
+    s = ["-s", nats_server.url]
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        for i in range(1, 6):
+            js.publish(f"{name}.a", f"text {i}".encode(), headers={"Trace": str(i)} if i == 2 else None)
+        js.publish(f"{name}.b", BINARY)  # seq 6
+        js.stream(name).delete_msg(4)  # a hole: seq 4 is gone
+        # for people: sequence, subject, time, headers, data (as text when printable)
+        p = jssync_run(env, "stream", "view", name, *s)
+        assert p.returncode == 0, p.stderr
+        assert "[1] Subject: " + f"{name}.a" in p.stdout and "Received: " in p.stdout
+        assert "Trace: 2" in p.stdout and "text 5" in p.stdout and "[4]" not in p.stdout
+        assert "[6]" in p.stdout and "binary" in p.stdout and "bin\x80" not in p.stdout
+        # --json: one record per message, in stream order
+        p = jssync_run(env, "--json", "stream", "view", name, *s)
+        recs = [json.loads(x) for x in p.stdout.splitlines()]
+        assert [r["seq"] for r in recs] == [1, 2, 3, 5, 6]
+        assert recs[1]["headers"] == {"Trace": "2"} and _data(recs[4]) == BINARY and recs[0]["time"]
+        # a subject filter, a start sequence with a count, the last N, a start time
+        p = jssync_run(env, "--json", "stream", "view", name, "--subject", f"{name}.b", *s)
+        assert [json.loads(x)["seq"] for x in p.stdout.splitlines()] == [6]
+        p = jssync_run(env, "--json", "stream", "view", name, "--start-seq", "2", "--count", "2", *s)
+        assert [json.loads(x)["seq"] for x in p.stdout.splitlines()] == [2, 3]
+        p = jssync_run(env, "--json", "stream", "view", name, "--last", "3", *s)
+        assert [json.loads(x)["seq"] for x in p.stdout.splitlines()] == [3, 5, 6]
+        p = jssync_run(env, "--json", "stream", "view", name, "--subject", f"{name}.a", "--last", "2", *s)
+        assert [json.loads(x)["seq"] for x in p.stdout.splitlines()] == [3, 5]
+        p = jssync_run(env, "--json", "stream", "view", name, "--since", "1h", "--count", "1", *s)
+        assert [json.loads(x)["seq"] for x in p.stdout.splitlines()] == [1]
+        # --raw: the payloads alone, one per line
+        p = jssync_run(env, "stream", "view", name, "--subject", f"{name}.a", "--raw", *s)
+        assert p.stdout.splitlines() == ["text 1", "text 2", "text 3", "text 5"]
+        # nothing matches: says so, exit 0
+        p = jssync_run(env, "stream", "view", name, "--subject", f"{name}.none", *s)
+        assert p.returncode == 0 and "no messages" in p.stdout + p.stderr
+        # no consumer is left behind
+        assert js.stream(name).info().state.consumer_count == 0
+        # bad input: one line, exit 1 (unknown stream) or 2 (usage)
+        p = jssync_run(env, "stream", "view", f"NO{unique}", *s)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and f"NO{unique}" in p.stderr
+        p = jssync_run(env, "stream", "view", name, "--since", "1h", "--start-seq", "2", *s)
+        assert p.returncode == 2 and "usage: jssync stream view" in p.stderr
+    finally:
+        js.delete_stream(name)
+
+
+def test_kv_history_lists_every_revision(env, nats_server, js, unique):
+    bucket = f"KH{unique}"
+    s = ["-s", nats_server.url]
+    kv = js.create_key_value(bucket=bucket, history=10)
+    try:
+        kv.put("a", b"one")
+        kv.put("a", b"two")
+        kv.delete("a")
+        kv.put("b", BINARY)
+        kv.put("c", b"gone")
+        kv.purge("c")
+        p = jssync_run(env, "kv", "history", bucket, "a", *s)
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        assert lines[0].split() == ["KEY", "REVISION", "OP", "CREATED", "LENGTH", "VALUE"]
+        rows = [ln.split() for ln in lines[2:]]
+        assert [(r[0], r[1], r[2]) for r in rows] == [("a", "1", "PUT"), ("a", "2", "PUT"), ("a", "3", "DEL")]
+        assert rows[0][-1] == "one" and rows[1][-1] == "two"
+        p = jssync_run(env, "--json", "kv", "history", bucket, "c", *s)
+        recs = [json.loads(x) for x in p.stdout.splitlines()]
+        assert [(r["key"], r["revision"], r["operation"]) for r in recs] == [("c", 6, "PURGE")]
+        p = jssync_run(env, "--json", "kv", "history", bucket, "b", *s)
+        rec = json.loads(p.stdout)
+        assert rec["value_encoding"] == "base64" and base64.b64decode(rec["value"]) == BINARY and rec["created"]
+        # bad input: one line naming it, exit 1
+        p = jssync_run(env, "kv", "history", bucket, "nokey", *s)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "nokey" in p.stderr
+        p = jssync_run(env, "kv", "history", f"NO{unique}", "a", *s)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and f"NO{unique}" in p.stderr
+    finally:
+        js.delete_key_value(bucket)
+
+
+def test_obj_commands_store_read_list_and_delete_objects(env, nats_server, js, unique, tmp_path):
+    bucket = f"OB{unique}"
+    url = nats_server.url
+    s = ["-s", url]
+    src = tmp_path / "photo.bin"
+    src.write_bytes(BINARY * 20000)  # about 240 KiB: more than one chunk
+    try:
+        p = jssync_run(env, "obj", "add", bucket, *s)
+        assert p.returncode == 0 and bucket in p.stdout, p.stderr
+        p = jssync_run(env, "obj", "put", bucket, str(src), *s)
+        assert p.returncode == 0 and "photo.bin" in p.stdout, p.stderr
+        p = jssync_run(env, "obj", "put", bucket, str(src), "--name", "copy/two", *s)
+        assert p.returncode == 0, p.stderr
+        store = js.object_store(bucket)
+        assert store.get_bytes("photo.bin") == src.read_bytes() == store.get_bytes("copy/two")
+        # ls: a table of the objects; info: one object's size, chunks, digest
+        p = jssync_run(env, "obj", "ls", bucket, *s)
+        assert p.returncode == 0 and p.stdout.splitlines()[0].split()[:2] == ["NAME", "SIZE"], p.stdout
+        assert "photo.bin" in p.stdout and "copy/two" in p.stdout and "KiB" in p.stdout
+        p = jssync_run(env, "--json", "obj", "ls", bucket, *s)
+        assert sorted(o["name"] for o in json.loads(p.stdout)) == ["copy/two", "photo.bin"]
+        p = jssync_run(env, "obj", "info", bucket, "photo.bin", *s)
+        assert p.returncode == 0 and "SHA-256=" in p.stdout and "chunks" in p.stdout, p.stdout
+        p = jssync_run(env, "--json", "obj", "info", bucket, "photo.bin", *s)
+        assert json.loads(p.stdout)["size"] == len(BINARY) * 20000
+        # get: into -O FILE, to stdout with -O -, by default into ./NAME (never over an existing file)
+        out = tmp_path / "out.bin"
+        p = jssync_run(env, "obj", "get", bucket, "copy/two", "-O", str(out), *s)
+        assert p.returncode == 0 and out.read_bytes() == src.read_bytes(), p.stderr
+        r = subprocess.run([sys.executable, "-m", "jssync", "obj", "get", bucket, "photo.bin", "-O", "-", *s],
+                           env=env, capture_output=True, timeout=60 * FACTOR)
+        assert r.returncode == 0 and r.stdout == src.read_bytes()
+        work = tmp_path / "cwd"
+        work.mkdir()
+        r = subprocess.run([sys.executable, "-m", "jssync", "obj", "get", bucket, "photo.bin", *s], env=env,
+                           cwd=work, capture_output=True, timeout=60 * FACTOR)
+        assert r.returncode == 0 and (work / "photo.bin").read_bytes() == src.read_bytes(), r.stderr
+        r = subprocess.run([sys.executable, "-m", "jssync", "obj", "get", bucket, "photo.bin", *s], env=env,
+                           cwd=work, capture_output=True, text=True, timeout=60 * FACTOR)
+        assert r.returncode == 1 and "exists" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        # watch: the objects there, then stops after --count
+        p = jssync_run(env, "obj", "watch", bucket, "--count", "2", *s)
+        assert p.returncode == 0 and "photo.bin" in p.stdout and "copy/two" in p.stdout, p.stderr
+        # rm asks on a terminal; -f does not; a script is not asked
+        rc, seen = _run_on_a_terminal(env, ["obj", "rm", bucket, "photo.bin", *s], b"n\n")
+        assert "[y/N]" in seen and "photo.bin" in seen and rc == 1, seen
+        assert store.get_info("photo.bin").size > 0
+        rc, seen = _run_on_a_terminal(env, ["obj", "rm", bucket, "photo.bin", "-f", *s], None)
+        assert rc == 0 and "[y/N]" not in seen, seen
+        with pytest.raises(jssync.ObjectNotFoundError):
+            store.get_info("photo.bin")
+        # bad input: one line naming what was wrong, exit 1
+        p = jssync_run(env, "obj", "info", bucket, "photo.bin", *s)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "photo.bin" in p.stderr
+        p = jssync_run(env, "obj", "ls", f"NO{unique}", *s)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and f"NO{unique}" in p.stderr
+        p = jssync_run(env, "obj", "put", bucket, str(tmp_path / "missing.txt"), *s)
+        assert p.returncode == 1 and "missing.txt" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    finally:
+        try:
+            js.delete_object_store(bucket)
+        except jssync.Error:
+            pass
+
+
+def test_bench_reports_rates_and_cleans_up(env, nats_server, js, nc, unique):
+    s = ["-s", nats_server.url]
+    subj = f"bench{unique}"
+    streams_before = set(js.stream_names())
+    # core: 2 publishers, 1 subscriber in the same run
+    p = jssync_run(env, "--json", "bench", "pub", f"{subj}.core", "--msgs", "2000", "--size", "16", "--pubs", "2",
+                   "--subs", "1", *s)
+    assert p.returncode == 0, p.stderr
+    rows = {r["kind"]: r for r in json.loads(p.stdout)}
+    assert rows["pub"]["msgs"] == 2000 and rows["pub"]["clients"] == 2 and rows["pub"]["msgs_per_sec"] > 0
+    assert rows["sub"]["msgs"] == 2000 and rows["pub"]["bytes"] == 2000 * 16
+    p = jssync_run(env, "bench", "pub", f"{subj}.core", "--msgs", "100", "--size", "8", *s)
+    assert p.returncode == 0 and "MSGS/S" in p.stdout and "MB/S" in p.stdout, p.stderr
+    # core sub: waits for --msgs messages from someone else
+    proc = _subscriber(env, "--json", "bench", "sub", f"{subj}.s", "--msgs", "50", *s)
+    out, err = _feed(proc, nc, f"{subj}.s", b"x" * 10)
+    assert proc.returncode == 0, err
+    assert json.loads(out)[0]["msgs"] == 50
+    # JetStream: a stream of its own when none captures the subject, removed at the end
+    p = jssync_run(env, "--json", "bench", "js", "pub", f"{subj}.js", "--msgs", "500", "--size", "64", *s)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)[0]["msgs"] == 500
+    assert set(js.stream_names()) == streams_before
+    # one PubAck at a time: a request-style run, with latencies
+    p = jssync_run(env, "--json", "bench", "js", "pub", f"{subj}.js", "--msgs", "50", "--sync", *s)
+    row = json.loads(p.stdout)[0]
+    assert p.returncode == 0 and row["msgs"] == 50 and 0 < row["latency_p50_ms"] <= row["latency_max_ms"]
+    # consume: from an existing stream, through a consumer that is not left behind
+    name = f"BN{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        for _ in range(300):
+            js.publish_async(f"{name}.x", b"y" * 32)
+        js.publish_async_completed(timeout=10 * FACTOR)
+        p = jssync_run(env, "--json", "bench", "js", "consume", f"{name}.x", "--msgs", "300", *s)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)[0]["msgs"] == 300
+        assert js.stream(name).info().state.consumer_count == 0
+        p = jssync_run(env, "--json", "bench", "js", "pub", f"{name}.x", "--msgs", "10", *s)
+        assert p.returncode == 0 and js.stream(name).info().state.messages == 310  # the existing stream
+    finally:
+        js.delete_stream(name)
+    # bad input
+    p = jssync_run(env, "bench", "pub", subj, "--msgs", "10", "--size", "0", *s)
+    assert p.returncode == 2 and "usage: jssync bench pub" in p.stderr
+    p = jssync_run(env, "bench", "js", "consume", f"NOSTREAM{unique}.x", "--msgs", "10", *s)
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and f"NOSTREAM{unique}.x" in p.stderr
