@@ -176,14 +176,21 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str | bytes) -> bytes:
-    """Strict URL-safe base64 without padding (Go's ``base64.RawURLEncoding``)."""
+    """Strict URL-safe base64 without padding (Go's ``base64.RawURLEncoding``).
+
+    Raises:
+        KeyValueDecodeError: ``text`` is not that.
+    """
     s = text.decode("ascii", "replace") if isinstance(text, bytes) else text
+    failed: str | None = None
     if not _B64_TOKEN.match(s) or len(s) % 4 == 1:
-        raise ValueError(f"{s[:40]!r} is not URL-safe base64 without padding")
-    try:
-        return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
-    except binascii.Error as exc:  # pragma: no cover - the checks above catch what it would
-        raise ValueError(f"{s[:40]!r} is not URL-safe base64: {exc}") from exc
+        failed = "it is not URL-safe base64 without padding"
+    else:
+        try:
+            return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+        except binascii.Error as exc:  # pragma: no cover - the checks above catch what it would
+            failed = str(exc)
+    raise KeyValueDecodeError(f"Base64Codec cannot decode {s[:40]!r}: {failed}", text)
 
 
 class Base64Codec:
@@ -446,7 +453,7 @@ class CodecKeyValue:
 
     def __init__(self, kv: KeyValue, *, key_codec: KeyCodec | None = None,
                  value_codec: ValueCodec | None = None) -> None:
-        self.check(key_codec, value_codec)
+        self._check(key_codec, value_codec)
         self._kv = kv
         self.key_codec: KeyCodec = NoOpCodec() if key_codec is None else key_codec
         self.value_codec: ValueCodec = NoOpCodec() if value_codec is None else value_codec
@@ -454,7 +461,7 @@ class CodecKeyValue:
         self.stream_name: str = kv.stream_name
 
     @staticmethod
-    def check(key_codec: object, value_codec: object) -> None:
+    def _check(key_codec: object, value_codec: object) -> None:
         """Raise ValidationError unless each codec given (not None) has the methods it needs."""
         for obj, methods, what in ((key_codec, ("encode_key", "decode_key"), "key_codec"),
                                    (value_codec, ("encode_value", "decode_value"), "value_codec")):

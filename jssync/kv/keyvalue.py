@@ -519,7 +519,7 @@ def key_value(js: JetStream, bucket: str, *, key_codec: KeyCodec | None = None, 
     with_codecs = key_codec is not None or value_codec is not None
     if with_codecs:
         assert CODEC_KV is not None, "jssync.kv.codecs is imported with jssync"
-        CODEC_KV.check(key_codec, value_codec)
+        CODEC_KV._check(key_codec, value_codec)
     try:
         stream = js.stream(f"KV_{bucket}", timeout=timeout)
     except StreamNotFoundError as exc:
