@@ -27,6 +27,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
                    "jssync.OrderedConsumeContext", "jssync.JetStreamSubscription", "jssync.MsgMetadata",
                    "jssync.SequencePair"]),
     ("Direct Get, KV and object store", ["jssync.DirectBatch", "jssync.KeyValue", "jssync.Entry", "jssync.KeyWatcher",
+                                         "jssync.CodecKeyValue", "jssync.CodecEntry", "jssync.CodecKeyWatcher",
                                          "jssync.ObjectStore", "jssync.ObjectResult", "jssync.ObjectWatcher"]),
     ("Partitioned streams", ["jssync.liftbridge.Client"]),
     ("Spark", ["jssync.spark.register"]),

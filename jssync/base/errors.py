@@ -12,7 +12,7 @@ jssync at run time. Everything a user can catch derives from :class:`Error`
     │   ├── BadSubjectError, BadHeaderError, MaxPayloadError
     │   ├── NotSupportedError > jssync.liftbridge.NotSupportedError
     │   ├── InvalidAckError (Liftbridge)
-    │   └── also: InvalidBucketNameError, InvalidKeyError, KeyHistoryTooLargeError,
+    │   └── also: InvalidBucketNameError, InvalidKeyError, InvalidValueError, KeyHistoryTooLargeError,
     │       BadObjectMetaError, QueueGroupOptionError (each also under its family below)
     ├── ForkError, ConnectionClosedError, NoServersError, ReconnectBufferExceededError
     ├── AuthorizationError, PermissionDeniedError (.operation, .subject)
@@ -40,8 +40,8 @@ jssync at run time. Everything a user can catch derives from :class:`Error`
         │       QueueGroupOptionError, SubjectMismatchError
         ├── ConsumerSequenceMismatchError, InvalidJSAckError, StatusError
         ├── NotJSMessageError (also ValueError: an ack of a message without a $JS.ACK reply)
-        ├── KeyValueError > BadBucketError, InvalidBucketNameError, InvalidKeyError,
-        │       KeyHistoryTooLargeError, and BucketNotFoundError, BucketExistsError,
+        ├── KeyValueError > BadBucketError, InvalidBucketNameError, InvalidKeyError, InvalidValueError,
+        │       KeyHistoryTooLargeError, KeyValueDecodeError, and BucketNotFoundError, BucketExistsError,
         │       KeyNotFoundError, KeyWrongLastSequenceError (above)
         ├── ObjectStoreError > BadObjectMetaError, DigestMismatchError, ObjectAlreadyExistsError,
         │       ObjectChangedError, ObjectNotFoundError
@@ -461,6 +461,22 @@ class InvalidBucketNameError(KeyValueError, ValidationError):
 
 class InvalidKeyError(KeyValueError, ValidationError):
     """A key (or key filter) is not valid."""
+
+
+class InvalidValueError(KeyValueError, ValidationError):
+    """A value the bucket's value codec cannot encode (nothing was sent)."""
+
+
+class KeyValueDecodeError(KeyValueError):
+    """A key or value read from the bucket that its key or value codec cannot decode.
+
+    Attributes:
+        raw: the key (str) or value (bytes) as stored.
+    """
+
+    def __init__(self, description: str, raw: str | bytes = b"") -> None:
+        super().__init__(description)
+        self.raw = raw
 
 
 class KeyHistoryTooLargeError(KeyValueError, ValidationError):

@@ -60,6 +60,7 @@ from .replies import PubAck, _model, _parse_pub_ack
 if TYPE_CHECKING:
     from ..core.connection import Connection
     from ..core.msg import Msg
+    from ..kv.codecs import CodecKeyValue, KeyCodec, ValueCodec
     from ..kv.keyvalue import KeyValue, KeyValueStatus
     from ..objectstore.objectstore import ObjectStore, ObjectStoreStatus
     from .consumers import Consumer
@@ -1079,9 +1080,26 @@ class JetStream:
         """Create a key-value bucket (``bucket=``, ``history=``, ``ttl=``, ...)."""
         return HOOKS.create_key_value(self, config, **params)
 
-    def key_value(self, bucket: str, *, timeout: float | None | Default = DEFAULT) -> KeyValue:
-        """Open an existing key-value bucket (raises jssync.BucketNotFoundError)."""
-        return HOOKS.key_value(self, bucket, timeout=timeout)
+    @overload
+    def key_value(self, bucket: str, *, key_codec: None = None, value_codec: None = None,
+                  timeout: float | None | Default = DEFAULT) -> KeyValue: ...
+
+    @overload
+    def key_value(self, bucket: str, *, key_codec: KeyCodec, value_codec: ValueCodec | None = None,
+                  timeout: float | None | Default = DEFAULT) -> CodecKeyValue: ...
+
+    @overload
+    def key_value(self, bucket: str, *, key_codec: KeyCodec | None = None, value_codec: ValueCodec,
+                  timeout: float | None | Default = DEFAULT) -> CodecKeyValue: ...
+
+    def key_value(self, bucket: str, *, key_codec: KeyCodec | None = None, value_codec: ValueCodec | None = None,
+                  timeout: float | None | Default = DEFAULT) -> KeyValue | CodecKeyValue:
+        """Open an existing key-value bucket (raises jssync.BucketNotFoundError).
+
+        With ``key_codec`` and/or ``value_codec`` (NATS ADR-54; see :mod:`jssync.kv.codecs`),
+        returns a :class:`jssync.CodecKeyValue` whose keys and values go through them.
+        """
+        return HOOKS.key_value(self, bucket, key_codec=key_codec, value_codec=value_codec, timeout=timeout)
 
     def delete_key_value(self, bucket: str, *, timeout: float | None | Default = DEFAULT) -> bool:
         """Delete a key-value bucket and its stream."""

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..kv.codecs import CodecKeyValue
     from ..kv.keyvalue import KeyValue, KeyValueStatus
     from ..objectstore.objectstore import ObjectStore, ObjectStoreStatus
 
@@ -21,7 +22,7 @@ class JetStreamHooks:
 
     # -- set by jssync.kv.keyvalue --
     create_key_value: Callable[..., KeyValue]
-    key_value: Callable[..., KeyValue]
+    key_value: Callable[..., KeyValue | CodecKeyValue]
     delete_key_value: Callable[..., bool]
     update_key_value: Callable[..., KeyValue]
     create_or_update_key_value: Callable[..., KeyValue]

@@ -39,10 +39,12 @@ from ..base.errors import (
     Error,
     InvalidBucketNameError,
     InvalidKeyError,
+    InvalidValueError,
     KeyDeletedError,
     KeyExistsError,
     KeyHistoryTooLargeError,
     KeyNotFoundError,
+    KeyValueDecodeError,
     KeyValueError,
     KeyWrongLastSequenceError,
     MessageNotFoundError,
@@ -71,8 +73,12 @@ if TYPE_CHECKING:
     from ..core.subscription import Subscription
     from ..jetstream.context import JetStream
     from ..jetstream.streams import Stream
+    from .codecs import CodecKeyValue, KeyCodec, ValueCodec
 
 log = logging.getLogger("jssync")
+
+#: jssync.kv.codecs.CodecKeyValue, set when that module (which builds on this one) is imported
+CODEC_KV: type[CodecKeyValue] | None = None
 
 #: A watcher's subscription ended (a sentinel, distinct from None: no message yet).
 _CLOSED: Any = object()
@@ -85,11 +91,13 @@ __all__ = [
     "Entry",
     "InvalidBucketNameError",
     "InvalidKeyError",
+    "InvalidValueError",
     "KeyDeletedError",
     "KeyExistsError",
     "KeyHistoryTooLargeError",
     "KeyNotFoundError",
     "KeyValue",
+    "KeyValueDecodeError",
     "KeyValueError",
     "KeyValueOp",
     "KeyValueStatus",
@@ -495,24 +503,31 @@ def key_value_stores(js: JetStream, *, timeout: float | None | Default = DEFAULT
             yield KeyValueStatus(name[3:], info)
 
 
-def key_value(js: JetStream, bucket: str, *, timeout: float | None | Default = DEFAULT) -> KeyValue:
-    """Open an existing bucket.
+def key_value(js: JetStream, bucket: str, *, key_codec: KeyCodec | None = None, value_codec: ValueCodec | None = None,
+              timeout: float | None | Default = DEFAULT) -> KeyValue | CodecKeyValue:
+    """Open an existing bucket; with ``key_codec`` or ``value_codec``, as a :class:`CodecKeyValue`.
 
     Blocks for one stream info request, at most ``timeout`` (default: the context's).
 
     Raises:
         InvalidBucketNameError: bad name (nothing sent).
+        ValidationError: a codec without the methods it needs (nothing sent).
         BucketNotFoundError: there is no such bucket.
         BadBucketError: the stream is not a key-value bucket.
     """
     validate_bucket(bucket)
+    with_codecs = key_codec is not None or value_codec is not None
+    if with_codecs:
+        assert CODEC_KV is not None, "jssync.kv.codecs is imported with jssync"
+        CODEC_KV._check(key_codec, value_codec)
     try:
         stream = js.stream(f"KV_{bucket}", timeout=timeout)
     except StreamNotFoundError as exc:
         raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
     if (stream.cached_info.config.max_msgs_per_subject or 0) < 1:
         raise BadBucketError(f"stream KV_{bucket} is not a key-value bucket (max_msgs_per_subject < 1)")
-    return KeyValue(js, stream)
+    kv = KeyValue(js, stream)
+    return kv.with_codecs(key_codec=key_codec, value_codec=value_codec) if with_codecs else kv
 
 
 def delete_key_value(js: JetStream, bucket: str, *, timeout: float | None | Default = DEFAULT) -> bool:
@@ -565,6 +580,18 @@ class KeyValue:
 
     def __repr__(self) -> str:
         return f"<jssync.KeyValue bucket={self.bucket!r}>"
+
+    def with_codecs(self, *, key_codec: KeyCodec | None = None,
+                    value_codec: ValueCodec | None = None) -> CodecKeyValue:
+        """This bucket with its keys and values going through codecs (NATS ADR-54).
+
+        Returns a :class:`jssync.CodecKeyValue` (a codec left out: ``NoOpCodec``); sends nothing.
+
+        Raises:
+            ValidationError: a codec without the methods it needs.
+        """
+        assert CODEC_KV is not None, "jssync.kv.codecs is imported with jssync"
+        return CODEC_KV(self, key_codec=key_codec, value_codec=value_codec)
 
     @property
     def stream(self) -> Stream:
