@@ -33,12 +33,12 @@ from ..base.errors import (
     NoRespondersError,
     NoSuchPartitionError,
     PermissionDeniedError,
-    ServiceUnavailableError,
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
     ValidationError,
     _Terminal,
+    retriable,
 )
 from ..base.status import PushAction, classify, decide_push
 from ..core.workers import SerialLane
@@ -244,7 +244,9 @@ class Subscription:
                 raise NoSuchPartitionError(
                     404, 10059, f"no such partition: stream {self.stream!r} partition {self.partition}"
                 ) from exc
-            except (TimeoutError, NoRespondersError, ServiceUnavailableError) as exc:
+            except (TimeoutError, NoRespondersError, APIError) as exc:
+                if not (isinstance(exc, TimeoutError) or retriable(exc)):
+                    raise
                 last = exc
             rem = deadline.remaining()
             if rem is not None and rem <= RETRY_MIN:
@@ -494,10 +496,10 @@ class Subscription:
             )) from exc
         except ConnectionClosedError as exc:
             raise _Terminal(exc) from exc
-        except (TimeoutError, NoRespondersError, ServiceUnavailableError) as exc:
+        except (TimeoutError, NoRespondersError) as exc:
             self._last_error = exc
         except APIError as exc:
-            if exc.code is not None and exc.code >= 500:
+            if retriable(exc):
                 self._last_error = exc
             else:
                 raise _Terminal(exc) from exc
