@@ -32,7 +32,7 @@ from ..base.errors import (
     name_missing,
 )
 from ..base.status import is_no_responders
-from ..base.validate import _check_data, _headers_size, validate_headers, validate_subject
+from ..base.validate import _check_data, _headers_size, check_int, validate_headers, validate_subject
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
 from . import priority as _priority
@@ -677,8 +677,8 @@ class JetStream:
 
         validate_name(stream)
         validate_name(name, "consumer name")
-        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
-            raise ValidationError(f"seq must be an int >= 1 (or None for the ack floor), got {seq!r}")
+        if seq is not None:
+            check_int(seq, "seq (or None for the ack floor)")
         deadline = Deadline(resolve_timeout(timeout, self.timeout))
         level = require(self, "consumer reset", timeout=deadline.left())
         subject = f"{self.prefix}.CONSUMER.RESET.{stream}.{name}"
@@ -1130,9 +1130,7 @@ class JetStream:
 
 
 def _nonneg(v: Any, what: str) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ValidationError(f"{what} must be an int >= 0, got {v!r}")
-    return v
+    return check_int(v, what, minimum=0)  # an expected sequence: uint64
 
 
 def _stream_model(resp: Any) -> api.StreamInfo:
