@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import logging
+import math
 import random
 import threading
 import time
@@ -41,6 +42,7 @@ from ..base.errors import (
     retriable,
 )
 from ..base.status import PushAction, classify, decide_push
+from ..base.validate import MAX_U64, check_int
 from ..core.workers import SerialLane
 from ..jetstream.consume.gaps import DELIVER, SKIP, GapTracker, Reset
 from ..jetstream.consume.heartbeat import HeartbeatMonitor
@@ -95,15 +97,18 @@ def _check_delta(d: Any) -> float:
         secs = float(d)
     else:
         raise TypeError(f"start_at_time_delta must be a timedelta or seconds, got {type(d).__name__}")
-    if secs < 0:
-        raise ValidationError(f"start_at_time_delta must be >= 0, got {d!r}")
+    if not math.isfinite(secs) or secs < 0:
+        raise ValidationError(f"start_at_time_delta must be a finite duration >= 0, got {d!r}")
+    try:  # the start time it makes must be a datetime (from year 1)
+        _dt.datetime.now(_dt.UTC) - _dt.timedelta(seconds=secs)
+    except OverflowError:
+        raise ValidationError(
+            f"start_at_time_delta reaches back before the year 1, got {d!r}") from None
     return secs
 
 
 def _check_offset(o: Any) -> int:
-    if not isinstance(o, int) or isinstance(o, bool) or o < 0:
-        raise ValidationError(f"start_at_offset must be an int >= 0, got {o!r}")
-    return o
+    return check_int(o, "start_at_offset", minimum=0, maximum=MAX_U64 - 1)  # offset + 1 is a uint64 sequence
 
 
 def resolve_start(start_at: Any = None, start_at_offset: Any = None, start_at_time: Any = None,

@@ -245,6 +245,15 @@ def test_start_position_validation(client, lb):
         c.subscribe(name, "not callable")  # type: ignore[arg-type]
 
 
+def test_start_positions_out_of_range_name_the_option(client, lb):
+    c, _, name = lb
+    for delta in (1e12, dt.timedelta(days=999_999_999), float("inf"), float("nan")):
+        with pytest.raises(jssync.ValidationError, match="start_at_time_delta"):
+            c.subscribe(name, start_at_time_delta=delta)
+    with pytest.raises(jssync.ValidationError, match="start_at_offset"):
+        c.subscribe(name, start_at_offset=2**64)
+
+
 # -- CreateStream --------------------------------------------------------------------------------
 
 
