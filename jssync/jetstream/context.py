@@ -388,6 +388,7 @@ class JetStream:
         if deleted_details:
             req["deleted_details"] = True
         if subjects_filter:
+            validate_subject(subjects_filter, "subjects_filter")
             req["subjects_filter"] = subjects_filter
         if not subjects_filter:
             resp = self._api(f"STREAM.INFO.{name}", req or None, timeout)
@@ -423,14 +424,28 @@ class JetStream:
 
     def streams(self, subject: str | None = None, *,
                 timeout: float | None | Default = DEFAULT) -> Iterator[api.StreamInfo]:
-        """Iterate over every stream's info (all pages), optionally those listening on ``subject``."""
-        for item in self._paged("STREAM.LIST", "streams", {"subject": subject} if subject else {}, timeout):
-            yield _stream_model(item)
+        """Iterate over every stream's info (all pages), optionally those listening on ``subject``.
+
+        Each page is one request, made as the iteration reaches it (blocking up to ``timeout``).
+
+        Raises:
+            jssync.BadSubjectError: ``subject`` is not a valid subject filter (at once,
+                before anything is sent).
+        """
+        req = _subject_filter(subject)
+        return (_stream_model(item) for item in self._paged("STREAM.LIST", "streams", req, timeout))
 
     def stream_names(self, subject: str | None = None, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
-        """Iterate over every stream name (all pages), optionally those listening on ``subject``."""
-        for item in self._paged("STREAM.NAMES", "streams", {"subject": subject} if subject else {}, timeout):
-            yield str(item)
+        """Iterate over every stream name (all pages), optionally those listening on ``subject``.
+
+        Each page is one request, made as the iteration reaches it (blocking up to ``timeout``).
+
+        Raises:
+            jssync.BadSubjectError: ``subject`` is not a valid subject filter (at once,
+                before anything is sent).
+        """
+        req = _subject_filter(subject)
+        return (str(item) for item in self._paged("STREAM.NAMES", "streams", req, timeout))
 
     # -- Direct Get (ADR-31; implemented in jetstream/direct.py) -------------------------------------
 
@@ -480,7 +495,10 @@ class JetStream:
     def find_stream_name_by_subject(self, subject: str, *, timeout: float | None | Default = DEFAULT) -> str:
         """Return the name of the one stream that captures ``subject``.
 
+        One STREAM.NAMES request (per page), blocking up to ``timeout``.
+
         Raises:
+            jssync.BadSubjectError: ``subject`` is not a valid subject (nothing is sent).
             jssync.StreamNotFoundError: no stream captures it.
             jssync.JetStreamError: more than one does.
         """
@@ -1127,6 +1145,14 @@ class JetStream:
     def object_stores(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[ObjectStoreStatus]:
         """Iterate over the status of every object store (all pages)."""
         return HOOKS.object_stores(self, timeout=timeout)
+
+
+def _subject_filter(subject: str | None) -> dict[str, Any]:
+    """The request body of a stream listing by ``subject`` (None or "": all streams)."""
+    if not subject:
+        return {}
+    validate_subject(subject, "subject filter")
+    return {"subject": subject}
 
 
 def _nonneg(v: Any, what: str) -> int:

@@ -130,8 +130,10 @@ class Stream:
         if last_by_subject is not None:
             if seq is not None or next_by_subject is not None:
                 raise ValidationError("last_by_subject cannot be combined with seq or next_by_subject")
+            validate_subject(last_by_subject, "last_by_subject")
             req["last_by_subj"] = last_by_subject
         elif next_by_subject is not None:
+            validate_subject(next_by_subject, "next_by_subject")
             req["next_by_subj"] = next_by_subject
             req["seq"] = 1 if seq is None else seq
         elif seq is not None:
