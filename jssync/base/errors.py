@@ -735,6 +735,40 @@ def api_error(code: int | None, err_code: int | None, description: str) -> APIEr
     return cls(code, err_code, description)
 
 
+#: err_codes of error replies that go away by themselves: no meta/stream leader yet (10008
+#: "temporarily unavailable", 10009 "can not handle request", 10007 "not assigned"),
+#: incomplete cluster results (10004), no suitable peers for placement (10005, a peer down).
+_TRANSIENT_ERR_CODES = frozenset({10004, 10005, 10007, 10008, 10009})
+#: 503 replies that no retry changes: JetStream not enabled (for the account), clustering
+#: required, not supported in clustered mode, account not found.
+_PERMANENT_503 = frozenset({10010, 10035, 10036, 10039, 10076})
+_TRANSIENT_TEXT = ("no suitable peers", "temporarily unavailable", "not ready", "no leader",
+                   "leader not", "still recovering")
+
+
+def retriable(exc: BaseException) -> bool:
+    """True when ``exc`` is transient, so an idempotent request may be sent again.
+
+    The one decision every retry loop of jssync uses (pure). Transient: no responders,
+    a 503 reply (except JetStream not enabled and the like), and the replies of a leader
+    election or of a peer being away (no suitable peers, JetStream not ready), whatever
+    their status code. JetStream answers permanent refusals with 500 too (replicas > 1
+    on one server, 10074; insufficient resources, 10028/10047): those are not retriable,
+    nor is any other error. A :class:`TimeoutError` is not either: whether a request
+    that may have been carried out can be sent again is the caller's decision.
+    """
+    if isinstance(exc, NoRespondersError):
+        return True
+    if not isinstance(exc, APIError):
+        return False
+    if exc.err_code in _TRANSIENT_ERR_CODES:
+        return True
+    if exc.code == 503:
+        return exc.err_code not in _PERMANENT_503
+    text = exc.description.lower()
+    return any(t in text for t in _TRANSIENT_TEXT)
+
+
 #: API subject operations (after STREAM./CONSUMER.) that take two tokens.
 _TWO_TOKEN_OPS = {"MSG", "LEADER", "DURABLE", "PEER"}
 

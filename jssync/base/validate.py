@@ -3,7 +3,8 @@
 Split out of core/connection.py so every layer can check its input without importing the
 connection: ``validate_subject``, ``validate_headers``, ``_check_data``, and the header block's
 encoding and size (``_encode_headers``, ``_headers_size``); ``subjects_overlap`` says whether two
-subject filters can match a common subject.
+subject filters can match a common subject; ``check_int`` is the one range check of the numbers
+the server reads as Go integers (``seq`` is a uint64, ``batch``, ``max_bytes`` an int64).
 """
 
 from __future__ import annotations
@@ -11,13 +12,34 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .errors import BadHeaderError, BadSubjectError
+from .errors import BadHeaderError, BadSubjectError, ValidationError
 
 _SUBJECT_BAD = re.compile(r"[\s]")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 
 
 _valid_subjects: dict[str, bool] = {}
+
+#: The largest uint64 (a stream sequence) and int64 (batch, max_bytes, counts) the server reads.
+MAX_U64 = 2**64 - 1
+MAX_I64 = 2**63 - 1
+
+
+def check_int(value: Any, what: str, *, minimum: int = 1, maximum: int = MAX_U64) -> int:
+    """Return ``value`` if it is an int from ``minimum`` to ``maximum``; else raise.
+
+    Pure. The one range check for integers sent to the server, which reads them as Go
+    integers: a stream sequence is a uint64 (1 .. 2**64-1, the default range), a batch
+    or byte count an int64 (pass ``maximum=MAX_I64``). Outside that range the server
+    answers only "Malformed Request", naming nothing.
+
+    Raises:
+        jssync.ValidationError: a bool, not an int, or out of range; the message names
+            ``what``, the allowed range and the value (nothing was sent).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ValidationError(f"{what} must be an int from {minimum} to {maximum}, got {value!r}")
+    return value
 
 
 def validate_subject(subject: str, what: str = "subject", wildcards: bool = True) -> None:

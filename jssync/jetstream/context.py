@@ -32,7 +32,7 @@ from ..base.errors import (
     name_missing,
 )
 from ..base.status import is_no_responders
-from ..base.validate import _check_data, _headers_size, validate_headers, validate_subject
+from ..base.validate import _check_data, _headers_size, check_int, validate_headers, validate_subject
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
 from . import priority as _priority
@@ -389,6 +389,7 @@ class JetStream:
         if deleted_details:
             req["deleted_details"] = True
         if subjects_filter:
+            validate_subject(subjects_filter, "subjects_filter")
             req["subjects_filter"] = subjects_filter
         if not subjects_filter:
             resp = self._api(f"STREAM.INFO.{name}", req or None, timeout)
@@ -424,14 +425,28 @@ class JetStream:
 
     def streams(self, subject: str | None = None, *,
                 timeout: float | None | Default = DEFAULT) -> Iterator[api.StreamInfo]:
-        """Iterate over every stream's info (all pages), optionally those listening on ``subject``."""
-        for item in self._paged("STREAM.LIST", "streams", {"subject": subject} if subject else {}, timeout):
-            yield _stream_model(item)
+        """Iterate over every stream's info (all pages), optionally those listening on ``subject``.
+
+        Each page is one request, made as the iteration reaches it (blocking up to ``timeout``).
+
+        Raises:
+            jssync.BadSubjectError: ``subject`` is not a valid subject filter (at once,
+                before anything is sent).
+        """
+        req = _subject_filter(subject)
+        return (_stream_model(item) for item in self._paged("STREAM.LIST", "streams", req, timeout))
 
     def stream_names(self, subject: str | None = None, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
-        """Iterate over every stream name (all pages), optionally those listening on ``subject``."""
-        for item in self._paged("STREAM.NAMES", "streams", {"subject": subject} if subject else {}, timeout):
-            yield str(item)
+        """Iterate over every stream name (all pages), optionally those listening on ``subject``.
+
+        Each page is one request, made as the iteration reaches it (blocking up to ``timeout``).
+
+        Raises:
+            jssync.BadSubjectError: ``subject`` is not a valid subject filter (at once,
+                before anything is sent).
+        """
+        req = _subject_filter(subject)
+        return (str(item) for item in self._paged("STREAM.NAMES", "streams", req, timeout))
 
     # -- Direct Get (ADR-31; implemented in jetstream/direct.py) -------------------------------------
 
@@ -481,7 +496,10 @@ class JetStream:
     def find_stream_name_by_subject(self, subject: str, *, timeout: float | None | Default = DEFAULT) -> str:
         """Return the name of the one stream that captures ``subject``.
 
+        One STREAM.NAMES request (per page), blocking up to ``timeout``.
+
         Raises:
+            jssync.BadSubjectError: ``subject`` is not a valid subject (nothing is sent).
             jssync.StreamNotFoundError: no stream captures it.
             jssync.JetStreamError: more than one does.
         """
@@ -678,8 +696,8 @@ class JetStream:
 
         validate_name(stream)
         validate_name(name, "consumer name")
-        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
-            raise ValidationError(f"seq must be an int >= 1 (or None for the ack floor), got {seq!r}")
+        if seq is not None:
+            check_int(seq, "seq (or None for the ack floor)")
         deadline = Deadline(resolve_timeout(timeout, self.timeout))
         level = require(self, "consumer reset", timeout=deadline.left())
         subject = f"{self.prefix}.CONSUMER.RESET.{stream}.{name}"
@@ -1147,10 +1165,16 @@ class JetStream:
         return HOOKS.object_stores(self, timeout=timeout)
 
 
+def _subject_filter(subject: str | None) -> dict[str, Any]:
+    """The request body of a stream listing by ``subject`` (None or "": all streams)."""
+    if not subject:
+        return {}
+    validate_subject(subject, "subject filter")
+    return {"subject": subject}
+
+
 def _nonneg(v: Any, what: str) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ValidationError(f"{what} must be an int >= 0, got {v!r}")
-    return v
+    return check_int(v, what, minimum=0)  # an expected sequence: uint64
 
 
 def _stream_model(resp: Any) -> api.StreamInfo:

@@ -44,7 +44,7 @@ from ..base.errors import (
     ValidationError,
 )
 from ..base.status import END_OF_BATCH, NO_RESPONDERS, NOT_FOUND, REQUEST_TIMEOUT, TOO_MANY_SUBJECTS, Status, classify
-from ..base.validate import validate_subject
+from ..base.validate import MAX_I64, check_int, validate_subject
 from .replies import StoredMsg
 
 if TYPE_CHECKING:
@@ -123,15 +123,11 @@ def format_time(t: _dt.datetime, what: str = "time") -> str:
 
 
 def _check_seq(seq: Any, what: str = "seq") -> int:
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-        raise ValidationError(f"{what} must be an int >= 1, got {seq!r}")
-    return seq
+    return check_int(seq, what)  # a stream sequence: uint64
 
 
 def _check_positive(v: Any, what: str) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValidationError(f"{what} must be an int >= 1, got {v!r}")
-    return v
+    return check_int(v, what, maximum=MAX_I64)  # a batch or byte count: int64
 
 
 def _has_wildcard(subject: str) -> bool:

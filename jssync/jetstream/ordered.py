@@ -25,16 +25,17 @@ from nats.js import api
 
 from ..base.deadline import DEFAULT, Deadline, Default
 from ..base.errors import (
+    APIError,
     ConnectionClosedError,
     ConsumerDeletedError,
     Error,
     JetStreamError,
     NoHeartbeatError,
     NoRespondersError,
-    ServiceUnavailableError,
     StreamNotFoundError,
     TimeoutError,
     ValidationError,
+    retriable,
     translating,
 )
 from ..base.status import is_user_msg, message_size
@@ -378,8 +379,10 @@ class OrderedConsumer:
                 res = self._start_fetch(1, 0, left, idle_heartbeat if idle_heartbeat and idle_heartbeat <= left / 2
                                         else None, False, grace=min(1.0, 0.1 + left * 0.1),
                                         create_timeout=min(self._js.timeout, left))
-            except (TimeoutError, ServiceUnavailableError, NoRespondersError) as exc:
+            except (TimeoutError, APIError, NoRespondersError) as exc:
                 # a create lost with a server going down, or no JetStream yet: not the caller's timeout
+                if not (isinstance(exc, TimeoutError) or retriable(exc)):
+                    raise
                 failed += 1
                 last = exc
                 log.debug("ordered consumer on %s: recreating failed (%s), retrying", self.stream, exc)

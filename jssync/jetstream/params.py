@@ -20,7 +20,7 @@ from nats.js import api
 
 from ..base.durations import seconds
 from ..base.errors import UnknownOptionError, ValidationError
-from ..base.validate import validate_subject
+from ..base.validate import MAX_I64, MAX_U64, check_int, validate_subject
 from . import priority as _priority
 
 if TYPE_CHECKING:  # (evaluated by type checkers only: older nats-py lacks some of these enums)
@@ -226,6 +226,13 @@ def _field_kinds(cls: type) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str
 
 _KINDS: dict[type, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {}
 
+#: Config ints the server does not read as a Go int64: sequences (uint64), max_msg_size (int32).
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    "first_seq": (0, MAX_U64),
+    "opt_start_seq": (0, MAX_U64),
+    "max_msg_size": (-(2**31), 2**31 - 1),
+}
+
 
 def normalize_config(config: _C) -> _C:
     """``config`` with every duration field as float seconds; refuses bad durations and non-int counts.
@@ -264,6 +271,9 @@ def normalize_config(config: _C) -> _C:
         value = getattr(config, name, None)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValidationError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if value is not None:
+            lo, hi = _INT_RANGES.get(name, (-MAX_I64 - 1, MAX_I64))  # Go int / int64
+            check_int(value, name, minimum=lo, maximum=hi)
     limits = getattr(config, "consumer_limits", None)
     if limits is not None and dataclasses.is_dataclass(limits) and not isinstance(limits, type):
         fixed = normalize_config(limits)

@@ -11,7 +11,7 @@ from nats.js import api
 
 from ..base.deadline import DEFAULT, Default
 from ..base.errors import MessageNotFoundError, ValidationError
-from ..base.validate import validate_subject
+from ..base.validate import check_int, validate_subject
 from ..core import natspy as _natspy
 from .direct import direct_get, direct_get_batch, direct_get_last_for
 from .ordered import OrderedConsumer
@@ -130,16 +130,18 @@ class Stream:
         if last_by_subject is not None:
             if seq is not None or next_by_subject is not None:
                 raise ValidationError("last_by_subject cannot be combined with seq or next_by_subject")
+            validate_subject(last_by_subject, "last_by_subject")
             req["last_by_subj"] = last_by_subject
         elif next_by_subject is not None:
+            validate_subject(next_by_subject, "next_by_subject")
             req["next_by_subj"] = next_by_subject
             req["seq"] = 1 if seq is None else seq
         elif seq is not None:
             req["seq"] = seq
         else:
             raise ValidationError("get_msg needs seq, last_by_subject or next_by_subject")
-        if "seq" in req and (not isinstance(req["seq"], int) or req["seq"] < 0):
-            raise ValidationError(f"seq must be an int >= 0, got {req['seq']!r}")
+        if "seq" in req:
+            check_int(req["seq"], "seq", minimum=0)
         resp = self._js._api(f"STREAM.MSG.GET.{self.name}", req, timeout)
         m = resp.get("message") or {}
         if not m:
@@ -155,9 +157,7 @@ class Stream:
         Raises:
             jssync.MessageNotFoundError (or APIError): no such message.
         """
-        if not isinstance(seq, int) or seq < 1:
-            raise ValidationError(f"seq must be an int >= 1, got {seq!r}")
-        req: dict[str, Any] = {"seq": seq}
+        req: dict[str, Any] = {"seq": check_int(seq, "seq")}
         if not erase:
             req["no_erase"] = True
         return bool(self._js._api(f"STREAM.MSG.DELETE.{self.name}", req, timeout).get("success", False))

@@ -49,13 +49,13 @@ from ..base.errors import (
     KeyWrongLastSequenceError,
     MessageNotFoundError,
     NoRespondersError,
-    ServiceUnavailableError,
     StreamNameInUseError,
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
     ValidationError,
     WrongLastSequenceError,
+    retriable,
 )
 from ..base.status import CONFLICT, NOT_FOUND, PushAction, classify, decide_push
 from ..jetstream import hooks as _js_hooks
@@ -1051,9 +1051,9 @@ class _PushWatcher(Generic[T]):
             try:
                 return self._create(first=True, timeout=self._js.timeout if left is None
                                     else max(0.001, min(self._js.timeout, left)))
-            except (TimeoutError, NoRespondersError, ServiceUnavailableError) as exc:
+            except (TimeoutError, NoRespondersError, APIError) as exc:
                 # the request lost with the connection, or JetStream not answering yet
-                if deadline.expired() or self._stopped:
+                if deadline.expired() or self._stopped or not (isinstance(exc, TimeoutError) or retriable(exc)):
                     raise
                 failed += 1
                 log.debug("%s on %s: creating the consumer failed (%s), retrying", self._what,

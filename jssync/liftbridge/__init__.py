@@ -51,6 +51,7 @@ from ..base.errors import (
     StreamNotFoundError,
     TimeoutError,
     ValidationError,
+    retriable,
 )
 from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError
 from ..base.validate import validate_subject
@@ -249,8 +250,9 @@ class Client:
     def _retry(self, what: str, fn: Callable[[Deadline], T], deadline: Deadline) -> T:
         """Run an idempotent request, retrying while JetStream is unavailable (the resilient RPC).
 
-        Retries on no responders, 503 / 5xx API errors and timeouts (a leader election,
-        a server failing over) with jittered waits of 10-500 ms until ``deadline``
+        Retries on timeouts and the transient errors of :func:`jssync.base.errors.retriable`
+        (no responders, 503, a leader election, a server failing over); a permanent refusal
+        (e.g. a 500 "replicas > 1 not supported") is raised at once with jittered waits of 10-500 ms until ``deadline``
         (at most 10 attempts when there is none). The NATS connection moves to another
         known server by itself when its server goes away.
         """
@@ -269,10 +271,8 @@ class Client:
             att = Deadline(self._attempt_timeout if rem is None else max(min(rem, self._attempt_timeout), 0.001))
             try:
                 return fn(att)
-            except (TimeoutError, NoRespondersError, ServiceUnavailableError) as exc:
-                last = exc
-            except APIError as exc:
-                if exc.code is None or exc.code < 500:
+            except Error as exc:
+                if not (isinstance(exc, TimeoutError) or retriable(exc)):
                     raise
                 last = exc
             if deadline.expired():
@@ -673,9 +673,9 @@ class Client:
             try:
                 msg = self._conn.request(psubject, data, headers=headers, timeout=max(t, 0.001))
                 return _parse_pub_ack(msg)
-            except NoRespondersError as exc:
-                last = exc
-            except (TimeoutError, ServiceUnavailableError) as exc:
+            except Error as exc:
+                if not (isinstance(exc, TimeoutError) or retriable(exc)):
+                    raise
                 last = exc
             if isinstance(last, NoRespondersError) and not checked:
                 checked = True

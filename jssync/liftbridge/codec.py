@@ -68,6 +68,11 @@ HDR_B64_PREFIX = "Lift-B64-"
 HDR_CORRELATION_ID_B64 = "Lift-Correlation-Id-B64"
 #: ``Nats-Msg-Id`` values the client sets (for safe publish retries) start with this.
 MSG_ID_PREFIX = "lift-"
+#: Says whose the message's ``Nats-Msg-Id`` is: ``"true"`` the client's own (left out of the
+#: user headers on read), ``"false"`` the user's (kept, whatever it looks like).
+HDR_OWN_MSG_ID = "Lift-Own-Msg-Id"
+#: The client's own ids on messages written before :data:`HDR_OWN_MSG_ID` (still left out).
+_LEGACY_OWN_MSG_ID = re.compile(r"lift-[0-9a-f]{32}\Z")
 #: The four bytes in front of a serialized ``Message`` protobuf (the guide's envelope cookie).
 ENVELOPE_COOKIE = b"LIFT"
 
@@ -376,8 +381,11 @@ def envelope_headers(
         else:
             h[HDR_CORRELATION_ID_B64] = base64.b64encode(raw).decode("ascii")
     h[HDR_ACK_POLICY] = ack_policy.name
-    if msg_id is not None and "Nats-Msg-Id" not in h:
+    if "Nats-Msg-Id" in h:
+        h[HDR_OWN_MSG_ID] = "false"
+    elif msg_id is not None:
         h["Nats-Msg-Id"] = msg_id
+        h[HDR_OWN_MSG_ID] = "true"
     return h
 
 
@@ -691,6 +699,7 @@ def message_from(subject: str, data: bytes, headers: dict[str, str] | None, stre
     key = ack_inbox = correlation_id = None
     policy: AckPolicy | None = None
     user: dict[str, bytes] = {}
+    own_id: str | None = None  # HDR_OWN_MSG_ID
     if headers:
         for k, v in headers.items():
             if k.startswith(HDR_PREFIX):
@@ -704,12 +713,16 @@ def message_from(subject: str, data: bytes, headers: dict[str, str] | None, stre
                     policy = AckPolicy.__members__.get(v)
                 elif k == HDR_CORRELATION_ID_B64:
                     correlation_id = decode_key(v).decode("utf-8", "surrogatepass")
+                elif k == HDR_OWN_MSG_ID:
+                    own_id = v
                 elif k.startswith(HDR_B64_PREFIX):
                     user[k[len(HDR_B64_PREFIX):]] = decode_key(v)
                 continue
-            if k == "Nats-Msg-Id" and v.startswith(MSG_ID_PREFIX):
-                continue
             user[k] = v.encode("utf-8")
+        mid = headers.get("Nats-Msg-Id")
+        if mid is not None and (own_id == "true" if own_id is not None
+                                else policy is not None and _LEGACY_OWN_MSG_ID.match(mid) is not None):
+            del user["Nats-Msg-Id"]  # the client's own id (for safe retries), not the user's
     if policy is None and data.startswith(ENVELOPE_COOKIE):
         env = decode_envelope(data)
         if env is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import logging
+import math
 import random
 import threading
 import time
@@ -33,14 +34,15 @@ from ..base.errors import (
     NoRespondersError,
     NoSuchPartitionError,
     PermissionDeniedError,
-    ServiceUnavailableError,
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
     ValidationError,
     _Terminal,
+    retriable,
 )
 from ..base.status import PushAction, classify, decide_push
+from ..base.validate import MAX_U64, check_int
 from ..core.workers import SerialLane
 from ..jetstream.consume.gaps import DELIVER, SKIP, GapTracker, Reset
 from ..jetstream.consume.heartbeat import HeartbeatMonitor
@@ -95,15 +97,18 @@ def _check_delta(d: Any) -> float:
         secs = float(d)
     else:
         raise TypeError(f"start_at_time_delta must be a timedelta or seconds, got {type(d).__name__}")
-    if secs < 0:
-        raise ValidationError(f"start_at_time_delta must be >= 0, got {d!r}")
+    if not math.isfinite(secs) or secs < 0:
+        raise ValidationError(f"start_at_time_delta must be a finite duration >= 0, got {d!r}")
+    try:  # the start time it makes must be a datetime (from year 1)
+        _dt.datetime.now(_dt.UTC) - _dt.timedelta(seconds=secs)
+    except OverflowError:
+        raise ValidationError(
+            f"start_at_time_delta reaches back before the year 1, got {d!r}") from None
     return secs
 
 
 def _check_offset(o: Any) -> int:
-    if not isinstance(o, int) or isinstance(o, bool) or o < 0:
-        raise ValidationError(f"start_at_offset must be an int >= 0, got {o!r}")
-    return o
+    return check_int(o, "start_at_offset", minimum=0, maximum=MAX_U64 - 1)  # offset + 1 is a uint64 sequence
 
 
 def resolve_start(start_at: Any = None, start_at_offset: Any = None, start_at_time: Any = None,
@@ -244,7 +249,9 @@ class Subscription:
                 raise NoSuchPartitionError(
                     404, 10059, f"no such partition: stream {self.stream!r} partition {self.partition}"
                 ) from exc
-            except (TimeoutError, NoRespondersError, ServiceUnavailableError) as exc:
+            except (TimeoutError, NoRespondersError, APIError) as exc:
+                if not (isinstance(exc, TimeoutError) or retriable(exc)):
+                    raise
                 last = exc
             rem = deadline.remaining()
             if rem is not None and rem <= RETRY_MIN:
@@ -494,10 +501,10 @@ class Subscription:
             )) from exc
         except ConnectionClosedError as exc:
             raise _Terminal(exc) from exc
-        except (TimeoutError, NoRespondersError, ServiceUnavailableError) as exc:
+        except (TimeoutError, NoRespondersError) as exc:
             self._last_error = exc
         except APIError as exc:
-            if exc.code is not None and exc.code >= 500:
+            if retriable(exc):
                 self._last_error = exc
             else:
                 raise _Terminal(exc) from exc

@@ -599,9 +599,10 @@ class ObjectStore:
                 # read-after-write), or the object was replaced since. The leader knows.
                 self._same_version(name, info, deadline, total)
         if count < want:
-            # the rest through the leader: an ordered consumer from the chunk after the last one read
+            # the rest through the leader: an ordered consumer from the chunk after the last one
+            # read, until the leader has no more (a chunk past ``want`` is a mismatch too)
             with _ChunkReader(self, subject, resume_from=last_seq + 1 if last_seq else None) as reader:
-                while count < want:
+                while True:
                     piece = reader.next(timeout=deadline.remaining())
                     if piece is None:  # the end-of-stored-chunks marker: nothing more is coming
                         break
@@ -619,14 +620,14 @@ class ObjectStore:
             raise DigestMismatchError(f"object {name!r}: digest {digest_value(h)} does not match {info.digest}")
 
     def _direct_chunks(self, subject: str, want: int, deadline: Deadline) -> Iterator[tuple[int, bytes]]:
-        """(sequence, bytes) of the chunks on ``subject`` one Direct Get responder has, in order."""
+        """(sequence, bytes) of all the chunks on ``subject`` one Direct Get responder has, in
+        order: batches of ``want`` until the responder has no more (more than ``want`` is a
+        mismatch the caller reports)."""
         per_wait = max(0.001, min(deadline.remaining() or self._js.timeout, self._js.timeout))
         batch = self._stream.direct_get_batch(subject, want, max_bytes=_READ_BATCH_BYTES, timeout=per_wait)
         try:
-            for got, sm in enumerate(batch.all(), 1):
+            for sm in batch.all():
                 yield sm.seq, sm.data
-                if got >= want:
-                    break
                 deadline.check(f"reading object chunks from store {self.bucket!r}")
         finally:
             batch.close()

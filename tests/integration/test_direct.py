@@ -143,7 +143,7 @@ def test_direct_get_bad_arguments_raise_before_sending(stream):
         stream.direct_get(1, last_by_subject="x")
     with pytest.raises(ValueError, match="seq and start_time"):
         stream.direct_get(1, start_time=dt.datetime.now(UTC))
-    with pytest.raises(ValueError, match="seq must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"seq must be an int from 1 to \d+, got 0"):
         stream.direct_get(0)
     with pytest.raises(ValueError, match="True"):
         stream.direct_get(True)
@@ -265,7 +265,7 @@ def test_batch_next_batch_and_all(stream):
 
 
 def test_batch_bad_arguments(stream):
-    with pytest.raises(ValueError, match="batch must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"batch must be an int from 1 to \d+, got 0"):
         stream.direct_get_batch(">", 0)
     with pytest.raises(ValueError, match="seq and start_time"):
         stream.direct_get_batch(">", 1, seq=1, start_time=dt.datetime.now(UTC))
@@ -511,3 +511,48 @@ def test_ctrl_c_reaches_a_caller_waiting_for_a_batch(js, nc, unique):
         assert js.account_info() is not None  # the connection still works
     finally:
         sub.unsubscribe()
+
+
+def test_out_of_range_numbers_are_refused_before_sending(stream, nc):
+    # sequences are uint64 (1 .. 2**64-1), batch and max_bytes int64 (1 .. 2**63-1): a number
+    # outside is a ValidationError naming the option and its range, and nothing is sent
+    seen = []
+    spy = nc.subscribe(f"$JS.API.DIRECT.GET.{stream.name}.>", callback=seen.append)
+    spy2 = nc.subscribe(f"$JS.API.DIRECT.GET.{stream.name}", callback=seen.append)
+    nc.flush()
+    s1 = subj(stream, "1")
+    cases = [
+        ("seq", lambda: stream.direct_get(2**64)),
+        ("batch", lambda: stream.direct_get_batch(s1, 2**63)),
+        ("max_bytes", lambda: stream.direct_get_batch(s1, 1, max_bytes=2**64)),
+        ("max_bytes", lambda: stream.direct_get_batch(s1, 1, max_bytes=2**63)),
+        ("seq", lambda: stream.direct_get_batch(s1, 1, seq=2**64)),
+        ("up_to_seq", lambda: stream.direct_get_last_for([s1], up_to_seq=2**64)),
+        ("batch", lambda: stream.direct_get_last_for([s1], batch=2**63)),
+        ("seq", lambda: stream.get_msg(2**64)),
+        ("seq", lambda: stream.delete_msg(2**64)),
+    ]
+    for what, call in cases:
+        with pytest.raises(jssync.ValidationError, match=rf"{what} must be an int from [01] to \d+") as ei:
+            list(call() or ())
+        assert not isinstance(ei.value, jssync.APIError)
+    nc.flush()
+    assert seen == []
+    spy.unsubscribe()
+    spy2.unsubscribe()
+    # the largest values are sent and answered
+    with pytest.raises(jssync.MessageNotFoundError):
+        stream.direct_get(2**64 - 1)
+    assert [m.seq for m in stream.direct_get_batch(s1, 2**63 - 1, max_bytes=2**63 - 1)] == [2, 5, 8]
+    assert [m.seq for m in stream.direct_get_last_for([s1], up_to_seq=2**64 - 1)] == [8]
+
+
+def test_out_of_range_config_numbers_are_refused_before_sending(js, unique):
+    before = set(js.stream_names())
+    with pytest.raises(jssync.ValidationError, match=r"max_bytes must be an int from -\d+ to \d+, got \d+"):
+        js.create_stream(name=f"R{unique}", subjects=[f"r{unique}"], max_bytes=2**64)
+    with pytest.raises(jssync.ValidationError, match=r"max_msg_size must be an int from"):
+        js.create_stream(name=f"R{unique}", subjects=[f"r{unique}"], max_msg_size=2**31)
+    with pytest.raises(jssync.ValidationError, match=r"expected_last_seq must be an int from 0 to"):
+        js.publish(f"r{unique}", b"x", expected_last_seq=2**64)
+    assert set(js.stream_names()) == before

@@ -86,6 +86,30 @@ def test_info_subjects_filter_and_deleted_details(js, stream):
     assert stream.cached_info is info
 
 
+def test_bad_subject_filters_are_refused_before_sending(js, nc, stream):
+    # '>' must be the last token: the subject is refused as nats.go does (ErrInvalidSubject),
+    # and no API request goes out
+    seen = []
+    spy = nc.subscribe("$JS.API.>", callback=seen.append)
+    nc.flush()
+    bad = f"{stream.name}.>.123"
+    calls = [
+        lambda: js.find_stream_name_by_subject(bad),
+        lambda: js.streams(subject=bad),
+        lambda: js.stream_names(subject=bad),
+        lambda: js.streams(subject="a..b"),
+        lambda: stream.get_msg(last_by_subject=bad),
+        lambda: stream.get_msg(next_by_subject=bad),
+        lambda: stream.info(subjects_filter=bad),
+    ]
+    for call in calls:
+        with pytest.raises(jssync.BadSubjectError):
+            call()
+    nc.flush()
+    spy.unsubscribe()
+    assert seen == []
+
+
 def test_purge_variants(js, stream):
     s = stream.name
     for i in range(10):

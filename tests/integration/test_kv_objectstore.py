@@ -144,6 +144,18 @@ def test_digest_mismatch_is_detected(store, js):
         store.get("d")
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-get", "through-the-leader"])
+def test_an_extra_chunk_is_a_digest_mismatch(store, js, direct):
+    # every read takes all the chunks the server has for the object, not just the count its
+    # info names: a stray chunk makes the read fail, it is not dropped unseen
+    info = store.put("A", b"x" * 300, chunk_size=128)
+    store._direct = direct
+    assert store.get("A").data == b"x" * 300
+    js.publish(f"$O.{store.bucket}.C.{info.nuid}", b"stray")
+    with pytest.raises(DigestMismatchError, match="4 chunk"):
+        store.get("A")
+
+
 def test_links(store, js, unique):
     other = create_object_store(js, bucket=f"l{unique}", storage="memory")
     try:

@@ -245,6 +245,15 @@ def test_start_position_validation(client, lb):
         c.subscribe(name, "not callable")  # type: ignore[arg-type]
 
 
+def test_start_positions_out_of_range_name_the_option(client, lb):
+    c, _, name = lb
+    for delta in (1e12, dt.timedelta(days=999_999_999), float("inf"), float("nan")):
+        with pytest.raises(jssync.ValidationError, match="start_at_time_delta"):
+            c.subscribe(name, start_at_time_delta=delta)
+    with pytest.raises(jssync.ValidationError, match="start_at_offset"):
+        c.subscribe(name, start_at_offset=2**64)
+
+
 # -- CreateStream --------------------------------------------------------------------------------
 
 
@@ -324,6 +333,20 @@ def test_max_replication_on_one_server(client, js, unique):
     info = client.create_stream(f"mr{unique}", f"MR{unique}", max_replication=True, storage="memory")
     client.delete_stream(f"MR{unique}")
     assert info.replication_factor == 1
+
+
+def test_create_stream_permanent_refusal_is_raised_at_once(client, js, unique):
+    # JetStream answers code 500 for refusals that no retry can change: they are raised at
+    # once (one request), not retried until the client's timeout
+    before = set(js.stream_names())
+    for opts, err_code in (({"replication_factor": 3}, 10074),
+                           ({"retention_max_bytes": 10**15, "storage": "memory"}, 10028)):
+        t = time.monotonic()
+        with pytest.raises(jssync.APIError) as ei:
+            client.create_stream(f"pr{unique}", f"PR{unique}", **opts)
+        assert ei.value.err_code == err_code and not isinstance(ei.value, jssync.TimeoutError)
+        assert time.monotonic() - t < 1.0 * FACTOR, opts
+    assert set(js.stream_names()) == before
 
 
 def test_delete_missing_stream(client, unique):

@@ -75,6 +75,20 @@ def test_publish_keeps_the_users_msg_id(lb):
         c.publish(subject, b"v", headers={"Nats-Msg-Id": b"\xff"})
 
 
+def test_a_users_msg_id_like_the_clients_own_is_read_back(lb, js):
+    c, subject, name = lb
+    own_like = "lift-" + "0" * 32
+    c.publish(subject, b"a", headers={"Nats-Msg-Id": "lift-order-7"}, to_partition=1)
+    c.publish(subject, b"b", headers={"Nats-Msg-Id": own_like}, to_partition=1)
+    c.publish(subject, b"c", to_partition=1)  # the client's own id: not a user header
+    # a message as clients before the marker header wrote it: the old id form is still dropped
+    js.publish(f"{subject}.1", b"d", headers={"Lift-Ack-Policy": "LEADER", "Nats-Msg-Id": "lift-" + "a" * 32})
+    with c.subscribe(name, partition=1, start_at=StartPosition.EARLIEST) as sub:
+        ms = _drain(sub, 4)
+    assert [m.headers for m in ms] == [{"Nats-Msg-Id": b"lift-order-7"}, {"Nats-Msg-Id": own_like.encode()},
+                                       {}, {}]
+
+
 # -- 2. the ack goes to exactly the ack inbox, the correlation id in its body ----------------------
 
 
