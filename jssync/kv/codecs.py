@@ -765,7 +765,7 @@ class CodecKeyWatcher:
     def next(self, timeout: float | None = None) -> CodecEntry | None:
         """Return the next decoded entry, or None for the end-of-initial-values marker.
 
-        Blocks until one arrives, at most ``timeout`` seconds (None: until stopped).
+        Blocks until one arrives, at most ``timeout`` seconds (None: no limit).
 
         Raises:
             jssync.TimeoutError: nothing arrived in time.
@@ -775,7 +775,7 @@ class CodecKeyWatcher:
         return None if e is None else self._kv._entry_or_raw(e, self._meta_only)
 
     def updates(self, timeout: float | None = 5.0) -> CodecEntry | None:
-        """Like :meth:`next`, with a default wait of 5 seconds."""
+        """Like :meth:`next`, with a default wait of 5 seconds (None: no limit)."""
         return self.next(timeout=timeout)
 
     def __iter__(self) -> Iterator[CodecEntry | None]:

@@ -17,6 +17,7 @@ configured by Django's ``LOGGING``.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import threading
@@ -40,14 +41,14 @@ _POLL = 0.25
 def _positive(text: str) -> int:
     n = int(text)
     if n < 1:
-        raise ValueError(text)
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
     return n
 
 
 def _seconds(text: str) -> float:
     v = float(text)
     if not v >= 0:
-        raise ValueError(text)
+        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {text!r}")
     return v
 
 
