@@ -65,7 +65,7 @@ import itertools
 from enum import Enum
 from typing import Final
 
-from ...base.errors import Error, NoHeartbeatError, ValidationError
+from ...base.errors import NoHeartbeatError, ValidationError
 from ...base.status import Action as StatusAction
 from ...base.status import Status, decide, status_error
 from .heartbeat import HeartbeatMonitor
@@ -166,11 +166,23 @@ class CheckConsumer(_Marker):
     __slots__ = ()
 
 
-class PinLost(_Marker):
+class PinLost:
     """423 (pinned_client): the runner forgets the pin id its pulls carried; when it had
-    one, it calls :meth:`PullEngine.pin_lost`."""
+    one, it calls :meth:`PullEngine.pin_lost`. ``description``: the status's."""
 
-    __slots__ = ()
+    __slots__ = ("description",)
+
+    def __init__(self, description: str = "") -> None:
+        self.description = description
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PinLost)
+
+    def __hash__(self) -> int:
+        return hash("PinLost")
+
+    def __repr__(self) -> str:
+        return f"PinLost({self.description!r})"
 
 
 class Unsubscribe:
@@ -436,8 +448,7 @@ class PullEngine:
         self.activity += 1
         self.rx += 1
         if written_off:
-            self.disc -= 1
-            self.disc_b -= size
+            self.unwrite(size)
         if size:
             self.rx_b += size
             self.min_pull_b = 0
@@ -452,6 +463,16 @@ class PullEngine:
         if state is _STOPPED:
             return _NAK
         return _DROP
+
+    def heard(self) -> None:
+        """Something arrived that counts only as traffic (for the heartbeat monitor)."""
+        self.activity += 1
+
+    def unwrite(self, size: int = 0) -> None:
+        """A message of a written-off pull arrived after all: it counts as requested again
+        (the runner passes it on to :meth:`message` or :meth:`skipped`)."""
+        self.disc -= 1
+        self.disc_b -= size
 
     def skipped(self, size: int = 0) -> None:
         """A message that took its place in a pull but is never handed out (ordered: delivered
@@ -544,7 +565,7 @@ class PullEngine:
         if act is StatusAction.RESET:
             return (Warn(status_error(st, self.stream, self.consumer)), *self._write_off(), *self.refill())
         if act is StatusAction.PIN_LOST:
-            return (PinLost(),)
+            return (PinLost(description),)
         # a warning (409 Exceeded ...) or 400 ended one of the pulls, which one is unknown:
         # every pull in flight is written off, the next goes out after a pause (it may be refused again)
         out = []
@@ -571,9 +592,14 @@ class PullEngine:
             self._last_act = act
             self.monitor.seen(now)
         elif self.monitor.check(now):  # 2 x idle_heartbeat without anything (ADR-37): not terminal
-            err = NoHeartbeatError(
-                f"no heartbeat or message from consumer {self.consumer!r} on stream {self.stream!r} "
-                f"within {2 * self.heartbeat}s")
+            if self.recreate:
+                err = NoHeartbeatError(
+                    f"no heartbeat from the ordered consumer {self.consumer!r} on stream {self.stream!r} "
+                    f"within {2 * self.heartbeat}s: recreating it")
+            else:
+                err = NoHeartbeatError(
+                    f"no heartbeat or message from consumer {self.consumer!r} on stream {self.stream!r} "
+                    f"within {2 * self.heartbeat}s")
             if self.recreate:
                 return (*self._recreate("missed heartbeat", err), ArmTimer(self._next_tick(now)))
             out.append(Warn(err))
@@ -640,7 +666,7 @@ class PullEngine:
         """(recreate engines) the runner's gap tracker found a gap: the consumer is made again."""
         return self._recreate("gap", None)
 
-    def fail(self, error: Error) -> tuple[Action, ...]:
+    def fail(self, error: BaseException) -> tuple[Action, ...]:
         """End the consume with ``error`` after the buffer (e.g. the consumer lookup after a
         503 found it deleted; an ordered consume that cannot make its consumer again)."""
         self.resetting = False
@@ -652,7 +678,7 @@ class PullEngine:
         if state is _STOPPED or state is _CLOSED:
             return NOTHING
         self.state = _STOPPED
-        return (ArmTimer(None), NakBuffered(), Unsubscribe(wait=True), End(None))
+        return (ArmTimer(None), NakBuffered(), End(None), Unsubscribe(wait=True))
 
     def drain(self) -> tuple[Action, ...]:
         """Stop pulling; end once the pulls in flight finished and the buffer was handed out."""
@@ -735,10 +761,10 @@ class PullEngine:
             out = (Warn(error), *out)
         return out
 
-    def _terminal(self, err: Error) -> tuple[Action, ...]:
+    def _terminal(self, err: BaseException) -> tuple[Action, ...]:
         if (self.state is not _RUNNING and self.state is not _DRAINING) or self.error is not None:
             return NOTHING
         self.state = _DRAINING
         self.error = err
-        return (ArmTimer(None), Unsubscribe(wait=False), End(err))
+        return (ArmTimer(None), End(err), Unsubscribe(wait=False))
 
