@@ -808,14 +808,14 @@ class ConsumeContext(_natspy.Receiver):
     (callback form: passed to ``error_cb``, and kept on :attr:`error`). Warnings
     (missed heartbeats, exceeded limits) go to ``error_cb`` (default: the connection's)
     and the ``jssync`` logger. Thread-safe.
-
-    The runner of a :class:`~jssync.jetstream.consume.engine.PullEngine`: the engine keeps
-    ADR-37's counts, thresholds, status handling, heartbeats and states; this class feeds
-    it what arrives and what the application takes, and carries out its actions (pulls,
-    naks, the one timer, unsubscribing, the end). Every engine event goes through
-    ``_lock``, except the per-message ones (``message`` on the I/O thread, ``taken`` of
-    one message), which touch counters only their own thread writes.
     """
+
+    # The runner of a PullEngine (jetstream/consume/engine.py): the engine keeps ADR-37's
+    # counts, thresholds, status handling, heartbeats and states; this class feeds it what
+    # arrives and what the application takes, and carries out its actions (pulls, naks, the
+    # one timer, unsubscribing, the end). Every engine event goes through ``_lock``, except
+    # the per-message ones (``message`` on the I/O thread, ``taken`` of one message), which
+    # touch counters only their own thread writes.
 
     #: the ordered consume: the engine answers ``Recreate`` where a consume re-pulls or ends
     _RECREATE = False
