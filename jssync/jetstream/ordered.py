@@ -555,7 +555,7 @@ class _OrderedFetch(FetchResult):
             return False
         st = self._inner._state
         rest = st.batch - st.received
-        rest_b = st.max_bytes - st.received_bytes if st.max_bytes else 0
+        rest_b = st.max_bytes - st.eng.rx_b if st.max_bytes else 0
         if rest <= 0 or (st.max_bytes and rest_b <= 0):
             return False
         expires, hb, no_wait, grace, create_timeout = self._args

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -36,7 +37,7 @@ from ..base.errors import (
     ValidationError,
     translating,
 )
-from ..base.status import Action, classify, decide, is_user_msg, message_size, pull_request, status_error
+from ..base.status import classify, is_user_msg, message_size, pull_request
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
 from ..core.msg import Msg
@@ -65,6 +66,8 @@ if TYPE_CHECKING:
     from .context import JetStream
 
 log = logging.getLogger("jssync")
+
+_monotonic = time.monotonic
 
 #: Batch size of pull requests limited by bytes only (ADR-37: "a large number").
 BYTES_ONLY_BATCH = 1_000_000
@@ -263,31 +266,36 @@ def _release_inbox(conn: Connection, box: _Inbox, reuse: bool) -> None:
 
 
 class _FetchState(_natspy.Receiver):
-    """The I/O-thread side of one fetch: the inbox's receiver, sorts what arrives."""
+    """The I/O-thread side of one fetch: the inbox's receiver, the runner of a single-pull
+    :class:`~jssync.jetstream.consume.engine.PullEngine` (which says when the request is over)."""
 
-    __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "received_bytes", "activity", "done",
+    __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "done", "eng",
                  "clean", "reuse", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "conn",
-                 "pins", "group", "sent_pin", "abandoned", "__weakref__")
+                 "pins", "group", "sent_pin", "__weakref__")
 
     def __init__(self, batch: int, max_bytes: int, ack_none: bool, stream: str, consumer: str,
                  check: Callable[[Msg], bool | None] | None = None, conn: Connection | None = None,
-                 pins: Pins | None = None, group: str = "", sent_pin: str | None = None) -> None:
+                 pins: Pins | None = None, group: str = "", sent_pin: str | None = None,
+                 heartbeat: float = 0.0) -> None:
         self.conn = conn
         # pinned_client (ADR-42): the handle's pin ids, this pull's group and the id it carried
         self.pins = pins
         self.group = group
         self.sent_pin = sent_pin
         self.q: SimpleQueue[Any] = SimpleQueue()
+        #: messages this request can still hand out (one less for each the check passes over)
         self.batch = batch
         self.max_bytes = max_bytes
         self.ack_none = ack_none
         self.received = 0
-        self.received_bytes = 0
-        self.activity = 0
+        # the one pull's engine: it counts what arrives and ends the request; after stop()
+        # (the iteration was given up while the request may be open) what still arrives is
+        # nak'ed at once
+        self.eng = PullEngine(max_messages=batch, max_bytes=max_bytes, expires=0.0, heartbeat=heartbeat or 0.0,
+                              stream=stream, consumer=consumer, single=True)
+        self.eng.start(_monotonic())
+        self.eng.pull_sent(batch, max_bytes)
         self.done = False
-        # the iteration was stopped or given up while the request may be open on the server:
-        # what still arrives is nak'ed at once (set before ``done``)
-        self.abandoned = False
         self.clean = False
         self.reuse = False
         self.error: BaseException | None = None
@@ -297,19 +305,20 @@ class _FetchState(_natspy.Receiver):
         self.consumer = consumer
 
     def put_nowait(self, msg: Msg) -> None:  # the Receiver hook (I/O thread)
-        self.activity += 1
-        if self.done:
-            if self.abandoned:
-                self.not_taken(msg)
-            return
+        eng = self.eng
         h = msg.headers
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
+            if eng.state is not EngineState.RUNNING:  # over: dropped, or nak'ed when given up
+                if eng.state is EngineState.STOPPED:
+                    self.not_taken(msg)
+                return
             if self.check is not None:
                 ok = self.check(msg)
                 if not ok:
                     if ok is None:
                         self._passed_over(msg)
                     else:
+                        eng.closed(None)
                         self._end(False)
                     return
             if self.ack_none:
@@ -319,31 +328,36 @@ class _FetchState(_natspy.Receiver):
             self.q.put(msg)
             self.received += 1
             if self.max_bytes:
-                self.received_bytes += message_size(
-                    msg.subject, msg.reply, h, msg.data,
-                    -1 if self.conn is None else _wire_header_len(self.conn, msg))
-                if self.received_bytes >= self.max_bytes:
-                    self._end(self.received >= self.batch, False)
-                    return
-            if self.received >= self.batch:
-                # with max_bytes the server follows a full batch with 409 Batch Completed: that
-                # inbox is not reused, so the status can never end a later fetch (without
-                # max_bytes nothing follows a full batch, and the inbox is reused)
-                self._end(True, not self.max_bytes)
+                acts = eng.message(message_size(msg.subject, msg.reply, h, msg.data,
+                                                -1 if self.conn is None else _wire_header_len(self.conn, msg)))
+            else:
+                acts = eng.message()
+            if acts:
+                self._filled()
             return
         st = classify(h, msg.data, msg.reply)
         if st is None:  # pragma: no cover - classify agrees with the test above
             return
-        act = decide(st)
-        if act is Action.HEARTBEAT:
-            return
-        if act is Action.PIN_LOST and self.pins is not None:
-            # 423: this pull's pin id is stale; the next pull goes without one (a standby candidate)
-            self.pins.lost(self.group, self.sent_pin)
-        if act is not Action.DONE:
-            self.error = status_error(st, self.stream, self.consumer)
-            self.raise_error = act in (Action.ERROR, Action.TERMINAL, Action.NO_RESPONDERS)
-        self._end(True)  # a status is the last thing the server sends for a request
+        for a in eng.status(st.code, st.description, st.pending_msgs, st.pending_bytes):
+            if type(a) is PinLost:
+                if self.pins is not None:  # 423: this pull's pin id is stale; the next pull goes without one
+                    self.pins.lost(self.group, self.sent_pin)
+            elif type(a) is End:
+                if a.error is not None:
+                    self.error = a.error
+                    self.raise_error = a.fatal
+                self._end(True)  # a status is the last thing the server sends for a request
+
+    def _filled(self) -> None:
+        """The engine says the request got all it asked for (its batch or its max_bytes)."""
+        eng = self.eng
+        if self.max_bytes and eng.rx_b >= self.max_bytes:
+            self._end(eng.rx >= eng.max_messages, False)
+        else:
+            # with max_bytes the server follows a full batch with 409 Batch Completed: that
+            # inbox is not reused, so the status can never end a later fetch (without
+            # max_bytes nothing follows a full batch, and the inbox is reused)
+            self._end(True, not self.max_bytes)
 
     def not_taken(self, msg: Msg) -> None:
         """A message of an abandoned request that nobody will take: nak it, so the server
@@ -355,7 +369,7 @@ class _FetchState(_natspy.Receiver):
 
     def abandon(self) -> None:
         """No more messages are taken from this request (any thread): the rest is nak'ed."""
-        self.abandoned = True
+        self.eng.stop()
         self.done = True
 
     def nak_queued(self) -> None:
@@ -377,15 +391,10 @@ class _FetchState(_natspy.Receiver):
     def _passed_over(self, msg: Msg) -> None:
         """A message the check passes over: not handed out, but it took its place in the request."""
         self.batch -= 1
-        if self.max_bytes:
-            self.received_bytes += message_size(
-                msg.subject, msg.reply, msg.headers, msg.data,
-                -1 if self.conn is None else _wire_header_len(self.conn, msg))
-            if self.received_bytes >= self.max_bytes:
-                self._end(self.received >= self.batch, False)
-                return
-        if self.received >= self.batch:
-            self._end(True, not self.max_bytes)
+        size = message_size(msg.subject, msg.reply, msg.headers, msg.data,
+                            -1 if self.conn is None else _wire_header_len(self.conn, msg)) if self.max_bytes else 0
+        if self.eng.skipped(size):
+            self._filled()
 
     def _end(self, clean: bool, reuse: bool | None = None) -> None:
         """The request is over for us; ``reuse``: nothing more can arrive on its inbox (default ``clean``)."""
@@ -527,9 +536,7 @@ class FetchResult:
         st = self._state
         q = st.q
         deadline = self._deadline
-        hb = self._hb
-        last_act = st.activity
-        idle_since = Deadline(2 * hb) if hb else None
+        eng = st.eng if self._hb else None
         while True:
             item = wait_get(q, deadline.slice())
             if item is not EXPIRED:
@@ -552,16 +559,11 @@ class FetchResult:
                     f"the pull request to {st.consumer!r} on stream {st.stream!r} may have been lost in a reconnect"
                 )
                 return _END
-            if idle_since is not None and hb:
-                if st.activity != last_act:
-                    last_act = st.activity
-                    idle_since = Deadline(2 * hb)
-                elif idle_since.expired():
-                    st.error = NoHeartbeatError(
-                        f"no heartbeat from consumer {st.consumer!r} on stream {st.stream!r} "
-                        f"within {2 * hb}s"
-                    )
-                    return _END
+            if eng is not None:
+                for a in eng.tick(_monotonic()):  # the engine's heartbeat check: 2 x idle_heartbeat
+                    if type(a) is End:
+                        st.error = a.error
+                        return _END
 
     def _end(self) -> None:
         if not self._ended:
@@ -619,14 +621,15 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
         exp_ns = int(expires * _NS)
         deadline = Deadline(expires + grace)
     if prio is None:
-        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn)
+        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn, heartbeat=hb or 0.0)
         body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
                             heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait)
     else:
         if not prio.pinned:
             pins = None
         pin = pins.get(prio.group) if pins is not None else None
-        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn, pins, prio.group, pin)
+        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn, pins, prio.group, pin,
+                            heartbeat=hb or 0.0)
         body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
                             heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait, group=prio.group,
                             min_pending=prio.min_pending, min_ack_pending=prio.min_ack_pending,

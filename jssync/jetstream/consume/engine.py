@@ -205,12 +205,14 @@ class Unsubscribe:
 
 class End:
     """The consume ends: quietly (``error`` None) or with ``error`` (after the buffer,
-    unless the engine was closed or stopped)."""
+    unless the engine was closed or stopped). ``fatal``: the iteration raises ``error``
+    (a single pull's warnings and missed heartbeats are only kept, not raised)."""
 
-    __slots__ = ("error",)
+    __slots__ = ("error", "fatal")
 
-    def __init__(self, error: BaseException | None) -> None:
+    def __init__(self, error: BaseException | None, fatal: bool | None = None) -> None:
         self.error = error
+        self.fatal = error is not None if fatal is None else fatal
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, End) and type(other.error) is type(self.error)
@@ -286,6 +288,7 @@ NOTHING: Final[tuple[Action, ...]] = ()
 _NAK: Final[tuple[Action, ...]] = (Nak(),)
 _DROP: Final[tuple[Action, ...]] = (Drop(),)
 _CANCEL: Final[tuple[Action, ...]] = (ArmTimer(None),)
+_FILLED: Final[tuple[Action, ...]] = (End(None),)
 
 _RUNNING = EngineState.RUNNING
 _DRAINING = EngineState.DRAINING
@@ -306,6 +309,13 @@ class PullEngine:
         stream, consumer: named in the errors it makes.
         recreate: the ordered consume: a missed heartbeat, a reconnect, a terminal status or
             a 503 answer :class:`Recreate` (a new consumer) instead of a re-pull or the end.
+        single: one pull (``fetch``, ``next``, ``ack_next``): the engine sends nothing (the
+            runner sends the pull and tells :meth:`pull_sent`); the pull ends, with
+            :class:`End`, when ``max_messages`` or ``max_bytes`` was received, at any status
+            but a heartbeat (errors fatal, warnings not), or at a missed heartbeat (the
+            runner's reader calls :meth:`tick`); ``heartbeat`` 0: none watched, ``expires``
+            0: no_wait. Then the engine is CLOSED (what still arrives is dropped) or, after
+            :meth:`stop` (given up while the pull may be open), STOPPED (it is nak'ed).
 
     Raises:
         jssync.ValidationError: a limit is not an int >= 1 (max_messages) / >= 0, or a
@@ -317,17 +327,17 @@ class PullEngine:
         "bytes_mode", "state", "paused", "hold", "resetting", "error",
         "req", "req_b", "rx", "rx_b", "disc", "disc_b", "taken_n", "taken_b", "_count", "open", "pulls",
         "activity", "_last_act", "monitor", "_tick_n", "_retry_at", "big_b", "min_pull_b", "last_pull_b",
-        "rx_at_pull", "last_warning", "size_warned", "nr_outage", "_swaps",
+        "rx_at_pull", "last_warning", "size_warned", "nr_outage", "_swaps", "single",
     )
 
     def __init__(self, *, max_messages: int, max_bytes: int = 0, threshold_messages: int | None = None,
                  threshold_bytes: int | None = None, expires: float, heartbeat: float, stream: str = "",
-                 consumer: str = "", recreate: bool = False) -> None:
+                 consumer: str = "", recreate: bool = False, single: bool = False) -> None:
         for name, v, low in (("max_messages", max_messages, 1), ("max_bytes", max_bytes, 0)):
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ValidationError(f"{name} must be an int >= {low}, got {v!r}")
         for name, f in (("expires", expires), ("heartbeat", heartbeat)):
-            if isinstance(f, bool) or not isinstance(f, int | float) or not f > 0:
+            if isinstance(f, bool) or not isinstance(f, int | float) or not (f >= 0 if single else f > 0):
                 raise ValidationError(f"{name} must be a number of seconds > 0, got {f!r}")
         thr = max_messages // 2 if threshold_messages is None else threshold_messages
         thr_b = max_bytes // 2 if threshold_bytes is None else threshold_bytes
@@ -344,6 +354,7 @@ class PullEngine:
         self.stream = stream
         self.consumer = consumer
         self.recreate = recreate
+        self.single = single
         self.bytes_mode = max_bytes > 0
         self.state = EngineState.NEW
         #: disconnected: no pulls, no heartbeat misses
@@ -371,7 +382,7 @@ class PullEngine:
         #: anything arrived (messages, statuses, heartbeats): the monitor hears of it at the next tick
         self.activity = 0
         self._last_act = 0
-        self.monitor = HeartbeatMonitor(2 * self.heartbeat, 0.0)
+        self.monitor = HeartbeatMonitor(2 * self.heartbeat if self.heartbeat else 1.0, 0.0)
         self._tick_n = 0
         self._retry_at: float | None = None
         # bytes mode ("409 Message Size Exceeds MaxBytes", not telegraphed): never ask for fewer
@@ -424,6 +435,8 @@ class PullEngine:
         self.state = _RUNNING
         self.paused = not connected
         self.monitor.resumed(now)
+        if self.single:
+            return NOTHING
         if self.paused:
             self.monitor.paused(now)
             return NOTHING
@@ -458,7 +471,9 @@ class PullEngine:
             self.monitor.seen(now)
         self.nr_outage = False
         state = self.state
-        if state is _RUNNING or state is _DRAINING:
+        if state is _RUNNING:
+            return self._filled() if self.single else NOTHING
+        if state is _DRAINING:
             return NOTHING
         if state is _STOPPED:
             return _NAK
@@ -474,14 +489,17 @@ class PullEngine:
         self.disc -= 1
         self.disc_b -= size
 
-    def skipped(self, size: int = 0) -> None:
+    def skipped(self, size: int = 0) -> tuple[Action, ...]:
         """A message that took its place in a pull but is never handed out (ordered: delivered
-        already): received, and written off at once."""
+        already): received, and written off at once. A single pull may be filled by it."""
         self.activity += 1
         self.rx += 1
         self.rx_b += size
         self.disc += 1
         self.disc_b += size
+        if self.single and self.state is _RUNNING:
+            return self._filled()
+        return NOTHING
 
     def taken(self, n: int = 1, size: int = 0) -> bool:
         """The application took ``n`` messages (``size`` bytes) out of the buffer.
@@ -522,6 +540,8 @@ class PullEngine:
         act = decide(st)
         if act is StatusAction.HEARTBEAT:
             return NOTHING
+        if self.single:
+            return self._single_status(act, st)
         if written_off:  # a pull the counts do not include any more: only the end matters
             if act is StatusAction.TERMINAL:
                 return self._terminal(status_error(st, self.stream, self.consumer))
@@ -582,9 +602,13 @@ class PullEngine:
         return (*self._write_off(), *self.refill())
 
     def tick(self, now: float) -> tuple[Action, ...]:
-        """The timer fired at ``now``: heartbeat check, retries, a pull when none is in flight."""
+        """The timer fired at ``now``: heartbeat check, retries, a pull when none is in flight.
+
+        A single pull: only the heartbeat check (its reader calls this while it waits)."""
         if self.paused or self.state is not _RUNNING:
             return NOTHING
+        if self.single:
+            return self._single_tick(now)
         out: list[Action] = []
         act = self.activity
         in_flight = self.in_flight
@@ -675,6 +699,9 @@ class PullEngine:
     def stop(self) -> tuple[Action, ...]:
         """Stop at once: no more pulls; the buffer and what still arrives is nak'ed."""
         state = self.state
+        if self.single:  # given up while the pull may be open: what still arrives is nak'ed
+            self.state = _STOPPED
+            return NOTHING
         if state is _STOPPED or state is _CLOSED:
             return NOTHING
         self.state = _STOPPED
@@ -689,14 +716,53 @@ class PullEngine:
 
     def closed(self, error: BaseException | None = None) -> tuple[Action, ...]:
         """The connection closed (``error``: it gave up reconnecting): the end, at once."""
-        if self.state is _CLOSED:
+        if self.state is _CLOSED or (self.single and self.state is _STOPPED):
             return NOTHING
         self.state = _CLOSED
         if error is not None:
             self.error = error
-        return (ArmTimer(None), End(error))
+        return (End(error),) if self.single else (ArmTimer(None), End(error))
 
     # -- inside ------------------------------------------------------------------------------
+
+    def _filled(self) -> tuple[Action, ...]:
+        """A single pull got all it asked for (its batch, or its max_bytes)."""
+        if self.rx >= self.max_messages or (self.max_bytes and self.rx_b >= self.max_bytes):
+            self.state = _CLOSED
+            return _FILLED
+        return NOTHING
+
+    def _single_status(self, act: StatusAction, st: Status) -> tuple[Action, ...]:
+        """A single pull: any status but a heartbeat is the last thing its request brings."""
+        if act is StatusAction.HEARTBEAT or self.state is not _RUNNING:
+            return NOTHING
+        self.state = _CLOSED
+        self.open -= 1
+        self.disc += st.pending_msgs
+        self.disc_b += st.pending_bytes
+        if act is StatusAction.DONE:
+            return _FILLED
+        err = status_error(st, self.stream, self.consumer)
+        self.error = err
+        fatal = act is StatusAction.ERROR or act is StatusAction.TERMINAL or act is StatusAction.NO_RESPONDERS
+        if act is StatusAction.PIN_LOST:
+            return (PinLost(st.description), End(err, False))
+        return (End(err, fatal),)
+
+    def _single_tick(self, now: float) -> tuple[Action, ...]:
+        if not self.heartbeat:
+            return NOTHING
+        if self.activity != self._last_act:
+            self._last_act = self.activity
+            self.monitor.seen(now)
+            return NOTHING
+        if not self.monitor.check(now):
+            return NOTHING
+        self.state = _CLOSED
+        err = NoHeartbeatError(f"no heartbeat from consumer {self.consumer!r} on stream {self.stream!r} "
+                               f"within {2 * self.heartbeat}s")
+        self.error = err
+        return (End(err, False),)
 
     def _next_tick(self, now: float) -> float:
         return now + self.heartbeat / TICKS

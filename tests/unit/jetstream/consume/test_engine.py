@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -335,6 +335,63 @@ def _ordered_recreates() -> None:
     assert Recreate("reconnected") in acts
 
 
+def single(batch: int = 3, max_bytes: int = 0, heartbeat: float = HB) -> PullEngine:
+    e = PullEngine(max_messages=batch, max_bytes=max_bytes, expires=30.0, heartbeat=heartbeat, stream="S",
+                   consumer="C", single=True)
+    assert e.start(0.0) == NOTHING  # the runner sends its one pull itself
+    e.pull_sent(batch, max_bytes)
+    return e
+
+
+def _fetch_ends_when_filled() -> None:
+    e = single(3)
+    assert e.message(1) == NOTHING and e.message(1) == NOTHING
+    assert e.message(1) == (End(None),)
+    assert e.message(1) == (Drop(),)  # over: nothing more is handed out
+    e = single(1_000_000, max_bytes=100)
+    assert e.message(60) == NOTHING
+    assert e.message(40) == (End(None),)
+
+
+def _fetch_concluded_by_status() -> None:
+    for code, desc, exc, fatal in ((404, "No Messages", None, False), (408, "Request Timeout", None, False),
+                                   (409, "Message Size Exceeds MaxBytes", None, False),
+                                   (409, "Exceeded MaxWaiting", PullRequestError, False),
+                                   (400, "Bad Request", PullRequestError, True),
+                                   (409, "Consumer Deleted", ConsumerDeletedError, True),
+                                   (503, "", NoRespondersError, True)):
+        e = single(3)
+        assert e.status(100, "Idle Heartbeat") == NOTHING
+        acts = e.status(code, desc, 3, 0)
+        assert len(acts) == 1 and isinstance(acts[0], End), (code, desc, acts)
+        assert type(acts[0].error) is (type(None) if exc is None else exc) and acts[0].fatal is fatal, (code, desc)
+        assert not pulls(acts)  # next() and fetch() never pull again by themselves
+        assert e.status(408, "Request Timeout") == NOTHING
+
+
+def _fetch_heartbeat_miss_ends_it() -> None:
+    e = single(3)
+    assert e.tick(1.0) == NOTHING
+    e.message(1)
+    assert e.tick(1.5) == NOTHING  # traffic: the interval starts again at 1.5
+    assert e.tick(3.4) == NOTHING
+    acts = e.tick(3.5)
+    assert len(acts) == 1 and isinstance(acts[0], End) and isinstance(acts[0].error, NoHeartbeatError)
+    assert acts[0].fatal is False  # kept on FetchResult.error, not raised
+    assert single(3, heartbeat=0).tick(100.0) == NOTHING  # no heartbeat asked for: none watched
+
+
+def _fetch_given_up_naks_what_still_arrives() -> None:
+    e = single(3)
+    e.message(1)
+    assert e.stop() == NOTHING
+    assert e.message(1) == (Nak(),)
+    e = single(1)
+    e.message(1)  # filled
+    e.stop()  # the inbox is given up (a 409 Batch Completed may follow): later ones are nak'ed
+    assert e.message(1) == (Nak(),)
+
+
 def _validation() -> None:
     with pytest.raises(ValidationError, match="max_messages"):
         PullEngine(max_messages=0, expires=1, heartbeat=1)
@@ -393,6 +450,14 @@ RULES: list[tuple[str, str, Callable[[], None]]] = [
     ("Buffering messages", "as long as the aggregate message and byte count is maintained (late messages of "
      "written-off pulls)", _written_off_message_counts_again),
     ("Consume", "(ordered consume: a new consumer instead of a re-pull)", _ordered_recreates),
+    ("Fetch", "This operation will end once the RPC expires or the number of messages/data batch requested is "
+     "provided.", _fetch_ends_when_filled),
+    ("Status handling", "Calls to next() and fetch() should be concluded when the pull is terminated.",
+     _fetch_concluded_by_status),
+    ("Fetch Configuration options", "idle_heartbeat ... For requests with expires > 30s, heartbeats should be "
+     "enabled by default (a miss ends the fetch)", _fetch_heartbeat_miss_ends_it),
+    ("Consume", "(a fetch given up while its pull may be open: what it still delivers is nak'ed)",
+     _fetch_given_up_naks_what_still_arrives),
     ("Defaults and constraints", "The value of threshold cannot be higher than the corresponding constraint's "
      "value.", _validation),
 ]
@@ -745,3 +810,48 @@ def test_pull_engine_random_walks() -> None:
             _walk(seed)
         except AssertionError as exc:
             raise AssertionError(f"random walk seed {seed}: {exc}") from exc
+
+
+_SINGLE_EVENTS = st.lists(st.one_of(
+    st.tuples(st.just("msg"), st.integers(1, 40)),
+    st.tuples(st.just("status"), st.sampled_from(_STATUSES + [(100, "Idle Heartbeat"), (409, "Consumer Deleted"),
+                                                               (423, "Nats-Pin-Id mismatch")])),
+    st.tuples(st.just("tick"), st.floats(0.05, 3.0)),
+    st.tuples(st.just("stop"), st.none()),
+), max_size=30)
+
+
+@settings(max_examples=EXAMPLES * 4, deadline=None)
+@given(batch=st.integers(1, 6), max_bytes=st.sampled_from([0, 50, 100]), events=_SINGLE_EVENTS)
+def test_a_single_pull_ends_once_and_hands_out_nothing_after(batch: int, max_bytes: int,
+                                                            events: list[tuple[str, object]]) -> None:
+    """fetch / next: the request ends exactly once (filled, a status, a missed heartbeat),
+    never more than the batch / max_bytes is handed out, nothing after the end."""
+    e = single(batch, max_bytes)
+    now, ends, handed, handed_b, stopped = 0.0, 0, 0, 0, False
+    for kind, arg in events:
+        if kind == "msg":
+            assert isinstance(arg, int)
+            acts = e.message(arg)
+            if acts == NOTHING or acts == (End(None),):
+                assert ends == 0 and not stopped, "handed out after the end"
+                handed += 1
+                handed_b += arg
+            else:
+                assert acts == ((Nak(),) if stopped else (Drop(),))
+        elif kind == "status":
+            assert isinstance(arg, tuple)
+            acts = e.status(arg[0], arg[1], 1, 0)
+        elif kind == "tick":
+            assert isinstance(arg, float)
+            now += arg
+            acts = e.tick(now)
+        else:
+            acts = e.stop()
+            stopped = True
+        assert not pulls(acts) and len(acts) <= 2
+        ends += sum(isinstance(a, End) for a in acts)
+        assert ends <= 1, "a single pull ended twice"
+        assert handed <= batch
+        if (max_bytes and handed_b >= max_bytes) or handed >= batch:
+            assert ends == 1, "filled, and not ended"
