@@ -30,7 +30,6 @@ from ..base.errors import (
     ConsumerDeletedError,
     Error,
     JetStreamError,
-    NoHeartbeatError,
     NoRespondersError,
     StreamNotFoundError,
     TimeoutError,
@@ -42,7 +41,8 @@ from ..base.status import is_user_msg, message_size
 from ..base.validate import validate_subject
 from ..core import natspy as _natspy
 from ..core.msg import Msg
-from .consume.gaps import DELIVER, SKIP, Action, GapTracker, Reset
+from .consume.engine import NOTHING, Recreate
+from .consume.gaps import DELIVER, SKIP, GapTracker, Reset
 from .params import validate_name
 from .pull import (
     _DISCARD,
@@ -558,7 +558,7 @@ class _OrderedFetch(FetchResult):
             return False
         st = self._inner._state
         rest = st.batch - st.received
-        rest_b = st.max_bytes - st.received_bytes if st.max_bytes else 0
+        rest_b = st.max_bytes - st.eng.rx_b if st.max_bytes else 0
         if rest <= 0 or (st.max_bytes and rest_b <= 0):
             return False
         expires, hb, no_wait, grace, create_timeout = self._args
@@ -611,50 +611,55 @@ class OrderedConsumeContext(ConsumeContext):
 
     # I/O thread: every message on the inbox
 
+    _RECREATE = True
+
     def put_nowait(self, msg: Msg) -> None:
-        self._activity += 1
         h = msg.headers
+        eng = self._eng
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
             oc = self._oc
             t = _ack_tokens(msg.reply)
             if t is None:
+                eng.heard()
                 return
+            acts = NOTHING
             with self._lock:
-                if self._state is not _State.RUNNING and self._state is not _State.DRAINING:
+                if eng.state is not _State.RUNNING and eng.state is not _State.DRAINING:
+                    eng.heard()
                     return
                 # a late message of a consumer dropped (another name, or the one being replaced) is ignored
                 act = self._tracker.message(t[1], t[2], self._cgen if t[0] == self.consumer else -1)
                 if act is DELIVER or act is SKIP:
-                    self._rx += 1
                     size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(
                         self._conn, msg)) if self._bytes_mode else 0
-                    self._rx_b += size
                     if oc._initial:
                         oc._initial_msg()
                     if act is SKIP:
                         # delivered already (by a consumer this one replaced): it took its place
-                        # in a pull request but is never taken, so it is discounted at once
-                        self._disc += 1
-                        self._disc_b += size
+                        # in a pull request but is never taken, so it is written off at once
+                        eng.skipped(size)
                         return
+                    eng.message(size)
                     if self._bytes_mode:
                         self._sizes.append(size)
                     msg._ack_none = True
                     self._q.put(msg)
-                    reset = False
                 else:
-                    reset = type(act) is Reset and self._claim_reset()
-            if reset:
-                self._log_reset(act)
+                    eng.heard()
+                    if type(act) is Reset:
+                        acts = eng.gap()
+            if acts:
+                self._do(acts)
             elif self._cb is not None and not self._running:
                 self._kick_lane()
             return
-        if self._resetting:
+        if eng.resetting:
+            eng.heard()
             return
-        self._status(msg)
+        self._status(msg, False)
 
     def _written_off_msg(self, msg: Msg) -> None:
-        """A message on the inbox of written-off pull requests (see ConsumeContext._reset_pending).
+        """A message on the inbox of written-off pull requests (see ConsumeContext._swap_inbox).
 
         One the consumer in use delivers in order was written off as never to come: it
         counts as requested again, then goes through :meth:`put_nowait`. Anything else (a
@@ -665,60 +670,30 @@ class OrderedConsumeContext(ConsumeContext):
             t = _ack_tokens(msg.reply)
             with self._lock:
                 if t is not None and t[0] == self.consumer and self._tracker.is_next(t[2], self._cgen):
-                    self._disc -= 1
-                    if self._bytes_mode:
-                        self._disc_b -= message_size(msg.subject, msg.reply, h, msg.data,
-                                                     _wire_header_len(self._conn, msg))
+                    self._eng.unwrite(message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(
+                        self._conn, msg)) if self._bytes_mode else 0)
             self.put_nowait(msg)
         else:
-            self._activity += 1
+            self._eng.heard()
 
-    def _terminal(self, exc: BaseException) -> None:
-        self._start_reset(lambda tr: tr.status_from(self._cgen, str(exc)))
-
-    def _no_responders(self, exc: BaseException) -> None:
-        self._start_reset(lambda tr: tr.status_from(self._cgen, str(exc)))
-
-    def _missed_heartbeat(self) -> None:
-        self._report(NoHeartbeatError(
-            f"no heartbeat from the ordered consumer {self.consumer!r} on stream {self.stream!r} "
-            f"within {2 * self._hb}s: recreating it"
-        ))
-        self._start_reset(GapTracker.missed_heartbeat)
-
-    def _reconnected(self) -> None:
-        self._paused = False
-        if self._state is not _State.RUNNING:
-            return
-        self._start_reset(GapTracker.reconnected)
-        self._cancel_timer()
-        self._arm_timer()
-
-    def _start_reset(self, event: Callable[[GapTracker], Action]) -> None:
-        """Tell the gap tracker ``event`` (a missed heartbeat, a reconnect, the consumer gone);
-        on its :class:`Reset`, drop the current consumer and make a new one (on the worker pool).
-
-        One reset at a time: while one runs (or the consume is not running) the event is not
-        passed on; the consumer being made is for the newest generation anyway.
-        """
-        with self._lock:
-            if self._resetting or self._state is not _State.RUNNING:
+    def _recreate(self, act: Recreate) -> None:
+        """The engine wants a new consumer (a missed heartbeat, a reconnect, the consumer gone,
+        no responders, a gap): tell the gap tracker; on its :class:`Reset`, drop the current
+        consumer and make a new one (on the worker pool). One reset at a time (the engine
+        sends no other Recreate until this one is over)."""
+        if act.reason != "gap":
+            with self._lock:
+                if act.reason == "missed heartbeat":
+                    res = self._tracker.missed_heartbeat()
+                elif act.reason == "reconnected":
+                    res = self._tracker.reconnected()
+                else:
+                    res = self._tracker.status_from(self._cgen, str(act.error))
+                acts = NOTHING if type(res) is Reset else self._eng.recreate_skipped()
+            if acts or type(res) is not Reset:
+                self._do(acts)
                 return
-            act = event(self._tracker)
-            if type(act) is not Reset:
-                return
-            self._resetting = True
-        self._log_reset(act)
-
-    def _claim_reset(self) -> bool:
-        """Under ``_lock``: the tracker returned a Reset; True when this call is to run it."""
-        if self._resetting or self._state is not _State.RUNNING:
-            return False
-        self._resetting = True
-        return True
-
-    def _log_reset(self, act: Action) -> None:
-        log.debug("ordered consumer on %s: reset (%s)", self.stream, getattr(act, "reason", act))
+        log.debug("ordered consumer on %s: reset (%s)", self.stream, act.reason)
         self._conn.internal.pool.submit(self._do_reset)
 
     def _do_reset(self) -> None:
@@ -771,19 +746,20 @@ class OrderedConsumeContext(ConsumeContext):
     def _switch(self, name: str, inbox: str, nsub: Any) -> None:
         """On the I/O thread: read from consumer ``name`` on ``inbox`` from now on, and pull."""
         with self._lock:
-            current = self._state is _State.RUNNING and not self._winding_down
+            eng = self._eng
+            current = eng.state is _State.RUNNING and not self._winding_down
             old = self._nsub
             if current:
                 self.consumer = name
+                eng.consumer = name
                 self._cgen = self._tracker.generation
                 self._next_subject = f"{self._js.prefix}.CONSUMER.MSG.NEXT.{self.stream}.{name}"
                 self._inbox = inbox
                 self._nsub = nsub
-                self._open = 0
-                self._disc = self._req - self._rx
-                self._disc_b = self._req_b - self._rx_b
                 self._resets += 1
-            self._resetting = False
+                acts = eng.recreated()  # everything in flight for the old consumer is written off
+            else:
+                acts = eng.recreate_skipped()
         if not current:  # stopped or drained meanwhile: the wind-down has the old inbox
             _unsubscribe_soon(self._conn, nsub)
             return
@@ -791,7 +767,7 @@ class OrderedConsumeContext(ConsumeContext):
         if old is not None:
             _natspy.set_sub_queue(old, _DISCARD)
             _unsubscribe_soon(self._conn, old)
-        self._pull()
+        self._do(acts)
 
     def _closed_during_reset(self, exc: BaseException) -> None:
         """The connection closed while the consumer was being recreated: nothing can be read any more.
@@ -801,14 +777,12 @@ class OrderedConsumeContext(ConsumeContext):
         """
         if self._conn.internal.closed or self._conn.internal.closing:
             with self._lock:
-                self._resetting = False
+                self._eng.resetting = False
             return
         self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
-        with self._lock:
-            self._resetting = False
-        super()._terminal(exc)
+        self._terminal(exc)
 
     def _not_handed_over(self, msg: Msg) -> None:
         # ack none: nothing to nak; the next read starts at the first message not handed over

@@ -16,13 +16,12 @@ next pull request when the pending count falls to the threshold.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from enum import Enum
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +37,27 @@ from ..base.errors import (
     ValidationError,
     translating,
 )
-from ..base.status import Action, classify, decide, is_user_msg, message_size, pull_request, status_error
+from ..base.status import classify, is_user_msg, message_size, pull_request
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
 from ..core.msg import Msg
+from .consume.engine import Action as EngineAction
+from .consume.engine import (
+    ArmTimer,
+    CheckConsumer,
+    End,
+    EngineState,
+    Nak,
+    NakBuffered,
+    PinLost,
+    PullEngine,
+    Recreate,
+    SendPull,
+    SwapInbox,
+    Unsubscribe,
+    Warn,
+)
+from .consume.runner import LoopTimer
 from .leases import MAX_EXTENSION, Lease, check_period, plan_leases
 from .priority import Pins, PullPriority
 
@@ -50,6 +66,8 @@ if TYPE_CHECKING:
     from .context import JetStream
 
 log = logging.getLogger("jssync")
+
+_monotonic = time.monotonic
 
 #: Batch size of pull requests limited by bytes only (ADR-37: "a large number").
 BYTES_ONLY_BATCH = 1_000_000
@@ -70,8 +88,6 @@ FETCH_GRACE = 1.0
 _QUIET = 0.5
 #: Idle fetch inboxes kept per connection for reuse.
 _POOL_MAX = 8
-#: consume's heartbeat monitor checks this many times per idle_heartbeat (warns 2x to 2.1x late).
-_TICKS = 10
 #: Inboxes of written-off pull requests a consume keeps at most (each for ``expires`` + 1 s).
 _MAX_OLD_INBOXES = 16
 #: Messages a callback lane handles before it yields its worker to other jobs.
@@ -250,31 +266,36 @@ def _release_inbox(conn: Connection, box: _Inbox, reuse: bool) -> None:
 
 
 class _FetchState(_natspy.Receiver):
-    """The I/O-thread side of one fetch: the inbox's receiver, sorts what arrives."""
+    """The I/O-thread side of one fetch: the inbox's receiver, the runner of a single-pull
+    :class:`~jssync.jetstream.consume.engine.PullEngine` (which says when the request is over)."""
 
-    __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "received_bytes", "activity", "done",
+    __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "done", "eng",
                  "clean", "reuse", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "conn",
-                 "pins", "group", "sent_pin", "abandoned", "__weakref__")
+                 "pins", "group", "sent_pin", "__weakref__")
 
     def __init__(self, batch: int, max_bytes: int, ack_none: bool, stream: str, consumer: str,
                  check: Callable[[Msg], bool | None] | None = None, conn: Connection | None = None,
-                 pins: Pins | None = None, group: str = "", sent_pin: str | None = None) -> None:
+                 pins: Pins | None = None, group: str = "", sent_pin: str | None = None,
+                 heartbeat: float = 0.0) -> None:
         self.conn = conn
         # pinned_client (ADR-42): the handle's pin ids, this pull's group and the id it carried
         self.pins = pins
         self.group = group
         self.sent_pin = sent_pin
         self.q: SimpleQueue[Any] = SimpleQueue()
+        #: messages this request can still hand out (one less for each the check passes over)
         self.batch = batch
         self.max_bytes = max_bytes
         self.ack_none = ack_none
         self.received = 0
-        self.received_bytes = 0
-        self.activity = 0
+        # the one pull's engine: it counts what arrives and ends the request; after stop()
+        # (the iteration was given up while the request may be open) what still arrives is
+        # nak'ed at once
+        self.eng = PullEngine(max_messages=batch, max_bytes=max_bytes, expires=0.0, heartbeat=heartbeat or 0.0,
+                              stream=stream, consumer=consumer, single=True)
+        self.eng.start(_monotonic())
+        self.eng.pull_sent(batch, max_bytes)
         self.done = False
-        # the iteration was stopped or given up while the request may be open on the server:
-        # what still arrives is nak'ed at once (set before ``done``)
-        self.abandoned = False
         self.clean = False
         self.reuse = False
         self.error: BaseException | None = None
@@ -284,19 +305,20 @@ class _FetchState(_natspy.Receiver):
         self.consumer = consumer
 
     def put_nowait(self, msg: Msg) -> None:  # the Receiver hook (I/O thread)
-        self.activity += 1
-        if self.done:
-            if self.abandoned:
-                self.not_taken(msg)
-            return
+        eng = self.eng
         h = msg.headers
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
+            if eng.state is not EngineState.RUNNING:  # over: dropped, or nak'ed when given up
+                if eng.state is EngineState.STOPPED:
+                    self.not_taken(msg)
+                return
             if self.check is not None:
                 ok = self.check(msg)
                 if not ok:
                     if ok is None:
                         self._passed_over(msg)
                     else:
+                        eng.closed(None)
                         self._end(False)
                     return
             if self.ack_none:
@@ -306,31 +328,36 @@ class _FetchState(_natspy.Receiver):
             self.q.put(msg)
             self.received += 1
             if self.max_bytes:
-                self.received_bytes += message_size(
-                    msg.subject, msg.reply, h, msg.data,
-                    -1 if self.conn is None else _wire_header_len(self.conn, msg))
-                if self.received_bytes >= self.max_bytes:
-                    self._end(self.received >= self.batch, False)
-                    return
-            if self.received >= self.batch:
-                # with max_bytes the server follows a full batch with 409 Batch Completed: that
-                # inbox is not reused, so the status can never end a later fetch (without
-                # max_bytes nothing follows a full batch, and the inbox is reused)
-                self._end(True, not self.max_bytes)
+                acts = eng.message(message_size(msg.subject, msg.reply, h, msg.data,
+                                                -1 if self.conn is None else _wire_header_len(self.conn, msg)))
+            else:
+                acts = eng.message()
+            if acts:
+                self._filled()
             return
         st = classify(h, msg.data, msg.reply)
         if st is None:  # pragma: no cover - classify agrees with the test above
             return
-        act = decide(st)
-        if act is Action.HEARTBEAT:
-            return
-        if act is Action.PIN_LOST and self.pins is not None:
-            # 423: this pull's pin id is stale; the next pull goes without one (a standby candidate)
-            self.pins.lost(self.group, self.sent_pin)
-        if act is not Action.DONE:
-            self.error = status_error(st, self.stream, self.consumer)
-            self.raise_error = act in (Action.ERROR, Action.TERMINAL, Action.NO_RESPONDERS)
-        self._end(True)  # a status is the last thing the server sends for a request
+        for a in eng.status(st.code, st.description, st.pending_msgs, st.pending_bytes):
+            if type(a) is PinLost:
+                if self.pins is not None:  # 423: this pull's pin id is stale; the next pull goes without one
+                    self.pins.lost(self.group, self.sent_pin)
+            elif type(a) is End:
+                if a.error is not None:
+                    self.error = a.error
+                    self.raise_error = a.fatal
+                self._end(True)  # a status is the last thing the server sends for a request
+
+    def _filled(self) -> None:
+        """The engine says the request got all it asked for (its batch or its max_bytes)."""
+        eng = self.eng
+        if self.max_bytes and eng.rx_b >= self.max_bytes:
+            self._end(eng.rx >= eng.max_messages, False)
+        else:
+            # with max_bytes the server follows a full batch with 409 Batch Completed: that
+            # inbox is not reused, so the status can never end a later fetch (without
+            # max_bytes nothing follows a full batch, and the inbox is reused)
+            self._end(True, not self.max_bytes)
 
     def not_taken(self, msg: Msg) -> None:
         """A message of an abandoned request that nobody will take: nak it, so the server
@@ -342,7 +369,7 @@ class _FetchState(_natspy.Receiver):
 
     def abandon(self) -> None:
         """No more messages are taken from this request (any thread): the rest is nak'ed."""
-        self.abandoned = True
+        self.eng.stop()
         self.done = True
 
     def nak_queued(self) -> None:
@@ -364,15 +391,10 @@ class _FetchState(_natspy.Receiver):
     def _passed_over(self, msg: Msg) -> None:
         """A message the check passes over: not handed out, but it took its place in the request."""
         self.batch -= 1
-        if self.max_bytes:
-            self.received_bytes += message_size(
-                msg.subject, msg.reply, msg.headers, msg.data,
-                -1 if self.conn is None else _wire_header_len(self.conn, msg))
-            if self.received_bytes >= self.max_bytes:
-                self._end(self.received >= self.batch, False)
-                return
-        if self.received >= self.batch:
-            self._end(True, not self.max_bytes)
+        size = message_size(msg.subject, msg.reply, msg.headers, msg.data,
+                            -1 if self.conn is None else _wire_header_len(self.conn, msg)) if self.max_bytes else 0
+        if self.eng.skipped(size):
+            self._filled()
 
     def _end(self, clean: bool, reuse: bool | None = None) -> None:
         """The request is over for us; ``reuse``: nothing more can arrive on its inbox (default ``clean``)."""
@@ -514,9 +536,7 @@ class FetchResult:
         st = self._state
         q = st.q
         deadline = self._deadline
-        hb = self._hb
-        last_act = st.activity
-        idle_since = Deadline(2 * hb) if hb else None
+        eng = st.eng if self._hb else None
         while True:
             item = wait_get(q, deadline.slice())
             if item is not EXPIRED:
@@ -539,16 +559,11 @@ class FetchResult:
                     f"the pull request to {st.consumer!r} on stream {st.stream!r} may have been lost in a reconnect"
                 )
                 return _END
-            if idle_since is not None and hb:
-                if st.activity != last_act:
-                    last_act = st.activity
-                    idle_since = Deadline(2 * hb)
-                elif idle_since.expired():
-                    st.error = NoHeartbeatError(
-                        f"no heartbeat from consumer {st.consumer!r} on stream {st.stream!r} "
-                        f"within {2 * hb}s"
-                    )
-                    return _END
+            if eng is not None:
+                for a in eng.tick(_monotonic()):  # the engine's heartbeat check: 2 x idle_heartbeat
+                    if type(a) is End:
+                        st.error = a.error
+                        return _END
 
     def _end(self) -> None:
         if not self._ended:
@@ -606,14 +621,15 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
         exp_ns = int(expires * _NS)
         deadline = Deadline(expires + grace)
     if prio is None:
-        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn)
+        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn, heartbeat=hb or 0.0)
         body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
                             heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait)
     else:
         if not prio.pinned:
             pins = None
         pin = pins.get(prio.group) if pins is not None else None
-        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn, pins, prio.group, pin)
+        state = _FetchState(batch, max_bytes, ack_none, stream, consumer, check, conn, pins, prio.group, pin,
+                            heartbeat=hb or 0.0)
         body = pull_request(batch, expires_ns=exp_ns, max_bytes=max_bytes,
                             heartbeat_ns=int(hb * _NS) if hb else 0, no_wait=no_wait, group=prio.group,
                             min_pending=prio.min_pending, min_ack_pending=prio.min_ack_pending,
@@ -714,11 +730,8 @@ def validate_fetch(max_messages: int | None, max_bytes: int | None, expires: flo
 # --------------------------------------------------------------------------- consume
 
 
-class _State(Enum):
-    RUNNING = 1
-    DRAINING = 2
-    STOPPED = 3
-    CLOSED = 4
+#: The states of a consume are its engine's (see jssync/jetstream/consume/engine.py).
+_State = EngineState
 
 
 class ConsumeOptions:
@@ -800,6 +813,16 @@ class ConsumeContext(_natspy.Receiver):
     and the ``jssync`` logger. Thread-safe.
     """
 
+    # The runner of a PullEngine (jetstream/consume/engine.py): the engine keeps ADR-37's
+    # counts, thresholds, status handling, heartbeats and states; this class feeds it what
+    # arrives and what the application takes, and carries out its actions (pulls, naks, the
+    # one timer, unsubscribing, the end). Every engine event goes through ``_lock``, except
+    # the per-message ones (``message`` on the I/O thread, ``taken`` of one message), which
+    # touch counters only their own thread writes.
+
+    #: the ordered consume: the engine answers ``Recreate`` where a consume re-pulls or ends
+    _RECREATE = False
+
     def __init__(self, js: JetStream, stream: str, consumer: str, opts: ConsumeOptions,
                  callback: Callable[[Msg], Any] | None = None,
                  error_cb: Callable[[BaseException], Any] | None = None, ack_none: bool = False,
@@ -822,56 +845,26 @@ class ConsumeContext(_natspy.Receiver):
         self._error_cb = error_cb
         self._ack_none = ack_none
         self._bytes_mode = opts.bytes_mode
-        self._max = opts.max_messages
-        self._max_b = opts.max_bytes
-        self._thr = opts.threshold_messages
-        self._thr_b = opts.threshold_bytes
         self._hb = opts.idle_heartbeat
         self._expires_ns = int(opts.expires * _NS)
         self._hb_ns = int(opts.idle_heartbeat * _NS)
+        self._eng = PullEngine(
+            max_messages=opts.max_messages, max_bytes=opts.max_bytes, threshold_messages=opts.threshold_messages,
+            threshold_bytes=opts.threshold_bytes, expires=opts.expires, heartbeat=opts.idle_heartbeat,
+            stream=stream, consumer=consumer, recreate=self._RECREATE)
         self._q: SimpleQueue[Any] = SimpleQueue()
-        self._lock = threading.Lock()
-        self._state = _State.RUNNING
-        # counts (ADR-37): pending = requested - taken - discounted; in flight = requested - received - discounted
-        self._req = 0
-        self._disc = 0
-        self._taken = 0
-        self._rx = 0
-        self._req_b = 0
-        self._disc_b = 0
-        self._taken_b = 0
-        self._rx_b = 0
-        self._count = itertools.count(1)
-        self._activity = 0
-        self._pulls = 0
-        # heartbeat monitor (I/O thread only)
-        self._timer: Any = None
-        self._last_act = 0
-        self._idle_ticks = 0
-        self._tick_n = 0
-        self._paused = False
-        self._hold = False
-        self._resetting = False
-        self._rx_at_pull = 0
-        # pull requests sent to the current inbox and not ended by a status there (under _lock;
-        # a request filled without a status stays counted): none left means none can be alive
-        self._open = 0
-        # subscriptions of inboxes whose pull requests were written off (I/O thread)
-        self._old: list[Any] = []
-        self._size_warned = False
-        # max_bytes mode (ADR-37 "409 Message Size Exceeds MaxBytes", not telegraphed): a pull
-        # never asks for fewer bytes than the biggest message received so far needs, nor for
-        # fewer than a pull the next message did not fit in (until a message arrives)
-        self._big_b = 0
-        self._min_pull_b = 0
-        self._last_pull_b = 0
-        self._last_warning = ""
+        self._lock = threading.Lock()  # every engine event but the per-message ones
+        # the engine's one timer (heartbeat checks, retries) and the lease checks' timer
+        self._timer = LoopTimer(conn.internal.loop, self._on_timer)
+        self._lease_timer = LoopTimer(conn.internal.loop, self._lease_tick)
+        # subscriptions of inboxes whose pull requests were written off, with the time each is
+        # drained at (their requests have expired by then; I/O thread)
+        self._old: list[tuple[Any, float]] = []
         # max_bytes mode: the wire size of each buffered message, in queue order (I/O thread appends)
         self._sizes: deque[int] = deque()
         # callback lane
         self._running = False
         self._cb_thread: int | None = None
-        self._nr_outage = False
         self._lane_lock = threading.Lock()
         self._closed = threading.Event()
         self._server_done = threading.Event()  # the inbox is unsubscribed: nothing more arrives
@@ -898,6 +891,16 @@ class ConsumeContext(_natspy.Receiver):
         self._leases: list[Lease] = []
         self._lease_stamp = 0.0
 
+    @property
+    def _state(self) -> EngineState:
+        """Where the consume is (its engine's state)."""
+        return self._eng.state
+
+    @property
+    def _rx(self) -> int:
+        """Messages received so far."""
+        return self._eng.rx
+
     # -- start / the I/O thread side ------------------------------------------------------
 
     def _start(self) -> ConsumeContext:
@@ -915,9 +918,9 @@ class ConsumeContext(_natspy.Receiver):
         conn.internal.reconnect_listeners.append(self._on_reconn)
         with conn.internal.subs_lock:
             conn.internal.subs.add(self)  # type: ignore[arg-type]  # ended with the connection
-        self._paused = not conn.is_connected
-        self._pull()
-        conn.internal.loop.call_soon(self._arm_timer)
+        with self._lock:
+            acts = self._eng.start(self._timer.now(), conn.is_connected)
+        self._do(acts)
         if self._lease_wait is not None:
             conn.internal.loop.call_soon(self._lease_tick)
         return self
@@ -933,29 +936,35 @@ class ConsumeContext(_natspy.Receiver):
 
     def put_nowait(self, msg: Msg) -> None:
         """Called by nats-py on the I/O thread for every message on the inbox (the Receiver hook)."""
-        self._activity += 1
         h = msg.headers
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
-            self._rx += 1
             if self._pins is not None:
                 self._pins.seen(self._group, h)
             if self._bytes_mode:
                 size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
-                self._rx_b += size
                 self._sizes.append(size)
-                self._min_pull_b = 0
-                if size > self._big_b:
-                    self._big_b = size
-            self._user_msg(msg)
+                acts = self._eng.message(size)
+            else:
+                acts = self._eng.message()
+            if acts:
+                self._not_buffered(msg, acts)
+                return
+            # buffered (the body of _buffer, inline: the per-message path)
+            if self._ack_none:
+                msg._ack_none = True
+            elif self._lease_wait is not None:
+                fresh = self._fresh
+                fresh.append(msg)
+                if len(fresh) >= self._fresh_cap:
+                    self._prune_fresh()
+            self._q.put(msg)
+            if self._cb is not None and not self._running:
+                self._kick_lane()
             return
-        self._status(msg)
+        self._status(msg, False)
 
-    def _user_msg(self, msg: Msg) -> None:
-        state = self._state
-        if state is not _State.RUNNING and state is not _State.DRAINING:
-            if state is _State.STOPPED:
-                self._not_handed_over(msg)
-            return
+    def _buffer(self, msg: Msg) -> None:
+        """Hand a received message to the application (the queue the iterator or lane reads)."""
         if self._ack_none:
             msg._ack_none = True
         elif self._lease_wait is not None:
@@ -963,69 +972,110 @@ class ConsumeContext(_natspy.Receiver):
             fresh.append(msg)
             if len(fresh) >= self._fresh_cap:
                 self._prune_fresh()
-        self._nr_outage = False
         self._q.put(msg)
         if self._cb is not None and not self._running:
             self._kick_lane()
 
-    def _status(self, msg: Msg) -> None:
+    def _not_buffered(self, msg: Msg, acts: tuple[EngineAction, ...]) -> None:
+        """The engine said Nak (stopped) or Drop (closed) for a message just received."""
+        if acts[0].__class__ is Nak:
+            self._not_handed_over(msg)
+
+    def _status(self, msg: Msg, written_off: bool) -> None:
         st = classify(msg.headers, msg.data, msg.reply)
         if st is None:  # pragma: no cover
             return
-        act = decide(st)
-        if act is Action.HEARTBEAT:
-            return
-        with self._lock:  # any other status ends one pull request of the current inbox
-            self._open -= 1
-            self._disc += st.pending_msgs
-            self._disc_b += st.pending_bytes
-        if act is Action.DONE:
-            self._last_warning = ""
-            if (self._bytes_mode and st.code == 409 and self._rx == self._rx_at_pull
-                    and "size" in st.description.lower()):
-                # the last pull got nothing: the next message needs more than it asked for
-                if self._last_pull_b < self._max_b:
-                    # a top-up smaller than max_bytes (not an error): the next pull asks for more,
-                    # once enough of the buffer was taken
-                    self._min_pull_b = self._last_pull_b + 1
-                    self._pull()
-                    return
-                # it does not fit in max_bytes at all: do not loop on pull requests
-                self._hold = True
-                if not self._size_warned:
-                    self._size_warned = True
-                    self._report(status_error(st, self.stream, self.consumer))
-                return
-            self._pull()
-            return
-        if act is Action.TERMINAL:
-            self._terminal(status_error(st, self.stream, self.consumer))
-            return
-        if act is Action.NO_RESPONDERS:
-            self._no_responders(status_error(st, self.stream, self.consumer))
-            return
-        if act is Action.RESET:
-            self._report(status_error(st, self.stream, self.consumer))
-            self._reset_pending()
-            self._pull()
-            return
-        if act is Action.PIN_LOST:
-            self._pin_lost(st)
-            return
-        # a warning (409 Exceeded ...) or 400 ended a pull request (ADR-37: consume re-pulls).
-        # Which one is unknown, so every request in flight is written off, and the new one
-        # goes out after a pause: the same request may be
-        # refused again. Reported once until a pull ends normally or the warning changes.
-        if st.description != self._last_warning:
-            self._last_warning = st.description
-            self._report(status_error(st, self.stream, self.consumer))
-        self._reset_pending()
-        try:
-            self._conn.internal.loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
-        except RuntimeError:  # pragma: no cover - the loop is closing
-            pass
+        with self._lock:
+            acts = self._eng.status(st.code, st.description, st.pending_msgs, st.pending_bytes,
+                                    self._timer.now(), written_off)
+        if acts:
+            self._do(acts)
 
-    def _pin_lost(self, st: Any) -> None:
+    def _written_off_msg(self, msg: Msg) -> None:
+        """A message for a written-off pull request (I/O thread): it was alive after all.
+
+        A user message was counted as never to come: now it counts as requested and
+        received (pending one more, in flight unchanged), then goes to the buffer like any
+        other. A status ends or heartbeats a request no longer counted: only a terminal one
+        (consumer deleted, push based) matters.
+        """
+        h = msg.headers
+        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
+            if self._bytes_mode:
+                size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
+                self._sizes.append(size)
+                acts = self._eng.message(size, written_off=True)
+            else:
+                acts = self._eng.message(written_off=True)
+            if acts:
+                self._not_buffered(msg, acts)
+            else:
+                self._buffer(msg)
+            return
+        self._status(msg, True)
+
+    # -- carrying out the engine's actions ---------------------------------------------------
+
+    def _do(self, acts: tuple[EngineAction, ...]) -> None:
+        """Carry out the engine's actions, in order (any thread; never under ``_lock``)."""
+        for a in acts:
+            if type(a) is SendPull:
+                self._send_pull(a)
+            elif type(a) is ArmTimer:
+                self._timer.arm(a.at)
+            elif type(a) is Warn:
+                self._report(a.error)
+            elif type(a) is SwapInbox:
+                self._swap_inbox()
+            elif type(a) is NakBuffered:
+                self._nak_buffered()
+            elif type(a) is End:
+                self._ended(a.error)
+            elif type(a) is Unsubscribe:
+                self._detach()
+                self._wind_down(wait=a.wait)
+            elif type(a) is CheckConsumer:
+                self._look_up_consumer()
+            elif type(a) is PinLost:
+                self._pin_lost(a.description)
+            elif type(a) is Recreate:
+                self._recreate(a)
+
+    def _send_pull(self, p: SendPull) -> None:
+        """Send the pull request the engine counted (any thread)."""
+        prio = self._prio
+        if prio is None:
+            body = pull_request(p.batch, expires_ns=self._expires_ns, max_bytes=p.max_bytes,
+                                heartbeat_ns=self._hb_ns)
+        else:
+            pin = None
+            if self._pins is not None:
+                pin = self._pins.get(prio.group)
+                if pin is not None:
+                    self._sent_pin = pin
+            body = pull_request(p.batch, expires_ns=self._expires_ns, max_bytes=p.max_bytes,
+                                heartbeat_ns=self._hb_ns, group=prio.group, min_pending=prio.min_pending,
+                                min_ack_pending=prio.min_ack_pending, priority=prio.priority, pin_id=pin)
+        self._conn.internal.enqueue((self._next_subject, body, self._inbox, None))
+
+    def _refill(self) -> None:
+        """A pull if pending fell to the threshold (after the application took messages; any thread)."""
+        with self._lock:
+            acts = self._eng.refill()
+        if acts:
+            self._do(acts)
+
+    def _on_timer(self) -> None:
+        """The engine's timer fired (I/O thread): heartbeat check, retries; old inboxes drained."""
+        now = self._timer.now()
+        with self._lock:
+            acts = self._eng.tick(now)
+        if self._old:
+            self._drop_old(now)
+        if acts:
+            self._do(acts)
+
+    def _pin_lost(self, description: str) -> None:
         """423 (pinned_client): the server pinned another client; on the I/O thread.
 
         The pin id the pulls carried is forgotten; the pulls in flight that carried it are
@@ -1038,34 +1088,23 @@ class ConsumeContext(_natspy.Receiver):
             return
         if self._pins is not None:
             self._pins.lost(self._group, sent)
+        self._sent_pin = None
+        log.debug("consume %s/%s: pin lost (423 %s)", self.stream, self.consumer, description)
         with self._lock:
-            self._sent_pin = None
-        log.debug("consume %s/%s: pin lost (%d %s)", self.stream, self.consumer, st.code, st.description)
-        self._reset_pending()
-        self._pull()
+            acts = self._eng.pin_lost()
+        self._do(acts)
 
-    def _no_responders(self, exc: BaseException) -> None:
-        """Nobody answered a pull (503): the consumer is missing or has no leader right now.
-
-        On the I/O thread. The pull is over on the server, so it no longer counts as pending;
-        a new one goes out after a short wait (ADR-37: re-pull after a status that ends a pull),
-        which ends the stall once a leader is elected. Reported once per outage. The
-        consumer's info is looked up (on the worker pool): when it says the consumer (or its
-        stream) no longer exists, the consume ends with :class:`jssync.ConsumerDeletedError`.
-        """
-        if not self._nr_outage:
-            self._nr_outage = True
-            self._report(exc)
-        self._reset_pending()
-        self._look_up_consumer()
-        try:
-            self._conn.internal.loop.loop.call_later(min(1.0, self._hb / 2), self._pull)
-        except RuntimeError:  # pragma: no cover - the loop is closing
-            pass
+    def _recreate(self, act: Recreate) -> None:
+        """The engine wants a new consumer (only the ordered consume has engines that do)."""
+        with self._lock:
+            acts = self._eng.recreate_skipped()
+        self._do(acts)
 
     def _look_up_consumer(self) -> None:
-        """Ask (off the I/O thread, one lookup at a time) whether the consumer still exists."""
-        if self._looking_up or self._state is not _State.RUNNING:
+        """After a 503: ask (off the I/O thread, one lookup at a time) whether the consumer still
+        exists; when its info says it (or its stream) is gone, the consume ends with
+        :class:`jssync.ConsumerDeletedError`."""
+        if self._looking_up or self._eng.state is not _State.RUNNING:
             return
         self._looking_up = True
         try:
@@ -1091,31 +1130,25 @@ class ConsumeContext(_natspy.Receiver):
         finally:
             self._looking_up = False
 
-    def _reset_pending(self) -> None:
-        """Write off the pull requests in flight: they count as gone on the server (I/O thread).
+    def _swap_inbox(self) -> None:
+        """The engine wrote off pull requests that may still be alive on the server (a paused
+        server, a stalled connection): the next ones go to a new inbox (I/O thread).
 
-        After a missed heartbeat, a reconnect or a status that ended an unknown one of them,
-        some may still be alive on the server (a paused server, a stalled connection): they
-        may deliver messages and end with a 408 whose pending counts were written off
-        already. So when a request sent to the current inbox may still be open, the next
-        ones go to a new inbox (the pull waits until it is subscribed) and the old inbox's
-        subscription hands what still arrives to :meth:`_written_off_msg`, which counts a
-        message as requested and received, and no status twice. The old subscription is
-        drained ``expires`` + 1 s later, when the requests sent to it have expired.
+        The old inbox's subscription hands what still arrives to :meth:`_written_off_msg`
+        (a message counts as requested and received, no status twice). It is drained
+        ``expires`` + 1 s later, when the requests sent to it have expired. The engine sends
+        no pull until :meth:`PullEngine.inbox_swapped` (when no new inbox can be made, the
+        old one stays in use).
         """
-        with self._lock:
-            alive = self._req - self._rx - self._disc > 0 and self._open > 0
-            self._disc = self._req - self._rx
-            self._disc_b = self._req_b - self._rx_b
-            if alive and self._nsub is not None and not self._resetting \
-                    and len(self._old) < _MAX_OLD_INBOXES and not self._winding_down:
-                self._open = 0
-                self._resetting = True  # no pull until the new inbox is subscribed
-            else:
-                return
         old = self._nsub
+        if old is None or len(self._old) >= _MAX_OLD_INBOXES or self._winding_down:
+            with self._lock:
+                acts = self._eng.inbox_swapped(False)
+            self._do(acts)
+            return
         _natspy.set_sub_queue(old, _WrittenOff(self))
-        self._old.append(old)
+        entry = (old, float("inf"))
+        self._old.append(entry)
         self._nsub = None
         conn = self._conn
         inbox = conn.new_inbox()
@@ -1127,9 +1160,10 @@ class ConsumeContext(_natspy.Receiver):
                     nsub = await _natspy.subscribe(conn.internal.nc, inbox, _DISCARD)
             except Exception:  # the connection is closing or draining
                 log.debug("consume %s/%s: new inbox failed", self.stream, self.consumer, exc_info=True)
+            ok = False
             if nsub is None:  # keep the old inbox (what it still receives counts as usual again)
-                if old in self._old:
-                    self._old.remove(old)
+                if entry in self._old:
+                    self._old.remove(entry)
                     _natspy.set_sub_queue(old, self)
                     self._nsub = old
             elif self._winding_down:  # nothing was requested on it: the wind-down drains the old one
@@ -1138,170 +1172,44 @@ class ConsumeContext(_natspy.Receiver):
                 _natspy.set_sub_queue(nsub, self)
                 self._inbox = inbox
                 self._nsub = nsub
-                try:
-                    conn.internal.loop.loop.call_later(self._opts.expires + FETCH_GRACE, self._drop_old, old)
-                except RuntimeError:  # pragma: no cover - the loop is closing
-                    pass
-            self._resetting = False
-            self._pull()
+                if entry in self._old:
+                    self._old[self._old.index(entry)] = (old, self._timer.now() + self._opts.expires + FETCH_GRACE)
+                ok = True
+            with self._lock:
+                acts = self._eng.inbox_swapped(ok)
+            self._do(acts)
 
         _on_loop(conn, _swap)
 
-    def _drop_old(self, nsub: Any) -> None:
-        """On the loop: the requests sent to a written-off inbox have expired; drain its subscription."""
-        if nsub not in self._old or self._winding_down:
-            return  # the wind-down drains it
-        self._old.remove(nsub)
+    def _drop_old(self, now: float) -> None:
+        """On the loop: drain the written-off inboxes whose requests have expired by ``now``."""
+        if self._winding_down:
+            return  # the wind-down drains them
+        due = [n for n, at in self._old if at <= now]
+        if not due:
+            return
+        self._old = [(n, at) for n, at in self._old if at > now]
         conn = self._conn
 
         async def _drain() -> None:
-            try:
-                if not conn.internal.nc.is_closed:
-                    await conn.internal.drain_nsub(nsub, 5.0)
-            except Exception:
-                log.debug("consume: draining an old inbox failed", exc_info=True)
+            for nsub in due:
+                try:
+                    if not conn.internal.nc.is_closed:
+                        await conn.internal.drain_nsub(nsub, 5.0)
+                except Exception:
+                    log.debug("consume: draining an old inbox failed", exc_info=True)
 
         _on_loop(conn, _drain)
 
-    def _written_off_msg(self, msg: Msg) -> None:
-        """A message for a written-off pull request (I/O thread): it was alive after all.
-
-        A user message was counted as never to come: now it counts as requested and
-        received (pending one more, in flight unchanged), then goes to the buffer like any
-        other. A status ends or heartbeats a request no longer counted: only a terminal one
-        (consumer deleted, push based) matters.
-        """
-        self._activity += 1
-        h = msg.headers
-        if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
-            size = 0
-            if self._bytes_mode:
-                size = message_size(msg.subject, msg.reply, h, msg.data, _wire_header_len(self._conn, msg))
-                if size > self._big_b:
-                    self._big_b = size
-            with self._lock:
-                self._disc -= 1
-                self._disc_b -= size
-            self._rx += 1
-            if self._bytes_mode:
-                self._rx_b += size
-                self._sizes.append(size)
-            self._user_msg(msg)
-            return
-        st = classify(h, msg.data, msg.reply)
-        if st is not None and decide(st) is Action.TERMINAL:
-            self._terminal(status_error(st, self.stream, self.consumer))
-
-    def _pull(self) -> None:
-        """Send a pull request if the pending count is at or below the threshold (any thread)."""
-        with self._lock:
-            if self._state is not _State.RUNNING or self._paused or self._hold or self._resetting:
-                return
-            if self._bytes_mode:
-                pend_b = self._req_b - self._taken_b - self._disc_b
-                if pend_b > self._thr_b:
-                    return
-                max_bytes = self._max_b - max(pend_b, 0)
-                if max_bytes <= 0 or max_bytes < min(self._max_b, max(self._big_b, self._min_pull_b)):
-                    return  # it could not take the next message: wait until more was taken
-                batch = BYTES_ONLY_BATCH
-                self._req_b += max_bytes
-                self._last_pull_b = max_bytes
-            else:
-                pend = self._req - self._taken - self._disc
-                if pend > self._thr:
-                    return
-                batch = self._max - max(pend, 0)
-                if batch <= 0:
-                    return
-                max_bytes = 0
-            self._req += batch
-            self._rx_at_pull = self._rx
-            self._pulls += 1
-            self._open += 1
-            subject = self._next_subject
-            inbox = self._inbox
-            prio = self._prio
-            pin = None
-            if prio is not None and self._pins is not None:
-                pin = self._pins.get(prio.group)
-                if pin is not None:
-                    self._sent_pin = pin
-        if prio is None:
-            body = pull_request(batch, expires_ns=self._expires_ns, max_bytes=max_bytes, heartbeat_ns=self._hb_ns)
-        else:
-            body = pull_request(batch, expires_ns=self._expires_ns, max_bytes=max_bytes, heartbeat_ns=self._hb_ns,
-                                group=prio.group, min_pending=prio.min_pending,
-                                min_ack_pending=prio.min_ack_pending, priority=prio.priority,
-                                pin_id=pin)
-        self._conn.internal.enqueue((subject, body, inbox, None))
-
-    # heartbeat monitor: a timer on the I/O loop, ticking every idle_heartbeat / _TICKS
-
-    def _arm_timer(self) -> None:
-        if self._timer is not None or self._paused or self._state not in (_State.RUNNING, _State.DRAINING):
-            return
-        self._last_act = self._activity
-        self._idle_ticks = 0
-        self._timer = self._conn.internal.loop.loop.call_later(self._hb / _TICKS, self._tick)
-
-    def _cancel_timer(self) -> None:
-        t = self._timer
-        self._timer = None
-        if t is not None:
-            t.cancel()
-
-    def _tick(self) -> None:
-        self._timer = None
-        if self._paused or self._state is not _State.RUNNING:
-            return
-        act = self._activity
-        in_flight = self._req - self._rx - self._disc
-        if act != self._last_act or in_flight <= 0 or self._resetting:
-            self._last_act = act
-            self._idle_ticks = 0
-        else:
-            self._idle_ticks += 1
-            if self._idle_ticks >= 2 * _TICKS:  # 2 x idle_heartbeat without anything (ADR-37)
-                self._idle_ticks = 0
-                self._missed_heartbeat()
-        self._tick_n += 1
-        if self._hold:
-            if self._tick_n % (_TICKS // 2) == 0:  # retry a message too big for max_bytes every hb / 2
-                self._hold = False
-                self._pull()
-        elif in_flight <= 0:
-            self._pull()  # never sit at or below the threshold with nothing in flight
-        if self._state is _State.RUNNING and not self._paused and self._timer is None:
-            self._timer = self._conn.internal.loop.loop.call_later(self._hb / _TICKS, self._tick)
-
-    def _missed_heartbeat(self) -> None:
-        """Nothing arrived for 2 x idle_heartbeat (I/O thread): warn, write off, pull again.
-
-        Not terminal (ADR-37): every missed heartbeat is reported and followed by a fresh
-        pull with the pending counts reset, also when the pull sent after the previous one
-        went unanswered too (a server that drops pulls without a status, e.g. MaxWaiting
-        reached for a pull with heartbeats, answers a later one once it can).
-        """
-        self._report(NoHeartbeatError(
-            f"no heartbeat or message from consumer {self.consumer!r} on stream {self.stream!r} "
-            f"within {2 * self._hb}s"
-        ))
-        self._reset_pending()
-        self._pull()
-
     def _disconnected(self) -> None:
-        self._paused = True
-        self._cancel_timer()
+        with self._lock:
+            acts = self._eng.disconnected(self._timer.now())
+        self._do(acts)
 
     def _reconnected(self) -> None:
-        self._paused = False
-        if self._state is not _State.RUNNING:
-            return
-        self._reset_pending()
-        self._pull()
-        self._cancel_timer()
-        self._arm_timer()
+        with self._lock:
+            acts = self._eng.reconnected(self._timer.now())
+        self._do(acts)
 
     # leases: a timer on the I/O loop, every ack_wait / 8 (see jetstream/leases.py)
 
@@ -1328,12 +1236,11 @@ class ConsumeContext(_natspy.Receiver):
         :func:`plan_leases` says is due.
         """
         ack_wait = self._lease_wait
-        loop = self._conn.internal.loop.loop
-        if ack_wait is None or self._closed.is_set() or self._state is _State.CLOSED:
+        if ack_wait is None or self._closed.is_set() or self._eng.state is _State.CLOSED:
             self._fresh = []
             self._leases = []
             return
-        now = loop.time()
+        now = self._lease_timer.now()
         stamp = self._lease_stamp or now
         self._lease_stamp = now
         leases = self._leases
@@ -1356,10 +1263,7 @@ class ConsumeContext(_natspy.Receiver):
                     self._leases = []
                     return
                 lease.renewed = now
-        try:
-            loop.call_later(check_period(ack_wait), self._lease_tick)
-        except RuntimeError:  # pragma: no cover - the loop is closing
-            pass
+        self._lease_timer.after(check_period(ack_wait))
 
     # -- terminal, stop, drain ---------------------------------------------------------------
 
@@ -1371,7 +1275,7 @@ class ConsumeContext(_natspy.Receiver):
             self._conn.internal.pool.submit(self._conn.internal.call_user_cb, self._error_cb, exc)
 
     def _detach(self) -> None:
-        """Stop pulling for good: no connection listeners, no heartbeat timer (any thread).
+        """Stop pulling for good: no connection listeners, no engine timer (any thread).
 
         The context stays in the connection's subscriptions until its inbox is unsubscribed
         (:meth:`_server_finished`), so closing the connection meanwhile still ends it.
@@ -1383,13 +1287,22 @@ class ConsumeContext(_natspy.Receiver):
                 lst.remove(fn)
             except ValueError:
                 pass
-        if conn.internal.loop.in_loop_thread():
-            self._cancel_timer()
-        else:
-            try:
-                conn.internal.loop.call_soon(self._cancel_timer)
-            except Exception:
-                pass
+        self._timer.arm(None)
+
+    def _ended(self, error: BaseException | None) -> None:
+        """The engine's End: stopped (the user side ends at once), a terminal error (kept on
+        :attr:`error`, raised after the buffer; callback form: reported at once) or closed."""
+        state = self._eng.state
+        if state is _State.STOPPED:
+            self._q.put(_END)
+            if self._cb is None:
+                self._user_finished()
+            elif not self._running:
+                self._kick_lane()
+        elif state is _State.DRAINING and error is not None:
+            self.error = error
+            if self._cb is not None:
+                self._report(error)
 
     # The end of a consume has two sides: the server side is over once the inbox is
     # unsubscribed (_server_done: nothing more arrives, and after stop() the rest was
@@ -1404,7 +1317,7 @@ class ConsumeContext(_natspy.Receiver):
         none is left (each got all its messages or its ending status), nothing arrived for
         ``_QUIET`` seconds, the connection is lost, or their expiry passed. Then the shared
         drain routine (``Connection._drain_nsub``: UNSUB, PING/PONG, remove). Messages
-        arriving meanwhile are buffered (drain) or nak'ed (stop, see :meth:`_user_msg`).
+        arriving meanwhile are buffered (drain) or nak'ed (stop, see :meth:`put_nowait`).
         """
         with self._lock:
             if self._winding_down:
@@ -1417,7 +1330,7 @@ class ConsumeContext(_natspy.Receiver):
                 if wait:
                     await self._pulls_done_sending()
                 # the current inbox and those of written-off requests (none is added from now on)
-                subs = [n for n in (self._nsub, *self._old) if n is not None]
+                subs = [n for n in (self._nsub, *(o for o, _ in self._old)) if n is not None]
                 self._old = []
                 if not conn.internal.nc.is_closed:
                     for res in await asyncio.gather(*(conn.internal.drain_nsub(n, 5.0) for n in subs),
@@ -1439,20 +1352,18 @@ class ConsumeContext(_natspy.Receiver):
         """On the loop: wait until the pulls in flight sent what they will send now."""
         loop = asyncio.get_running_loop()
         conn = self._conn
+        eng = self._eng
         end = loop.time() + self._opts.expires + FETCH_GRACE
-        act = self._activity
+        act = eng.activity
         quiet_since = loop.time()
-        while conn.internal.nc.is_connected and self.error is None and self._state is not _State.CLOSED:
-            if self._bytes_mode:
-                if self._req_b - self._rx_b - self._disc_b <= 0:
-                    return
-            elif self._req - self._rx - self._disc <= 0:
+        while conn.internal.nc.is_connected and self.error is None and eng.state is not _State.CLOSED:
+            if eng.in_flight <= 0:
                 return
             now = loop.time()
             if now >= end:
                 return
-            if self._activity != act:
-                act = self._activity
+            if eng.activity != act:
+                act = eng.activity
                 quiet_since = now
             elif now - quiet_since >= _QUIET:
                 return
@@ -1467,7 +1378,7 @@ class ConsumeContext(_natspy.Receiver):
             self._unsubscribed = True
             later = self._nak_later
             self._nak_later = []
-            stopped = self._state is _State.STOPPED
+            stopped = self._eng.state is _State.STOPPED
         if stopped:
             # nak what stop() did not hand over, now that no pull can take it back
             for msg in later:
@@ -1487,20 +1398,14 @@ class ConsumeContext(_natspy.Receiver):
         self._closed.set()
 
     def _terminal(self, exc: BaseException) -> None:
-        """The consumer is gone (I/O thread): end after the buffered messages by raising ``exc``.
+        """The consumer is gone: end after the buffered messages by raising ``exc`` (any thread).
 
         Callback form: ``exc`` goes to the error callback at once, and the lane ends after
         the buffered messages.
         """
         with self._lock:
-            if self._state is _State.STOPPED or self._state is _State.CLOSED or self.error is not None:
-                return
-            self._state = _State.DRAINING
-            self.error = exc
-        self._detach()
-        if self._cb is not None:
-            self._report(exc)
-        self._wind_down(wait=False)
+            acts = self._eng.fail(exc)
+        self._do(acts)
 
     def stop(self) -> None:
         """Stop at once: no more messages or callbacks. Idempotent.
@@ -1513,17 +1418,8 @@ class ConsumeContext(_natspy.Receiver):
         returns once the rest was nak'ed and the lane ended).
         """
         with self._lock:
-            if self._state is _State.STOPPED or self._state is _State.CLOSED:
-                return
-            self._state = _State.STOPPED
-        self._detach()
-        self._nak_buffered()
-        self._q.put(_END)
-        if self._cb is None:
-            self._user_finished()
-        elif not self._running:
-            self._kick_lane()
-        self._wind_down(wait=True)
+            acts = self._eng.stop()
+        self._do(acts)
 
     def _nak_buffered(self) -> None:
         q = self._q
@@ -1568,14 +1464,8 @@ class ConsumeContext(_natspy.Receiver):
             jssync.TimeoutError: ``timeout`` passed first (the drain goes on).
         """
         with self._lock:
-            if self._state is _State.RUNNING:
-                self._state = _State.DRAINING
-                start = True
-            else:
-                start = False
-        if start:
-            self._detach()
-            self._wind_down(wait=True)
+            acts = self._eng.drain()
+        self._do(acts)
         if not isinstance(timeout, Default):
             if self._cb is not None and self._cb_thread == threading.get_ident():
                 return  # called from our own callback: the lane ends once the callback returns
@@ -1627,9 +1517,9 @@ class ConsumeContext(_natspy.Receiver):
         ``error_cb`` had it already).
         """
         with self._lock:
-            if self._state is _State.CLOSED:
+            acts = self._eng.closed(error)
+            if not acts:
                 return
-            self._state = _State.CLOSED
             if error is not None:
                 self.error = error
         self._detach()
@@ -1680,17 +1570,17 @@ class ConsumeContext(_natspy.Receiver):
     @property
     def pending_messages(self) -> int:
         """Messages requested and not yet handed to the application (buffered or in flight)."""
-        return max(0, self._req - self._taken - self._disc)
+        return self._eng.pending_messages
 
     @property
     def pending_bytes(self) -> int:
         """Bytes requested and not yet handed to the application (``max_bytes`` mode)."""
-        return max(0, self._req_b - self._taken_b - self._disc_b)
+        return self._eng.pending_bytes
 
     @property
     def pull_requests(self) -> int:
         """Pull requests sent so far."""
-        return self._pulls
+        return self._eng.pulls
 
     def __enter__(self) -> ConsumeContext:
         return self
@@ -1699,7 +1589,7 @@ class ConsumeContext(_natspy.Receiver):
         self.stop()
 
     def __repr__(self) -> str:
-        return f"<jssync.ConsumeContext {self.stream}/{self.consumer} {self._state.name.lower()}>"
+        return f"<jssync.ConsumeContext {self.stream}/{self.consumer} {self._eng.state.name.lower()}>"
 
     # -- iterator form ------------------------------------------------------------------------
 
@@ -1726,10 +1616,8 @@ class ConsumeContext(_natspy.Receiver):
             raise StopIteration
         if self._bytes_mode:
             self._take_bytes(msg)
-        else:
-            t = self._taken = next(self._count)
-            if self._req - t - self._disc <= self._thr:
-                self._pull()
+        elif self._eng.taken():
+            self._refill()
         return msg  # type: ignore[no-any-return]
 
     def next(self, timeout: float | None = None) -> Msg:
@@ -1754,10 +1642,8 @@ class ConsumeContext(_natspy.Receiver):
             return self.__next__()
         if self._bytes_mode:
             self._take_bytes(msg)
-        else:
-            t = self._taken = next(self._count)
-            if self._req - t - self._disc <= self._thr:
-                self._pull()
+        elif self._eng.taken():
+            self._refill()
         return msg  # type: ignore[no-any-return]
 
     def _take_bytes(self, msg: Msg) -> None:
@@ -1766,11 +1652,9 @@ class ConsumeContext(_natspy.Receiver):
         except IndexError:  # pragma: no cover - every buffered message's size was appended
             size = message_size(msg.subject, msg.reply, msg.headers, msg.data)
         with self._lock:
-            self._taken += 1
-            self._taken_b += size
-            need = self._req_b - self._taken_b - self._disc_b <= self._thr_b
+            need = self._eng.taken(1, size)
         if need:
-            self._pull()
+            self._refill()
 
     def _wait_msg(self, deadline: Deadline | None = None) -> Any:
         q = self._q
@@ -1782,9 +1666,8 @@ class ConsumeContext(_natspy.Receiver):
                 return item
             if deadline.expired():
                 raise TimeoutError(f"no message from consumer {self.consumer!r} within {deadline.timeout}s")
-            if self._state is _State.RUNNING and not self._bytes_mode and (
-                    self._req - self._taken - self._disc <= self._thr):
-                self._pull()
+            if self._eng.state is _State.RUNNING:
+                self._refill()  # (it pulls only at the threshold)
 
     # -- callback form: a lane on the worker pool -------------------------------------------
 
@@ -1799,7 +1682,7 @@ class ConsumeContext(_natspy.Receiver):
         q = self._q
         cb = self._cb
         assert cb is not None
-        count = self._count
+        eng = self._eng
         budget = _LANE_BUDGET
         while True:
             budget -= 1
@@ -1823,14 +1706,12 @@ class ConsumeContext(_natspy.Receiver):
                 return  # _running stays True: nothing runs the lane again
             if self._bytes_mode:
                 self._take_bytes(msg)
-            else:
-                t = self._taken = next(count)
-                if self._req - t - self._disc <= self._thr:
-                    self._pull()
+            elif eng.taken():
+                self._refill()
             self._cb_thread = threading.get_ident()
             # the state is read last, right before the call: a stop() that returned before it
             # (even while this lane sent the next pull) keeps the message from the callback
-            state = self._state
+            state = eng.state
             if state is not _State.RUNNING and state is not _State.DRAINING:
                 self._cb_thread = None
                 if state is _State.STOPPED:
@@ -1843,6 +1724,8 @@ class ConsumeContext(_natspy.Receiver):
                 self._report(exc)
             finally:
                 self._cb_thread = None
+
+
 
 
 def consume(js: JetStream, stream: str, consumer: str, callback: Callable[[Msg], Any] | None,

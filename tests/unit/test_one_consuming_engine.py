@@ -1,14 +1,11 @@
-"""STYLE.md section 4: one heartbeat monitor and one gap engine, used by every consumer.
+"""STYLE.md section 4: one heartbeat monitor, one gap engine and one pull engine, used by every consumer.
 
 The pure parts live in jssync/jetstream/consume/ (heartbeat.py: HeartbeatMonitor, gaps.py:
-GapTracker) and the only code that owns a heartbeat timer is consume/runner.py. The
-consumers converted to them must not carry a copy of their own: no ``threading.Timer``
-(anywhere in the package), no loop timers for heartbeats, no "consumer sequence != last + 1"
-checks, no idle-time arithmetic on the clock, no private sequence/activity counters.
-
-Still to move: jetstream/pull.py (ConsumeContext's ``_tick`` heartbeat ticks and the ordered
-consume's base class) is being changed by other work; it is the one listed exception and moves
-onto HeartbeatMonitor later.
+GapTracker, engine.py: PullEngine, which uses the HeartbeatMonitor) and the only code that
+owns a loop timer for them is consume/runner.py. The consumers converted to them must not
+carry a copy of their own: no ``threading.Timer`` (anywhere in the package), no loop timers,
+no "consumer sequence != last + 1" checks, no idle-time arithmetic on the clock, no private
+sequence/activity counters.
 """
 
 from __future__ import annotations
@@ -23,11 +20,12 @@ pytestmark = pytest.mark.timeout(10)
 PKG = pathlib.Path(__file__).resolve().parents[2] / "jssync"
 
 #: the engine and its runner: the only places heartbeat and gap logic may live
-ENGINE = {"jetstream/consume/heartbeat.py", "jetstream/consume/gaps.py", "jetstream/consume/runner.py"}
+ENGINE = {"jetstream/consume/heartbeat.py", "jetstream/consume/gaps.py", "jetstream/consume/runner.py",
+          "jetstream/consume/engine.py"}
 #: consumers moved onto the engine: nothing of their own may remain
 CONVERTED = ["jetstream/push.py", "jetstream/ordered.py", "kv/keyvalue.py", "liftbridge/sub.py"]
-#: still to move (its own heartbeat ticks): jetstream/pull.py, changed by other work right now
-NOT_YET = {"jetstream/pull.py"}
+#: the pull consumers (fetch, next, consume; the ordered consume's base class): on PullEngine
+PULL = ["jetstream/pull.py"]
 
 #: the private state the old hand-written copies kept
 _OLD_STATE = {"_cseq", "_sseq", "_expected", "_next_seq", "_next_start", "_last_seen", "_last_activity",
@@ -81,9 +79,9 @@ def test_no_heartbeat_timer_or_gap_logic_outside_the_engine() -> None:
     found = []
     for path in sorted(PKG.rglob("*.py")):
         rel = path.relative_to(PKG).as_posix()
-        if rel in ENGINE or rel in NOT_YET:
+        if rel in ENGINE:
             continue
-        found += offenders(path.read_text(), rel, rel in CONVERTED)
+        found += offenders(path.read_text(), rel, rel in CONVERTED or rel in PULL)
     assert found == [], "heartbeat or gap logic outside jssync/jetstream/consume/:\n" + "\n".join(found)
 
 
@@ -91,8 +89,15 @@ def test_no_heartbeat_timer_or_gap_logic_outside_the_engine() -> None:
 def test_converted_consumers_use_the_engine(rel: str) -> None:
     text = (PKG / rel).read_text()
     assert "GapTracker" in text, f"{rel} does not use GapTracker"
-    if rel != "jetstream/ordered.py":  # its heartbeats are ConsumeContext's (pull.py, still to move)
+    if rel != "jetstream/ordered.py":  # its heartbeats are its PullEngine's (ConsumeContext, pull.py)
         assert "HeartbeatMonitor" in text or "HeartbeatTimer" in text, f"{rel} does not use HeartbeatMonitor"
+
+
+@pytest.mark.parametrize("rel", PULL)
+def test_pull_consumers_run_the_pull_engine(rel: str) -> None:
+    text = (PKG / rel).read_text()
+    assert "PullEngine" in text, f"{rel} does not run PullEngine"
+    assert "_tick" not in text.replace("_lease_tick", ""), f"{rel} still has heartbeat ticks of its own"
 
 
 def test_the_patterns_catch_the_old_forms() -> None:

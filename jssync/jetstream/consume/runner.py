@@ -103,3 +103,61 @@ class HeartbeatTimer:
         except Exception:  # noqa: BLE001 - the timer must go on
             log.exception("heartbeat miss handler %r raised", self._on_miss)
         self._arm()
+
+
+class LoopTimer:
+    """One timer on the connection's I/O loop that calls ``fn()`` there at a given time.
+
+    The timer of a pure engine (:class:`~jssync.jetstream.consume.engine.PullEngine`'s
+    ``ArmTimer``) and of a consume's lease checks. Times are the loop's clock
+    (``loop.time()``, monotonic). :meth:`arm` may be called from any thread and never
+    waits; arming again replaces the pending call; ``arm(None)`` cancels it.
+
+    Args:
+        loop: the connection's I/O loop.
+        fn: called on the I/O thread when the time comes (it must not block; what it
+            raises is logged).
+    """
+
+    __slots__ = ("_loop", "_fn", "_handle")
+
+    def __init__(self, loop: IOLoop, fn: Callable[[], None]) -> None:
+        self._loop = loop
+        self._fn = fn
+        self._handle: asyncio.TimerHandle | None = None
+
+    def now(self) -> float:
+        """The loop's clock (the time to pass to the engine's events)."""
+        return self._loop.loop.time()
+
+    def arm(self, at: float | None) -> None:
+        """Call ``fn`` at ``at`` (loop time), replacing any pending call; None: cancel (any thread)."""
+        if self._loop.in_loop_thread():
+            self._arm(at)
+            return
+        try:
+            self._loop.call_soon(self._arm, at)
+        except Error:
+            pass  # the connection is closed: nothing more to time
+
+    def after(self, delay: float) -> None:
+        """Call ``fn`` ``delay`` seconds from now (any thread)."""
+        self.arm(_monotonic() + delay)
+
+    def _arm(self, at: float | None) -> None:
+        h, self._handle = self._handle, None
+        if h is not None:
+            h.cancel()
+        if at is None:
+            return
+        try:
+            self._handle = self._loop.loop.call_at(at, self._fire)
+        except RuntimeError:  # pragma: no cover - the loop is closing
+            self._handle = None
+
+    def _fire(self) -> None:
+        self._handle = None
+        try:
+            self._fn()
+        except Exception:  # noqa: BLE001 - the loop must go on
+            log.exception("timer callback %r raised", self._fn)
