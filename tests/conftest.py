@@ -120,3 +120,12 @@ def stream(js, unique):
             js.delete_stream(name)
         except jssync.StreamNotFoundError:
             pass
+
+
+@pytest.fixture
+def proxy(nats_server):
+    """A TCP proxy in front of the session's server (tests/proxy.py): cut, stall or refuse the link."""
+    from tests.proxy import TcpProxy
+
+    with TcpProxy(("127.0.0.1", nats_server.port)) as p:
+        yield p

@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 from types import TracebackType
+from typing import Any
 
 _ids = itertools.count(1)
 
@@ -242,3 +243,37 @@ class TcpProxy:
                 pipe.close()
                 return
             pipe.start()
+
+
+class LinkEvents:
+    """What a connection's callbacks saw: disconnected, reconnected, errors."""
+
+    def __init__(self) -> None:
+        self.disconnected = threading.Event()
+        self.reconnected = threading.Event()
+        self.errors: list[BaseException] = []
+
+    def kwargs(self) -> dict[str, Any]:
+        return dict(disconnected_cb=self.disconnected.set, reconnected_cb=self.reconnected.set,
+                    error_cb=self.errors.append)
+
+
+def connect_through(url: str, ev: LinkEvents, name: str, timeout: float, **kw: Any) -> Any:
+    """A jssync connection that notices a cut link fast (0.5 s pings) and reconnects every 0.1 s."""
+    import jssync
+
+    opts: dict[str, Any] = dict(ping_interval=0.5, max_outstanding_pings=2, reconnect_time_wait=0.1,
+                                timeout=timeout, name=name)
+    opts.update(ev.kwargs())
+    opts.update(kw)
+    return jssync.connect(url, **opts)
+
+
+def go_down(proxy: TcpProxy, ev: LinkEvents, nc: Any) -> None:
+    """Refuse reconnects, cut the connection, wait until the client knows."""
+    from tests.conftest import FACTOR, wait_for
+
+    proxy.refuse()
+    proxy.drop()
+    assert ev.disconnected.wait(3 * FACTOR)
+    wait_for(lambda: not nc.is_connected, 3, what="disconnected")

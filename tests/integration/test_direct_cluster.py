@@ -134,7 +134,10 @@ def test_direct_gets_keep_working_when_the_leader_is_killed(unique):
             kv = js.key_value("cfg")
             cluster.servers[li].kill()
             t0 = time.monotonic()
-            # no new leader is needed: the surviving replicas answer at once
+            # no new leader is needed: the surviving replicas answer. The first request may still
+            # be routed to the killed node's responder before its routes are seen closed (seen
+            # about once in ten runs, more under load): it is asked again within the bound below.
+            wait_for(lambda: _direct_ok(s, 30), 4 * FACTOR, interval=0.05, what="a survivor to answer")
             assert s.direct_get(30, timeout=2).data == b"29"
             assert s.direct_get(last_by_subject="r3.0", timeout=2).seq == 28
             assert [m.seq for m in s.direct_get_batch("r3.>", 100, timeout=2)] == list(range(1, 31))

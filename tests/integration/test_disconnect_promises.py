@@ -12,65 +12,36 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import jssync
 from tests.conftest import FACTOR, wait_for
-from tests.proxy import TcpProxy
+from tests.proxy import LinkEvents, connect_through, go_down
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(60)]
 
 
-class Events:
-    def __init__(self) -> None:
-        self.disconnected = threading.Event()
-        self.reconnected = threading.Event()
-        self.errors: list[BaseException] = []
+def _connect(url: str, ev: LinkEvents, **kw: Any) -> jssync.Connection:
+    return connect_through(url, ev, "promise-client", 1.0, **kw)
 
-    def kwargs(self) -> dict[str, Any]:
-        return dict(disconnected_cb=self.disconnected.set, reconnected_cb=self.reconnected.set,
-                    error_cb=self.errors.append)
-
-
-@pytest.fixture
-def proxy(nats_server) -> Iterator[TcpProxy]:
-    with TcpProxy(("127.0.0.1", nats_server.port)) as p:
-        yield p
-
-
-def _connect(url: str, ev: Events, **kw: Any) -> jssync.Connection:
-    opts: dict[str, Any] = dict(ping_interval=0.5, max_outstanding_pings=2, reconnect_time_wait=0.1,
-                                timeout=1.0, name="review-client")
-    opts.update(ev.kwargs())
-    opts.update(kw)
-    return jssync.connect(url, **opts)
-
-
-def _go_down(proxy: TcpProxy, ev: Events, nc: jssync.Connection) -> None:
-    proxy.refuse()
-    proxy.drop()
-    assert ev.disconnected.wait(3 * FACTOR)
-    wait_for(lambda: not nc.is_connected, 3, what="disconnected")
 
 
 def test_request_keeps_its_timeout_with_the_queue_full_while_disconnected(proxy, nats_server, unique):
-    ev = Events()
-    subject = f"review.full.{unique}"
+    ev = LinkEvents()
+    subject = f"promise.full.{unique}"
     with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev) as nc:
-        sub = direct.subscribe(f"review.svc.{unique}", callback=lambda m: m.respond(b"ok"))
+        sub = direct.subscribe(f"promise.svc.{unique}", callback=lambda m: m.respond(b"ok"))
         direct.flush()
-        assert nc.request(f"review.svc.{unique}", b"warm", timeout=2).data == b"ok"  # the reply inbox exists
-        _go_down(proxy, ev, nc)
+        assert nc.request(f"promise.svc.{unique}", b"warm", timeout=2).data == b"ok"  # the reply inbox exists
+        go_down(proxy, ev, nc)
         for _ in range(65536):  # the queue's bound
             nc.publish(subject, b"x")
         t0 = time.monotonic()
         with pytest.raises(jssync.TimeoutError):
-            nc.request(f"review.svc.{unique}", b"q", timeout=0.5)
+            nc.request(f"promise.svc.{unique}", b"q", timeout=0.5)
         took = time.monotonic() - t0
         assert took < 0.5 + 0.3 * FACTOR, f"request(timeout=0.5) took {took:.2f}s"
         proxy.forward()
@@ -80,7 +51,7 @@ def test_request_keeps_its_timeout_with_the_queue_full_while_disconnected(proxy,
 
 
 def test_fetch_that_ended_while_disconnected_does_not_pull_after_the_reconnect(proxy, nats_server, unique):
-    ev = Events()
+    ev = LinkEvents()
     name = f"REV{unique}"
     with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev) as nc:
         djs = direct.jetstream()
@@ -90,7 +61,7 @@ def test_fetch_that_ended_while_disconnected_does_not_pull_after_the_reconnect(p
             js = nc.jetstream(timeout=2)
             consumer = js.consumer(name, "C")
             assert list(consumer.fetch(1, expires=0.2)) == []  # warm-up: inbox pool, consumer handle
-            _go_down(proxy, ev, nc)
+            go_down(proxy, ev, nc)
             res = consumer.fetch(10, expires=0.3)
             assert list(res) == []  # ends at its deadline: the pull request never left
             for i in range(10):
@@ -112,7 +83,7 @@ def _subs(nc: jssync.Connection) -> int:
 def test_kv_watch_and_ordered_consumer_leak_nothing_across_many_resets(proxy, nats_server, unique):
     """8 drops: a KV watch and an ordered consumer (last_per_subject) keep working, and the
     client's subscriptions and the server's consumers stay at what one of each needs."""
-    ev = Events()
+    ev = LinkEvents()
     bucket = f"REVKV{unique}"
     with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev) as nc:
         djs = direct.jetstream()

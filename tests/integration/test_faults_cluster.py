@@ -463,7 +463,9 @@ def test_consume_pulls_again_after_503_during_election(cluster, unique, record_p
     run.report(record_property, "consume (expires 10s)")
     run.check_nothing_lost()
     assert any(isinstance(e, jssync.NoRespondersError) for e in run.errors), "no 503 seen: the repro missed"
-    assert run.resumed < RESUME_WITHIN * FACTOR, (
+    # the bound, unless the server's own election left no room for it (seen: 11.9 s after a
+    # kill on a busy machine, the consume going on 0.3 s later); then the client's share counts
+    assert run.resumed < max(RESUME_WITHIN * FACTOR, run.elected + CLIENT_SHARE * FACTOR), (
         f"the consume went on {run.resumed:.1f}s after the kill (new leader after {run.elected:.1f}s)")
 
 

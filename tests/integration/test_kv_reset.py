@@ -36,11 +36,6 @@ DELETED = 2000  # keys written once, then deleted
 CUT_AT = 100    # the cut comes after this many messages: among the e keys
 
 
-@pytest.fixture
-def proxy(nats_server) -> Iterator[TcpProxy]:
-    with TcpProxy(("127.0.0.1", nats_server.port)) as p:
-        yield p
-
 
 class Bucket:
     """A bucket whose older revisions sit after the first latest values, and what is latest per key."""

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import jssync
 from tests.conftest import FACTOR, wait_for
-from tests.proxy import TcpProxy
+from tests.proxy import LinkEvents, connect_through, go_down
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
 
@@ -33,37 +32,9 @@ N = 5000
 KB = 1024
 
 
-class Events:
-    def __init__(self) -> None:
-        self.disconnected = threading.Event()
-        self.reconnected = threading.Event()
-        self.errors: list[BaseException] = []
+def _connect(url: str, ev: LinkEvents, **kw: Any) -> jssync.Connection:
+    return connect_through(url, ev, "offline-client", 2.0, **kw)
 
-    def kwargs(self) -> dict[str, Any]:
-        return dict(disconnected_cb=self.disconnected.set, reconnected_cb=self.reconnected.set,
-                    error_cb=self.errors.append)
-
-
-@pytest.fixture
-def proxy(nats_server) -> Iterator[TcpProxy]:
-    with TcpProxy(("127.0.0.1", nats_server.port)) as p:
-        yield p
-
-
-def _connect(url: str, ev: Events, **kw: Any) -> jssync.Connection:
-    opts: dict[str, Any] = dict(ping_interval=0.5, max_outstanding_pings=2, reconnect_time_wait=0.1,
-                                timeout=2.0, name="offline-client")
-    opts.update(ev.kwargs())
-    opts.update(kw)
-    return jssync.connect(url, **opts)
-
-
-def _go_down(proxy: TcpProxy, ev: Events, nc: jssync.Connection) -> None:
-    """Refuse reconnects, cut the connection, wait until the client knows."""
-    proxy.refuse()
-    proxy.drop()
-    assert ev.disconnected.wait(3 * FACTOR)
-    wait_for(lambda: not nc.is_connected, 3, what="disconnected")
 
 
 def _payload(i: int) -> bytes:
@@ -72,12 +43,12 @@ def _payload(i: int) -> bytes:
 
 
 def test_core_publishes_past_2_mib_while_disconnected_all_arrive_in_order(proxy, nats_server, unique):
-    ev = Events()
+    ev = LinkEvents()
     subject = f"offline.{unique}"
     with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev) as nc:
         sub = direct.subscribe(subject, pending_msgs_limit=2 * N)
         direct.flush()
-        _go_down(proxy, ev, nc)
+        go_down(proxy, ev, nc)
         for i in range(N):
             nc.publish(subject, _payload(i))
         time.sleep(0.3)  # a few refused reconnect attempts while the messages wait
@@ -99,7 +70,7 @@ def test_core_publishes_past_2_mib_while_disconnected_all_arrive_in_order(proxy,
 
 
 def test_publish_async_past_2_mib_while_disconnected_all_stored_in_order(proxy, nats_server, unique):
-    ev = Events()
+    ev = LinkEvents()
     name = f"OFF{unique}"
     with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev) as nc:
         djs = direct.jetstream()
@@ -107,7 +78,7 @@ def test_publish_async_past_2_mib_while_disconnected_all_stored_in_order(proxy, 
         try:
             js = nc.jetstream(timeout=30, max_pending=2 * N)
             js.publish(f"{name}.x", b"warm-up", msg_id="warm-up")  # the reply inbox exists
-            _go_down(proxy, ev, nc)
+            go_down(proxy, ev, nc)
             futs = [js.publish_async(f"{name}.x", _payload(i), msg_id=f"m-{i}") for i in range(N)]
             time.sleep(0.3)
             assert not nc.is_connected
@@ -127,7 +98,7 @@ def test_publish_async_past_2_mib_while_disconnected_all_stored_in_order(proxy, 
 
 
 def test_reconnect_buffer_size_refuses_at_once_and_reports_once(proxy, nats_server, unique):
-    ev = Events()
+    ev = LinkEvents()
     name = f"OFF{unique}"
     limit = 100 * KB
     with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev, reconnect_buffer_size=limit) as nc:
@@ -136,7 +107,7 @@ def test_reconnect_buffer_size_refuses_at_once_and_reports_once(proxy, nats_serv
         try:
             js = nc.jetstream(timeout=30)
             js.publish(f"{name}.x", b"warm-up")
-            _go_down(proxy, ev, nc)
+            go_down(proxy, ev, nc)
             t0 = time.monotonic()
             futs = [js.publish_async(f"{name}.x", _payload(i), msg_id=f"m-{i}") for i in range(200)]
             refused = [f for f in futs if f.done()]
@@ -168,7 +139,7 @@ def test_reconnect_buffer_size_refuses_at_once_and_reports_once(proxy, nats_serv
 
 
 def test_close_while_disconnected_fails_queued_futures_at_once(proxy, nats_server, unique):
-    ev = Events()
+    ev = LinkEvents()
     name = f"OFF{unique}"
     with jssync.connect(nats_server.url) as direct:
         djs = direct.jetstream()
@@ -177,7 +148,7 @@ def test_close_while_disconnected_fails_queued_futures_at_once(proxy, nats_serve
             nc = _connect(proxy.url, ev)
             js = nc.jetstream(timeout=30)
             js.publish(f"{name}.x", b"warm-up")
-            _go_down(proxy, ev, nc)
+            go_down(proxy, ev, nc)
             futs = [js.publish_async(f"{name}.x", _payload(i)) for i in range(3000)]
             for i in range(3000):
                 nc.publish(f"{name}.core", _payload(i))
@@ -193,12 +164,12 @@ def test_close_while_disconnected_fails_queued_futures_at_once(proxy, nats_serve
 
 
 def test_flush_while_disconnected_waits_for_the_reconnect_within_its_timeout(proxy, nats_server, unique):
-    ev = Events()
+    ev = LinkEvents()
     subject = f"offline.{unique}"
     with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev) as nc:
         sub = direct.subscribe(subject, pending_msgs_limit=2 * N)
         direct.flush()
-        _go_down(proxy, ev, nc)
+        go_down(proxy, ev, nc)
         for i in range(N):
             nc.publish(subject, _payload(i))
         t0 = time.monotonic()
@@ -216,7 +187,7 @@ def test_flush_while_disconnected_waits_for_the_reconnect_within_its_timeout(pro
 
 
 def test_publish_async_that_timed_out_while_disconnected_is_not_sent_later(proxy, nats_server, unique):
-    ev = Events()
+    ev = LinkEvents()
     name = f"OFF{unique}"
     with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev) as nc:
         djs = direct.jetstream()
@@ -224,7 +195,7 @@ def test_publish_async_that_timed_out_while_disconnected_is_not_sent_later(proxy
         try:
             js = nc.jetstream(timeout=30)
             js.publish(f"{name}.x", b"warm-up")
-            _go_down(proxy, ev, nc)
+            go_down(proxy, ev, nc)
             late = [js.publish_async(f"{name}.x", b"late", timeout=0.3) for _ in range(10)]
             with pytest.raises(jssync.TimeoutError):
                 js.publish(f"{name}.x", b"sync late", timeout=0.3)
@@ -241,9 +212,9 @@ def test_publish_async_that_timed_out_while_disconnected_is_not_sent_later(proxy
 
 
 def test_queue_dropped_and_reported_once_nats_py_gives_up_reconnecting(proxy, nats_server, unique):
-    ev = Events()
+    ev = LinkEvents()
     with _connect(proxy.url, ev, max_reconnect_attempts=2) as nc:
-        _go_down(proxy, ev, nc)
+        go_down(proxy, ev, nc)
         for i in range(100):
             nc.publish(f"offline.{unique}", _payload(i))
         wait_for(lambda: nc.client.is_closed, 10, what="nats-py to give up reconnecting")
@@ -260,7 +231,7 @@ def test_queue_dropped_and_reported_once_nats_py_gives_up_reconnecting(proxy, na
 
 def test_request_right_after_the_reconnect_does_not_overtake_the_queue(proxy, nats_server, unique):
     """A request may be written straight to the socket by its caller: not ahead of what waits."""
-    ev = Events()
+    ev = LinkEvents()
     base = f"ord.{unique}"
     with jssync.connect(nats_server.url) as direct, _connect(proxy.url, ev) as nc:
         seen = direct.subscribe(f"{base}.>", pending_msgs_limit=2 * N)
@@ -268,7 +239,7 @@ def test_request_right_after_the_reconnect_does_not_overtake_the_queue(proxy, na
         direct.flush()
         assert nc.request(f"{base}.svc", b"before", timeout=2).data == b"ok"
         assert seen.next_msg(2).data == b"before"
-        _go_down(proxy, ev, nc)
+        go_down(proxy, ev, nc)
         for i in range(N):
             nc.publish(f"{base}.data", _payload(i))
         proxy.forward()

@@ -185,13 +185,6 @@ def test_ordered_next_times_out_normally_while_the_server_is_down(server):
         assert oc.next(timeout=20).metadata.sequence.stream == 2
 
 
-@pytest.fixture
-def proxy(nats_server):
-    from tests.proxy import TcpProxy
-
-    with TcpProxy(("127.0.0.1", nats_server.port)) as p:
-        yield p
-
 
 def test_ordered_consume_recreates_its_consumer_once_after_a_dropped_connection(proxy, nats_server, unique):
     """A dropped connection (the server stays up, so the old consumer and its pull are still

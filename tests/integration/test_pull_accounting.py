@@ -12,7 +12,6 @@ import pytest
 import jssync
 from jssync.base.status import PullRequestError
 from tests.conftest import FACTOR, wait_for
-from tests.proxy import TcpProxy
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -61,11 +60,6 @@ def spy_factory(nats_server) -> Iterator:
     for s in spies:
         s.close()
 
-
-@pytest.fixture
-def proxy(nats_server) -> Iterator[TcpProxy]:
-    with TcpProxy(("127.0.0.1", nats_server.port)) as p:
-        yield p
 
 
 def raw_hpub(port: int, subject: str, header_block: bytes, payload: bytes, count: int) -> None:
