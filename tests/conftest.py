@@ -15,8 +15,26 @@ import pytest
 #: starts it in a subprocess), not under pytest.
 collect_ignore = ["django_project"]
 
-#: Multiply every test wait by this (slow CI machines): JSSYNC_TEST_TIME_FACTOR=2
-FACTOR = float(os.environ.get("JSSYNC_TEST_TIME_FACTOR", "1"))
+
+
+def _time_factor() -> float:
+    """JSSYNC_TEST_TIME_FACTOR when set; otherwise from the machine's load when the run starts
+    (load average per core, between 1 and 4), exported so that subprocesses use the same."""
+    env = os.environ.get("JSSYNC_TEST_TIME_FACTOR")
+    if env:
+        return float(env)
+    try:
+        per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        per_core = 0.0
+    factor = round(min(4.0, max(1.0, per_core)), 2)
+    os.environ["JSSYNC_TEST_TIME_FACTOR"] = str(factor)
+    return factor
+
+
+#: The one time unit of the tests: every wait and every "took at most N s" bound is multiplied by
+#: it (tests/test_lint.py checks the bounds). JSSYNC_TEST_TIME_FACTOR=2 doubles them.
+FACTOR = _time_factor()
 
 
 def wait_for(cond, timeout: float = 10.0, interval: float = 0.01, what: str = "condition") -> None:

@@ -32,3 +32,69 @@ def test_test_files_are_named_by_what_they_test():
     history = re.compile(r"review|session|new_user|issue_?\d")
     bad = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py") if history.search(p.name)]
     assert not bad, bad
+
+
+_TIME_CALLS = {"monotonic", "time", "perf_counter"}
+_TIME_NAMES = {"took", "elapsed", "spent", "waited", "duration", "dt", "down", "failover", "kv_failover"}
+_SCALES = {"FACTOR", "SLACK", "UNIT"}
+
+
+def _names(node) -> set[str]:
+    import ast
+
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            out.add(n.value)
+    return out
+
+
+def _measures_time(node) -> bool:
+    import ast
+
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _TIME_CALLS:
+            return True
+    return bool(_names(node) & _TIME_NAMES)
+
+
+def unscaled_time_bounds(source: str) -> list[int]:
+    """Lines of ``source`` asserting that something took at most N seconds, N not scaled by FACTOR."""
+    import ast
+
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Assert) or not isinstance(node.test, ast.Compare):
+            continue
+        cmp = node.test
+        sides = [cmp.left, *cmp.comparators]
+        for op, left, right in zip(cmp.ops, sides, sides[1:], strict=False):
+            if isinstance(op, (ast.Gt, ast.GtE)):
+                left, right = right, left
+            elif not isinstance(op, (ast.Lt, ast.LtE)):
+                continue
+            if not _measures_time(left) or _measures_time(right):
+                continue
+            if not any(isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) for n in ast.walk(right)):
+                continue  # a bound computed from something else (a timeout variable) is the test's own business
+            if not _names(right) & _SCALES:
+                bad.append(node.lineno)
+    return bad
+
+
+def test_timing_bounds_scale_with_the_time_factor():
+    """Every 'took at most N seconds' assertion multiplies N by ``FACTOR`` (JSSYNC_TEST_TIME_FACTOR,
+    tests/conftest.py), so a slow or loaded machine fails no test for being slow."""
+    bad = []
+    for p in sorted((ROOT / "tests").rglob("*.py")):
+        bad += [f"{p.relative_to(ROOT)}:{n}" for n in unscaled_time_bounds(p.read_text())]
+    assert not bad, bad
+
+
+def test_the_timing_bound_check_catches_an_unscaled_bound():
+    src = "import time\nt0 = time.monotonic()\nassert time.monotonic() - t0 < 2\nassert 0.5 * FACTOR > took\n"
+    assert unscaled_time_bounds(src) == [3]

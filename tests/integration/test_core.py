@@ -53,7 +53,7 @@ def test_no_server_raises_no_servers_error():
     t0 = time.monotonic()
     with pytest.raises(jssync.NoServersError) as ei:
         jssync.connect(f"nats://user:secret@127.0.0.1:{free_port()}", timeout=1.0)
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 5 * FACTOR
     assert "secret" not in str(ei.value)
 
 
@@ -379,7 +379,7 @@ def test_interpreter_exit_flushes_and_does_not_hang(nats_server, tmp_path):
         )
         t0 = time.monotonic()
         subprocess.run([sys.executable, str(script)], check=True, timeout=20)
-        assert time.monotonic() - t0 < 15
+        assert time.monotonic() - t0 < 15 * FACTOR
         got = [sub.next_msg(5).data for _ in range(1000)]
         assert got[-1] == b"999"
 

@@ -273,7 +273,7 @@ def test_ctrl_c_reaches_a_caller_waiting_for_an_update(kv):
         t0 = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
             w.next(timeout=30)
-        assert time.monotonic() - t0 < 1.0
+        assert time.monotonic() - t0 < 1.0 * FACTOR
         kv.put("after", b"x")
         e = w.next(timeout=5)  # still usable
         assert e is not None and e.key == "after"

@@ -274,4 +274,4 @@ def test_busy_callback_subscription_does_not_starve_the_others(nats_server, uniq
         waited = time.monotonic() - t0
         busy_done.wait(10)
         # a fair pool runs the other subscription's callback long before the busy backlog is done
-        assert waited < 0.3, f"the other subscription waited {waited:.2f}s behind the busy one"
+        assert waited < 0.3 * FACTOR, f"the other subscription waited {waited:.2f}s behind the busy one"

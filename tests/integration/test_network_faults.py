@@ -216,7 +216,7 @@ def test_no_blocking_call_outlives_its_timeout_during_a_stall(proxy, nats_server
             t0 = time.monotonic()
             for _ in range(100):
                 nc.publish(f"idle.{unique}", b"x")
-            assert time.monotonic() - t0 < 0.5
+            assert time.monotonic() - t0 < 0.5 * FACTOR
             # subscribe has no timeout argument: it is bounded by the connection's timeout
             t0 = time.monotonic()
             nc.subscribe(f"late.{unique}")
