@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-#: The Django test project runs under Django's own test runner (tests/integration/test_django_app.py
+#: The Django test project runs under Django's own test runner (tests/integration/contrib/test_django.py
 #: starts it in a subprocess), not under pytest.
 collect_ignore = ["django_project"]
 

@@ -98,3 +98,32 @@ def test_timing_bounds_scale_with_the_time_factor():
 def test_the_timing_bound_check_catches_an_unscaled_bound():
     src = "import time\nt0 = time.monotonic()\nassert time.monotonic() - t0 < 2\nassert 0.5 * FACTOR > took\n"
     assert unscaled_time_bounds(src) == [3]
+
+
+#: Tests of the package as a whole (every layer at once), not of one module: they stay at the top.
+_CROSS_CUTTING = {
+    "unit": {"test_parsers_fuzz.py"},
+    "integration": {
+        "test_bad_input.py", "test_cli.py", "test_duration_options.py", "test_errors_typing_and_tracebacks.py",
+        "test_examples.py", "test_framework_examples.py", "test_timeout_rule_server.py", "test_unknown_options.py",
+    },
+}
+
+
+def test_tests_mirror_the_package():
+    """tests/unit/<layer>/ and tests/integration/<layer>/ mirror jssync/<layer>/ (plus ``architecture``
+    for the rules that span layers): a newcomer finds a module's tests under its layer's name."""
+    pkg = ROOT / "jssync"
+    layers = {p.name for p in pkg.iterdir() if p.is_dir() and not p.name.startswith("_")}
+    layers |= {p.stem for p in pkg.glob("*.py") if not p.name.startswith("_")}
+    bad = []
+    for kind in ("unit", "integration"):
+        top = ROOT / "tests" / kind
+        for p in top.rglob("test_*.py"):
+            rel = p.relative_to(top)
+            if len(rel.parts) == 1:
+                if rel.name not in _CROSS_CUTTING[kind]:
+                    bad.append(f"tests/{kind}/{rel}: put it under the layer it tests")
+            elif rel.parts[0] not in layers | {"architecture"}:
+                bad.append(f"tests/{kind}/{rel}: {rel.parts[0]!r} is no layer of jssync/")
+    assert not bad, bad

@@ -157,8 +157,8 @@ import nkeys  # noqa: E402
 import jssync  # noqa: E402
 from jssync.server import NatsServer, free_port  # noqa: E402
 from tests.conftest import FACTOR, wait_for  # noqa: E402
-from tests.integration.test_auth import operator  # noqa: E402, F401 - a fixture: an operator/JWT server
-from tests.integration.test_security import _tls_config, pki  # noqa: E402, F401 - a fixture: a test CA
+from tests.integration.core.test_auth import operator  # noqa: E402, F401 - a fixture: an operator/JWT server
+from tests.integration.core.test_security import _tls_config, pki  # noqa: E402, F401 - a fixture: a test CA
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = b"\x00\xff\xfe bin\x80\x0a\x0dary \xc3"  # not UTF-8, holds a newline

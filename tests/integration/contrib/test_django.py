@@ -1,0 +1,39 @@
+"""The Django app jssync.contrib.django passes its own tests under Django's test runner.
+
+tests/django_project/ is a small Django project (settings, the app, a test runner that starts a
+nats-server with jssync.testing.NatsServer). Its tests (jssync_django_tests/) cover the
+process-wide connection across threads and forks, the system checks, the ``jssync_consume``
+command (acks, naks with a delay, SIGTERM with nothing stranded, a deleted consumer) and the
+health view. They run here in a subprocess with ``manage.py test``, so the suite includes them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FACTOR
+
+pytestmark = pytest.mark.timeout(600)
+
+ROOT = Path(__file__).resolve().parents[3]
+PROJECT = ROOT / "tests" / "django_project"
+
+
+def test_the_django_app_passes_its_django_tests() -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+               JSSYNC_LOG_LEVEL="WARNING")
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env.pop("NATS_URL", None)
+    proc = subprocess.run([sys.executable, "manage.py", "test", "--noinput", "-v", "2"], cwd=PROJECT, env=env,
+                          capture_output=True, text=True, timeout=280 * FACTOR, stdin=subprocess.DEVNULL)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-20000:]
+    assert "\nOK" in out and "Ran " in out, out[-5000:]
+    # every test module ran (a module that fails to import is an error, but check anyway)
+    for module in ("test_connection", "test_checks", "test_consume_command", "test_health"):
+        assert f"jssync_django_tests.{module}." in out, f"{module} did not run:\n{out[-5000:]}"

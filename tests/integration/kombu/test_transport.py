@@ -1,0 +1,481 @@
+"""The kombu transport (jssync.kombu:Transport) against a real nats-server, with real kombu and Celery.
+
+Each test uses its own subject prefix (so its own streams and bindings bucket) and deletes the
+streams it made. Celery workers run as subprocesses, stopped in ``finally`` blocks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kombu
+import pytest
+from kombu import Consumer, Exchange, Producer, Queue
+
+import jssync
+from jssync.server import NatsServer, free_port
+from tests.conftest import FACTOR, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parents[3]
+TRANSPORT = "jssync.kombu:Transport"
+
+
+@pytest.fixture
+def prefix(nats_server: NatsServer, unique: str) -> Iterator[str]:
+    """A subject prefix of the test's own; its streams (queues, bindings) are deleted after the test."""
+    pfx = f"k{unique}"
+    yield pfx
+    with jssync.connect(nats_server.url) as nc:
+        js = nc.jetstream()
+        for name in list(js.stream_names()):
+            if name.startswith(f"{pfx}_") or name == f"KV_{pfx}_bindings":
+                js.delete_stream(name)
+
+
+def _conn(url: str, prefix: str, **options: Any) -> kombu.Connection:
+    return kombu.Connection(url, transport=TRANSPORT, transport_options={"subject_prefix": prefix, **options})
+
+
+def _stored(server: NatsServer, stream: str) -> int:
+    with jssync.connect(server.url) as nc:
+        return nc.jetstream().stream(stream).info().state.messages
+
+
+def _drain(conn: kombu.Connection, until: Any, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout * FACTOR
+    while not until():
+        if time.monotonic() > end:
+            raise AssertionError("timed out draining events")
+        try:
+            conn.drain_events(timeout=0.2)
+        except TimeoutError:
+            pass
+
+
+def test_connect_and_declare_a_queue_as_a_work_queue_stream(nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn:
+        conn.connect()
+        assert conn.connected
+        assert conn.transport.driver_name == "jssync"
+        Queue("tasks.default")(conn.default_channel).declare()
+    with jssync.connect(nats_server.url) as nc:
+        info = nc.jetstream().stream(f"{prefix}_tasks_2edefault").info()
+    assert info.config.retention == jssync.RetentionPolicy.WORK_QUEUE
+    assert info.config.storage == jssync.StorageType.FILE
+    assert info.config.subjects == [f"{prefix}.q.tasks_2edefault"]
+
+
+def test_a_failed_connect_raises_one_of_the_connection_errors() -> None:
+    conn = kombu.Connection(f"nats://127.0.0.1:{free_port()}", transport=TRANSPORT, connect_timeout=1)
+    try:
+        with pytest.raises(conn.connection_errors) as info:
+            conn.connect()
+        assert isinstance(info.value, jssync.Error)
+        # kombu's retry logic gives up after max_retries with its OperationalError
+        with pytest.raises(kombu.exceptions.OperationalError):
+            conn.ensure_connection(max_retries=1, interval_start=0)
+    finally:
+        conn.release()
+
+
+def test_a_bad_transport_option_is_refused_by_name(nats_server: NatsServer) -> None:
+    with pytest.raises(jssync.ValidationError, match="ack_wait"):
+        _conn(nats_server.url, "kbad", ack_wait=-1).connect()
+
+
+def test_simple_queue_round_trip_with_headers_and_empty(nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn:
+        q = conn.SimpleQueue("work")
+        q.put({"n": 1}, headers={"trace": "abc"})
+        msg = q.get(timeout=5 * FACTOR)
+        assert msg.payload == {"n": 1} and msg.headers["trace"] == "abc"
+        msg.ack()
+        with pytest.raises(q.Empty):
+            q.get(block=False)
+        with pytest.raises(q.Empty):
+            q.get(timeout=0.3)
+        q.close()
+
+
+def test_simple_buffer_delivers_with_headers(nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn:
+        buf = conn.SimpleBuffer("buf")
+        buf.put("hello", headers={"k": "v"})
+        msg = buf.get(timeout=5 * FACTOR)
+        assert msg.payload == "hello" and msg.headers["k"] == "v"
+        buf.close()
+
+
+def test_a_no_ack_consumer_settles_on_receipt(nats_server: NatsServer, prefix: str) -> None:
+    """SimpleBuffer consumes with no_ack: a message taken is acked, never delivered again."""
+    with _conn(nats_server.url, prefix, ack_wait=1.0, keepalive=False) as conn:
+        buf = conn.SimpleBuffer("noack")
+        buf.put("once")
+        assert buf.get(timeout=5 * FACTOR).payload == "once"
+        wait_for(lambda: _stored(nats_server, f"{prefix}_noack") == 0, timeout=5, what="the stream to drop it")
+        with pytest.raises(buf.Empty):
+            buf.get(timeout=3 * FACTOR)  # past ack_wait
+        buf.close()
+        ch = conn.channel()
+        q = Queue("noack2", Exchange("nx"), routing_key="n")(ch)
+        q.declare()
+        Producer(ch).publish("got", exchange="nx", routing_key="n")
+        msg = q.get(no_ack=True)
+        assert msg is not None and msg.payload == "got"
+        wait_for(lambda: _stored(nats_server, f"{prefix}_noack2") == 0, timeout=5, what="basic_get(no_ack) to ack")
+        ch.close()
+
+
+def test_direct_topic_and_fanout_exchanges_route_across_connections(nats_server: NatsServer, prefix: str) -> None:
+    direct, topic, fanout = Exchange("d", "direct"), Exchange("t", "topic"), Exchange("f", "fanout")
+    queues = [Queue("dq", direct, routing_key="rk"), Queue("tq", topic, routing_key="orders.#"),
+              Queue("f1", fanout), Queue("f2", fanout)]
+    got: list[tuple[str, Any]] = []
+    with _conn(nats_server.url, prefix) as consumer_conn, _conn(nats_server.url, prefix) as producer_conn:
+        ch = consumer_conn.channel()
+        for q in queues:
+            q(ch).declare()
+        # the producer never declared the queues or bindings: it routes by the stored bindings
+        producer = Producer(producer_conn.channel())
+        producer.publish("direct", exchange=direct, routing_key="rk", declare=[direct])
+        producer.publish("nobody", exchange=direct, routing_key="other", declare=[direct])
+        producer.publish("topic", exchange=topic, routing_key="orders.eu.new", declare=[topic])
+        producer.publish("skipped", exchange=topic, routing_key="invoices.new", declare=[topic])
+        producer.publish("fan", exchange=fanout, declare=[fanout])
+
+        def on_message(body: Any, message: Any) -> None:
+            got.append((message.delivery_info["routing_key"], body))
+            message.ack()
+
+        with Consumer(ch, queues, callbacks=[on_message]):
+            _drain(consumer_conn, lambda: len(got) >= 4)
+            with pytest.raises(TimeoutError):
+                consumer_conn.drain_events(timeout=0.5)
+        sizes = {q.name: q(ch).queue_declare(passive=True).message_count for q in queues}
+    assert sorted(body for _, body in got) == ["direct", "fan", "fan", "topic"]
+    assert sizes == {"dq": 0, "tq": 0, "f1": 0, "f2": 0}
+
+
+def test_ack_reject_and_requeue(nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn:
+        q = conn.SimpleQueue("ackq")
+        for i in range(3):
+            q.put(i)
+        first = q.get(timeout=5 * FACTOR)
+        first.requeue()  # -NAK: delivered again
+        seen = []
+        for _ in range(3):
+            m = q.get(timeout=5 * FACTOR)
+            seen.append((m.payload, m.delivery_info.get("redelivered", False)))
+            if m.payload == 1:
+                m.reject()  # +TERM: gone
+            else:
+                m.ack()
+        assert sorted(p for p, _ in seen) == [0, 1, 2]
+        assert (first.payload, True) in seen
+        with pytest.raises(q.Empty):
+            q.get(timeout=0.5)
+        assert q.qsize() == 0
+        q.close()
+
+
+def test_prefetch_count_limits_unacked_deliveries(nats_server: NatsServer, prefix: str) -> None:
+    got: list[Any] = []
+    with _conn(nats_server.url, prefix, fetch_batch=10) as conn:
+        ch = conn.channel()
+        queue = Queue("pf", Exchange("pfx"), routing_key="pf")
+        queue(ch).declare()
+        producer = Producer(ch)
+        for i in range(5):
+            producer.publish(i, exchange="pfx", routing_key="pf")
+        with Consumer(ch, [queue], callbacks=[lambda body, message: got.append(message)]) as consumer:
+            consumer.qos(prefetch_count=2)
+            _drain(conn, lambda: len(got) >= 2)
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=1 * FACTOR)  # two unacked: no third
+            assert len(got) == 2
+            got[0].ack()
+            _drain(conn, lambda: len(got) >= 3)
+            for m in got[1:]:
+                m.ack()
+            _drain(conn, lambda: len(got) >= 5)
+            for m in got[3:]:
+                m.ack()
+        assert sorted(m.payload for m in got) == [0, 1, 2, 3, 4]
+        ch.close()
+
+
+def test_ack_from_another_thread(nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix, ack_wait=2.0, keepalive=False) as conn:
+        q = conn.SimpleQueue("threads")
+        q.put("x")
+        msg = q.get(timeout=5 * FACTOR)
+        t = threading.Thread(target=msg.ack)
+        t.start()
+        t.join(5 * FACTOR)
+        # acked: the work-queue stream dropped it, and it is not delivered again after ack_wait
+        wait_for(lambda: _stored(nats_server, f"{prefix}_threads") == 0, timeout=5, what="the ack")
+        with pytest.raises(q.Empty):
+            q.get(timeout=3 * FACTOR)
+        q.close()
+
+
+def test_unacked_message_is_delivered_again_after_ack_wait(nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix, ack_wait=1.0, keepalive=False) as conn:
+        q = conn.SimpleQueue("lost")
+        q.put("job")
+        first = q.get(timeout=5 * FACTOR)
+        again = q.get(timeout=10 * FACTOR)  # never acked: back after ack_wait
+        assert again.payload == first.payload == "job"
+        assert again.delivery_info["redelivered"] is True
+        again.ack()
+        q.close()
+
+
+def test_held_messages_are_kept_in_progress(nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix, ack_wait=1.0) as conn:
+        q = conn.SimpleQueue("held")
+        q.put("long task")
+        msg = q.get(timeout=5 * FACTOR)
+        with pytest.raises(q.Empty):
+            q.get(timeout=3 * FACTOR)  # three ack waits or more: in-progress keeps it with us
+        msg.ack()
+        q.close()
+
+
+def test_message_ttl_per_message_and_per_queue(nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn:
+        q = conn.SimpleQueue("ttl")
+        q.put("short", expiration=1)
+        q.put("long")
+        wait_for(lambda: q.qsize() == 1, timeout=10, interval=0.1, what="the message TTL to expire one")
+        assert q.get(timeout=5 * FACTOR).payload == "long"
+        with pytest.raises(q.Empty):
+            q.get(timeout=0.3)
+        q.close()
+        qq = conn.SimpleQueue(Queue("qttl", Exchange("qttl"), routing_key="qttl", message_ttl=1))
+        qq.put("gone")
+        assert qq.qsize() == 1
+        wait_for(lambda: qq.qsize() == 0, timeout=10, interval=0.1, what="the queue's TTL to expire it")
+        with pytest.raises(qq.Empty):
+            qq.get(timeout=0.3)
+        qq.close()
+        with jssync.connect(nats_server.url) as nc:
+            assert nc.jetstream().stream(f"{prefix}_qttl").info().config.max_age == 1.0
+
+
+def test_purge_delete_and_counts(nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn:
+        ch = conn.channel()
+        queue = Queue("counted", Exchange("cx"), routing_key="c")(ch)
+        queue.declare()
+        producer = Producer(ch)
+        for i in range(5):
+            producer.publish(i, exchange="cx", routing_key="c")
+        assert queue.queue_declare(passive=True).message_count == 5
+        got = queue.get()
+        assert got is not None
+        assert queue.queue_declare(passive=True).message_count == 4  # one delivered, not acked
+        got.ack()
+        assert queue.purge() == 4
+        assert queue.queue_declare(passive=True).message_count == 0
+        producer.publish("x", exchange="cx", routing_key="c")
+        queue.delete()
+        with pytest.raises(conn.channel_errors):
+            queue.queue_declare(passive=True)
+        ch.close()
+    with jssync.connect(nats_server.url) as nc:
+        assert f"{prefix}_counted" not in list(nc.jetstream().stream_names())
+
+
+def test_failover_to_a_second_server(prefix: str) -> None:
+    with NatsServer(jetstream=True) as a, NatsServer(jetstream=True) as b:
+        dead = f"nats://127.0.0.1:{free_port()}"
+        # the first URL is down: the second one serves
+        with _conn(f"{dead};{b.url}", prefix, connect_options={"reconnect_time_wait": 0.1}) as conn:
+            q = conn.SimpleQueue("fo")
+            q.put("on b")
+            msg = q.get(timeout=5 * FACTOR)
+            assert msg.payload == "on b"
+            msg.ack()
+            q.close()
+        # one kombu host with comma-separated URLs: jssync tries each
+        with _conn(f"{dead},{b.url}", prefix) as conn:
+            q = conn.SimpleQueue("fo")
+            q.put("comma")
+            assert q.get(timeout=5 * FACTOR).payload == "comma"
+            q.close()
+        # connected to a, a stops: the connection moves to b and the queue is made there again
+        with _conn(f"{a.url};{b.url}", prefix, connect_options={"reconnect_time_wait": 0.1}) as conn:
+            q = conn.SimpleQueue("fo2")
+            q.put("on a")
+            q.get(timeout=5 * FACTOR).ack()
+            a.stop()
+
+            def put_works() -> bool:
+                try:
+                    q.put("after failover")
+                    return True
+                except conn.connection_errors + conn.channel_errors:
+                    return False
+
+            wait_for(put_works, timeout=20, interval=0.2, what="a publish through the second server")
+            assert q.get(timeout=10 * FACTOR).payload == "after failover"
+            assert conn.transport._nc is not None and conn.transport._nc.connected_url == b.url
+            q.close()
+
+
+# --------------------------------------------------------------------------- Celery workers
+
+_CELERY_APP = '''
+import os, time
+from celery import Celery
+
+app = Celery("kombu_tasks", broker={url!r})
+app.conf.update(
+    broker_transport="jssync.kombu:Transport",
+    broker_transport_options={{"subject_prefix": {prefix!r}, "ack_wait": 2.0}},
+    task_ignore_result=True,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+)
+RUNS = {runs!r}
+
+
+def _log(line):
+    with open(RUNS, "a") as f:
+        f.write(line + "\\n")
+
+
+@app.task(name="kombu_tasks.record")
+def record(ident):
+    _log(f"done {{ident}} {{os.getpid()}}")
+
+
+@app.task(name="kombu_tasks.slow", acks_late=True)
+def slow(ident):
+    marker = RUNS + ".started"
+    _log(f"start {{ident}}")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        time.sleep(120)  # the first run is killed here
+    _log(f"done {{ident}}")
+'''
+
+
+def _worker(tmp_path: Path, pool: str, *extra: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    env.pop("CELERY_BROKER_URL", None)
+    cmd = [sys.executable, "-m", "celery", "-A", "kombu_tasks", "worker", f"--pool={pool}", *extra,
+           "--loglevel=INFO", "--without-heartbeat", "--without-mingle", "--without-gossip",
+           "-n", f"w{time.monotonic_ns()}@%h"]
+    log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - closed by the child's exit
+    try:
+        return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        log.close()
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(30 * FACTOR)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    return proc.returncode
+
+
+def _app(tmp_path: Path, url: str, prefix: str) -> Any:
+    runs = tmp_path / "runs.txt"
+    runs.touch()
+    (tmp_path / "kombu_tasks.py").write_text(_CELERY_APP.format(url=url, prefix=prefix, runs=str(runs)))
+    from celery import Celery
+
+    sender = Celery("sender", broker=url)
+    sender.conf.broker_transport = TRANSPORT
+    sender.conf.broker_transport_options = {"subject_prefix": prefix}
+    return sender
+
+
+def _close(app: Any) -> None:
+    """Close the app's pooled broker connections (Celery's close() only drops the pool)."""
+    app.pool.force_close_all()
+    app.close()
+
+
+def _lines(tmp_path: Path) -> list[str]:
+    return (tmp_path / "runs.txt").read_text().splitlines()
+
+
+@pytest.mark.parametrize("pool", [["threads", "--concurrency=4"], ["prefork", "--concurrency=2"]],
+                         ids=["threads", "prefork"])
+def test_celery_worker_runs_each_task_exactly_once(nats_server: NatsServer, prefix: str, tmp_path: Path,
+                                                   pool: list[str]) -> None:
+    sender = _app(tmp_path, nats_server.url, prefix)
+    proc = _worker(tmp_path, pool[0], pool[1])
+    try:
+        for i in range(20):
+            sender.send_task("kombu_tasks.record", args=[i])
+        wait_for(lambda: len(_lines(tmp_path)) >= 20, timeout=60, interval=0.1, what="20 tasks to run")
+        time.sleep(1 * FACTOR)  # a duplicate would show up now
+    finally:
+        code = _stop(proc)
+        _close(sender)
+    log = (tmp_path / "worker.log").read_text()
+    assert code == 0, log
+    done = sorted(int(line.split()[1]) for line in _lines(tmp_path))
+    assert done == list(range(20)), log
+
+
+def test_celery_task_with_acks_late_runs_again_after_its_worker_was_killed(
+        nats_server: NatsServer, prefix: str, tmp_path: Path) -> None:
+    sender = _app(tmp_path, nats_server.url, prefix)
+    first = _worker(tmp_path, "threads", "--concurrency=2")
+    second = None
+    try:
+        sender.send_task("kombu_tasks.slow", args=["job"])
+        wait_for(lambda: "start job" in _lines(tmp_path), timeout=60, interval=0.1, what="the task to start")
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(10)
+        second = _worker(tmp_path, "threads", "--concurrency=2")
+        wait_for(lambda: "done job" in _lines(tmp_path), timeout=60, interval=0.1,
+                 what="the task to run again on the second worker")
+        time.sleep(3 * FACTOR)  # more than one ack wait: nothing else arrives
+    finally:
+        _stop(first, signal.SIGKILL)
+        if second is not None:
+            _stop(second)
+        _close(sender)
+    assert _lines(tmp_path) == ["start job", "start job", "done job"], (tmp_path / "worker.log").read_text()
+
+
+def test_celery_remote_control_reaches_the_worker(nats_server: NatsServer, prefix: str, tmp_path: Path) -> None:
+    """``control.ping``: a fanout broadcast to the worker's pidbox queue and a direct reply back, both
+    routed by bindings the other process stored."""
+    sender = _app(tmp_path, nats_server.url, prefix)
+    proc = _worker(tmp_path, "threads", "--concurrency=1")
+    replies: list[Any] = []
+    try:
+        def pinged() -> bool:
+            replies[:] = sender.control.ping(timeout=1.0 * FACTOR)
+            return bool(replies)
+
+        wait_for(pinged, timeout=60, interval=0.1, what="a pong from the worker")
+    finally:
+        code = _stop(proc)
+        _close(sender)
+    assert len(replies) == 1 and list(replies[0].values()) == [{"ok": "pong"}], replies
+    assert code == 0, (tmp_path / "worker.log").read_text()

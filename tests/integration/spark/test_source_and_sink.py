@@ -1,0 +1,687 @@
+"""The ``jetstream`` PySpark data source and sink, on local Spark against a real nats-server.
+
+One local SparkSession (``local[2,3]``: two threads, and up to three attempts per task so
+a task retry can be forced) serves the whole module (tests/integration/spark/spark_session.py).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import subprocess
+import sys
+import time
+
+import pytest
+
+import jssync
+from tests.conftest import FACTOR, wait_for
+
+from .spark_session import start_session
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+from jssync import spark as jspark  # noqa: E402  (pyspark is a test dependency: never skipped)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = start_session("local[2,3]", "jssync-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _read(spark, url: str, stream: str, **options):
+    r = spark.read.format("jetstream").option("servers", url).option("stream", stream)
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    return r.load()
+
+
+def _publish(js, subjects: list[str], n: int, start: int = 0, headers_every: int = 0, sync: bool = False) -> None:
+    """Publish ``m<i>`` for i in start..start+n-1, round-robin over ``subjects``."""
+    for i in range(start, start + n):
+        h = {"i": str(i)} if headers_every and i % headers_every == 0 else None
+        if sync:
+            js.publish(subjects[i % len(subjects)], f"m{i}".encode(), headers=h)
+        else:
+            js.publish_async(subjects[i % len(subjects)], f"m{i}".encode(), headers=h)
+    js.publish_async_completed(timeout=60)
+
+
+@pytest.fixture
+def stream(js, unique):
+    """A fresh memory stream ``S<unique>`` on subjects ``S<unique>.*``, deleted afterwards."""
+    name = f"S{unique}"
+    st = js.create_stream(name=name, subjects=[f"{name}.*"], storage="memory", allow_direct=True)
+    try:
+        yield st
+    finally:
+        js.delete_stream(name)
+
+
+# -- no Spark needed -----------------------------------------------------------------------------
+
+
+def test_import_jssync_does_not_import_pyspark():
+    code = "import sys, jssync; assert 'pyspark' not in sys.modules, 'pyspark was imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_missing_pyspark_gives_an_install_hint():
+    code = (
+        "import sys\n"
+        "sys.modules['pyspark'] = None\n"
+        "try:\n"
+        "    import jssync.spark\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+        "else:\n"
+        "    raise SystemExit('no ImportError')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "pip install 'jssync[spark]'" in proc.stdout
+    assert "Java 17" in proc.stdout
+
+
+def test_split_range_covers_every_sequence_once():
+    assert jspark.split_range(1, 10, 3) == [(1, 4), (5, 7), (8, 10)]
+    assert jspark.split_range(5, 5, 4) == [(5, 5)]
+    assert jspark.split_range(6, 5, 4) == []
+    for first, last, parts in [(1, 100_000, 4), (7, 19, 5), (1, 3, 8)]:
+        ranges = jspark.split_range(first, last, parts)
+        seqs = [s for lo, hi in ranges for s in range(lo, hi + 1)]
+        assert seqs == list(range(first, last + 1))
+        sizes = [hi - lo + 1 for lo, hi in ranges]
+        assert max(sizes) - min(sizes) <= 1
+    with pytest.raises(ValueError, match="parts"):
+        jspark.split_range(1, 2, 0)
+
+
+def test_derived_msg_ids_depend_on_content_and_occurrence_not_on_row_order():
+    a = jspark.derive_msg_id("q", 3, 1, "OUT.x", b"data")
+    assert a == jspark.derive_msg_id("q", 3, 1, "OUT.x", b"data", 0)
+    others = {
+        jspark.derive_msg_id("q2", 3, 1, "OUT.x", b"data"),
+        jspark.derive_msg_id("q", 4, 1, "OUT.x", b"data"),
+        jspark.derive_msg_id("q", 3, 2, "OUT.x", b"data"),
+        jspark.derive_msg_id("q", 3, 1, "OUT.x", b"data", 1),  # the same row again in the partition
+        jspark.derive_msg_id("q", 3, 1, "OUT.y", b"data"),
+        jspark.derive_msg_id("q", 3, 1, "OUT.x", b"datb"),
+        jspark.derive_msg_id("q", 3, 1, "OUT.x", b"data", headers={"k": "v"}),
+        jspark.derive_msg_id("q", 3, 1, "OUT.x", b"data", headers={"k": "w"}),
+    }
+    assert a not in others and len(others) == 8
+    assert jspark.derive_msg_id("q", 3, 1, "OUT.x", b"d", headers={"a": "1", "b": "2"}) == \
+        jspark.derive_msg_id("q", 3, 1, "OUT.x", b"d", headers={"b": "2", "a": "1"})
+
+
+def test_write_batches_rows_carry_the_derived_ids_and_bad_rows_fail(nats_server, js, stream):
+    # write_batches outside Spark: plain rows take the checked fast path (one subject
+    # check per subject, the id built incrementally), rows with headers the general one
+    import pyarrow as pa
+
+    name = stream.name
+    subjects = [f"{name}.a", f"{name}.b", f"{name}.a", f"{name}.c"]
+    datas = [b"one", b"two", b"", b"four"]
+    headers = [None, None, None, [("X-K", "v")]]
+    hdr_type = pa.map_(pa.string(), pa.string())
+    rb = pa.RecordBatch.from_arrays(
+        [pa.array(subjects), pa.array(datas, type=pa.binary()), pa.array(headers, type=hdr_type)],
+        names=["subject", "data", "headers"])
+    opts = jspark.WriteOptions.parse({"servers": nats_server.url})
+    res = jspark.write_batches(opts, iter([rb]), "pfx", 5, 2)
+    assert (res.rows, res.duplicates, res.first_seq, res.last_seq) == (4, 0, 1, 4)
+    for seq, (subj, data) in enumerate(zip(subjects, datas, strict=True), start=1):
+        m = stream.get_msg(seq)
+        assert (m.subject, m.data) == (subj, data)
+        hdrs = {"X-K": "v"} if seq == 4 else None
+        assert m.headers["Nats-Msg-Id"] == jspark.derive_msg_id("pfx", 5, 2, subj, data, headers=hdrs)
+    assert stream.get_msg(4).headers["X-K"] == "v"
+    # the same rows again: all dropped by the duplicate window
+    again = jspark.write_batches(opts, iter([rb]), "pfx", 5, 2)
+    assert (again.rows, again.duplicates) == (4, 4)
+
+    big = b"x" * (js.conn.max_payload - 20)  # fits alone, not with its Nats-Msg-Id header
+    for subj, data, what in ((f"{name}.d", big, "MaxPayloadError"), (f"{name}.*", b"x", "BadSubjectError")):
+        bad = pa.RecordBatch.from_arrays([pa.array([f"{name}.ok", subj]), pa.array([b"ok", data])],
+                                         names=["subject", "data"])
+        with pytest.raises(jspark.SparkWriteError, match=f"row 1 of partition 2 .*{what}"):
+            jspark.write_batches(opts, iter([bad]), "pfy", 0, 2)
+    no_ids = jspark.WriteOptions.parse({"servers": nats_server.url, "derivemsgid": "false"})
+    ok = pa.RecordBatch.from_arrays([pa.array([f"{name}.e"]), pa.array([big])], names=["subject", "data"])
+    assert jspark.write_batches(no_ids, iter([ok]), "pfz", 0, 0).rows == 1
+    assert stream.get_msg(stream.info().state.last_seq).headers is None
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "option 'stream' is required"),
+        ({"stream": "A.B"}, "invalid option 'stream'"),
+        ({"stream": "S", "numPartitions": "0"}, "'numPartitions' must be >= 1"),
+        ({"stream": "S", "numPartitions": "many"}, "'numPartitions' must be an integer"),
+        ({"stream": "S", "startingSequence": "5", "startingTime": "2024-01-01T00:00:00Z"}, "not both"),
+        ({"stream": "S", "startingTime": "yesterday"}, "ISO 8601"),
+        ({"stream": "S", "includeHeaders": "maybe"}, "true or false"),
+        ({"stream": "S", "readMethod": "telepathy"}, "'consumer' or 'direct'"),
+        ({"stream": "S", "readMethod": "direct", "subjects": "S.a,S.b"}, "one subject filter"),
+        ({"stream": "S", "subjects": "S..a"}, "option 'subjects'"),
+        ({"stream": "S", "tlsCertFile": "/x.pem"}, "go together"),
+        ({"stream": "S", "timeout": "-1"}, "'timeout' must be > 0"),
+    ],
+)
+def test_bad_read_options_are_named(options, message):
+    with pytest.raises(ValueError, match=message):
+        jspark.ReadOptions.parse({k.lower(): v for k, v in options.items()})
+
+
+def test_read_options_parse():
+    o = jspark.ReadOptions.parse({"stream": "S", "subjects": "S.a, S.b", "startingsequence": "latest",
+                                  "numpartitions": "4", "includeheaders": "false", "password": "pw"})
+    assert o.subjects == ("S.a", "S.b") and o.starting_latest and o.num_partitions == 4
+    assert not o.include_headers and "pw" not in repr(o)
+    t = jspark.ReadOptions.parse({"stream": "S", "startingtime": "2024-05-01T12:00:00"}).starting_time
+    assert t == _dt.datetime(2024, 5, 1, 12, tzinfo=_dt.UTC)
+
+
+# -- batch reads ---------------------------------------------------------------------------------
+
+
+def test_batch_read_100k_in_4_partitions_is_the_stream_exactly(spark, nats_server, js, unique):
+    name = f"BIG{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.*"], storage="memory")
+    try:
+        n = 100_000
+        _publish(js, [f"{name}.a", f"{name}.b"], n, headers_every=1000)
+        df = _read(spark, nats_server.url, name, numPartitions=4)
+        assert df.rdd.getNumPartitions() == 4
+        t0 = time.perf_counter()
+        rows = df.select("seq", "subject", "data", "headers", "stream").collect()
+        elapsed = time.perf_counter() - t0
+        print(f"batch read of {n} messages in 4 partitions: {n / elapsed:,.0f} rows/s")
+        assert len(rows) == n
+        assert sorted(r.seq for r in rows) == list(range(1, n + 1))
+        for r in rows:
+            i = r.seq - 1
+            assert r.data == f"m{i}".encode()
+            assert r.subject == f"{name}.{'ab'[i % 2]}"
+            assert r.stream == name
+            assert r.headers == ({"i": str(i)} if i % 1000 == 0 else None)
+    finally:
+        js.delete_stream(name)
+
+
+def test_batch_read_options_filters_ranges_and_times(spark, nats_server, js, stream):
+    name = stream.name
+    _publish(js, [f"{name}.a", f"{name}.b", f"{name}.c"], 30, headers_every=2, sync=True)
+    url = nats_server.url
+    # subjects filter, several subjects
+    seqs = sorted(r.seq for r in _read(spark, url, name, subjects=f"{name}.a,{name}.c", numPartitions=3).collect())
+    assert seqs == [s for s in range(1, 31) if (s - 1) % 3 != 1]
+    # one subject, sequence range
+    df = _read(spark, url, name, subjects=f"{name}.b", startingSequence=5, endingSequence=20, numPartitions=2)
+    assert sorted(r.seq for r in df.collect()) == [s for s in range(5, 21) if (s - 1) % 3 == 1]
+    # headers off
+    rows = _read(spark, url, name, includeHeaders="false", endingSequence=3).collect()
+    assert [r.headers for r in rows] == [None, None, None]
+    # latest: nothing; endingSequence beyond the stream: up to the last message
+    assert _read(spark, url, name, startingSequence="latest").count() == 0
+    assert _read(spark, url, name, startingSequence=25, endingSequence=10_000).count() == 6
+    # startingTime: from the first message stored at or after that time
+    t_mid = stream.get_msg(16).time
+    rows = _read(spark, url, name, startingTime=t_mid.isoformat()).collect()
+    assert min(r.seq for r in rows) == 16 and len(rows) == 15
+    first = _read(spark, url, name, endingSequence=1).collect()[0]
+    assert first.time == stream.get_msg(1).time.astimezone().replace(tzinfo=None)  # PySpark gives local time
+    future = (_dt.datetime.now(_dt.UTC) + _dt.timedelta(hours=1)).isoformat()
+    assert _read(spark, url, name, startingTime=future).count() == 0
+
+
+def test_deleted_and_purged_sequences_are_skipped_without_hanging(spark, nats_server, js, stream):
+    name = stream.name
+    _publish(js, [f"{name}.a"], 40)
+    stream.purge(seq=6)  # 1..5 gone
+    for s in (10, 11, 12, 20, 38, 39, 40):  # the last sequences too
+        stream.delete_msg(s)
+    expected = [s for s in range(6, 38) if s not in (10, 11, 12, 20)]
+    for method in ("consumer", "direct"):
+        t0 = time.monotonic()
+        # 40 sequences in 8 ranges: some ranges end on, or consist only of, deleted sequences
+        df = _read(spark, nats_server.url, name, numPartitions=8, readMethod=method, startingSequence=1)
+        assert sorted(r.seq for r in df.collect()) == expected, method
+        assert time.monotonic() - t0 < 30 * FACTOR, f"{method} read was slow: a gap made a task wait"
+    # a range that matches nothing at all
+    assert _read(spark, nats_server.url, name, subjects=f"{name}.zzz", numPartitions=2).count() == 0
+
+
+def test_direct_read_method_matches_consumer_and_needs_allow_direct(spark, nats_server, js, stream, unique):
+    name = stream.name
+    _publish(js, [f"{name}.a", f"{name}.b"], 500, headers_every=7)
+    url = nats_server.url
+    cols = ["seq", "subject", "time", "data", "headers"]
+    a = _read(spark, url, name, numPartitions=3, batchSize=64).select(*cols).orderBy("seq").collect()
+    b = _read(spark, url, name, numPartitions=3, batchSize=64, readMethod="direct")
+    b = b.select(*cols).orderBy("seq").collect()
+    assert a == b and len(a) == 500
+    c = _read(spark, url, name, subjects=f"{name}.b", readMethod="direct").collect()
+    assert sorted(r.seq for r in c) == list(range(2, 501, 2))
+    other = f"ND{unique}"
+    js.create_stream(name=other, subjects=[f"{other}.*"], storage="memory")
+    try:
+        js.publish(f"{other}.a", b"x")
+        with pytest.raises(Exception, match="allow_direct"):
+            _read(spark, url, other, readMethod="direct").collect()
+    finally:
+        js.delete_stream(other)
+
+
+def test_tls_and_password_options(spark, tmp_path, unique):
+    """Executors connect with the TLS file options and user/password; a wrong password fails
+    the query without showing the password."""
+    pytest.importorskip("cryptography", reason="the test extra installs cryptography")
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+    from pyspark.errors import PySparkException
+
+    from jssync.server import NatsServer
+    from tests.integration.core.test_security import _make_ca, _make_leaf, _tls_config, _write_key
+
+    ca, ca_key = _make_ca("jssync spark test CA")
+    loopback = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    cert, key = _make_leaf(ca, ca_key, "localhost", loopback, ExtendedKeyUsageOID.SERVER_AUTH)
+    ca_file, cert_file, key_file = tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "server.key"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key_file, key)
+    config = _tls_config(cert_file, key_file, ca_file) + "authorization { user: bob, password: s3cretpw }\n"
+    with NatsServer(jetstream=True, config=config) as srv:
+        opts = {"servers": srv.url, "tlsCaFile": str(ca_file), "user": "bob", "password": "s3cretpw"}
+        name = f"TLS{unique}"
+        with jssync.connect(srv.url, tls=jspark.ConnectOptions.parse({"tlscafile": str(ca_file)}).tls_context(),
+                            user="bob", password="s3cretpw") as nc:
+            nc.jetstream().create_stream(name=name, subjects=[f"{name}.*"], storage="memory")
+            spark.range(0, 50).selectExpr("cast(id as string) as data").write.format("jetstream") \
+                .options(**opts).option("subject", f"{name}.x").save()
+            df = spark.read.format("jetstream").options(**opts).option("stream", name).load()
+            assert sorted(int(r.data) for r in df.collect()) == list(range(50))
+        with pytest.raises(PySparkException, match="AuthorizationError") as ei:
+            spark.read.format("jetstream").options(**dict(opts, password="wr0ngpw")).option("stream", name) \
+                .load().collect()
+        assert "wr0ngpw" not in str(ei.value) and "s3cretpw" not in str(ei.value)
+
+
+def test_read_errors_are_clear(spark, nats_server, unique):
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(PySparkException, match="option 'stream' is required"):
+        spark.read.format("jetstream").option("servers", nats_server.url).load().collect()
+    with pytest.raises(PySparkException, match="StreamNotFoundError"):
+        _read(spark, nats_server.url, f"NOPE{unique}").collect()
+
+
+_NOPULL = """
+authorization {
+  users: [
+    {user: admin, password: adminpw}
+    {user: nopull, password: nopullpw, permissions: {publish: {deny: ["$JS.API.CONSUMER.MSG.NEXT.>"]}}}
+  ]
+}
+"""
+
+
+def test_starting_time_lookup_never_skips_data_on_a_failed_pull(monkeypatch, unique):
+    """_seq_at_time gives last_seq + 1 only when nothing is stored at or after the time: a pull
+    that got no answer (here: the user may create consumers but not pull) raises instead of
+    starting the read after the end of the stream."""
+    from jssync.jetstream.consumers import Consumer
+    from jssync.server import NatsServer
+
+    name = f"T{unique}"
+    with NatsServer(jetstream=True, config=_NOPULL) as srv, \
+            jssync.connect(srv.url, user="admin", password="adminpw") as admin:
+        ajs = admin.jetstream()
+        st = ajs.create_stream(name=name, subjects=[f"{name}.*"], storage="memory")
+        try:
+            for i in range(10):
+                ajs.publish(f"{name}.a", f"m{i}".encode())
+            t6 = st.get_msg(6).time
+            opts = jspark.ReadOptions.parse({"servers": srv.url, "stream": name, "timeout": "2"})
+            assert jspark._seq_at_time(ajs, opts, t6, 10) == 6
+            future = _dt.datetime.now(_dt.UTC) + _dt.timedelta(hours=1)
+            assert jspark._seq_at_time(ajs, opts, future, 10) == 11
+
+            errors: list[BaseException] = []
+            with jssync.connect(srv.url, user="nopull", password="nopullpw", error_cb=errors.append) as nc:
+                t0 = time.monotonic()
+                with pytest.raises(jssync.TimeoutError, match=rf"stream '{name}'.*{t6.year}") as ei:
+                    jspark._seq_at_time(nc.jetstream(timeout=1), opts, t6, 10)
+                assert time.monotonic() - t0 < 10 * FACTOR
+                assert isinstance(ei.value.__cause__, jssync.TimeoutError)
+            assert any(isinstance(e, jssync.PermissionDeniedError) for e in errors)
+            assert st.info().state.consumer_count == 0  # the lookup consumer was deleted
+
+            # messages removed between the consumer's creation (num_pending > 0) and the pull:
+            # the pull ends normally with 404 No Messages, so nothing is there and no error
+            real = Consumer.fetch_no_wait
+
+            def purge_first(self, *a, **kw):
+                assert (self.cached_info.num_pending or 0) > 0
+                st.purge()
+                return real(self, *a, **kw)
+
+            monkeypatch.setattr(Consumer, "fetch_no_wait", purge_first)
+            assert jspark._seq_at_time(ajs, opts, t6, 10) == 11
+        finally:
+            ajs.delete_stream(name)
+
+
+# -- streaming reads -----------------------------------------------------------------------------
+
+
+def test_streaming_read_restarts_from_its_checkpoint_exactly_once(spark, nats_server, js, stream, tmp_path):
+    name = stream.name
+    url = nats_server.url
+    out = str(tmp_path / "out")
+    ckpt = str(tmp_path / "ckpt")
+    _publish(js, [f"{name}.a", f"{name}.b"], 2000)
+
+    def start(trigger: dict):
+        return (
+            spark.readStream.format("jetstream").option("servers", url).option("stream", name)
+            .option("maxMessagesPerTrigger", "500").option("numPartitions", "2").load()
+            .select("seq", "subject", "data")
+            .writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+            .trigger(**trigger).start()
+        )
+
+    # first run: stopped mid-way, after a few micro-batches
+    q = start({"processingTime": "0 seconds"})
+    try:
+        wait_for(lambda: len(q.recentProgress) >= 2, timeout=120, what="two micro-batches")
+    finally:
+        q.stop()
+    done_first = spark.read.parquet(out).count()
+    assert 0 < done_first < 2000
+    # more messages, then a restart from the checkpoint that reads what is there now
+    _publish(js, [f"{name}.a", f"{name}.b"], 500, start=2000)
+    q = start({"availableNow": True})
+    assert q.awaitTermination(180 * FACTOR)
+    assert q.exception() is None
+    rows = spark.read.parquet(out).collect()
+    seqs = sorted(r.seq for r in rows)
+    assert seqs == list(range(1, 2501)), f"{len(seqs)} rows, {len(set(seqs))} distinct"
+    assert all(r.data == f"m{r.seq - 1}".encode() for r in rows)
+    # maxMessagesPerTrigger capped every micro-batch
+    assert all(p["numInputRows"] <= 500 for p in q.recentProgress)
+
+
+def test_streaming_read_starting_latest_and_offsets(spark, nats_server, js, stream, tmp_path):
+    name = stream.name
+    _publish(js, [f"{name}.a"], 10)
+    reader = jspark.JetStreamStreamReader(
+        jspark.ReadOptions.parse({"servers": nats_server.url, "stream": name, "startingsequence": "latest",
+                                  "maxmessagespertrigger": "4"}))
+    try:
+        created = stream.info().created.isoformat()  # offsets name the stream they are in
+
+        def off(seq: int) -> dict:
+            return {"seq": seq, "created": created}
+
+        assert reader.initialOffset() == off(11)
+        _publish(js, [f"{name}.a"], 10, start=10)
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        assert reader.getDefaultReadLimit() == ReadMaxRows(4)
+        assert reader.latestOffset(off(11), ReadMaxRows(4)) == off(15)
+        assert reader.latestOffset(off(11), ReadAllAvailable()) == off(21)
+        assert reader.latestOffset(off(21), ReadAllAvailable()) == off(21)
+        assert reader.latestOffset({"seq": 11}, ReadAllAvailable()) == off(21)  # an offset without created
+        reader.prepareForTriggerAvailableNow()
+        _publish(js, [f"{name}.a"], 5, start=20)
+        assert reader.latestOffset(off(11), ReadAllAvailable()) == off(21)  # the availableNow target
+        parts = reader.partitions(off(11), off(21))
+        assert [(p.first, p.last) for p in parts] == [(11, 20)]
+        assert reader.partitions(off(21), off(21)) == []
+        import pickle
+
+        assert pickle.loads(pickle.dumps(reader)).opts == reader.opts  # no connection travels
+        batches = list(reader.read(parts[0]))
+        assert [s for b in batches for s in b.column("seq").to_pylist()] == list(range(11, 21))
+    finally:
+        reader.stop()
+
+
+# -- writes --------------------------------------------------------------------------------------
+
+
+def test_write_then_read_back(spark, nats_server, js, unique):
+    from pyspark.sql import functions as F
+
+    name = f"OUT{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+    try:
+        df = spark.range(0, 1000, numPartitions=3).select(
+            F.when(F.col("id") % 10 == 0, F.lit(f"{name}.tens")).alias("subject"),  # null: the option's subject
+            F.concat(F.lit("row "), F.col("id").cast("string")).alias("data"),  # string data
+            F.create_map(F.lit("id"), F.col("id").cast("string")).alias("headers"),
+        )
+        df.write.format("jetstream").option("servers", url).option("subject", f"{name}.rest").save()
+        back = _read(spark, url, name).collect()
+        assert len(back) == 1000
+        got = {int(r.headers["id"]): r for r in back}
+        assert sorted(got) == list(range(1000))
+        for i, r in got.items():
+            assert r.data == f"row {i}".encode()
+            assert r.subject == (f"{name}.tens" if i % 10 == 0 else f"{name}.rest")
+            assert r.headers["Nats-Msg-Id"]
+        # the same rows written again with an id column: the stream drops every copy
+        ids = df.withColumn("id", F.col("headers")["id"])
+        ids.write.format("jetstream").option("servers", url).option("subject", f"{name}.rest") \
+            .option("msgIdColumn", "id").mode("append").save()
+        n_after_first = js.stream(name).info().state.messages
+        ids.write.format("jetstream").option("servers", url).option("subject", f"{name}.rest") \
+            .option("msgIdColumn", "id").save()
+        assert n_after_first == 2000
+        assert js.stream(name).info().state.messages == 2000
+    finally:
+        js.delete_stream(name)
+
+
+def test_forced_task_retry_creates_no_duplicates(spark, nats_server, js, unique):
+    """The first attempt of partition 0 fails after some of its rows were stored; the retry
+    publishes them again with the same derived message ids, so the stream keeps one copy."""
+    name = f"RT{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+
+    def fail_first_attempt(batches):
+        import time as _time
+
+        from pyspark import TaskContext
+
+        import jssync as _jssync
+
+        tc = TaskContext.get()
+        n = 0
+        for pdf in batches:
+            yield pdf
+            n += len(pdf)
+            if tc.attemptNumber() == 0 and tc.partitionId() == 0 and n >= 1000:
+                with _jssync.connect(url) as c:
+                    st = c.jetstream().stream(name)
+                    end = _time.monotonic() + 60
+                    while _time.monotonic() < end and st.info().state.messages < 300:
+                        _time.sleep(0.05)
+                raise RuntimeError("injected failure of the first attempt")
+
+    try:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "250")
+        df = spark.range(0, 4000, numPartitions=2).selectExpr(
+            f"concat('{name}.', id % 4) as subject", "concat(cast(id as string), repeat('x', 1000)) as data")
+        df.mapInPandas(fail_first_attempt, df.schema).write.format("jetstream").option("servers", url).save()
+        info = js.stream(name).info()
+        assert info.state.messages == 4000
+        ids = {r.data.split(b"x", 1)[0] for r in _read(spark, url, name).select("data").collect()}
+        assert len(ids) == 4000
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+        js.delete_stream(name)
+
+
+def test_task_retry_with_rows_in_another_order_stores_each_row_once(spark, nats_server, js, unique):
+    """The first attempt of partition 0 publishes all its rows, then fails on a bad row; the
+    retry produces the same rows in reverse order (and no bad row). Derived ids do not depend
+    on the order, so the stream keeps exactly one copy of each row, and identical rows of one
+    partition (same subject and data) are each stored once, not collapsed into one."""
+    import collections
+
+    name = f"RO{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+
+    def fail_first_attempt_then_reverse(batches):
+        import pandas as pd
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        pdf = pd.concat(list(batches), ignore_index=True)
+        if tc.partitionId() == 0 and tc.attemptNumber() == 0:
+            # a wildcard subject: the writer fails the task on this row, after the others
+            pdf = pd.concat([pdf, pd.DataFrame({"subject": [f"{name}.*"], "data": ["bad"]})], ignore_index=True)
+        elif tc.attemptNumber() > 0:
+            pdf = pdf.iloc[::-1].reset_index(drop=True)
+        for lo in range(0, len(pdf), 250):
+            yield pdf.iloc[lo:lo + 250]
+
+    try:
+        # ids 0, 700 and 1400 of partition 0 are the same row (same subject, same data)
+        df = spark.range(0, 4000, numPartitions=2).selectExpr(
+            f"concat('{name}.p', cast(id div 2000 as string), '.', id % 4) as subject",
+            "cast(id % 700 as string) as data")
+        expected = collections.Counter((r.subject, r.data.encode()) for r in df.collect())
+        df.mapInPandas(fail_first_attempt_then_reverse, df.schema).write.format("jetstream") \
+            .option("servers", url).save()
+        got = collections.Counter((r.subject, r.data) for r in _read(spark, url, name).select(
+            "subject", "data").collect())
+        assert js.stream(name).info().state.messages == 4000
+        assert got == expected
+    finally:
+        js.delete_stream(name)
+
+
+def test_failed_write_says_what_it_stored_and_a_rerun_with_its_prefix_stores_nothing_twice(
+        spark, nats_server, js, unique):
+    """Partition 0 fails on a bad row (every attempt) while partition 1, far bigger, is still
+    publishing when the job aborts. The error says how many rows of the failed partition
+    are in the stream and the id prefix of the write; nothing lands after ``save()`` raised
+    (Spark kills the other task's Python worker); and a re-run of the corrected rows with
+    that ``msgIdPrefix`` stores each row exactly once."""
+    import re
+
+    from pyspark.errors import PySparkException
+
+    name = f"AB{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+    small, n = 1000, 201_000
+
+    def rows(bad: bool):
+        # partition 0: ids 0..999, id 600 on a subject no stream captures when bad;
+        # partition 1: ids 1000..200999
+        subject = (f"case when id = 600 then 'NOSTREAM{name}.x' else concat('{name}.', id % 3) end" if bad
+                   else f"concat('{name}.', id % 3)")
+        return spark.range(0, small, numPartitions=1).union(spark.range(small, n, numPartitions=1)) \
+            .selectExpr(f"{subject} as subject", "cast(id as string) as data")
+
+    try:
+        with pytest.raises(PySparkException) as ei:
+            rows(True).write.format("jetstream").option("servers", url).option("maxPending", "200").save()
+        text = str(ei.value)
+        m = re.search(r"(\d+) row\(s\) of partition 0 are in the stream.*msgIdPrefix='([^']+)'", text, re.S)
+        assert m, text
+        assert int(m.group(1)) >= 600  # the rows before the bad one (the first 600 at least)
+        prefix = m.group(2)
+        # partition 1 stops publishing: the stream does not grow any more
+        time.sleep(1 * FACTOR)
+        stored = js.stream(name).info().state.messages
+        time.sleep(3 * FACTOR)
+        assert js.stream(name).info().state.messages == stored
+        assert stored < n - small
+        # the corrected rows again, under the same prefix: only the missing ones are stored
+        rows(False).write.format("jetstream").option("servers", url).option("msgIdPrefix", prefix).save()
+        assert js.stream(name).info().state.messages == n
+        got = sorted(int(r.data) for r in _read(spark, url, name).select("data").collect())
+        assert got == list(range(n))
+    finally:
+        js.delete_stream(name)
+
+
+def test_write_errors_are_clear(spark, nats_server, js, unique):
+    from pyspark.errors import PySparkException
+
+    url = nats_server.url
+    df = spark.range(0, 5).selectExpr("cast(id as string) as data")
+    with pytest.raises(PySparkException, match="set option 'subject' or give the DataFrame a 'subject' column"):
+        df.write.format("jetstream").option("servers", url).save()
+    with pytest.raises(PySparkException, match="needs a 'data' column"):
+        spark.range(0, 5).write.format("jetstream").option("servers", url).option("subject", "X").save()
+    with pytest.raises(PySparkException, match="only appends"):
+        df.write.format("jetstream").option("servers", url).option("subject", "X").mode("overwrite").save()
+    with pytest.raises(PySparkException, match="'msgIdColumn' names 'nope'"):
+        df.write.format("jetstream").option("servers", url).option("subject", "X") \
+            .option("msgIdColumn", "nope").save()
+    # no stream captures the subject: the publish fails the task, naming row and subject
+    with pytest.raises(Exception, match=r"publishing row 0 of partition \d to 'NOSTREAM\.") as ei:
+        df.write.format("jetstream").option("servers", url).option("subject", f"NOSTREAM.{unique}") \
+            .option("publishTimeout", "2").save()
+    assert "NoRespondersError" in str(ei.value)
+
+
+def test_streaming_write_from_a_stream_to_a_stream(spark, nats_server, js, stream, unique, tmp_path):
+    src = stream.name
+    dst = f"DST{unique}"
+    js.create_stream(name=dst, subjects=[f"{dst}.>"], storage="memory")
+    url = nats_server.url
+    try:
+        _publish(js, [f"{src}.a", f"{src}.b"], 600)
+
+        def run():
+            q = (
+                spark.readStream.format("jetstream").option("servers", url).option("stream", src)
+                .option("maxMessagesPerTrigger", "250").load()
+                .selectExpr(f"concat('{dst}.', subject) as subject", "upper(cast(data as string)) as data")
+                .writeStream.format("jetstream").option("servers", url)
+                .option("checkpointLocation", str(tmp_path / "ckpt"))
+                .trigger(availableNow=True).start()
+            )
+            assert q.awaitTermination(120 * FACTOR)
+            assert q.exception() is None
+            return [(p["batchId"], p["numInputRows"]) for p in q.recentProgress]
+
+        assert run() == [(0, 250), (1, 250), (2, 100)]
+        assert js.stream(dst).info().state.messages == 600
+        m = js.stream(dst).get_msg(1)
+        assert m.subject == f"{dst}.{src}.a" and m.data == b"M0"
+        msg_id = m.headers["Nats-Msg-Id"]
+        assert msg_id.count(".") == 4  # query id, micro-batch, partition, row, digest
+        # forget that the last micro-batch was committed: the restart replays it (same offsets,
+        # same ids, all dropped by the stream), then reads the new messages
+        commits = sorted((tmp_path / "ckpt" / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+        assert len(commits) == 3  # 250 + 250 + 100
+        last = commits[-1]
+        last.unlink()
+        (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
+        _publish(js, [f"{src}.a"], 100, start=600)
+        assert run() == [(2, 100), (3, 100)]
+        assert js.stream(dst).info().state.messages == 700
+    finally:
+        js.delete_stream(dst)
+
