@@ -83,6 +83,10 @@ class _HeaderGetter(Getter[dict[str, str]]):
 
 _GETTER = _HeaderGetter()
 
+#: per thread: ``busy`` while a tracer runs an operation it traces. One for every tracer, so that
+#: an ``instrument()`` that replaces the tracer meanwhile does not trace that operation twice.
+_LOCAL = threading.local()
+
 
 def _has_header(headers: dict[str, str], name: str) -> bool:
     return _GETTER.get(headers, name) is not None
@@ -171,22 +175,20 @@ class MessageTracer:
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self._tracer = trace.get_tracer("jssync.otel", __version__, tracer_provider, schema_url=SCHEMA_URL)
-        self._local = threading.local()
 
     # -- the re-entry guard ------------------------------------------------------------------
 
     def wants(self) -> bool:
         """False while this thread runs an operation this tracer already traces."""
-        return not getattr(self._local, "busy", False)
+        return not getattr(_LOCAL, "busy", False)
 
     def _quiet(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        local = self._local
-        before = getattr(local, "busy", False)
-        local.busy = True
+        before = getattr(_LOCAL, "busy", False)
+        _LOCAL.busy = True
         try:
             return fn(*args, **kwargs)
         finally:
-            local.busy = before
+            _LOCAL.busy = before
 
     # -- context propagation -----------------------------------------------------------------
 

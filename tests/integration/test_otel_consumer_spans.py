@@ -166,3 +166,16 @@ def test_each_ack_kind_is_one_settle_span(js, stream, settle, name):
     assert a["messaging.operation.name"] == name
     assert a["messaging.nats.message.stream_sequence"] == 1
     assert [_ids(link) for link in span.links] == [_ids(send)]
+
+
+def test_a_traceparent_in_any_case_from_another_client_is_the_process_spans_parent(nc, unique):
+    subject = f"otel.{unique}"
+    done = threading.Event()
+    nc.subscribe(subject, callback=lambda m: done.set())
+    nc.flush()
+    # a Go client writes canonical header names: Traceparent
+    nc.publish(subject, b"x", headers={"Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+    assert done.wait(5 * FACTOR)
+    [span] = wait_spans(f"process {subject}")
+    assert span.context.trace_id == 0x0af7651916cd43dd8448eb211c80319c
+    assert span.parent is not None and span.parent.span_id == 0xb7ad6b7169203331 and span.parent.is_remote
