@@ -709,6 +709,9 @@ class Connection:
                 is used up (nothing was queued).
             jssync.ConnectionClosedError, jssync.ForkError.
         """
+        tracer = HOOKS.tracer  # jssync.otel: a send span, trace context in the headers (None: off)
+        if tracer is not None and tracer.wants():
+            return tracer.publish(self, subject, data, reply, headers)
         validate_subject(subject)
         if reply:
             validate_subject(reply, "reply subject")

@@ -147,6 +147,10 @@ class Msg:
         if self._acked or self._ack_none:
             return
         conn = self._conn
+        tracer = HOOKS.tracer  # jssync.otel: a settle span (None: off)
+        if tracer is not None and tracer.wants():
+            tracer.settle(self._send_ack, self, conn, payload, terminal)
+            return
         if conn._loop.forked or not self.reply.startswith(_JS_ACK_PREFIX):
             self._ack_target()  # raises
         conn._send_ack(self, payload, terminal)
@@ -160,6 +164,10 @@ class Msg:
             return
         conn = self._ack_target()
         if conn is None:
+            return
+        tracer = HOOKS.tracer  # jssync.otel: a settle span (None: off)
+        if tracer is not None and tracer.wants():
+            tracer.settle(self._send_ack_sync, self, conn, payload, terminal, timeout)
             return
         with conn._close_lock:  # the ack lock (see Connection._send_ack)
             if self._acked:

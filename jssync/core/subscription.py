@@ -19,6 +19,7 @@ from ..base.errors import (
     ValidationError,
 )
 from . import natspy as _natspy
+from .hooks import HOOKS
 from .msg import Msg
 from .workers import SerialLane
 
@@ -127,6 +128,10 @@ class Subscription:
 
     def _run_callback(self, msg: Msg) -> None:
         assert self._callback is not None
+        tracer = HOOKS.tracer  # jssync.otel: a process span around the callback (None: off)
+        if tracer is not None:
+            tracer.process(self._callback, msg, self._conn, self.queue)
+            return
         self._callback(msg)
 
     # -- user side -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from nats.js import api
 from ..base.deadline import DEFAULT, Deadline, Default
 from ..base.durations import optional_seconds, seconds
 from ..base.errors import PullRequestError, TimeoutError, UnknownOptionError, ValidationError
+from ..core.hooks import HOOKS as _CORE
 from ..core.msg import Msg
 from .priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
 from .pull import (
@@ -260,6 +261,12 @@ class Consumer:
             jssync.ConnectionClosedError: the connection closed meanwhile.
             jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError, jssync.NoRespondersError.
         """
+        tracer = _CORE.tracer  # jssync.otel: one receive span (None: off)
+        if tracer is not None and tracer.wants():
+            return tracer.receive("next", lambda: self.next(timeout, idle_heartbeat=idle_heartbeat, group=group,
+                                                            min_pending=min_pending, min_ack_pending=min_ack_pending,
+                                                            priority=priority),
+                                  self._js.conn, self.stream, self.name)
         if timeout is None:  # no limit: one pull after another
             each = NO_LIMIT_PULL
         else:

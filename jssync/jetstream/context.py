@@ -35,6 +35,7 @@ from ..base.status import is_no_responders
 from ..base.validate import _check_data, _headers_size, check_int, validate_headers, validate_subject
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
+from ..core.hooks import HOOKS as _CORE
 from . import priority as _priority
 from .hooks import HOOKS
 from .params import (  # (names of the context too: validate_name, HDR_*, _consumer_config)
@@ -866,6 +867,12 @@ class JetStream:
             jssync.TimeoutError, jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
             ValueError: e.g. ``ttl`` not a number >= 1 or ``"never"`` (nothing is sent).
         """
+        tracer = _CORE.tracer  # jssync.otel: a send span, trace context in the headers (None: off)
+        if tracer is not None and tracer.wants():
+            return tracer.js_publish(self, subject, data, headers, dict(
+                msg_id=msg_id, expected_stream=expected_stream, expected_last_seq=expected_last_seq,
+                expected_last_subject_seq=expected_last_subject_seq, expected_last_msg_id=expected_last_msg_id,
+                ttl=ttl, timeout=timeout, retry_attempts=retry_attempts, retry_wait=retry_wait, ack=ack))
         data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
                                         expected_last_subject_seq, expected_last_msg_id, ttl)
         if not ack:
@@ -985,6 +992,12 @@ class JetStream:
             jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError (before sending).
             jssync.ConnectionClosedError: the connection is closed.
         """
+        tracer = _CORE.tracer  # jssync.otel: a send span ended by the PubAck (None: off)
+        if tracer is not None and tracer.wants():
+            return tracer.js_publish_async(self, subject, data, headers, dict(
+                msg_id=msg_id, expected_stream=expected_stream, expected_last_seq=expected_last_seq,
+                expected_last_subject_seq=expected_last_subject_seq, expected_last_msg_id=expected_last_msg_id,
+                ttl=ttl, timeout=timeout, retry_attempts=retry_attempts, retry_wait=retry_wait))
         data, h = self._prepare_publish(subject, data, headers, msg_id, expected_stream, expected_last_seq,
                                         expected_last_subject_seq, expected_last_msg_id, ttl)
         _check_retry(retry_attempts, retry_wait)

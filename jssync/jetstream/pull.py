@@ -40,6 +40,7 @@ from ..base.errors import (
 from ..base.status import classify, is_user_msg, message_size, pull_request
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
+from ..core.hooks import HOOKS as _CORE
 from ..core.msg import Msg
 from .consume.engine import Action as EngineAction
 from .consume.engine import (
@@ -510,6 +511,10 @@ class FetchResult:
     def __next__(self) -> Msg:
         if self._ended:
             raise StopIteration
+        tracer = _CORE.tracer  # jssync.otel: a receive span (None: off)
+        if tracer is not None and tracer.wants():
+            st = self._state
+            return tracer.receive("fetch", self.__next__, self._conn, st.stream, st.consumer)
         try:
             item = self._state.q.get_nowait()
         except Empty:
@@ -1599,6 +1604,9 @@ class ConsumeContext(_natspy.Receiver):
         return self
 
     def __next__(self) -> Msg:
+        tracer = _CORE.tracer  # jssync.otel: a receive span (None: off)
+        if tracer is not None and tracer.wants():
+            return tracer.receive("consume", self.__next__, self._conn, self.stream, self.consumer)
         self._iter_thread = threading.get_ident()
         try:
             msg = self._q.get_nowait()
@@ -1630,6 +1638,9 @@ class ConsumeContext(_natspy.Receiver):
         """
         if self._cb is not None:
             raise TypeError("next() cannot be used on a consume with a callback")
+        tracer = _CORE.tracer  # jssync.otel: a receive span (None: off)
+        if tracer is not None and tracer.wants():
+            return tracer.receive("consume", self.next, self._conn, self.stream, self.consumer, timeout)
         self._iter_thread = threading.get_ident()
         try:
             msg = self._q.get_nowait()
@@ -1718,7 +1729,11 @@ class ConsumeContext(_natspy.Receiver):
                     self._not_handed_over(msg)
                 continue  # (closed: dropped)
             try:
-                cb(msg)
+                tracer = _CORE.tracer  # jssync.otel: a process span around the callback (None: off)
+                if tracer is None:
+                    cb(msg)
+                else:
+                    tracer.process(cb, msg, self._conn)
             except BaseException as exc:  # noqa: BLE001 - reported, consuming goes on
                 log.debug("consume callback raised", exc_info=True)
                 self._report(exc)

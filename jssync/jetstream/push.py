@@ -54,6 +54,7 @@ from ..base.errors import (
 )
 from ..base.status import PushAction, Status, classify, decide_push
 from ..core import natspy as _natspy
+from ..core.hooks import HOOKS as _CORE
 from ..core.msg import Msg
 from ..core.subscription import _END, Subscription, _Inbound
 from .consume.gaps import DELIVER, Gap, GapTracker, Reset
@@ -737,7 +738,11 @@ class JetStreamSubscription(Subscription):
             return
         assert self._callback is not None
         try:
-            self._callback(item)
+            tracer = _CORE.tracer  # jssync.otel: a process span around the callback (None: off)
+            if tracer is None:
+                self._callback(item)
+            else:
+                tracer.process(self._callback, item, self._conn, self.queue)
         except Exception as exc:  # noqa: BLE001 - the callback's failure goes to the error callback
             log.debug("callback of JetStream subscription %s raised", self.subject, exc_info=True)
             self._report(exc)

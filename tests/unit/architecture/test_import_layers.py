@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "server": 8,  # public name of testing.server
     "pytest_plugin": 8,  # public name of testing.pytest_plugin
     "contrib": 8,  # framework integrations (contrib.django): use the facade, never used by it
+    "otel": 8,  # OpenTelemetry tracing: sets core.hooks.HOOKS.tracer; core never imports it
     "cli": 9,
     "__main__": 9,
 }
