@@ -10,7 +10,7 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 
 import jssync  # noqa: E402
 from tests.conftest import FACTOR  # noqa: E402
-from tests.integration.otel_support import attrs, spans_named, tracing, wait_spans  # noqa: E402, F401
+from tests.integration.otel.otel_support import attrs, spans_named, tracing, wait_spans  # noqa: E402, F401
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("tracing")]
 

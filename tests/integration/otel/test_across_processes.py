@@ -18,11 +18,11 @@ import pytest
 pytest.importorskip("opentelemetry.sdk")
 
 from tests.conftest import FACTOR  # noqa: E402
-from tests.integration.otel_support import own_tracer, spans_named, tracing  # noqa: E402, F401
+from tests.integration.otel.otel_support import own_tracer, spans_named, tracing  # noqa: E402, F401
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("tracing")]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 CONSUMER = r'''
 import json, sys, time

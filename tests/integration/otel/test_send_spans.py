@@ -10,7 +10,7 @@ from opentelemetry import baggage, context, propagate  # noqa: E402
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 from tests.conftest import FACTOR  # noqa: E402
-from tests.integration.otel_support import attrs, own_tracer, spans_named, tracing, wait_spans  # noqa: E402, F401
+from tests.integration.otel.otel_support import attrs, own_tracer, spans_named, tracing, wait_spans  # noqa: E402, F401
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("tracing")]
 

@@ -18,11 +18,11 @@ pytest.importorskip("opentelemetry.sdk")
 import jssync.otel  # noqa: E402
 from jssync.core.hooks import HOOKS  # noqa: E402
 from tests.conftest import FACTOR  # noqa: E402
-from tests.integration.otel_support import exporter, jssync_spans, spans_named, tracing  # noqa: E402, F401
+from tests.integration.otel.otel_support import exporter, jssync_spans, spans_named, tracing  # noqa: E402, F401
 
 pytestmark = pytest.mark.timeout(60)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _round_trip(nc, js, stream):

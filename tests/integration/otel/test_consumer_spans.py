@@ -13,7 +13,7 @@ from opentelemetry import baggage, context  # noqa: E402
 from opentelemetry.trace import SpanKind  # noqa: E402
 
 from tests.conftest import FACTOR  # noqa: E402
-from tests.integration.otel_support import attrs, spans_named, tracing, wait_spans  # noqa: E402, F401
+from tests.integration.otel.otel_support import attrs, spans_named, tracing, wait_spans  # noqa: E402, F401
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("tracing")]
 
