@@ -166,6 +166,78 @@ def test_direct_topic_and_fanout_exchanges_route_across_connections(nats_server:
     assert sizes == {"dq": 0, "tq": 0, "f1": 0, "f2": 0}
 
 
+_BINDER = '''
+import sys
+import kombu
+from kombu import Exchange, Queue
+
+url, prefix, action = sys.argv[1:4]
+with kombu.Connection(url, transport="jssync.kombu:Transport", transport_options={"subject_prefix": prefix}) as conn:
+    ch = conn.channel()
+    queue = Queue("late", Exchange("bx", "direct"), routing_key="k")(ch)
+    if action == "bind":
+        queue.declare()
+    else:
+        queue.unbind_from(Exchange("bx", "direct"), routing_key="k")
+    ch.close()
+'''
+
+
+def _in_another_process(tmp_path: Path, url: str, prefix: str, action: str) -> None:
+    script = tmp_path / "binder.py"
+    script.write_text(_BINDER)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(script), url, prefix, action], env=env, capture_output=True,
+                          timeout=60 * FACTOR)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+
+
+def test_bindings_made_and_removed_in_another_process_are_seen_by_a_publisher(
+        nats_server: NatsServer, prefix: str, tmp_path: Path) -> None:
+    """The publisher keeps the bindings in a cache a key-value watch keeps current."""
+    with _conn(nats_server.url, prefix) as conn:
+        ch = conn.channel()
+        early = Queue("early", Exchange("bx", "direct"), routing_key="k")(ch)
+        early.declare()
+        producer = Producer(ch)
+        producer.publish("first", exchange="bx", routing_key="k")
+        assert early.queue_declare(passive=True).message_count == 1
+        _in_another_process(tmp_path, nats_server.url, prefix, "bind")
+        wait_for(lambda: ("k", "late") in {(rk, q) for rk, _p, q in ch.get_table("bx")}, timeout=5,
+                 what="the binding stored by the other process")
+        producer.publish("both", exchange="bx", routing_key="k")
+        assert _stored(nats_server, f"{prefix}_late") == 1
+        assert early.queue_declare(passive=True).message_count == 2
+        _in_another_process(tmp_path, nats_server.url, prefix, "unbind")
+        wait_for(lambda: ("k", "late") not in {(rk, q) for rk, _p, q in ch.get_table("bx")}, timeout=5,
+                 what="the binding removed by the other process to go")
+        producer.publish("early only", exchange="bx", routing_key="k")
+        assert _stored(nats_server, f"{prefix}_late") == 1
+        assert early.queue_declare(passive=True).message_count == 3
+        ch.close()
+
+
+def test_a_publish_through_an_exchange_does_not_read_the_bindings_bucket_each_time(
+        nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn, jssync.connect(nats_server.url) as spy:
+        ch = conn.channel()
+        queue = Queue("cached", Exchange("cx2", "topic"), routing_key="a.#")(ch)
+        queue.declare()
+        producer = Producer(ch)
+        producer.publish(0, exchange="cx2", routing_key="a.b")  # the first one starts the cache
+        api_calls: list[str] = []
+        sub = spy.subscribe("$JS.API.>", callback=lambda m: api_calls.append(m.subject))
+        spy.flush()
+        for i in range(1, 21):
+            producer.publish(i, exchange="cx2", routing_key="a.b")
+        spy.flush()
+        sub.unsubscribe()
+        assert queue.queue_declare(passive=True).message_count == 21
+        on_bucket = [s for s in api_calls if f"KV_{prefix}_bindings" in s]
+        assert on_bucket == [], on_bucket
+        ch.close()
+
+
 def test_ack_reject_and_requeue(nats_server: NatsServer, prefix: str) -> None:
     with _conn(nats_server.url, prefix) as conn:
         q = conn.SimpleQueue("ackq")
