@@ -152,7 +152,7 @@ def consume_ack(broker: Broker, count: int, prefetch: int, run: int) -> float:
     total = count + 1
     with broker.connection() as conn:
         ch = conn.channel()
-        with Consumer(ch, [queue], callbacks=[on_message], accept=["raw", "json"]) as consumer:
+        with Consumer(ch, [queue], callbacks=[on_message], accept=["application/data", "json"]) as consumer:
             consumer.qos(prefetch_count=prefetch)
             start = time.perf_counter()
             end = time.monotonic() + max(60.0, count / 100)
