@@ -370,6 +370,68 @@ def test_purge_delete_and_counts(nats_server: NatsServer, prefix: str) -> None:
         assert f"{prefix}_counted" not in list(nc.jetstream().stream_names())
 
 
+def test_jssync_and_nats_url_schemes_name_the_transport_after_the_import(nats_server: NatsServer, prefix: str) -> None:
+    """Importing jssync.kombu adds the schemes to kombu's aliases: no ``transport=`` needed."""
+    import jssync.kombu  # noqa: F401 - the import registers the aliases
+
+    for url in (f"jssync://127.0.0.1:{nats_server.port}", nats_server.url):
+        with kombu.Connection(url, transport_options={"subject_prefix": prefix}) as conn:
+            assert conn.transport.driver_name == "jssync"
+            q = conn.SimpleQueue("alias")
+            q.put(url)
+            msg = q.get(timeout=5 * FACTOR)
+            assert msg.payload == url
+            msg.ack()
+            q.close()
+
+
+def test_priority_is_carried_but_delivery_keeps_the_stream_order(nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn:
+        q = conn.SimpleQueue("prio")
+        q.put("low", priority=0)
+        q.put("high", priority=9)
+        first, second = q.get(timeout=5 * FACTOR), q.get(timeout=5 * FACTOR)
+        assert (first.payload, second.payload) == ("low", "high")  # publish order, not priority
+        assert (first.properties["priority"], second.properties["priority"]) == (0, 9)
+        first.ack()
+        second.ack()
+        q.close()
+
+
+def test_kombu_publish_retry_carries_a_publish_over_a_broker_restart(prefix: str) -> None:
+    """The transport's connection errors make kombu's ``ensure`` reconnect and publish again:
+    here the jssync connection waits 60 s before it reconnects by itself, so the publish times
+    out (jssync.TimeoutError after the 5 s API timeout, a connection error); kombu closes that
+    connection (its buffered publish goes with it) and makes a new one to the restarted server."""
+    with NatsServer(jetstream=True) as server:
+        with _conn(server.url, prefix, connect_options={"reconnect_time_wait": 60.0}) as conn:
+            ch = conn.channel()
+            queue = Queue("rs", Exchange("rs"), routing_key="rs")(ch)
+            queue.declare()
+            producer = Producer(ch, exchange=Exchange("rs"), routing_key="rs")
+            producer.publish("before")
+            first = conn.transport._nc
+            assert first is not None
+            server.stop()
+            restarter = threading.Timer(1.0 * FACTOR, server.start)
+            restarter.start()
+            try:
+                producer.publish("during", retry=True, retry_policy={
+                    "max_retries": 200, "interval_start": 0.1, "interval_step": 0.1, "interval_max": 0.2})
+            finally:
+                restarter.join()
+            assert first.is_closed and conn.transport._nc is not first  # kombu made a new connection
+            got = []
+            with conn.SimpleQueue(queue) as q:
+                for _ in range(2):
+                    msg = q.get(timeout=10 * FACTOR)
+                    got.append(msg.payload)
+                    msg.ack()
+                with pytest.raises(q.Empty):
+                    q.get(timeout=0.5)
+            assert got == ["before", "during"]
+
+
 def test_failover_to_a_second_server(prefix: str) -> None:
     with NatsServer(jetstream=True) as a, NatsServer(jetstream=True) as b:
         dead = f"nats://127.0.0.1:{free_port()}"
