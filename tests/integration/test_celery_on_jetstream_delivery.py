@@ -39,6 +39,7 @@ app.conf.update(
     broker_transport="jssync.kombu:Transport",
     broker_transport_options={options!r},
     task_ignore_result=True,
+    task_acks_late={acks_late!r},
     worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
 )
@@ -58,10 +59,11 @@ def prefix(unique: str) -> str:
     return f"r{unique}"
 
 
-def _write_app(tmp_path: Path, url: str, options: dict[str, Any]) -> Path:
+def _write_app(tmp_path: Path, url: str, options: dict[str, Any], acks_late: bool = False) -> Path:
     runs = tmp_path / "runs.txt"
     runs.touch()
-    (tmp_path / "kombu_runs.py").write_text(_APP.format(url=url, options=options, runs=str(runs)))
+    (tmp_path / "kombu_runs.py").write_text(_APP.format(url=url, options=options, runs=str(runs),
+                                                        acks_late=acks_late))
     return runs
 
 
@@ -124,14 +126,21 @@ def cleanup_streams(nats_server: NatsServer, prefix: str) -> Iterator[None]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pool", [["--pool=prefork", "--concurrency=4"], ["--pool=threads", "--concurrency=8"]],
-                         ids=["prefork-4", "threads-8"])
+@pytest.mark.parametrize(("pool", "acks_late", "fetch_batch"), [
+    (["--pool=prefork", "--concurrency=4"], False, None),
+    (["--pool=threads", "--concurrency=8"], False, None),
+    (["--pool=prefork", "--concurrency=4"], True, 16),
+], ids=["prefork-4", "threads-8", "prefork-4-acks-late-fetch-batch-16"])
 def test_many_tasks_each_run_exactly_once_through_a_celery_worker(
-        nats_server: NatsServer, prefix: str, tmp_path: Path, pool: list[str], cleanup_streams: None) -> None:
-    """All-default transport options (ack_wait 1800 s: a stranded message would hang the test,
-    not come back in time to hide); the worker runs while the tasks are sent."""
-    options = {"subject_prefix": prefix}
-    runs = _write_app(tmp_path, nats_server.url, options)
+        nats_server: NatsServer, prefix: str, tmp_path: Path, pool: list[str], acks_late: bool,
+        fetch_batch: int | None, cleanup_streams: None) -> None:
+    """Default transport options (ack_wait 1800 s: a stranded message would hang the test, not
+    come back in time to hide it) and Celery's defaults (ack on receipt), and once with late
+    acks and pulls of 16; the worker runs while the tasks are sent."""
+    options: dict[str, Any] = {"subject_prefix": prefix}
+    if fetch_batch is not None:
+        options["fetch_batch"] = fetch_batch
+    runs = _write_app(tmp_path, nats_server.url, options, acks_late)
     sender = _sender(nats_server.url, options)
     proc = _worker(tmp_path, *pool)
     started = time.monotonic()
@@ -207,3 +216,44 @@ def test_every_task_runs_when_the_broker_restarts_mid_flow(prefix: str, tmp_path
         assert set(counts) == set(range(count + 50)), log[-3000:]
         again = {i: n for i, n in counts.items() if n > 1}
         print(f"broker restart: {len(again)} of {count + 50} tasks ran more than once: {sorted(again)[:20]}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pool", [["--pool=prefork", "--concurrency=4"], ["--pool=threads", "--concurrency=8"]],
+                         ids=["prefork-4", "threads-8"])
+def test_a_warm_shutdown_mid_flow_hands_the_rest_to_the_next_worker_exactly_once(
+        nats_server: NatsServer, prefix: str, tmp_path: Path, pool: list[str], cleanup_streams: None) -> None:
+    """A rolling restart: the first worker is stopped (SIGTERM, Celery's warm shutdown) while
+    tasks are queued and prefetched; what it received and did not start goes back to the queue
+    (-NAK on channel close) and the second worker runs it. Nothing failed: exactly once."""
+    count = min(TASKS, 3000)
+    options = {"subject_prefix": prefix}
+    runs = _write_app(tmp_path, nats_server.url, options)
+    sender = _sender(nats_server.url, options)
+    first = _worker(tmp_path, *pool)
+    code = -1
+    second = None
+    try:
+        for i in range(count):
+            sender.send_task("kombu_runs.record", args=[i])
+        wait_for(lambda: sum(_runs(runs).values()) >= count // 4, timeout=120, interval=0.01,
+                 what="a quarter of the tasks to run")
+        assert _stop(first) == 0, (tmp_path / "worker.log").read_text()[-5000:]
+        stopped_at = sum(_runs(runs).values())
+        second = _worker(tmp_path, *pool)
+        wait_for(lambda: sum(_runs(runs).values()) >= count or second.poll() is not None,
+                 timeout=max(120, count / 20), interval=0.1, what=f"{count} tasks to run")
+        wait_for(lambda: _queue_settled(nats_server.url, f"{prefix}_celery"), timeout=30, interval=0.1,
+                 what="every task to be acked")
+    finally:
+        _stop(first)
+        if second is not None:
+            code = _stop(second)
+        _close(sender)
+    log = (tmp_path / "worker.log").read_text()
+    assert code == 0, log[-5000:]
+    assert stopped_at < count, "every task ran before the first worker stopped"
+    counts = _runs(runs)
+    missing = [i for i in range(count) if i not in counts]
+    twice = {i: n for i, n in counts.items() if n != 1}
+    assert not missing and not twice, (missing[:20], list(twice.items())[:20], log[-3000:])
