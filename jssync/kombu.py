@@ -14,7 +14,8 @@ How kombu's model maps onto JetStream (docs/celery.md has the long form):
   message once it is acked, so the stream holds exactly what is still to do.
 - Exchanges are kombu's virtual exchanges (direct, topic, fanout); the bindings live in the
   key-value bucket ``<prefix>_bindings``, so a publisher routes by bindings other processes
-  declared (fanout copies reach every bound queue; Celery's remote control works).
+  declared (fanout copies reach every bound queue; Celery's remote control works). Each
+  connection keeps them in memory, current through a watch of the bucket.
 - ack, reject, requeue are +ACK, +TERM, -NAK. A message delivered and not acked comes back
   after ``ack_wait`` once its holder is gone; while the holder lives, the transport sends
   +WPI (in progress) for the messages it holds, so a long task is not delivered twice.
