@@ -67,6 +67,7 @@ from .base.errors import (
     KeyValueError,
     NoRespondersError,
     NoServersError,
+    ReconnectBufferExceededError,
     ServiceUnavailableError,
     StreamNameInUseError,
     StreamNotFoundError,
@@ -587,11 +588,17 @@ class Transport(virtual.Transport):
         TimeoutError,
         ServiceUnavailableError,
         NoRespondersError,
+        ReconnectBufferExceededError,
         socket.error,
     )
-    #: errors of one call (bad request, missing stream, refused config)
+    #: errors of one call (bad request, missing stream, refused config, message too big)
     channel_errors = (  # type: ignore[assignment]  # kombu types it as a 1-tuple
         *virtual.Transport.channel_errors, APIError, ValidationError, KeyValueError)
+    #: what kombu's ``ensure`` (publish retry, ``ensure_connection``) reconnects and retries on;
+    #: without these kombu would also reconnect on every channel error and try again once
+    recoverable_connection_errors = connection_errors
+    #: a channel error is raised as is: trying the same call again would fail the same way
+    recoverable_channel_errors: tuple[type[BaseException], ...] = ()
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         self.options = _options(client.transport_options or {})

@@ -398,6 +398,24 @@ def test_priority_is_carried_but_delivery_keeps_the_stream_order(nats_server: Na
         q.close()
 
 
+def test_a_channel_error_is_raised_at_once_and_keeps_the_connection(nats_server: NatsServer, prefix: str) -> None:
+    """kombu's ensure() reconnects only on the transport's recoverable connection errors: a
+    message too big for the server (jssync.MaxPayloadError, a channel error) is raised as is,
+    on the same connection, not after a reconnect and a second try."""
+    with _conn(nats_server.url, prefix) as conn:
+        q = conn.SimpleQueue("big")
+        nc = conn.transport._nc
+        assert nc is not None
+        with pytest.raises(jssync.MaxPayloadError):
+            Producer(conn.default_channel).publish("x" * 2_000_000, routing_key="big", retry=True)
+        assert conn.transport._nc is nc and nc.is_connected
+        q.put("small")
+        msg = q.get(timeout=5 * FACTOR)
+        assert msg.payload == "small"
+        msg.ack()
+        q.close()
+
+
 def test_kombu_publish_retry_carries_a_publish_over_a_broker_restart(prefix: str) -> None:
     """The transport's connection errors make kombu's ``ensure`` reconnect and publish again:
     here the jssync connection waits 60 s before it reconnects by itself, so the publish times
