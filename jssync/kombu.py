@@ -62,6 +62,7 @@ from .base.errors import (
     BucketExistsError,
     BucketNotFoundError,
     ConnectionClosedError,
+    ConsumerDeletedError,
     ConsumerNotFoundError,
     Error,
     KeyValueError,
@@ -291,7 +292,9 @@ class Channel(virtual.Channel):
             batch = max(1, min(self.options["fetch_batch"], room if room else self.options["fetch_batch"]))
             try:
                 fetched = list(self._consumer(queue).fetch_no_wait(batch))
-            except (StreamNotFoundError, ConsumerNotFoundError):
+            except (StreamNotFoundError, ConsumerNotFoundError, ConsumerDeletedError, NoRespondersError):
+                # the queue's consumer (or stream) is gone: deleted by someone, or a failover to a
+                # server without it; declare it again (that raises if JetStream itself is not there)
                 self.connection.consumers.pop(queue, None)
                 fetched = list(self._consumer(queue).fetch_no_wait(batch))
             with self._lock:

@@ -450,6 +450,21 @@ def test_kombu_publish_retry_carries_a_publish_over_a_broker_restart(prefix: str
             assert got == ["before", "during"]
 
 
+def test_a_consumer_deleted_by_someone_else_is_made_again_by_the_next_poll(nats_server: NatsServer,
+                                                                             prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn:
+        q = conn.SimpleQueue("recreated")
+        q.put(1)
+        q.get(timeout=5 * FACTOR).ack()
+        with jssync.connect(nats_server.url) as nc:
+            nc.jetstream().delete_consumer(f"{prefix}_recreated", prefix)
+        q.put(2)
+        msg = q.get(timeout=10 * FACTOR)
+        assert msg.payload == 2
+        msg.ack()
+        q.close()
+
+
 def test_failover_to_a_second_server(prefix: str) -> None:
     with NatsServer(jetstream=True) as a, NatsServer(jetstream=True) as b:
         dead = f"nats://127.0.0.1:{free_port()}"
