@@ -257,3 +257,29 @@ def test_a_warm_shutdown_mid_flow_hands_the_rest_to_the_next_worker_exactly_once
     missing = [i for i in range(count) if i not in counts]
     twice = {i: n for i, n in counts.items() if n != 1}
     assert not missing and not twice, (missing[:20], list(twice.items())[:20], log[-3000:])
+
+
+@pytest.mark.fault
+def test_tasks_queued_before_a_broker_restart_run_exactly_once_after_it(prefix: str, tmp_path: Path) -> None:
+    """Nothing in flight: the tasks wait in the file-stored stream while nats-server restarts."""
+    count = 300
+    with NatsServer(jetstream=True) as server:
+        options = {"subject_prefix": prefix, "storage": "file"}
+        runs = _write_app(tmp_path, server.url, options)
+        sender = _sender(server.url, options)
+        proc = None
+        try:
+            for i in range(count):
+                sender.send_task("kombu_runs.record", args=[i])
+            _close(sender)
+            server.restart()
+            proc = _worker(tmp_path, "--pool=prefork", "--concurrency=4")
+            wait_for(lambda: sum(_runs(runs).values()) >= count or proc.poll() is not None, timeout=120,
+                     interval=0.1, what="every queued task to run")
+            wait_for(lambda: _queue_settled(server.url, f"{prefix}_celery"), timeout=30, interval=0.1,
+                     what="every task to be acked")
+        finally:
+            code = _stop(proc) if proc is not None else -1
+            _close(sender)
+        assert code == 0, (tmp_path / "worker.log").read_text()[-5000:]
+        assert _runs(runs) == collections.Counter(range(count))
