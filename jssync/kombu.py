@@ -832,7 +832,12 @@ class Transport(virtual.Transport):
             self._cache_retry_at = now + 5.0
             if cache is not None:
                 cache.stop()
-            cache = self._cache = _BindingsCache(self.bindings())
+            self._cache = None
+            try:
+                cache = self._cache = _BindingsCache(self.bindings())
+            except Error as exc:  # no watch now: list the bucket, try again in 5 s
+                logger.warning("kombu transport: no watch of the bindings bucket (%s); listing it instead", exc)
+                return None
             return cache if cache.wait_ready(5.0) else None
         finally:
             self._cache_lock.release()
