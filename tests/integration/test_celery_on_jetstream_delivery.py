@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TRANSPORT = "jssync.kombu:Transport"
 TASKS = int(os.environ.get("JSSYNC_KOMBU_TASKS", "10000"))
 
-pytestmark = pytest.mark.timeout(max(300, TASKS // 10))
+pytestmark = pytest.mark.timeout(int(max(300, TASKS / 25) * FACTOR))
 
 _APP = '''
 import os
@@ -149,7 +149,7 @@ def test_many_tasks_each_run_exactly_once_through_a_celery_worker(
             sender.send_task("kombu_runs.record", args=[i])
         sent = time.monotonic()
         wait_for(lambda: sum(_runs(runs).values()) >= TASKS or proc.poll() is not None,
-                 timeout=max(120, TASKS / 20), interval=0.2, what=f"{TASKS} tasks to run")
+                 timeout=max(120, TASKS / 50), interval=0.2, what=f"{TASKS} tasks to run")
         ran = time.monotonic()
         # settled: the stream is empty, so nothing can be delivered again; then stop the worker
         wait_for(lambda: _queue_settled(nats_server.url, f"{prefix}_celery"), timeout=30, interval=0.1,
@@ -242,7 +242,7 @@ def test_a_warm_shutdown_mid_flow_hands_the_rest_to_the_next_worker_exactly_once
         stopped_at = sum(_runs(runs).values())
         second = _worker(tmp_path, *pool)
         wait_for(lambda: sum(_runs(runs).values()) >= count or second.poll() is not None,
-                 timeout=max(120, count / 20), interval=0.1, what=f"{count} tasks to run")
+                 timeout=max(120, count / 50), interval=0.1, what=f"{count} tasks to run")
         wait_for(lambda: _queue_settled(nats_server.url, f"{prefix}_celery"), timeout=30, interval=0.1,
                  what="every task to be acked")
     finally:
