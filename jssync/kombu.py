@@ -804,7 +804,7 @@ class Transport(virtual.Transport):
         """(routing key, queue) of the bindings of ``exchange`` in the bucket, every process's.
 
         From the cache a watch of the bucket keeps current; the first call starts it and waits
-        for the initial bindings (at most the context's timeout). While no cache is usable (not
+        for the initial bindings (at most 5 s). While no cache is usable (not
         ready, its watch failed) the bucket is listed instead (one listing, about 1-2 ms).
         """
         cache = self._bindings_cache()
