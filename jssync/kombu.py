@@ -14,7 +14,8 @@ How kombu's model maps onto JetStream (docs/celery.md has the long form):
   message once it is acked, so the stream holds exactly what is still to do.
 - Exchanges are kombu's virtual exchanges (direct, topic, fanout); the bindings live in the
   key-value bucket ``<prefix>_bindings``, so a publisher routes by bindings other processes
-  declared (fanout copies reach every bound queue; Celery's remote control works).
+  declared (fanout copies reach every bound queue; Celery's remote control works). Each
+  connection keeps them in memory, current through a watch of the bucket.
 - ack, reject, requeue are +ACK, +TERM, -NAK. A message delivered and not acked comes back
   after ``ack_wait`` once its holder is gone; while the holder lives, the transport sends
   +WPI (in progress) for the messages it holds, so a long task is not delivered twice.
@@ -44,6 +45,7 @@ import re
 import socket
 import ssl
 import threading
+import time
 import uuid
 from collections import deque
 from importlib import metadata
@@ -60,11 +62,13 @@ from .base.errors import (
     BucketExistsError,
     BucketNotFoundError,
     ConnectionClosedError,
+    ConsumerDeletedError,
     ConsumerNotFoundError,
     Error,
     KeyValueError,
     NoRespondersError,
     NoServersError,
+    ReconnectBufferExceededError,
     ServiceUnavailableError,
     StreamNameInUseError,
     StreamNotFoundError,
@@ -75,7 +79,7 @@ from .core.connection import Connection, connect
 from .core.msg import Msg
 from .jetstream.consumers import Consumer
 from .jetstream.context import JetStream
-from .kv.keyvalue import KeyValue
+from .kv.keyvalue import KeyValue, KeyValueOp
 
 __all__ = ["Channel", "QoS", "Transport"]
 
@@ -288,7 +292,9 @@ class Channel(virtual.Channel):
             batch = max(1, min(self.options["fetch_batch"], room if room else self.options["fetch_batch"]))
             try:
                 fetched = list(self._consumer(queue).fetch_no_wait(batch))
-            except (StreamNotFoundError, ConsumerNotFoundError):
+            except (StreamNotFoundError, ConsumerNotFoundError, ConsumerDeletedError, NoRespondersError):
+                # the queue's consumer (or stream) is gone: deleted by someone, or a failover to a
+                # server without it; declare it again (that raises if JetStream itself is not there)
                 self.connection.consumers.pop(queue, None)
                 fetched = list(self._consumer(queue).fetch_no_wait(batch))
             with self._lock:
@@ -384,14 +390,20 @@ class Channel(virtual.Channel):
     # -- bindings (shared through the key-value bucket) ----------------------------------------
 
     def _queue_bind(self, exchange: str, routing_key: str, pattern: Any, queue: str) -> None:
-        self.connection.bindings().put(f"{escape(exchange)}.{escape(queue)}.{escape(routing_key)}", b"")
+        self.connection.store_binding(exchange, queue, routing_key)
+
+    def queue_unbind(self, queue: str, exchange: str | None = None, routing_key: str = "",
+                     arguments: Any = None, **kwargs: Any) -> None:
+        """Remove the binding here and from the bucket, so no process routes by it any more."""
+        self.state.binding_delete(queue, exchange, routing_key)
+        if exchange:
+            self.connection.remove_binding(exchange, queue, routing_key or "")
 
     def get_table(self, exchange: str) -> list[tuple[str, Any, str]]:
-        """The bindings of ``exchange``: this process's and those stored by others (one KV listing)."""
+        """The bindings of ``exchange``: this process's and those stored by others (from the cache a
+        key-value watch keeps current; a listing of the bucket while that cache is not ready)."""
         table = {(rk, queue) for rk, _pattern, queue in self.state.exchanges.get(exchange, {}).get("table", [])}
-        for key in self.connection.bindings().keys(f"{escape(exchange)}.*.*"):
-            _, q, rk = key.split(".")
-            table.add((unescape(rk), unescape(q)))
+        table.update(self.connection.stored_bindings(exchange))
         typ = self.typeof(exchange)
         return [typ.prepare_bind(queue, exchange, rk, None) for rk, queue in sorted(table)]
 
@@ -447,6 +459,115 @@ class Channel(virtual.Channel):
 _Channel = Channel
 
 
+class _BindingsCache:
+    """The bindings of the key-value bucket, kept current by a watch of the whole bucket.
+
+    A daemon thread reads the watch and applies every put and delete, so a publish through an
+    exchange routes from memory instead of listing the bucket. Other processes' changes are seen
+    as soon as the watch delivers them (a round trip after they were stored); this process's own
+    changes are applied at once (:meth:`note`). The watch re-creates its consumer after a
+    reconnect or a gap; when it fails for good, :attr:`usable` turns False and the transport
+    lists the bucket again (and starts a new cache).
+    """
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._lock = threading.Lock()
+        #: key -> (revision, bound); a deleted key stays as (revision, False) so an older
+        #: entry arriving later does not bring it back
+        self._keys: dict[str, tuple[int, bool]] = {}
+        #: escaped exchange -> {key: (routing key, queue)} of the keys bound now
+        self._routes: dict[str, dict[str, tuple[str, str]]] = {}
+        self._ready = threading.Event()
+        self._failed = False
+        self._stop = threading.Event()
+        self._watcher = kv.watch(">")
+        self._thread = threading.Thread(target=self._run, name="jssync-kombu-bindings", daemon=True)
+        self._thread.start()
+
+    @property
+    def usable(self) -> bool:
+        """The initial bindings were read and the watch still runs."""
+        return self._ready.is_set() and not self._failed and not self._stop.is_set()
+
+    @property
+    def failed(self) -> bool:
+        return self._failed
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until the initial bindings were read (at most ``timeout`` s, in short slices)."""
+        end = time.monotonic() + timeout
+        while not self._ready.is_set() and not self._failed and not self._stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            self._ready.wait(min(left, 0.1))
+        return self.usable
+
+    def routes(self, exchange: str) -> list[tuple[str, str]]:
+        """(routing key, queue) of every binding of ``exchange`` stored in the bucket."""
+        with self._lock:
+            return list(self._routes.get(escape(exchange), {}).values())
+
+    def note(self, key: str, revision: int, bound: bool) -> None:
+        """Apply a change to ``key`` at ``revision`` unless a newer one was applied already."""
+        parts = key.split(".")
+        if len(parts) != 3:
+            return
+        ex, q, rk = parts
+        with self._lock:
+            old = self._keys.get(key)
+            if old is not None and old[0] >= revision:
+                return
+            self._keys[key] = (revision, bound)
+            if bound:
+                self._routes.setdefault(ex, {})[key] = (unescape(rk), unescape(q))
+            else:
+                table = self._routes.get(ex)
+                if table is not None:
+                    table.pop(key, None)
+                    if not table:
+                        del self._routes[ex]
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` now (this process deleted it; the watch confirms with the revision)."""
+        parts = key.split(".")
+        with self._lock:
+            old = self._keys.get(key)
+            self._keys[key] = (old[0] if old else 0, False)
+            table = self._routes.get(parts[0])
+            if table is not None:
+                table.pop(key, None)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    entry = self._watcher.next(timeout=0.5)
+                except TimeoutError:
+                    continue
+                if entry is None:
+                    self._ready.set()
+                    continue
+                self.note(entry.key, entry.revision, entry.operation == KeyValueOp.PUT)
+        except StopIteration:
+            pass
+        except Exception as exc:  # noqa: BLE001 - any failure: fall back to listing the bucket
+            logger.warning("kombu transport: the bindings watch stopped (%s); listing the bucket instead", exc)
+        finally:
+            if not self._stop.is_set():
+                self._failed = True
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the watch and its thread (joins it, at most ``timeout`` s). Idempotent."""
+        self._stop.set()
+        try:
+            self._watcher.stop()
+        except Error as exc:
+            logger.debug("kombu transport: stopping the bindings watch: %s", exc)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+
 class Transport(virtual.Transport):
     """kombu transport on one jssync connection (its own I/O thread); see the module docs."""
 
@@ -470,11 +591,17 @@ class Transport(virtual.Transport):
         TimeoutError,
         ServiceUnavailableError,
         NoRespondersError,
+        ReconnectBufferExceededError,
         socket.error,
     )
-    #: errors of one call (bad request, missing stream, refused config)
+    #: errors of one call (bad request, missing stream, refused config, message too big)
     channel_errors = (  # type: ignore[assignment]  # kombu types it as a 1-tuple
         *virtual.Transport.channel_errors, APIError, ValidationError, KeyValueError)
+    #: what kombu's ``ensure`` (publish retry, ``ensure_connection``) reconnects and retries on;
+    #: without these kombu would also reconnect on every channel error and try again once
+    recoverable_connection_errors = connection_errors
+    #: a channel error is raised as is: trying the same call again would fail the same way
+    recoverable_channel_errors: tuple[type[BaseException], ...] = ()
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         self.options = _options(client.transport_options or {})
@@ -485,6 +612,9 @@ class Transport(virtual.Transport):
         self._nc: Connection | None = None
         self._js: JetStream | None = None
         self._kv: KeyValue | None = None
+        self._cache: _BindingsCache | None = None
+        self._cache_retry_at = 0.0
+        self._cache_lock = threading.Lock()
         self._declare_lock = threading.Lock()
         #: queue -> its durable consumer, for queues declared on this connection
         self.consumers: dict[str, Consumer] = {}
@@ -558,6 +688,7 @@ class Transport(virtual.Transport):
             except BaseException:
                 nc.close()
                 raise
+            self._stop_cache()
             self._nc, self._js = nc, js
             self._kv = None
             self.consumers.clear()
@@ -569,6 +700,7 @@ class Transport(virtual.Transport):
         try:
             super().close_connection(connection)
         finally:
+            self._stop_cache()
             nc, self._nc, self._js, self._kv = self._nc, None, None, None
             if nc is not None:
                 nc.close()
@@ -643,10 +775,78 @@ class Transport(virtual.Transport):
         return self._kv
 
     def delete_bindings(self, queue: str) -> None:
-        """Remove every stored binding of ``queue``."""
+        """Remove every stored binding of ``queue`` (one listing, one delete per binding)."""
         kv = self.bindings()
         for key in kv.keys(f"*.{escape(queue)}.*"):
+            self._forget(key)
             kv.delete(key)
+
+    def store_binding(self, exchange: str, queue: str, routing_key: str) -> None:
+        """Store the binding in the bucket (blocks until stored); this process's cache has it at once."""
+        key = f"{escape(exchange)}.{escape(queue)}.{escape(routing_key)}"
+        revision = self.bindings().put(key, b"")
+        cache = self._cache
+        if cache is not None:
+            cache.note(key, revision, True)
+
+    def remove_binding(self, exchange: str, queue: str, routing_key: str) -> None:
+        """Delete the binding from the bucket (blocks until stored); gone from this process's cache first."""
+        key = f"{escape(exchange)}.{escape(queue)}.{escape(routing_key)}"
+        self._forget(key)
+        self.bindings().delete(key)
+
+    def _forget(self, key: str) -> None:
+        cache = self._cache
+        if cache is not None:
+            cache.forget(key)
+
+    def stored_bindings(self, exchange: str) -> list[tuple[str, str]]:
+        """(routing key, queue) of the bindings of ``exchange`` in the bucket, every process's.
+
+        From the cache a watch of the bucket keeps current; the first call starts it and waits
+        for the initial bindings (at most 5 s). While no cache is usable (not
+        ready, its watch failed) the bucket is listed instead (one listing, about 1-2 ms).
+        """
+        cache = self._bindings_cache()
+        if cache is not None:
+            return cache.routes(exchange)
+        out = []
+        for key in self.bindings().keys(f"{escape(exchange)}.*.*"):
+            _, q, rk = key.split(".")
+            out.append((unescape(rk), unescape(q)))
+        return out
+
+    def _bindings_cache(self) -> _BindingsCache | None:
+        cache = self._cache
+        if cache is not None and cache.usable:
+            return cache
+        if not self._cache_lock.acquire(blocking=False):
+            return None  # another thread is starting it: list the bucket this once
+        try:
+            cache = self._cache
+            if cache is not None and not cache.failed:
+                return cache if cache.wait_ready(5.0) else None
+            now = time.monotonic()
+            if now < self._cache_retry_at:
+                return None
+            self._cache_retry_at = now + 5.0
+            if cache is not None:
+                cache.stop()
+            self._cache = None
+            try:
+                cache = self._cache = _BindingsCache(self.bindings())
+            except Error as exc:  # no watch now: list the bucket, try again in 5 s
+                logger.warning("kombu transport: no watch of the bindings bucket (%s); listing it instead", exc)
+                return None
+            return cache if cache.wait_ready(5.0) else None
+        finally:
+            self._cache_lock.release()
+
+    def _stop_cache(self) -> None:
+        cache, self._cache = self._cache, None
+        self._cache_retry_at = 0.0
+        if cache is not None:
+            cache.stop()
 
 
 def _register_aliases() -> None:

@@ -166,6 +166,78 @@ def test_direct_topic_and_fanout_exchanges_route_across_connections(nats_server:
     assert sizes == {"dq": 0, "tq": 0, "f1": 0, "f2": 0}
 
 
+_BINDER = '''
+import sys
+import kombu
+from kombu import Exchange, Queue
+
+url, prefix, action = sys.argv[1:4]
+with kombu.Connection(url, transport="jssync.kombu:Transport", transport_options={"subject_prefix": prefix}) as conn:
+    ch = conn.channel()
+    queue = Queue("late", Exchange("bx", "direct"), routing_key="k")(ch)
+    if action == "bind":
+        queue.declare()
+    else:
+        queue.unbind_from(Exchange("bx", "direct"), routing_key="k")
+    ch.close()
+'''
+
+
+def _in_another_process(tmp_path: Path, url: str, prefix: str, action: str) -> None:
+    script = tmp_path / "binder.py"
+    script.write_text(_BINDER)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(script), url, prefix, action], env=env, capture_output=True,
+                          timeout=60 * FACTOR)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+
+
+def test_bindings_made_and_removed_in_another_process_are_seen_by_a_publisher(
+        nats_server: NatsServer, prefix: str, tmp_path: Path) -> None:
+    """The publisher keeps the bindings in a cache a key-value watch keeps current."""
+    with _conn(nats_server.url, prefix) as conn:
+        ch = conn.channel()
+        early = Queue("early", Exchange("bx", "direct"), routing_key="k")(ch)
+        early.declare()
+        producer = Producer(ch)
+        producer.publish("first", exchange="bx", routing_key="k")
+        assert early.queue_declare(passive=True).message_count == 1
+        _in_another_process(tmp_path, nats_server.url, prefix, "bind")
+        wait_for(lambda: ("k", "late") in {(rk, q) for rk, _p, q in ch.get_table("bx")}, timeout=5,
+                 what="the binding stored by the other process")
+        producer.publish("both", exchange="bx", routing_key="k")
+        assert _stored(nats_server, f"{prefix}_late") == 1
+        assert early.queue_declare(passive=True).message_count == 2
+        _in_another_process(tmp_path, nats_server.url, prefix, "unbind")
+        wait_for(lambda: ("k", "late") not in {(rk, q) for rk, _p, q in ch.get_table("bx")}, timeout=5,
+                 what="the binding removed by the other process to go")
+        producer.publish("early only", exchange="bx", routing_key="k")
+        assert _stored(nats_server, f"{prefix}_late") == 1
+        assert early.queue_declare(passive=True).message_count == 3
+        ch.close()
+
+
+def test_a_publish_through_an_exchange_does_not_read_the_bindings_bucket_each_time(
+        nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn, jssync.connect(nats_server.url) as spy:
+        ch = conn.channel()
+        queue = Queue("cached", Exchange("cx2", "topic"), routing_key="a.#")(ch)
+        queue.declare()
+        producer = Producer(ch)
+        producer.publish(0, exchange="cx2", routing_key="a.b")  # the first one starts the cache
+        api_calls: list[str] = []
+        sub = spy.subscribe("$JS.API.>", callback=lambda m: api_calls.append(m.subject))
+        spy.flush()
+        for i in range(1, 21):
+            producer.publish(i, exchange="cx2", routing_key="a.b")
+        spy.flush()
+        sub.unsubscribe()
+        assert queue.queue_declare(passive=True).message_count == 21
+        on_bucket = [s for s in api_calls if f"KV_{prefix}_bindings" in s]
+        assert on_bucket == [], on_bucket
+        ch.close()
+
+
 def test_ack_reject_and_requeue(nats_server: NatsServer, prefix: str) -> None:
     with _conn(nats_server.url, prefix) as conn:
         q = conn.SimpleQueue("ackq")
@@ -296,6 +368,101 @@ def test_purge_delete_and_counts(nats_server: NatsServer, prefix: str) -> None:
         ch.close()
     with jssync.connect(nats_server.url) as nc:
         assert f"{prefix}_counted" not in list(nc.jetstream().stream_names())
+
+
+def test_jssync_and_nats_url_schemes_name_the_transport_after_the_import(nats_server: NatsServer, prefix: str) -> None:
+    """Importing jssync.kombu adds the schemes to kombu's aliases: no ``transport=`` needed."""
+    import jssync.kombu  # noqa: F401 - the import registers the aliases
+
+    for url in (f"jssync://127.0.0.1:{nats_server.port}", nats_server.url):
+        with kombu.Connection(url, transport_options={"subject_prefix": prefix}) as conn:
+            assert conn.transport.driver_name == "jssync"
+            q = conn.SimpleQueue("alias")
+            q.put(url)
+            msg = q.get(timeout=5 * FACTOR)
+            assert msg.payload == url
+            msg.ack()
+            q.close()
+
+
+def test_priority_is_carried_but_delivery_keeps_the_stream_order(nats_server: NatsServer, prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn:
+        q = conn.SimpleQueue("prio")
+        q.put("low", priority=0)
+        q.put("high", priority=9)
+        first, second = q.get(timeout=5 * FACTOR), q.get(timeout=5 * FACTOR)
+        assert (first.payload, second.payload) == ("low", "high")  # publish order, not priority
+        assert (first.properties["priority"], second.properties["priority"]) == (0, 9)
+        first.ack()
+        second.ack()
+        q.close()
+
+
+def test_a_channel_error_is_raised_at_once_and_keeps_the_connection(nats_server: NatsServer, prefix: str) -> None:
+    """kombu's ensure() reconnects only on the transport's recoverable connection errors: a
+    message too big for the server (jssync.MaxPayloadError, a channel error) is raised as is,
+    on the same connection, not after a reconnect and a second try."""
+    with _conn(nats_server.url, prefix) as conn:
+        q = conn.SimpleQueue("big")
+        nc = conn.transport._nc
+        assert nc is not None
+        with pytest.raises(jssync.MaxPayloadError):
+            Producer(conn.default_channel).publish("x" * 2_000_000, routing_key="big", retry=True)
+        assert conn.transport._nc is nc and nc.is_connected
+        q.put("small")
+        msg = q.get(timeout=5 * FACTOR)
+        assert msg.payload == "small"
+        msg.ack()
+        q.close()
+
+
+def test_kombu_publish_retry_carries_a_publish_over_a_broker_restart(prefix: str) -> None:
+    """The transport's connection errors make kombu's ``ensure`` reconnect and publish again:
+    here the jssync connection waits 60 s before it reconnects by itself, so the publish times
+    out (jssync.TimeoutError after the 5 s API timeout, a connection error); kombu closes that
+    connection (its buffered publish goes with it) and makes a new one to the restarted server."""
+    with NatsServer(jetstream=True) as server:
+        with _conn(server.url, prefix, connect_options={"reconnect_time_wait": 60.0}) as conn:
+            ch = conn.channel()
+            queue = Queue("rs", Exchange("rs"), routing_key="rs")(ch)
+            queue.declare()
+            producer = Producer(ch, exchange=Exchange("rs"), routing_key="rs")
+            producer.publish("before")
+            first = conn.transport._nc
+            assert first is not None
+            server.stop()
+            restarter = threading.Timer(1.0 * FACTOR, server.start)
+            restarter.start()
+            try:
+                producer.publish("during", retry=True, retry_policy={
+                    "max_retries": 200, "interval_start": 0.1, "interval_step": 0.1, "interval_max": 0.2})
+            finally:
+                restarter.join()
+            assert first.is_closed and conn.transport._nc is not first  # kombu made a new connection
+            got = []
+            with conn.SimpleQueue(queue) as q:
+                for _ in range(2):
+                    msg = q.get(timeout=10 * FACTOR)
+                    got.append(msg.payload)
+                    msg.ack()
+                with pytest.raises(q.Empty):
+                    q.get(timeout=0.5)
+            assert got == ["before", "during"]
+
+
+def test_a_consumer_deleted_by_someone_else_is_made_again_by_the_next_poll(nats_server: NatsServer,
+                                                                             prefix: str) -> None:
+    with _conn(nats_server.url, prefix) as conn:
+        q = conn.SimpleQueue("recreated")
+        q.put(1)
+        q.get(timeout=5 * FACTOR).ack()
+        with jssync.connect(nats_server.url) as nc:
+            nc.jetstream().delete_consumer(f"{prefix}_recreated", prefix)
+        q.put(2)
+        msg = q.get(timeout=10 * FACTOR)
+        assert msg.payload == 2
+        msg.ack()
+        q.close()
 
 
 def test_failover_to_a_second_server(prefix: str) -> None:
