@@ -24,7 +24,7 @@ import jssync
 from jssync.server import NatsServer
 from tests.conftest import FACTOR, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TRANSPORT = "jssync.kombu:Transport"
 TASKS = int(os.environ.get("JSSYNC_KOMBU_TASKS", "10000"))
 
