@@ -650,8 +650,10 @@ class FastPublisher:
             log.debug("could not schedule the fast batch keepalive", exc_info=True)
 
     def _report(self, exc: BaseException) -> None:
-        """Log a gap or error report and hand it to ``error_cb`` on the worker pool."""
-        log.warning("%s", exc)
+        """Hand a gap or error report to ``error_cb`` on the worker pool (and log it with gap="ok":
+        with "fail" the next call raises it)."""
+        if self.gap == "ok":
+            log.warning("%s", exc)
         cb = self._error_cb
         if cb is not None:
             self._conn.internal.pool.submit(self._conn.internal.call_user_cb, cb, exc)
