@@ -74,8 +74,9 @@ DEFAULT_MAX_OUTSTANDING_ACKS = 2
 MAX_OUTSTANDING_ACKS = 3
 #: The flow is a uint16 on the server.
 MAX_FLOW = 65535
-#: A batch the server hears nothing of for 10 s is abandoned: ping a quiet one well before.
-KEEPALIVE = 4.0
+#: The longest time between pings while a call waits (the server drops a batch it hears
+#: nothing of for 10 s).
+PING_MAX = 2.0
 
 
 def reply_subject(prefix: str, seq: int, op: int) -> str:
@@ -414,7 +415,6 @@ class FastPublisher:
         except BaseException:
             self._end("abandoned")
             raise
-        self._schedule_keepalive()
         try:
             while True:
                 with self._cond:
@@ -424,6 +424,7 @@ class FastPublisher:
                         raise TimeoutError(f"no reply to the start of fast batch {self.batch_id} on {subject!r} "
                                            f"within {deadline.timeout}s")
                     self._cond.wait(deadline.slice())
+                conn.internal.check_open()
             self._raise_if_over()
             with self._cond:
                 return FastPubAck(1, self._acked)
@@ -451,6 +452,7 @@ class FastPublisher:
                         f"messages and no flow ack opened the window within {deadline.timeout}s (this message "
                         "was not sent)")
                 self._cond.wait(min(deadline.slice(), max(0.0, next_ping - time.monotonic())))
+            self._conn.internal.check_open()
             if time.monotonic() >= next_ping:
                 self._ping()
                 next_ping = time.monotonic() + interval
@@ -488,6 +490,7 @@ class FastPublisher:
                 if deadline.expired():
                     raise TimeoutError(f"fast batch {self.batch_id}: no answer to a ping within {deadline.timeout}s")
                 self._cond.wait(min(deadline.slice(), max(0.0, next_ping - time.monotonic())))
+            self._conn.internal.check_open()
             if time.monotonic() >= next_ping:
                 self._ping()
                 next_ping = time.monotonic() + interval
@@ -541,6 +544,7 @@ class FastPublisher:
                         self._unsubscribe()
                         raise self._error
                     self._cond.wait(min(deadline.slice(), max(0.0, next_ping - time.monotonic())))
+                self._conn.internal.check_open()
                 if time.monotonic() >= next_ping:
                     self._ping()
                     next_ping = time.monotonic() + interval
@@ -585,7 +589,7 @@ class FastPublisher:
 
     def _ping_interval(self, deadline: Deadline) -> float:
         t = deadline.timeout
-        return min(KEEPALIVE / 2, max(0.05, (t if t is not None else 6.0) / 3))
+        return min(PING_MAX, max(0.05, (t if t is not None else 6.0) / 3))
 
     def _ping(self) -> int:
         """Send a ping (the highest sequence sent, operation 4); return its number."""
@@ -624,30 +628,6 @@ class FastPublisher:
             from .pull import _unsubscribe_soon
 
             _unsubscribe_soon(self._conn, nsub)
-
-    def _schedule_keepalive(self) -> None:
-        """Ping a batch that went quiet (on the I/O thread), so the server does not abandon it."""
-        loop = self._conn.internal.loop
-
-        def tick() -> None:
-            with self._cond:
-                if self._state not in ("open", "closing"):
-                    return
-                quiet = time.monotonic() - self._last_send >= KEEPALIVE
-                if quiet:
-                    self._last_send = time.monotonic()
-                    seq = self._sent
-            if quiet and not self._conn.internal.closed:
-                self._conn.internal.enqueue((self._subject, b"", reply_subject(self._prefix, seq, OP_PING), None))
-            try:
-                loop.loop.call_later(KEEPALIVE / 2, tick)
-            except RuntimeError:  # the loop stopped: the connection closed
-                pass
-
-        try:
-            loop.call_soon(lambda: loop.loop.call_later(KEEPALIVE / 2, tick))
-        except Exception:
-            log.debug("could not schedule the fast batch keepalive", exc_info=True)
 
     def _report(self, exc: BaseException) -> None:
         """Hand a gap or error report to ``error_cb`` on the worker pool (and log it with gap="ok":

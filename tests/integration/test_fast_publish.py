@@ -342,3 +342,33 @@ def test_r3_stream_on_a_cluster(nats_cluster, unique):
             assert _stored(st, n) == [str(i).encode() for i in range(n)]
             wait_for(lambda: all(r.current for r in st.info().cluster.replicas or []), 10 * FACTOR,
                      what="both followers current")
+
+
+@pytest.mark.timeout(60)
+def test_batch_idle_for_ten_seconds_is_dropped_by_the_server(js, unique):
+    name = f"FI{unique}"
+    with _stream(js, name) as st:
+        fp = js.fast_publisher()
+        fp.add(f"{name}.x", b"1")
+        time.sleep(11)  # the server's fixed idle limit is 10 s (a wait on the server's clock, not ours)
+        fp.add(f"{name}.x", b"2")
+        with pytest.raises(jssync.APIError) as ei:
+            fp.flush(timeout=5 * FACTOR)
+        assert ei.value.err_code == 10208
+        assert fp.closed
+        assert st.info().state.messages == 1
+
+
+@pytest.mark.timeout(60)
+def test_flush_keeps_a_slow_batch_alive(js, unique):
+    name = f"FI{unique}"
+    with _stream(js, name) as st:
+        fp = js.fast_publisher()
+        fp.add(f"{name}.x", b"1")
+        for _ in range(4):  # 12 s in all, never 10 s without a ping
+            time.sleep(3)
+            fp.flush()
+        fp.add(f"{name}.x", b"2")
+        ack = fp.close()
+        assert ack is not None and ack.batch_size == 2
+        assert st.info().state.messages == 2
