@@ -253,8 +253,9 @@ class FastPublisher:
     Attributes:
         batch_id: the batch's id (the inbox token the server reports in the PubAck).
         gap: ``"ok"`` or ``"fail"``.
-        ack: the final PubAck once the batch ended (``batch_id``, ``batch_size``: the
-            messages the server counted; ``seq``: the stream sequence of the last one).
+        ack: the final PubAck once the batch ended (``batch_id``; ``seq``: the stream
+            sequence of the last message stored; ``batch_size``: the messages stored with
+            ``gap="fail"``, the batch's length, lost and refused ones included, with "ok").
         gaps: the gap reports received (:class:`Gap`), in order.
         errors: the error reports received (:class:`FlowError`), in order.
         stalls: how many times :meth:`add` waited for the server's flow acks.

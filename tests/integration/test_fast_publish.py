@@ -372,3 +372,87 @@ def test_flush_keeps_a_slow_batch_alive(js, unique):
         ack = fp.close()
         assert ack is not None and ack.batch_size == 2
         assert st.info().state.messages == 2
+
+
+def test_ctrl_c_while_add_waits_for_the_window(js, proxy, unique, sigint):
+    import os
+    import signal
+
+    name = f"FI{unique}"
+    with _stream(js, name) as st, jssync.connect(proxy.url) as pnc:
+        fp = pnc.jetstream().fast_publisher(flow=1, max_outstanding_acks=1)
+        fp.add(f"{name}.x", b"1")
+        fp.flush()
+        fp.add(f"{name}.x", b"2")
+        proxy.stall()
+        timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            fp.add(f"{name}.x", b"3", timeout=30)
+        elapsed = time.monotonic() - t0
+        timer.join()
+        assert elapsed < 0.3 + 0.2 * FACTOR + 0.1, elapsed
+        proxy.forward()
+        fp.add(f"{name}.x", b"3", timeout=5 * FACTOR)  # the publisher and the connection still work
+        assert fp.close(timeout=5 * FACTOR).batch_size == 3  # type: ignore[union-attr]
+        assert st.info().state.messages == 3
+
+
+def test_add_from_a_subscription_callback(js, nc, unique):
+    name = f"FI{unique}"
+    done = threading.Event()
+    errors: list[BaseException] = []
+    with _stream(js, name) as st:
+        fp = js.fast_publisher(flow=1, max_outstanding_acks=1)  # every add past the first waits for an ack
+
+        def handler(msg: Any) -> None:
+            try:
+                for i in range(50):
+                    fp.add(f"{name}.x", b"%d" % i, timeout=10 * FACTOR)
+                fp.close(timeout=10 * FACTOR)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+            finally:
+                done.set()
+
+        nc.subscribe(f"GO{unique}", callback=handler)
+        nc.publish(f"GO{unique}")
+        assert done.wait(30 * FACTOR)
+        assert errors == []
+        assert fp.ack is not None and fp.ack.batch_size == 50
+        assert st.info().state.messages == 50
+
+
+@pytest.mark.parametrize("gap", ["fail", "ok"])
+def test_dropped_connection_mid_batch_leaves_what_the_gap_mode_promises(js, proxy, unique, gap):
+    """Messages on the wire when the link drops are lost (or not: that is up to timing); either
+    way, gap='fail' leaves a gap-free prefix in order, and gap='ok' accounts for every loss."""
+    name = f"FI{unique}"
+    n = 10_000
+    with _stream(js, name) as st, jssync.connect(proxy.url, reconnect_time_wait=0.05) as pnc:
+        fp = pnc.jetstream().fast_publisher(gap=gap, timeout=20 * FACTOR)
+        failed: jssync.FastPublishGapError | None = None
+        try:
+            for i in range(n):
+                if i == n // 2:
+                    proxy.drop()
+                fp.add(f"{name}.x", str(i).encode())
+            fp.close()
+        except jssync.FastPublishGapError as exc:
+            failed = exc
+        ack = fp.ack
+        assert ack is not None
+        stored = _stored(st, st.info().state.messages)
+        if gap == "fail":
+            assert stored == [str(i).encode() for i in range(len(stored))]  # no gap, in order
+            assert ack.batch_size == len(stored)
+            if failed is None:
+                assert len(stored) == n
+            else:
+                assert failed.first_missing == len(stored) + 1
+        else:
+            assert failed is None
+            assert ack.batch_size == n  # the batch's length, lost messages included
+            lost = {i for g in fp.gaps for i in range(g.first_missing, g.seq)}
+            assert stored == [str(i - 1).encode() for i in range(1, n + 1) if i not in lost]
