@@ -291,7 +291,6 @@ class FastPublisher:
         self._pongs = 0  # replies to pings received
         self._gap_seen: Gap | None = None
         self._error: BaseException | None = None  # what ended the batch (raised by the next call)
-        self._last_send = 0.0
         self._subject = ""  # the first message's subject: pings and the EOB go there
         self._nsub: Any = None
         self.ack: api.PubAck | None = None
@@ -386,7 +385,6 @@ class FastPublisher:
                 self._raise_if_over_locked()
                 seq = self._sent + 1
                 self._sent = seq
-                self._last_send = time.monotonic()
                 acked = self._acked
             self._conn.internal.enqueue((subject, payload, reply_subject(self._prefix, seq, OP_APPEND), h))
             return FastPubAck(seq, acked)
@@ -410,7 +408,6 @@ class FastPublisher:
             self._state = "open"
             self._subject = subject
             self._sent = 1
-            self._last_send = time.monotonic()
         try:
             conn.internal.enqueue((subject, payload, reply_subject(self._prefix, 1, OP_START), h))
         except BaseException:
@@ -530,8 +527,7 @@ class FastPublisher:
                 with self._cond:
                     self._state = "closing"
                     seq = self._sent + 1
-                    self._last_send = time.monotonic()
-                self._conn.internal.enqueue((self._subject, b"", reply_subject(self._prefix, seq, OP_EOB), None))
+                    self._conn.internal.enqueue((self._subject, b"", reply_subject(self._prefix, seq, OP_EOB), None))
             interval = self._ping_interval(deadline)
             next_ping = time.monotonic() + interval
             while True:
@@ -678,31 +674,33 @@ class FastPublisher:
             self._unsubscribe()
 
     def _finish(self, r: Final) -> None:
-        """The batch is over (under _cond): keep its PubAck or error."""
+        """The batch is over (under _cond): keep its PubAck, and the error that ended it."""
         if self._state in ("closed", "failed"):
             return
-        ack = r.ack
-        err = r.error
+        ack, err = r.ack, r.error
         if ack is not None:
             self.ack = ack
-            if ack.batch_id is None and self._sent <= 1:
-                # a plain PubAck for the first message: the server did not take it as a fast batch
-                err = NotSupportedError(
-                    "fast batch publish needs nats-server 2.14+ (JetStream API level 4): the server stored "
-                    "the first message as an ordinary publish", feature="fast batch publish",
-                    required_level=4, required_version="2.14")
-            elif self._gap_seen is not None:
-                g = self._gap_seen
-                err = FastPublishGapError(
-                    f"fast batch {self.batch_id}: message {g.first_missing} was lost and the server ended the batch "
-                    f"(gap='fail'); {ack.batch_size} messages are stored, the last at stream sequence {ack.seq}",
-                    first_missing=g.first_missing, seq=g.seq, ack=ack)
-            elif self._error is None and self._state != "closing":
-                err = JetStreamError(f"fast batch {self.batch_id} was ended by the server after "
-                                     f"{ack.batch_size} messages")
+        if self._error is not None:  # an error report already ended it (gap="fail")
+            pass
+        elif self._gap_seen is not None:  # gap="fail": the server ended the batch at the gap
+            g = self._gap_seen
+            stored = (f"{ack.batch_size} messages are stored, the last at stream sequence {ack.seq}"
+                      if ack is not None else "the final PubAck was lost")
+            self._error = FastPublishGapError(
+                f"fast batch {self.batch_id}: message {g.first_missing} was lost and the server ended the batch "
+                f"(gap='fail'); {stored}", first_missing=g.first_missing, seq=g.seq, ack=ack)
+        elif ack is not None and ack.batch_id is None and self._sent <= 1:
+            # a plain PubAck for the first message: the server did not take it as a fast batch
+            self._error = NotSupportedError(
+                "fast batch publish needs nats-server 2.14+ (JetStream API level 4): the server stored "
+                "the first message as an ordinary publish", feature="fast batch publish",
+                required_level=4, required_version="2.14")
         elif isinstance(err, APIError) and err.err_code == 10205:
-            err = api_error(err.code, err.err_code,
-                            f"{err.description}: the stream needs allow_batched=True for fast batch publish")
-        if self._error is None and err is not None:
+            self._error = api_error(err.code, err.err_code,
+                                    f"{err.description}: the stream needs allow_batched=True for fast batch publish")
+        elif err is not None:
             self._error = err
+        elif self._state != "closing":
+            self._error = JetStreamError(f"fast batch {self.batch_id} was ended by the server after "
+                                         f"{ack.batch_size if ack else '?'} messages")
         self._state = "failed" if self._error is not None else "closed"
