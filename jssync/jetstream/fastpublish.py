@@ -290,6 +290,8 @@ class FastPublisher:
         self._pings = 0  # pings sent
         self._pongs = 0  # replies to pings received
         self._gap_seen: Gap | None = None
+        self._no_responders = 0  # messages no stream took (a 503 status), after the first
+        self._eob_lost = False  # the end-of-batch marker got a 503: close sends it again
         self._error: BaseException | None = None  # what ended the batch (raised by the next call)
         self._subject = ""  # the first message's subject: pings and the EOB go there
         self._nsub: Any = None
@@ -445,10 +447,12 @@ class FastPublisher:
                 if self._fits():
                     return
                 if deadline.expired():
+                    why = (f"; no stream took {self._no_responders} of them (no responders: is there a stream "
+                           "leader?)" if self._no_responders else "")
                     raise TimeoutError(
                         f"fast batch {self.batch_id}: the server acknowledged {self._acked} of {self._sent} "
                         f"messages and no flow ack opened the window within {deadline.timeout}s (this message "
-                        "was not sent)")
+                        f"was not sent){why}")
                 self._cond.wait(min(deadline.slice(), max(0.0, next_ping - time.monotonic())))
             self._conn.internal.check_open()
             if time.monotonic() >= next_ping:
@@ -515,6 +519,7 @@ class FastPublisher:
         try:
             with self._cond:
                 state = self._state
+                seq = self._sent + 1  # the end-of-batch marker's sequence
                 if state == "new":
                     self._state = "closed"
                     return None
@@ -526,8 +531,8 @@ class FastPublisher:
                 self._conn.internal.check_open()
                 with self._cond:
                     self._state = "closing"
-                    seq = self._sent + 1
-                    self._conn.internal.enqueue((self._subject, b"", reply_subject(self._prefix, seq, OP_EOB), None))
+                # (never enqueue under _cond: a full publish queue waits for the I/O thread, which takes _cond)
+                self._conn.internal.enqueue((self._subject, b"", reply_subject(self._prefix, seq, OP_EOB), None))
             interval = self._ping_interval(deadline)
             next_ping = time.monotonic() + interval
             while True:
@@ -543,7 +548,12 @@ class FastPublisher:
                     self._cond.wait(min(deadline.slice(), max(0.0, next_ping - time.monotonic())))
                 self._conn.internal.check_open()
                 if time.monotonic() >= next_ping:
-                    self._ping()
+                    if self._eob_lost:  # no stream leader took it (an election): send it again
+                        self._eob_lost = False
+                        self._conn.internal.enqueue((self._subject, b"", reply_subject(self._prefix, seq, OP_EOB),
+                                                     None))
+                    else:
+                        self._ping()
                     next_ping = time.monotonic() + interval
             if self._error is not None:
                 raise self._error
@@ -639,8 +649,18 @@ class FastPublisher:
         """One message from the server on the batch inbox (I/O thread)."""
         r = parse_reply(data, headers)
         report: BaseException | None = None
+        op = subject[-5:-4]  # "<seq>.<op>.$FI"
+        if isinstance(r, Final) and isinstance(r.error, NoRespondersError) and op != str(OP_START):
+            # no stream leader took this message (e.g. during a leader election): it is lost like
+            # any other, and the leader that takes the next one reports the gap; not the end
+            with self._cond:
+                self._no_responders += 1
+                if op == str(OP_EOB):
+                    self._eob_lost = True
+                self._cond.notify_all()
+            return
         with self._cond:
-            if subject.endswith(f".{OP_PING}.$FI"):
+            if op == str(OP_PING):
                 self._pongs += 1
             if isinstance(r, FlowAck):
                 self._first_reply = True

@@ -424,35 +424,67 @@ def test_add_from_a_subscription_callback(js, nc, unique):
         assert st.info().state.messages == 50
 
 
+def _publish_through(fp: Any, subject: str, n: int, fault_at: int, fault: Any) -> jssync.FastPublishGapError | None:
+    """Add ``n`` messages (payload: the index), calling ``fault()`` before message ``fault_at``; close."""
+    try:
+        for i in range(n):
+            if i == fault_at:
+                fault()
+            fp.add(subject, str(i).encode())
+        fp.close()
+    except jssync.FastPublishGapError as exc:
+        return exc
+    return None
+
+
+def _check_gap_promise(st: Any, fp: Any, failed: jssync.FastPublishGapError | None, n: int) -> None:
+    """gap='fail': the stream holds a gap-free prefix, in order; gap='ok': every loss was reported."""
+    ack = fp.ack
+    assert ack is not None
+    stored = _stored(st, st.info().state.messages)
+    if fp.gap == "fail":
+        assert stored == [str(i).encode() for i in range(len(stored))]  # no gap, in order
+        assert ack.batch_size == len(stored)
+        if failed is None:
+            assert len(stored) == n and fp.gaps == []
+        else:
+            assert failed.first_missing == len(stored) + 1 and failed.ack is ack
+    else:
+        assert failed is None
+        assert ack.batch_size == n  # the batch's length, lost messages included
+        lost = {i for g in fp.gaps for i in range(g.first_missing, g.seq)}
+        assert stored == [str(i - 1).encode() for i in range(1, n + 1) if i not in lost]
+
+
 @pytest.mark.parametrize("gap", ["fail", "ok"])
 def test_dropped_connection_mid_batch_leaves_what_the_gap_mode_promises(js, proxy, unique, gap):
-    """Messages on the wire when the link drops are lost (or not: that is up to timing); either
-    way, gap='fail' leaves a gap-free prefix in order, and gap='ok' accounts for every loss."""
+    """Messages on the wire when the link drops are lost (how many is up to timing)."""
     name = f"FI{unique}"
     n = 10_000
     with _stream(js, name) as st, jssync.connect(proxy.url, reconnect_time_wait=0.05) as pnc:
         fp = pnc.jetstream().fast_publisher(gap=gap, timeout=20 * FACTOR)
-        failed: jssync.FastPublishGapError | None = None
-        try:
-            for i in range(n):
-                if i == n // 2:
-                    proxy.drop()
-                fp.add(f"{name}.x", str(i).encode())
-            fp.close()
-        except jssync.FastPublishGapError as exc:
-            failed = exc
-        ack = fp.ack
-        assert ack is not None
-        stored = _stored(st, st.info().state.messages)
-        if gap == "fail":
-            assert stored == [str(i).encode() for i in range(len(stored))]  # no gap, in order
-            assert ack.batch_size == len(stored)
-            if failed is None:
-                assert len(stored) == n
-            else:
-                assert failed.first_missing == len(stored) + 1
-        else:
-            assert failed is None
-            assert ack.batch_size == n  # the batch's length, lost messages included
-            lost = {i for g in fp.gaps for i in range(g.first_missing, g.seq)}
-            assert stored == [str(i - 1).encode() for i in range(1, n + 1) if i not in lost]
+        failed = _publish_through(fp, f"{name}.x", n, n // 2, proxy.drop)
+        _check_gap_promise(st, fp, failed, n)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("gap", ["fail", "ok"])
+def test_stream_leader_change_mid_batch_leaves_what_the_gap_mode_promises(nats_cluster, unique, gap):
+    """A stream leader stepping down while the batch runs: messages sent during the election
+    reach no leader (503) and the new leader reports the gap (ADR-50, leader changes)."""
+    name = f"FI{unique}"
+    n = 20_000
+    with jssync.connect(nats_cluster.url) as nc:
+        js = nc.jetstream(timeout=10 * FACTOR)
+        with _stream(js, name, num_replicas=3, storage="file") as st:
+            fp = js.fast_publisher(gap=gap, timeout=20 * FACTOR)
+            done: list[Any] = []
+
+            def stepdown() -> None:
+                threading.Thread(target=lambda: done.append(
+                    js._api(f"STREAM.LEADER.STEPDOWN.{name}", None, 10 * FACTOR))).start()
+
+            failed = _publish_through(fp, f"{name}.x", n, n // 4, stepdown)
+            wait_for(lambda: bool(done), 15 * FACTOR, what="the stepdown's answer")
+            assert done[0].get("success") is True
+            _check_gap_promise(st, fp, failed, n)
