@@ -478,10 +478,16 @@ class FastPublisher:
         """
         deadline = Deadline(resolve_timeout(timeout, self.timeout))
         self._check_thread()
-        if self._state == "new":
-            return 0
-        self._raise_if_over()
-        want = self._ping()
+        # a ping carries the highest sequence sent: taken with the sender's lock, so it never
+        # goes out ahead of the message with that sequence (the server would see a gap)
+        self._lock_sender(deadline)
+        try:
+            if self._state == "new":
+                return 0
+            self._raise_if_over()
+            want = self._ping()
+        finally:
+            self._send_lock.release()
         interval = self._ping_interval(deadline)
         next_ping = time.monotonic() + interval
         while True:
@@ -494,7 +500,11 @@ class FastPublisher:
                 self._cond.wait(min(deadline.slice(), max(0.0, next_ping - time.monotonic())))
             self._conn.internal.check_open()
             if time.monotonic() >= next_ping:
-                self._ping()
+                if self._send_lock.acquire(blocking=False):  # else an add is sending (and pings if it waits)
+                    try:
+                        self._ping()
+                    finally:
+                        self._send_lock.release()
                 next_ping = time.monotonic() + interval
 
     def close(self, timeout: float | None | Default = DEFAULT) -> api.PubAck | None:
@@ -599,7 +609,10 @@ class FastPublisher:
         return min(PING_MAX, max(0.05, (t if t is not None else 6.0) / 3))
 
     def _ping(self) -> int:
-        """Send a ping (the highest sequence sent, operation 4); return its number."""
+        """Send a ping (the highest sequence sent, operation 4); return its number.
+
+        Called with ``_send_lock`` held (a ping must not overtake the message it names).
+        """
         with self._cond:
             self._pings += 1
             n = self._pings

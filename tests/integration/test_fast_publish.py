@@ -263,20 +263,34 @@ def test_block_left_by_an_exception_abandons_the_batch(js, unique):
         assert st.info().state.messages == 1  # not atomic: what was sent is stored
 
 
-def test_threads_adding_at_once_each_keep_their_order(js, unique):
+def test_threads_adding_and_flushing_at_once_each_keep_their_order(js, unique):
     name = f"FI{unique}"
     per, threads = 2500, 4
     with _stream(js, name) as st:
-        with js.fast_publisher() as fp:
+        with js.fast_publisher() as fp:  # gap="fail": a ping overtaking a message would end the batch
+            adding = threading.Event()
+            adding.set()
+            flushes = [0]
+
             def run(t: int) -> None:
                 for i in range(per):
                     fp.add(f"{name}.t{t}", f"{t}:{i}".encode())
 
+            def flusher() -> None:
+                while adding.is_set():
+                    fp.flush(timeout=10 * FACTOR)
+                    flushes[0] += 1
+
             ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+            fl = threading.Thread(target=flusher)
             for th in ts:
                 th.start()
+            fl.start()
             for th in ts:
                 th.join(60 * FACTOR)
+            adding.clear()
+            fl.join(30 * FACTOR)
+        assert flushes[0] > 0 and fp.gaps == []
         assert fp.ack is not None and fp.ack.batch_size == per * threads
         got = _stored(st, per * threads)
         for t in range(threads):
