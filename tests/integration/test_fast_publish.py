@@ -211,8 +211,8 @@ def test_add_times_out_while_the_server_does_not_ack_and_goes_on_after(js, proxy
         fp = pnc.jetstream().fast_publisher(flow=1, max_outstanding_acks=1)
         fp.add(f"{name}.x", b"1")
         assert fp.flush() == 1
-        fp.add(f"{name}.x", b"2")  # fits the window (1 outstanding); its ack will be held up
         proxy.stall()
+        fp.add(f"{name}.x", b"2")  # fits the window (1 outstanding); it and its ack are held up
         t0 = time.monotonic()
         with pytest.raises(jssync.TimeoutError, match="not sent"):
             fp.add(f"{name}.x", b"3", timeout=0.5 * FACTOR)
@@ -397,8 +397,8 @@ def test_ctrl_c_while_add_waits_for_the_window(js, proxy, unique, sigint):
         fp = pnc.jetstream().fast_publisher(flow=1, max_outstanding_acks=1)
         fp.add(f"{name}.x", b"1")
         fp.flush()
-        fp.add(f"{name}.x", b"2")
         proxy.stall()
+        fp.add(f"{name}.x", b"2")
         timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
         timer.start()
         t0 = time.monotonic()
