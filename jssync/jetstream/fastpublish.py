@@ -254,8 +254,8 @@ class FastPublisher:
         batch_id: the batch's id (the inbox token the server reports in the PubAck).
         gap: ``"ok"`` or ``"fail"``.
         ack: the final PubAck once the batch ended (``batch_id``; ``seq``: the stream
-            sequence of the last message stored; ``batch_size``: the messages stored with
-            ``gap="fail"``, the batch's length, lost and refused ones included, with "ok").
+            sequence of the last message stored; ``batch_size``: the batch's messages up to
+            where the server ended it, lost, refused and de-duplicated ones included).
         gaps: the gap reports received (:class:`Gap`), in order.
         errors: the error reports received (:class:`FlowError`), in order.
         stalls: how many times :meth:`add` waited for the server's flow acks.

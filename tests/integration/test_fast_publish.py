@@ -162,6 +162,19 @@ def test_failed_expected_check_is_reported_in_a_gap_ok_batch(js, unique):
         assert _stored(st, 2) == [b"1", b"3"]
 
 
+def test_duplicate_msg_id_is_not_stored_again(js, unique):
+    name = f"FI{unique}"
+    with _stream(js, name) as st:
+        js.publish(f"{name}.x", b"0", msg_id="seen")
+        with js.fast_publisher() as fp:
+            fp.add(f"{name}.x", b"1", msg_id="one")
+            fp.add(f"{name}.x", b"dup", msg_id="seen")
+            fp.add(f"{name}.x", b"2", msg_id="two")
+        assert fp.ack is not None and fp.ack.batch_size == 3  # the batch's length
+        assert fp.errors == [] and fp.gaps == []
+        assert _stored(st, 3) == [b"0", b"1", b"2"]
+
+
 def test_bad_input_is_refused_before_sending(js, nc, unique):
     name = f"FI{unique}"
     with _stream(js, name) as st:
