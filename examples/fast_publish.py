@@ -21,7 +21,7 @@ def main() -> None:
         # with jssync.FastPublishGapError. The server paces the publisher with flow acks.
         start = time.monotonic()
         with js.fast_publisher() as fp:
-            for i in range(50_000):
+            for i in range(20_000):
                 fp.add(f"METRICS.host{i % 4}", b"cpu=%d" % (i % 100))
         took = time.monotonic() - start
         ack = fp.ack

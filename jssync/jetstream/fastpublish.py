@@ -596,7 +596,7 @@ class FastPublisher:
 
     def _check_thread(self) -> None:
         if self._conn.internal.loop.in_loop_thread():
-            raise JetStreamError("a FastPublisher cannot block on the connection's I/O thread")
+            raise RuntimeError("a FastPublisher cannot block on the connection's I/O thread (it would deadlock)")
 
     def _lock_sender(self, deadline: Deadline) -> None:
         while not self._send_lock.acquire(timeout=deadline.slice()):
