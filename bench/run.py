@@ -236,14 +236,14 @@ class RequestReply:
 # ---------------------------------------------------------------------------------- JetStream
 
 
-def _fresh_stream(url: str, name: str, subjects: list[str]) -> None:
+def _fresh_stream(url: str, name: str, subjects: list[str], **cfg: Any) -> None:
     with jssync.connect(url) as nc:
         js = nc.jetstream()
         try:
             js.delete_stream(name)
         except jssync.StreamNotFoundError:
             pass
-        js.create_stream(name=name, subjects=subjects, storage="memory")
+        js.create_stream(name=name, subjects=subjects, storage="memory", **cfg)
 
 
 @scenario("js_publish_sync")
@@ -326,6 +326,32 @@ class JsPublishAsync:
             return dt
 
         return {"rate": n / asyncio.run(main())}
+
+
+@scenario("js_fast_publish")
+class JsFastPublish:
+    """A fast-ingest batch (ADR-50, default options) of every message, until its final PubAck.
+
+    nats-py has no fast ingest: its side is publish_async and publish_async_completed, the
+    way nats-py moves many messages into a stream.
+    """
+
+    @staticmethod
+    def jssync(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _fresh_stream(url, "BENCHPUB", ["bench.js.>"], allow_batched=True)
+        with jssync.connect(url) as nc:
+            js = nc.jetstream()
+            t0 = time.perf_counter()
+            with js.fast_publisher(timeout=120) as fp:
+                add = fp.add
+                for _ in range(n):
+                    add("bench.js.f", payload)
+            dt = time.perf_counter() - t0
+        if fp.ack is None or fp.ack.batch_size != n:
+            raise RuntimeError(f"fast batch stored {fp.ack} instead of {n} messages")
+        return {"rate": n / dt}
+
+    natspy = JsPublishAsync.natspy
 
 
 def _preload(url: str, name: str, n: int, payload: bytes, **cfg: Any) -> None:

@@ -35,6 +35,7 @@ from .base.errors import (
     ConsumerNotFoundError,
     DirectGetNotAllowedError,
     Error,
+    FastPublishGapError,
     ForkError,
     InvalidAckError,
     JetStreamAPIError,
@@ -74,6 +75,7 @@ from .core.subscription import Subscription
 from .jetstream.consumers import Consumer
 from .jetstream.context import JetStream
 from .jetstream.direct import DirectBatch
+from .jetstream.fastpublish import FastPubAck, FastPublisher
 from .jetstream.msgfeatures import BatchPublisher, Counter, CounterEntry
 from .jetstream.ordered import OrderedConsumeContext, OrderedConsumer
 from .jetstream.pull import ConsumeContext, FetchResult
@@ -186,6 +188,9 @@ __all__ = [
     "DuplicateSubscriptionError",
     "Entry",
     "Error",
+    "FastPubAck",
+    "FastPublishGapError",
+    "FastPublisher",
     "FetchResult",
     "FilterableKeyCodec",
     "ForkError",

@@ -35,6 +35,7 @@ jssync at run time. Everything a user can catch derives from :class:`Error`
         ├── ConsumerDeletedError, ConsumerIsPushBasedError, DirectGetNotAllowedError
         ├── NoHeartbeatError > HeartbeatAlarmError
         ├── NoAckStreamError (.stream, .subject)
+        ├── FastPublishGapError (.first_missing, .seq, .ack)
         ├── PushSubscribeError > ConsumerConfigMismatchError, ConsumerIsPullBasedError,
         │       DeliverGroupError, DuplicateSubscriptionError, MultipleStreamsMatchError,
         │       QueueGroupOptionError, SubjectMismatchError
@@ -404,6 +405,25 @@ class StatusError(JetStreamError):
         super().__init__(f"status {code} {description!r} on JetStream subscription {subject!r}".strip())
         self.code = code
         self.description = description
+
+
+class FastPublishGapError(JetStreamError):
+    """A fast-ingest batch with ``gap="fail"`` lost messages, so the server ended it (ADR-50).
+
+    The messages before the gap are stored, in order; nothing from ``first_missing`` on is.
+
+    Attributes:
+        first_missing: the batch sequence of the first message the server did not get.
+        seq: the batch sequence of the message that arrived after the gap.
+        ack: the batch's final PubAck (``batch_size``: the messages stored; ``seq``: the
+            stream sequence of the last one), or None if it did not arrive.
+    """
+
+    def __init__(self, message: str, *, first_missing: int, seq: int, ack: Any = None) -> None:
+        super().__init__(message)
+        self.first_missing = first_missing
+        self.seq = seq
+        self.ack = ack
 
 
 class HeartbeatAlarmError(NoHeartbeatError):

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from ..objectstore.objectstore import ObjectStore, ObjectStoreStatus
     from .consumers import Consumer
     from .direct import DirectBatch
+    from .fastpublish import FastPublisher
     from .msgfeatures import BatchPublisher, Counter
     from .push import JetStreamSubscription
     from .replies import StoredMsg
@@ -1042,6 +1043,35 @@ class JetStream:
         from .msgfeatures import BatchPublisher
 
         return BatchPublisher(self, batch_id=batch_id, timeout=timeout)
+
+    def fast_publisher(self, *, gap: str = "fail", flow: int = 100, max_outstanding_acks: int = 2,
+                       timeout: float | None | Default = DEFAULT,
+                       error_cb: Callable[[BaseException], Any] | None = None) -> FastPublisher:
+        """A fast-ingest batch (ADR-50; nats-server 2.14+, the stream needs ``allow_batched=True``).
+
+        ``with js.fast_publisher() as fp: fp.add(subject, data, ...)`` sends each message
+        at once, paced by the server's flow acks, and ends the batch when the block ends
+        (``fp.ack`` is then its PubAck); see :class:`jssync.FastPublisher`. Nothing is sent
+        here.
+
+        Args:
+            gap: ``"fail"`` (the batch ends at the first lost message: what is stored has
+                no gaps) or ``"ok"`` (the batch goes on; gaps are reported to ``error_cb``).
+            flow: ask for a flow ack every this many messages (1-65535; the server may
+                lower it).
+            max_outstanding_acks: how many flow acks may be outstanding before ``add``
+                waits (1-3).
+            timeout: the default wait of ``add``, ``flush`` and ``close`` (default: the
+                context's timeout).
+            error_cb: called on the worker pool with each gap (gap="ok") and error report.
+
+        Raises:
+            jssync.ValidationError: a bad option.
+        """
+        from .fastpublish import FastPublisher
+
+        return FastPublisher(self, gap=gap, flow=flow, max_outstanding_acks=max_outstanding_acks,
+                             timeout=timeout, error_cb=error_cb)
 
     def publish_scheduled(
         self,
