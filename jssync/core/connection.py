@@ -38,13 +38,13 @@ from ..base.status import is_no_responders
 from ..base.validate import (
     _SUBJECT_BAD,
     _check_data,
-    _encode_headers,
     _headers_size,
     validate_headers,
     validate_subject,
 )
 from . import natspy as _natspy
 from . import sockpath as _sockpath
+from . import wire as _wire
 from .hooks import HOOKS
 from .internal import ConnectionInternal
 from .loop import IOLoop
@@ -877,32 +877,12 @@ class Connection:
 
         The byte cap keeps large payloads from being joined and copied in huge chunks.
         """
-        q = self._pubq
-        parts: list[bytes] = []
-        add = parts.append
-        n = 0
-        nbytes = 0
-        while q and n < limit and nbytes < _BURST_BYTES:
-            subject, data, reply, headers = q.popleft()
-            n += 1
-            nbytes += len(data)
-            if headers is None:
-                if reply:
-                    add(f"PUB {subject} {reply} {len(data)}\r\n".encode())
-                else:
-                    add(f"PUB {subject} {len(data)}\r\n".encode())
-                add(data)
-            else:
-                hdr = _encode_headers(headers)
-                add(f"HPUB {subject} {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode())
-                add(hdr)
-                add(data)
-            add(b"\r\n")
+        chunk, n, nbytes = _wire.encode_burst(self._pubq, limit, _BURST_BYTES)
         st = self._nc.stats
         st["out_msgs"] += n
         st["out_bytes"] += nbytes
         self._pub_room.set()
-        return b"".join(parts)
+        return chunk
 
     def _park(self) -> None:
         """On the loop, not connected: leave the queue as it is and look again in a moment.
@@ -1045,7 +1025,7 @@ class Connection:
         if self._sockpath.sock is None or self._pubq or len(data) > _sockpath.SEND_MAX:
             return False
         nc = self._nc
-        buf = _sockpath.encode_pub(subject, reply, data, None if headers is None else _encode_headers(headers))
+        buf = _wire.encode_one(subject, data, reply, headers)
         if not self._sockpath.send(buf, self._send_blocked):
             return False
         st = nc.stats

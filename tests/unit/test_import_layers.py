@@ -304,3 +304,38 @@ def test_the_private_access_check_can_fail(tmp_path: Path) -> None:
     found = private_connection_accesses(pkg)
     assert sorted(h.split(": ")[0] for h in found["jetstream/pull.py"]) == [
         "jetstream/pull.py:2", "jetstream/pull.py:3", "jetstream/pull.py:4"], found
+
+
+# -- one wire encoder ---------------------------------------------------------------------------
+
+#: The one module that builds PUB/HPUB protocol lines (every writer to the socket uses its encode_burst).
+WIRE_MODULE = "core/wire.py"
+
+
+def publish_line_builders(root: Path = PACKAGE) -> list[str]:
+    """Every place outside core/wire.py with a str or bytes literal (f-string parts too) starting a PUB/HPUB line."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root))
+        if rel == WIRE_MODULE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
+                text = node.value if isinstance(node.value, bytes) else node.value.encode("utf-8", "replace")
+                if text.startswith((b"PUB ", b"HPUB ")):
+                    out.append(f"{rel}:{node.lineno}: {text[:30]!r}")
+    return out
+
+
+def test_only_the_wire_module_builds_publish_lines() -> None:
+    found = publish_line_builders()
+    assert not found, f"PUB/HPUB lines are built only by jssync/{WIRE_MODULE}:\n" + "\n".join(found)
+
+
+def test_the_publish_line_check_can_fail(tmp_path: Path) -> None:
+    pkg = tmp_path / "jssync"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "core" / "wire.py").write_text('def f(s):\n    return f"PUB {s} 0\\r\\n"\n')
+    (pkg / "core" / "other.py").write_text('def f(s, r):\n    x = b"HPUB " + s\n    return f"PUB {s} {r}"\n')
+    found = publish_line_builders(pkg)
+    assert sorted(h.split(": ")[0] for h in found) == ["core/other.py:2", "core/other.py:3"], found
