@@ -279,15 +279,18 @@ def test_upper_layers_use_the_connections_internal_interface() -> None:
 
 
 def test_the_internal_interface_offers_what_it_documents(nats_server: Any) -> None:
-    """Every member core/internal.py declares is set, and is the connection's own object or bound method."""
+    """Every member core/internal.py declares is set, and is the connection's own object or a bound
+    method of the connection or of one of its rooms (the same one the connection calls)."""
     from jssync.core.internal import ConnectionInternal
 
     with jssync.connect(nats_server.url) as nc:
         ci = nc.internal
+        rooms = (nc, nc._out, nc._req, nc._links, nc._perms)
         for name in ConnectionInternal.__slots__:
             value = getattr(ci, name)
             if callable(value) and hasattr(value, "__self__"):
-                assert value.__self__ is nc, name
+                assert any(value.__self__ is room for room in rooms), name
+                assert getattr(nc, "_" + name) == value, name
         assert ci.loop is nc._loop and ci.subs is nc._subs and not ci.closed and not ci.closing
     assert ci.closed
 
