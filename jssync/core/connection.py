@@ -12,19 +12,21 @@ no extra call layer):
   is encoded by core/wire.py's ``encode_burst``;
 - core/requests.py: the reply multiplexer, own-inbox requests (request_many is
   core/request_many.py); core/permissions.py: the permission watches of waiting calls;
-- here: subscribe, unsubscribe, drain and close.
+- core/subscribing.py: the open subscriptions, subscribe, unsubscribe, the one drain of a
+  nats-py subscription; core/closing.py: ``drain`` and ``close``.
+
+Here: the public methods (argument checks, then the rooms), the properties, and the life
+state (``_closing``, ``_closed``, ``_closed_error``) that every room reads.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import itertools
 import logging
 import os
 import ssl
 import threading
-import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,12 +36,10 @@ from ..base.errors import (
     ConnectionClosedError,
     Error,
     MaxPayloadError,
-    PermissionDeniedError,
-    TimeoutError,
     translate,
-    translating,
 )
 from ..base.validate import _SUBJECT_BAD, _check_data, _headers_size, validate_headers, validate_subject
+from . import closing as _closing
 from . import natspy as _natspy
 from . import options as _options
 from .hooks import HOOKS
@@ -50,7 +50,8 @@ from .msg import Msg
 from .outbound import Outbound
 from .permissions import PermissionWatch
 from .requests import Requests
-from .subscription import Subscription, _Inbound
+from .subscribing import Subscriptions
+from .subscription import Subscription
 from .urls import check_resolvable, redact_url
 from .workers import WorkerPool
 
@@ -62,12 +63,7 @@ T = TypeVar("T")
 log = logging.getLogger("jssync")
 
 _ids = itertools.count(1)
-_live: weakref.WeakSet[Connection] = weakref.WeakSet()
 
-#: How long a drain waits for the server to confirm its UNSUB (callers bound it further).
-_DRAIN_FLUSH_TIMEOUT = 10.0
-#: The share of ``close``'s timeout a stopped consume may take to send its naks first.
-_BEFORE_CLOSE_SHARE = 0.6
 
 class Connection:
     """A connection to NATS with a blocking API.
@@ -122,8 +118,6 @@ class Connection:
         self._closed_error: ConnectionClosedError | None = None
         self._close_lock = threading.Lock()  # (also the ack lock: see Outbound.send_ack)
         self._dropped_at_close = 0  # queued messages close() dropped (drain() reports them)
-        self._subs: set[Subscription] = set()
-        self._subs_lock = threading.Lock()
         self._links = links = Links(self, opts, reconnect_time_wait=reconnect_time_wait,
                                     max_reconnect_attempts=max_reconnect_attempts, error_cb=error_cb,
                                     disconnected_cb=disconnected_cb, reconnected_cb=reconnected_cb,
@@ -147,6 +141,12 @@ class Connection:
         self._sync_pubs = out.sync_pubs
         self._fast_paths = out.fast_paths
         self._perms = perms = PermissionWatch(out.ordered_flush, timeout)
+        self._subscriptions = subs = Subscriptions(self, out, perms)
+        self._subs = subs.open
+        self._subs_lock = subs.lock
+        self._make_subscription = subs.make
+        self._drain_nsub = subs.drain_nsub
+        self._unsubscribe = subs.unsubscribe
         self._req = req = Requests(self, out, perms)
         self._request = req.request
         self._start_mux = req.start_mux
@@ -162,14 +162,14 @@ class Connection:
             out.fast = out.caps["pump_buffer"]
             self._loop.run(self._connect(), Deadline(timeout), "connect")
         except BaseException as exc:
-            self._teardown(0.5)
+            _closing.teardown(self, 0.5)
             if not isinstance(exc, Error) or isinstance(exc, ConnectionClosedError):
                 raise
             failure = exc
         if failure is not None:
             # raised outside the ``except`` so the internal timeout is not the context
             raise _options.connect_failure(failure, timeout, opts, links.last_connect_error, links.failed_url)
-        _live.add(self)
+        _closing.live.add(self)
         #: What the layers above core use of this connection (core/internal.py); not public API.
         self.internal: ConnectionInternal = ConnectionInternal(self)
 
@@ -207,7 +207,6 @@ class Connection:
     def _mux_prefix(self) -> str | None:
         """The reply multiplexer's subject prefix once subscribed (core/requests.py)."""
         return self._req.prefix
-
 
     # -- reprs, properties -----------------------------------------------------------------
 
@@ -262,6 +261,7 @@ class Connection:
     def client(self) -> Any:
         """The underlying nats-py client (use it only through :meth:`run`)."""
         return self._nc
+
     # -- running things on the loop ------------------------------------------------------
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None | Deadline, what: str = "operation") -> T:
@@ -461,78 +461,6 @@ class Connection:
             raise BadSubjectError(f"invalid queue group name: {queue!r}")
         return self._make_subscription(subject, queue, callback, pending_msgs_limit, check_permissions=True)
 
-    def _make_subscription(self, subject: str, queue: str | None, callback: Callable[[Msg], Any] | None,
-                           pending_msgs_limit: int, *, check_permissions: bool) -> Subscription:
-        """``subscribe`` without validation; ``check_permissions`` adds the PING/PONG check."""
-        self._check_open()
-        sub = Subscription(self, subject, queue, callback, pending_msgs_limit)
-
-        async def _sub() -> Any:
-            await self._sync_pubs()
-            if not check_permissions:
-                return await self._subscribe_async(sub)
-            denied: list[PermissionDeniedError] = []
-            key = self._perms.watch("subscribe", subject, denied.append)
-            try:
-                nsub = await self._subscribe_async(sub)
-            except BaseException:
-                self._perms.unwatch(key)
-                raise
-            await self._perms.check_subscription(nsub, subject, denied, key)
-            return nsub
-
-        try:
-            sub._nsub = self.run(_sub(), Deadline(self._timeout + 5), "subscribe")
-        except PermissionDeniedError:
-            sub._end()
-            raise
-        with self._subs_lock:
-            self._subs.add(sub)
-        return sub
-
-    async def _subscribe_async(self, sub: Subscription) -> Any:
-        """On the loop: make the nats-py subscription and point it at ``sub``."""
-        with translating():
-            return await _natspy.subscribe(self._nc, sub.subject, _Inbound(sub), sub.queue)
-
-    async def _drain_nsub(self, nsub: Any, timeout: float) -> None:
-        """On the loop: the one drain of a nats-py subscription (core, push, consume).
-
-        Sends UNSUB, waits until the server answered a PING sent after it (so it processed
-        the UNSUB and everything it sent for the subscription before has been read), and
-        only then removes the subscription from nats-py: no message already on the wire is
-        dropped. The subscription is removed even when the flush fails (disconnected, timed
-        out), so a drain always ends.
-        """
-        if nsub is None or _natspy.sub_closed(nsub) or self._nc.is_closed:
-            return
-        try:
-            await _natspy.send_unsubscribe(self._nc, nsub)
-            await self._out.ordered_flush(timeout)
-        finally:
-            _natspy.remove_sub(self._nc, nsub)
-
-    def _unsubscribe(self, sub: Subscription, drain: bool, timeout: float | None | Deadline) -> None:
-        with self._subs_lock:
-            self._subs.discard(sub)
-        if self._closed or self._loop.forked:
-            return
-        nsub = sub._nsub
-
-        async def _unsub() -> None:
-            if nsub is None or _natspy.sub_closed(nsub) or self._nc.is_closed:
-                return
-            with translating():
-                if drain:
-                    await self._drain_nsub(nsub, _DRAIN_FLUSH_TIMEOUT)
-                else:
-                    await nsub.unsubscribe()
-
-        if self._loop.in_loop_thread():
-            self._loop.loop.create_task(_unsub())
-            return
-        self.run(_unsub(), timeout, "unsubscribe")
-
     # -- JetStream -------------------------------------------------------------------------
 
     def jetstream(
@@ -570,37 +498,7 @@ class Connection:
                 and consumes not drained, the queued messages dropped, and the state of the
                 connection (reconnecting: to which server, which attempt).
         """
-        if self._closed or self._closing:
-            return
-        deadline = Deadline(timeout)
-        with self._subs_lock:
-            subs = list(self._subs)
-        left: list[str] = []
-        for sub in subs:
-            try:
-                sub.drain(timeout=deadline.remaining())
-            except TimeoutError as exc:
-                left.append(_drain_what(sub, exc))
-            except Error as exc:
-                self._report_error(exc)
-        in_loop = self._loop.forked or self._loop.in_loop_thread()
-        if not in_loop:
-            self._before_close(deadline, drain=True, subs=subs)  # (a drained consume left _subs)
-        state = self._link_state()  # (before close: why the drain could not finish)
-        if self._pubq and not in_loop and not self._nc.is_connected and not deadline.expired():
-            try:  # what was published waits for the reconnect, within the drain's timeout
-                self.flush(timeout=deadline.remaining())
-            except TimeoutError:
-                state = self._link_state()
-            except Error as exc:
-                self._report_error(exc)
-        rem = deadline.remaining()
-        self.close(timeout=None if rem is None else max(0.5, rem))
-        dropped = self._dropped_at_close
-        if left or dropped:
-            what = left + ([f"{dropped} queued message(s) dropped"] if dropped else [])
-            raise TimeoutError(f"drain did not finish within {timeout}s and closed the connection; "
-                               f"not drained: {'; '.join(what)}" + (f" ({state})" if state else ""))
+        _closing.drain(self, timeout)
 
     def close(self, timeout: float | None = 5.0) -> None:
         """Flush what was published, close the connection and stop its threads.
@@ -615,103 +513,7 @@ class Connection:
         Futures still waiting fail with :class:`jssync.ConnectionClosedError` at once;
         call :meth:`flush` first to wait for the reconnect.
         """
-        deadline = Deadline(timeout)
-        if not (self._closed or self._closing or self._loop.forked or self._loop.in_loop_thread()) \
-                and self._nc.is_connected:
-            # acks are still accepted: the naks a stopped consume promised go out first (not
-            # while disconnected: close does not wait for a reconnect, and drops the queue)
-            rem = deadline.remaining()
-            try:
-                self._before_close(Deadline(None if rem is None else rem * _BEFORE_CLOSE_SHARE), drain=False)
-            except KeyboardInterrupt:
-                with self._close_lock:
-                    if self._closed or self._closing:
-                        raise
-                    self._closing = True
-                self._teardown(0.5)
-                raise
-        with self._close_lock:  # (also the ack lock: see _send_ack)
-            if self._closed or self._closing:
-                return
-            self._closing = True
-        if self._loop.forked:
-            self._closed = True
-            return
-        if not self._loop.in_loop_thread():
-            try:
-
-                async def _close() -> None:
-                    # not while disconnected: close does not wait for a reconnect
-                    if self._nc.is_connected:
-                        try:
-                            rem = deadline.remaining()
-                            await asyncio.wait_for(self._sync_pubs(), None if rem is None else max(0.1, rem - 0.2))
-                        except Exception:
-                            log.debug("could not hand over every publish before close", exc_info=True)
-                    dropped = self._out.drop_all()
-                    if dropped:
-                        self._dropped_at_close = dropped
-                        log.warning("close: %d queued message(s) dropped (not sent before close)", dropped)
-                    await self._nc.close()
-
-                self._loop.run(_close(), deadline, "close")
-            except BaseException as exc:  # noqa: BLE001 - closing goes on
-                if isinstance(exc, KeyboardInterrupt):
-                    self._teardown(0.5)
-                    raise
-                log.debug("error while closing: %s", exc)
-        rem = deadline.remaining()
-        self._teardown(None if rem is None else rem or 0.5)
-
-    def _before_close(self, deadline: Deadline, drain: bool, subs: list[Subscription] | None = None) -> None:
-        """Before ``close`` refuses acks: let every consume send what it promised (its
-        ``_before_close``: the naks of a stopped consume; with ``drain``, the hand-over of
-        an iterator's buffer). ``subs``: those to look at (default: the open ones). Blocks
-        until ``deadline`` at most; reports what fails."""
-        if subs is None:
-            with self._subs_lock:
-                subs = list(self._subs)
-        for sub in subs:
-            hook: Callable[[Deadline, bool], None] | None = getattr(sub, "_before_close", None)
-            if hook is None:
-                continue
-            try:
-                hook(deadline, drain)
-            except Error as exc:
-                self._report_error(exc)
-
-    def _teardown(self, timeout: float | None) -> None:
-        self._closed = True
-        self._closing = False
-        with self._subs_lock:
-            subs = list(self._subs)
-            self._subs.clear()
-        err = self._closed_error  # None after close(): iterators end quietly
-        for sub in subs:
-            sub._end(err)
-        self._loop.stop(timeout)
-        self._pool.stop(1.0 if timeout is None or timeout > 1.0 else timeout)  # at most 1 s
-        _live.discard(self)
-
-
-def _drain_what(sub: Any, exc: BaseException) -> str:
-    """What a subscription (or consume, or the PubAck waiter) whose drain timed out was, for drain's error."""
-    if isinstance(sub, Subscription):
-        return f"the subscription on {sub.subject!r}"
-    stream, consumer = getattr(sub, "stream", None), getattr(sub, "consumer", None)
-    if isinstance(stream, str) and isinstance(consumer, str):
-        return f"the consume of {stream}/{consumer}"
-    return str(exc)
-
-
-@atexit.register
-def _close_all_at_exit() -> None:
-    for conn in list(_live):
-        try:
-            if not conn._loop.forked:
-                conn.close(timeout=2.0)
-        except BaseException:  # noqa: BLE001
-            pass
+        _closing.close(self, timeout)
 
 
 def connect(servers: str | Sequence[str] | None = None, **options: Any) -> Connection:

@@ -285,7 +285,7 @@ def test_the_internal_interface_offers_what_it_documents(nats_server: Any) -> No
 
     with jssync.connect(nats_server.url) as nc:
         ci = nc.internal
-        rooms = (nc, nc._out, nc._req, nc._links, nc._perms)
+        rooms = (nc, nc._out, nc._req, nc._links, nc._perms, nc._subscriptions)
         for name in ConnectionInternal.__slots__:
             value = getattr(ci, name)
             if callable(value) and hasattr(value, "__self__"):
@@ -342,3 +342,24 @@ def test_the_publish_line_check_can_fail(tmp_path: Path) -> None:
     (pkg / "core" / "other.py").write_text('def f(s, r):\n    x = b"HPUB " + s\n    return f"PUB {s} {r}"\n')
     found = publish_line_builders(pkg)
     assert sorted(h.split(": ")[0] for h in found) == ["core/other.py:2", "core/other.py:3"], found
+
+
+# -- the Connection facade ---------------------------------------------------------------------
+
+#: Most lines the Connection class may take: the public API and delegation to its rooms
+#: (core/options.py, links.py, outbound.py, permissions.py, requests.py, subscribing.py, closing.py).
+CONNECTION_MAX_LINES = 500
+
+
+def class_lines(path: Path, name: str) -> int:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    assert cls.end_lineno is not None
+    return cls.end_lineno - cls.lineno + 1
+
+
+def test_the_connection_class_stays_a_facade() -> None:
+    n = class_lines(PACKAGE / "core" / "connection.py", "Connection")
+    assert n <= CONNECTION_MAX_LINES, (
+        f"the Connection class has {n} lines (at most {CONNECTION_MAX_LINES}): put the work in a room of its own "
+        "(a module under jssync/core/ with one job) and bind its methods in Connection.__init__")
