@@ -1,16 +1,17 @@
 """The outgoing side of a connection: the publish queue, the pump, the offline buffer, flush.
 
-Every message jssync sends goes into one queue (``Outbound.q``: ``publish``, requests,
-acks, the JetStream layers through ``conn.internal.enqueue``) and leaves it by one of
-three writers, each under the socket's write lock (``CallerSocket.wlock``) and each
-encoding with ``wire.encode_burst`` (the one encoder):
+Every message jssync sends goes out by one of three writers, each under the socket's
+write lock (``CallerSocket.wlock``) and each encoding with core/wire.py:
 
-- ``kick`` (I/O thread, woken once per burst): a small burst while nothing is waiting in
-  nats-py is written straight to the transport (lowest latency for requests and acks);
-- ``pump`` (an I/O thread task): larger bursts are appended to nats-py's outgoing buffer,
-  which nats-py's flusher writes (with a nats-py without that buffer, ``nc.publish`` each);
+- ``kick`` (I/O thread, woken once per burst): a small burst taken off the queue
+  (``Outbound.q``: ``publish``, requests, acks, the JetStream layers through
+  ``conn.internal.enqueue``) while nothing waits in nats-py is encoded
+  (``wire.encode_burst``) and written straight to the transport (lowest latency);
+- ``pump`` (an I/O thread task): larger bursts (``wire.encode_burst``) are appended to
+  nats-py's outgoing buffer, which nats-py's flusher writes (with a nats-py without that
+  buffer, ``nc.publish`` each);
 - ``try_direct_send`` (a caller's thread, core/sockpath.py): a lone request with nothing
-  queued before it (``wire.encode_one``, a burst of one).
+  queued before it never enters the queue (``wire.encode_one``: the bytes of a burst of one).
 
 While disconnected the queue is parked (nothing leaves it; publishers block at its bound,
 or at ``reconnect_buffer_size``); it resumes after the reconnect, dropping the requests

@@ -16,8 +16,8 @@ This module lets the caller skip both when it is safe:
   the I/O thread's parser.
 
 The protocol decisions are pure and have no sockets or threads: the bytes of a request
-and of its reply are ``core/wire.py``'s (``encode_one``, ``parse_reply``, the same
-encoder every writer uses); :class:`ReadGate` is here. :class:`CallerSocket` is the thin shell that
+and of its reply are ``core/wire.py``'s (``encode_one``, ``parse_reply``: the module
+that builds every PUB/HPUB jssync writes); :class:`ReadGate` is here. :class:`CallerSocket` is the thin shell that
 applies them to the real socket (tests/unit/test_sockpath.py drives it over
 ``socket.socketpair()``). Hooking it into nats-py's transport (every write and read of
 the I/O thread through the same locks) is :meth:`CallerSocket.attach`, with the nats-py
