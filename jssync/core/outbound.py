@@ -201,7 +201,7 @@ class Outbound:
 
     def enqueue(self, item: tuple[str, bytes, str, dict[str, str] | None],
                  deadline: Deadline | None = None) -> None:
-        """Queue ``item``; at the queue's bound wait for room (see :meth:`_wait_pub_room`).
+        """Queue ``item``; at the queue's bound wait for room (see :meth:`wait_room`).
 
         ``deadline``: the caller's own (a request's timeout), when shorter than the bound's.
         """
@@ -223,7 +223,7 @@ class Outbound:
     def wait_room(self, size: int, within: Deadline | None = None) -> None:
         """Block until the publish queue is down to half its count and byte limits.
 
-        The I/O thread sets ``_pub_room`` after every burst it takes off the queue. Waits
+        The I/O thread sets ``room`` after every burst it takes off the queue. Waits
         at most 15 x the connect timeout, or until ``within`` (a request's own deadline)
         when that comes first.
         """
@@ -249,7 +249,7 @@ class Outbound:
         # On the loop thread. A small burst while connected and with nothing queued in
         # nats-py is encoded and written to the socket right here (lowest latency for
         # requests and acks); anything else goes through the pump task. While not
-        # connected nothing leaves the queue (see _park).
+        # connected nothing leaves the queue (see park).
         self.scheduled = False
         if self.task is not None and not self.task.done():
             return
@@ -291,7 +291,7 @@ class Outbound:
     def park(self) -> None:
         """On the loop, not connected: leave the queue as it is and look again in a moment.
 
-        The publishes wait in ``_pubq`` (bounded as always: publishers block at its limit)
+        The publishes wait in ``q`` (bounded as always: publishers block at its limit)
         instead of going to nats-py, whose reconnect buffer is small and refuses past it.
         """
         self.stale_check = True
@@ -313,7 +313,7 @@ class Outbound:
         A request, ``js.publish`` or ``publish_async`` that timed out while its message
         waited for the reconnect has reported its failure; sending it afterwards could
         store a message its caller treats as not stored. Such a message's reply subject
-        is on the multiplexer, and its token is gone from ``_replies``.
+        is on the multiplexer, and its token is gone from the multiplexer's ``replies``.
         """
         prefix = self._conn._mux_prefix
         q = self.q
@@ -339,7 +339,7 @@ class Outbound:
 
         A burst is encoded into one chunk and appended to nats-py's outgoing buffer with
         one flush kick (or, with a nats-py without that buffer, each goes through
-        ``nc.publish``). When the connection is lost the pump parks (see :meth:`_park`).
+        ``nc.publish``). When the connection is lost the pump parks (see :meth:`park`).
         """
         q = self.q
         nc = self.nc
@@ -371,7 +371,7 @@ class Outbound:
                                 q.clear()
                                 break
                             self._conn._report_error(translate(exc))
-                    self.room.set()  # (the fast branch's _encode_burst sets it)
+                    self.room.set()  # (the fast branch's encode_burst sets it)
                 if q:
                     await asyncio.sleep(0)
         finally:
@@ -380,7 +380,7 @@ class Outbound:
             self.idle.set()
 
     def install_direct(self) -> None:
-        """On the loop: arm the caller-side socket path on the current transport (``_sockpath``).
+        """On the loop: arm the caller-side socket path on the current transport (``sockpath``).
 
         Only a plain TCP connection: a caller may then write a small request to the socket
         itself and read its reply (saves the wake-ups of this thread and the caller's).
@@ -401,9 +401,9 @@ class Outbound:
         - ``pump_buffer``: queued publishes are encoded in bursts into nats-py's outgoing
           buffer, not one ``nc.publish`` each.
         - ``direct_write``: a caller's thread writes a small request straight to the socket
-          (``_sockpath.CallerSocket.send``).
+          (``sockpath.CallerSocket.send``).
         - ``direct_read``: that caller may also read its reply off the socket
-          (``_sockpath.CallerSocket.watch``; needs ``os.eventfd``).
+          (``sockpath.CallerSocket.watch``; needs ``os.eventfd``).
         - ``reply_headers``: a reply read that way has its headers parsed by nats-py's own
           header parser (else such a reply is left to the I/O thread).
         - ``wire_header_len``: a pulled message's header size is read from nats-py's parser,
