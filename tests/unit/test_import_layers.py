@@ -28,7 +28,7 @@ PACKAGE = Path(jssync.__file__).parent
 #: module-name prefix (after ``jssync.``) -> layer; the longest matching prefix wins
 LAYERS: dict[str, int] = {
     "base": 0,  # errors, deadline, status headers, ack subjects: no client state
-    "core": 1,  # loop, nats-py adapter, msg, subscription, workers, connection, request_many
+    "core": 1,  # loop, nats-py adapter, wire, msg, subscription, workers, connection and its rooms
     "jetstream": 2,  # context, streams, consumers, pull, push, ordered, direct, publish, features
     "kv": 3,
     "objectstore": 4,  # uses the kv layer's bucket helpers
