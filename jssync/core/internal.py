@@ -7,9 +7,11 @@ Connection (tests/unit/test_import_layers.py checks that). ``internal`` is not p
 public API (API.md): it may change in any release.
 
 Cost: the objects are the connection's own (the same loop, pool, dict, lock), and the calls
-are the connection's bound methods, stored once: ``conn.internal.enqueue(item)`` is the same
-call as ``conn._enqueue(item)``, with no extra call layer. Only ``closed``, ``closing`` and
-``mux_prefix`` are properties: they change while the connection lives.
+are the bound methods of the connection or of its rooms (core/outbound.py, core/requests.py,
+core/links.py), stored once: ``conn.internal.enqueue(item)`` is the same call as
+``conn._enqueue(item)`` (``Outbound.enqueue``), with no extra call layer. Only ``closed``,
+``closing``, ``close_error`` and ``mux_prefix`` are properties: they change while the
+connection lives.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class ConnectionInternal:
     - ``id``: the connection's number (thread names); ``urls``: the server URLs it was given;
       ``timeout``: ``connect(timeout=)``; ``offline_limit``: ``reconnect_buffer_size``.
 
-    Calls (the connection's bound methods):
+    Calls (bound methods of the connection or its rooms):
 
     - ``request(subject, data, headers, timeout) -> Msg``: a request without argument checks.
     - ``enqueue(item, deadline=None)``: queue ``(subject, data, reply, headers)`` for the pump.
@@ -113,4 +115,4 @@ class ConnectionInternal:
     @property
     def mux_prefix(self) -> str | None:
         """The shared reply subject's prefix once ``start_mux`` subscribed it, else None."""
-        return self._conn._mux_prefix
+        return self._conn._req.prefix

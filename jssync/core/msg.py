@@ -19,7 +19,7 @@ _TERM = b"+TERM"
 _JS_ACK_PREFIX = "$JS.ACK."
 
 #: ``Msg._acked``: no terminal ack yet; a terminal double ack waits for its confirmation;
-#: a terminal ack was written (see ``Connection._send_ack``).
+#: a terminal ack was written (see ``Outbound.send_ack``, core/outbound.py).
 ACK_NONE = 0
 ACK_WAITING = 1
 ACK_SENT = 2
@@ -169,7 +169,7 @@ class Msg:
         if tracer is not None and tracer.wants():
             tracer.settle(self._send_ack_sync, self, conn, payload, terminal, timeout)
             return
-        with conn._close_lock:  # the ack lock (see Connection._send_ack)
+        with conn._close_lock:  # the ack lock (see Outbound.send_ack)
             if self._acked:
                 return
             if conn._closing or conn._closed or conn._nc.is_closed:

@@ -180,7 +180,7 @@ class RequestMany:
 def _cleanup(conn: Connection, sub: Subscription, watch_keys: tuple[int, ...]) -> None:
     """Remove the inbox subscription and the permission watchers (no lock, never raises)."""
     for key in watch_keys:
-        conn._perm_watch.pop(key, None)
+        conn._perms.unwatch(key)
     sub._unsubscribe_soon()
 
 
@@ -197,14 +197,14 @@ def start(conn: Connection, subject: str, data: bytes, headers: dict[str, str] |
         if holder:
             holder[0]._end()
 
-    keys = (conn._watch_permission("publish", subject, on_denied),
-            conn._watch_permission("subscribe", inbox, on_denied))
+    perms = conn._perms
+    keys = (perms.watch("publish", subject, on_denied), perms.watch("subscribe", inbox, on_denied))
     try:
         sub = conn._make_subscription(inbox, None, None, _PENDING,
                                       check_permissions=False)
     except BaseException:
         for k in keys:
-            conn._perm_watch.pop(k, None)
+            perms.unwatch(k)
         raise
     holder.append(sub)
     rm = RequestMany(conn, subject, sub, max_wait, max_messages, stall, sentinel, keys, denied)

@@ -12,11 +12,12 @@ This module lets the caller skip both when it is safe:
 - read: for a few milliseconds the caller watches the socket (:meth:`CallerSocket.watch`);
   when the I/O thread has parsed everything it received up to a message boundary
   (:class:`ReadGate`) and the next whole message on the socket is this caller's reply
-  (:func:`parse_reply`), the caller consumes exactly those bytes; anything else is left to
+  (``wire.parse_reply``), the caller consumes exactly those bytes; anything else is left to
   the I/O thread's parser.
 
-The protocol decisions are pure and have no sockets or threads: :func:`encode_pub`,
-:func:`parse_reply`, :class:`ReadGate`. :class:`CallerSocket` is the thin shell that
+The protocol decisions are pure and have no sockets or threads: the bytes of a request
+and of its reply are ``core/wire.py``'s (``encode_one``, ``parse_reply``: the module
+that builds every PUB/HPUB jssync writes); :class:`ReadGate` is here. :class:`CallerSocket` is the thin shell that
 applies them to the real socket (tests/unit/test_sockpath.py drives it over
 ``socket.socketpair()``). Hooking it into nats-py's transport (every write and read of
 the I/O thread through the same locks) is :meth:`CallerSocket.attach`, with the nats-py
@@ -31,76 +32,22 @@ import select
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from ..base.deadline import Deadline
 from . import natspy as _natspy
+from .wire import Reply, parse_reply
 
 #: Requests up to this size may be written to the socket by the caller's thread.
 SEND_MAX = 64 * 1024
 #: How long a caller that wrote its request itself watches the socket for the reply.
 WATCH_WINDOW = 0.005
-#: Bytes a caller peeks at first when it looks for its reply on the socket ...
+#: Bytes a caller peeks at first when it looks for its reply on the socket (at most
+#: ``PEEK_MAX``, when the reply is longer).
 PEEK_FIRST = 4096
-#: ... and at most, when the reply is longer.
-PEEK_MAX = 65536
 
 
 # ----------------------------------------------------------------------------- the protocol (pure)
-
-
-def encode_pub(subject: str, reply: str, data: bytes, hdr: bytes | None) -> bytes:
-    """The PUB (or, with an encoded header block ``hdr``, HPUB) of one message."""
-    if hdr is None:
-        return f"PUB {subject} {reply} {len(data)}\r\n".encode() + data + b"\r\n"
-    return f"HPUB {subject} {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode() + hdr + data + b"\r\n"
-
-
-class Reply(NamedTuple):
-    """A whole reply message found at the start of a buffer."""
-
-    end: int  #: bytes the message takes (what to consume)
-    sid: int
-    hdr: bytes | None  #: the raw header block (HMSG), else None
-    data: bytes  #: the payload
-    size: int  #: payload bytes, headers included (the protocol line's last number)
-    headers: dict[str, str] | None = None  #: the header block parsed (set by CallerSocket.steal)
-
-
-def parse_reply(buf: bytes, head: bytes, sid: bytes, token: bytes, limit: int = PEEK_MAX) -> Reply | int | None:
-    """Is the message at the start of ``buf`` the reply ``head + token`` on ``sid``, whole?
-
-    ``buf`` must start at a message boundary. ``head`` is ``b"MSG " + inbox prefix``.
-    Returns the :class:`Reply`; or, when it is that reply but ``buf`` ends before it
-    does, the number of bytes it takes (at most ``limit``: look again with that many);
-    or None: the next message is something else (other traffic, another reply, a reply
-    longer than ``limit``, a malformed line): leave it to the I/O thread's parser.
-    """
-    hmsg = buf[:1] == b"H"  # HMSG: a reply with headers (Direct Get, KV, a 503)
-    if hmsg:
-        head = b"H" + head
-    hl = len(head)
-    tl = hl + len(token)
-    if not buf.startswith(head) or buf[hl:tl] != token or buf[tl:tl + 1] != b" ":
-        return None
-    i = buf.find(b"\r\n", tl)
-    if i < 0:
-        return None  # (a reply line is far shorter than the first peek)
-    # MSG: <sid> <size>; HMSG: <sid> <header size> <size> (no reply subject either way)
-    parts = buf[tl + 1:i].split(b" ")
-    if len(parts) != (3 if hmsg else 2) or parts[0] != sid or not all(p.isdigit() for p in parts[1:]):
-        return None
-    n = int(parts[-1])
-    hn = int(parts[1]) if hmsg else 0
-    end = i + 4 + n
-    if hn > n or end > limit:
-        return None
-    if len(buf) < end:
-        return end
-    if buf[end - 2:end] != b"\r\n":
-        return None
-    start = i + 2
-    return Reply(end, int(sid), buf[start:start + hn] if hmsg else None, buf[start + hn:start + n], n)
 
 
 class ReadGate:

@@ -202,7 +202,7 @@ def all_logs(caplog):
 def _exercise(nc: jssync.Connection, texts: list[str]) -> None:
     """Do a bit of everything on ``nc`` and collect every repr, URL and error text it gives."""
     errs: list[BaseException] = []
-    nc._error_cb = errs.append
+    nc._links.error_cb = errs.append
     js = nc.jetstream()
     sub = nc.subscribe("leak.check")
     nc.publish("leak.check", b"payload")

@@ -8,14 +8,14 @@ import time
 import pytest
 
 import jssync
-import jssync.core.connection as connmod
+import jssync.core.outbound as outmod
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def test_big_publishes_wait_for_room_and_nothing_is_lost(nats_server, monkeypatch):
-    monkeypatch.setattr(connmod, "_PUB_HIGH_BYTES", 1 << 20)  # 1 MiB for the test
+    monkeypatch.setattr(outmod, "_PUB_HIGH_BYTES", 1 << 20)  # 1 MiB for the test
     size, count = 32 * 1024, 600
     with jssync.connect(nats_server.url) as rx, jssync.connect(nats_server.url) as nc:
         got = []
@@ -29,13 +29,13 @@ def test_big_publishes_wait_for_room_and_nothing_is_lost(nats_server, monkeypatc
         rx.subscribe("pq.big", callback=on_msg)
         rx.flush()
         entered: list[int] = []
-        orig = nc._wait_pub_room
+        orig = nc._out.wait_room
 
         def spy(sz: int, *rest: object) -> None:
             entered.append(len(nc._pubq) * sz)
             orig(sz, *rest)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(nc, "_wait_pub_room", spy)
+        monkeypatch.setattr(nc._out, "wait_room", spy)
         # stall the I/O thread for a moment so the queue must fill up
         stalled = threading.Event()
 
@@ -57,10 +57,10 @@ def test_big_publishes_wait_for_room_and_nothing_is_lost(nats_server, monkeypatc
 
 
 def test_small_publishes_are_bounded_by_count_only(nats_server, monkeypatch):
-    monkeypatch.setattr(connmod, "_PUB_HIGH_BYTES", 1 << 20)
+    monkeypatch.setattr(outmod, "_PUB_HIGH_BYTES", 1 << 20)
     with jssync.connect(nats_server.url) as nc:
         waited: list[int] = []
-        monkeypatch.setattr(nc, "_wait_pub_room", lambda sz, *_: waited.append(sz))
+        monkeypatch.setattr(nc._out, "wait_room", lambda sz, *_: waited.append(sz))
         for _ in range(5000):
             nc.publish("pq.small", b"")  # empty payloads never count as bytes
         nc.flush(timeout=10)

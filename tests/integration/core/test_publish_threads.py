@@ -231,7 +231,7 @@ def test_concurrent_requests_leave_the_socket_to_the_io_thread(nats_server, stre
     with jssync.connect(nats_server.url) as nc:
         js = nc.jetstream()
         js.publish(subj, b"warm-up")
-        orig = nc._watch_for_reply
+        orig = nc._req.watch_for_reply
         crowded: list[int] = []
         watched: list[int] = []
 
@@ -240,7 +240,7 @@ def test_concurrent_requests_leave_the_socket_to_the_io_thread(nats_server, stre
             (crowded if n > 1 else watched).append(n)
             orig(waiter, token, deadline)
 
-        monkeypatch.setattr(nc, "_watch_for_reply", spy)
+        monkeypatch.setattr(nc._req, "watch_for_reply", spy)
         # A lone request falls back to the I/O thread when the socket is busy at that moment
         # (the pump writing, a PING): under load one try may do so; 20 in a row may not.
         lone = 0

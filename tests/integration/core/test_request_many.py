@@ -292,10 +292,10 @@ def test_permission_denied_publish_and_inbox():
             assert time.monotonic() - t0 < 2 * FACTOR
             assert (ei.value.operation, ei.value.subject) == ("publish", "Secret.Plans")
             assert "'Secret.Plans'" in str(ei.value)
-            assert rm._sub.is_closed and not alice._perm_watch
+            assert rm._sub.is_closed and not alice._perms.watches
         with jssync.connect(srv.url, user="bob", password="bobpw", error_cb=lambda e: None) as bob:
             rm = bob.request_many("open.thing", max_wait=5.0)
             with pytest.raises(jssync.PermissionDeniedError) as ei:
                 next(rm)
             assert ei.value.operation == "subscribe" and ei.value.subject.startswith("_INBOX.")
-            assert not bob._perm_watch
+            assert not bob._perms.watches

@@ -119,7 +119,7 @@ def test_a_reply_look_alike_inside_a_payload_is_never_taken(pair, nats_server):
     srv, nc = pair
     echo(srv, "dr.fake.echo")
     assert nc.request("dr.fake.echo", b"w", timeout=5).data == b"w"
-    nc._tokens = itertools.repeat(777)  # every request waits on the same reply subject
+    nc._req.tokens = itertools.repeat(777)  # every request waits on the same reply subject
     assert nc._mux_prefix is not None and nc._sockpath.sid is not None
     fake = b"MSG " + nc._mux_prefix.encode() + b"777 " + nc._sockpath.sid + b" 5\r\nFAKE!\r\n"
     payload = fake * (60_000 // len(fake))

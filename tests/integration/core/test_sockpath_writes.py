@@ -27,14 +27,14 @@ def test_request_goes_direct_and_replies(nats_server):
         assert nc.request("ds.echo", b"warm-up", timeout=5).data == b"warm-up"
         assert nc._sockpath.sock is not None, "plain TCP connection: the direct path is installed"
         sent: list[bool] = []
-        orig = nc._try_direct_send
+        orig = nc._req.direct  # the request's own write (Outbound.try_direct_send)
 
         def spy(*a):
             r = orig(*a)
             sent.append(r)
             return r
 
-        nc._try_direct_send = spy
+        nc._req.direct = spy
         for i in range(50):
             assert nc.request("ds.echo", str(i).encode(), timeout=5).data == str(i).encode()
         assert any(sent), "at least some requests were written by the caller's thread"

@@ -315,10 +315,11 @@ def test_publish_async_futures_work_with_concurrent_futures(js, stream):
 def _sent_on(nc, prefix: str) -> Iterator[list[str]]:
     """The subjects of the messages the connection queues for sending, for ``prefix*``.
 
-    Both doors into the outgoing queue: the connection's own (requests) and ``conn.internal``'s
+    Both doors into the outgoing queue: the requests' (core/requests.py) and ``conn.internal``'s
     (publish_async, its resends)."""
     sent: list[str] = []
-    orig = nc._enqueue
+    requests = nc._req
+    orig = requests.enqueue
     internal = nc.internal
     orig_internal = internal.enqueue
 
@@ -327,12 +328,12 @@ def _sent_on(nc, prefix: str) -> Iterator[list[str]]:
             sent.append(item[0])
         orig(item, *rest)
 
-    nc._enqueue = spy
+    requests.enqueue = spy
     internal.enqueue = spy
     try:
         yield sent
     finally:
-        del nc._enqueue
+        requests.enqueue = orig
         internal.enqueue = orig_internal
 
 

@@ -28,7 +28,7 @@ PACKAGE = Path(jssync.__file__).parent
 #: module-name prefix (after ``jssync.``) -> layer; the longest matching prefix wins
 LAYERS: dict[str, int] = {
     "base": 0,  # errors, deadline, status headers, ack subjects: no client state
-    "core": 1,  # loop, nats-py adapter, msg, subscription, workers, connection, request_many
+    "core": 1,  # loop, nats-py adapter, wire, msg, subscription, workers, connection and its rooms
     "jetstream": 2,  # context, streams, consumers, pull, push, ordered, direct, publish, features
     "kv": 3,
     "objectstore": 4,  # uses the kv layer's bucket helpers
@@ -280,15 +280,18 @@ def test_upper_layers_use_the_connections_internal_interface() -> None:
 
 
 def test_the_internal_interface_offers_what_it_documents(nats_server: Any) -> None:
-    """Every member core/internal.py declares is set, and is the connection's own object or bound method."""
+    """Every member core/internal.py declares is set, and is the connection's own object or a bound
+    method of the connection or of one of its rooms (the same one the connection calls)."""
     from jssync.core.internal import ConnectionInternal
 
     with jssync.connect(nats_server.url) as nc:
         ci = nc.internal
+        rooms = (nc, nc._out, nc._req, nc._links, nc._perms, nc._subscriptions)
         for name in ConnectionInternal.__slots__:
             value = getattr(ci, name)
             if callable(value) and hasattr(value, "__self__"):
-                assert value.__self__ is nc, name
+                assert any(value.__self__ is room for room in rooms), name
+                assert getattr(nc, "_" + name) == value, name
         assert ci.loop is nc._loop and ci.subs is nc._subs and not ci.closed and not ci.closing
     assert ci.closed
 
@@ -305,3 +308,59 @@ def test_the_private_access_check_can_fail(tmp_path: Path) -> None:
     found = private_connection_accesses(pkg)
     assert sorted(h.split(": ")[0] for h in found["jetstream/pull.py"]) == [
         "jetstream/pull.py:2", "jetstream/pull.py:3", "jetstream/pull.py:4"], found
+
+
+# -- one wire encoder ---------------------------------------------------------------------------
+
+#: The one module that builds PUB/HPUB protocol lines (every writer to the socket uses its encode_burst).
+WIRE_MODULE = "core/wire.py"
+
+
+def publish_line_builders(root: Path = PACKAGE) -> list[str]:
+    """Every place outside core/wire.py with a str or bytes literal (f-string parts too) starting a PUB/HPUB line."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root))
+        if rel == WIRE_MODULE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
+                text = node.value if isinstance(node.value, bytes) else node.value.encode("utf-8", "replace")
+                if text.startswith((b"PUB ", b"HPUB ")):
+                    out.append(f"{rel}:{node.lineno}: {text[:30]!r}")
+    return out
+
+
+def test_only_the_wire_module_builds_publish_lines() -> None:
+    found = publish_line_builders()
+    assert not found, f"PUB/HPUB lines are built only by jssync/{WIRE_MODULE}:\n" + "\n".join(found)
+
+
+def test_the_publish_line_check_can_fail(tmp_path: Path) -> None:
+    pkg = tmp_path / "jssync"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "core" / "wire.py").write_text('def f(s):\n    return f"PUB {s} 0\\r\\n"\n')
+    (pkg / "core" / "other.py").write_text('def f(s, r):\n    x = b"HPUB " + s\n    return f"PUB {s} {r}"\n')
+    found = publish_line_builders(pkg)
+    assert sorted(h.split(": ")[0] for h in found) == ["core/other.py:2", "core/other.py:3"], found
+
+
+# -- the Connection facade ---------------------------------------------------------------------
+
+#: Most lines the Connection class may take: the public API and delegation to its rooms
+#: (core/options.py, links.py, outbound.py, permissions.py, requests.py, subscribing.py, closing.py).
+CONNECTION_MAX_LINES = 500
+
+
+def class_lines(path: Path, name: str) -> int:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    assert cls.end_lineno is not None
+    return cls.end_lineno - cls.lineno + 1
+
+
+def test_the_connection_class_stays_a_facade() -> None:
+    n = class_lines(PACKAGE / "core" / "connection.py", "Connection")
+    assert n <= CONNECTION_MAX_LINES, (
+        f"the Connection class has {n} lines (at most {CONNECTION_MAX_LINES}): put the work in a room of its own "
+        "(a module under jssync/core/ with one job) and bind its methods in Connection.__init__")

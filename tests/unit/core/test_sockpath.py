@@ -1,7 +1,7 @@
 """The caller-side socket path (jssync/core/sockpath.py) without a server or the I/O thread.
 
-The protocol decisions (:func:`parse_reply`, :class:`ReadGate`, :func:`encode_pub`) are
-pure; the shell (:class:`CallerSocket`) is driven over ``socket.socketpair()``: bytes
+The protocol decisions (``wire.parse_reply``, :class:`ReadGate`; the encoder is tested in
+test_wire.py) are pure; the shell (:class:`CallerSocket`) is driven over ``socket.socketpair()``: bytes
 written on one end are in the other's buffer when ``sendall`` returns (AF_UNIX), so every
 test is deterministic: no sleeps, no waiting for data to arrive.
 """
@@ -16,17 +16,8 @@ from typing import Any
 import pytest
 
 from jssync.base.deadline import Deadline
-from jssync.core.sockpath import (
-    PEEK_FIRST,
-    PEEK_MAX,
-    CallerSocket,
-    ReadGate,
-    Reply,
-    encode_pub,
-    parse_reply,
-    wake,
-    wake_fd,
-)
+from jssync.core.sockpath import PEEK_FIRST, CallerSocket, ReadGate, wake, wake_fd
+from jssync.core.wire import PEEK_MAX, Reply, encode_one, parse_reply
 
 HEAD = b"MSG _INBOX.abc."
 SID = b"3"
@@ -39,15 +30,6 @@ def msg(token: str, data: bytes, sid: bytes = SID, subject: bytes = b"_INBOX.abc
 def hmsg(token: str, hdr: bytes, data: bytes) -> bytes:
     return (b"HMSG _INBOX.abc." + token.encode() + b" " + SID + b" %d %d\r\n" % (len(hdr), len(hdr) + len(data))
             + hdr + data + b"\r\n")
-
-
-# ----------------------------------------------------------------------------- pure: encode_pub
-
-
-def test_encode_pub_without_and_with_headers() -> None:
-    assert encode_pub("s.x", "_INBOX.abc.7", b"hello", None) == b"PUB s.x _INBOX.abc.7 5\r\nhello\r\n"
-    hdr = b"NATS/1.0\r\nK: v\r\n\r\n"
-    assert encode_pub("s.x", "r", b"hi", hdr) == b"HPUB s.x r %d %d\r\n" % (len(hdr), len(hdr) + 2) + hdr + b"hi\r\n"
 
 
 # ----------------------------------------------------------------------------- pure: parse_reply
@@ -300,7 +282,7 @@ def test_watch_is_off_without_a_reader(pair: Any) -> None:
 
 def test_send_writes_the_whole_message_when_nothing_waits_before_it(pair: Any) -> None:
     cp, server, scheduled = pair
-    buf = encode_pub("s", "_INBOX.abc.7", b"hi", None)
+    buf = encode_one("s", b"hi", "_INBOX.abc.7")
     assert cp.send(buf, lambda: False)
     assert server.recv(1024) == buf and cp.rest == b"" and scheduled == []
 
@@ -326,7 +308,7 @@ def test_send_refuses_when_something_must_go_first(pair: Any, block: str) -> Non
 def test_a_partial_send_hands_the_rest_to_the_io_thread_in_order(pair: Any) -> None:
     cp, server, scheduled = pair
     cp.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    buf = encode_pub("s", "r", b"q" * (1 << 20), None)
+    buf = encode_one("s", b"q" * (1 << 20), "r")
     assert cp.send(buf, lambda: False)
     assert 0 < len(cp.rest) < len(buf), "the socket took part of it"
     assert scheduled == [cp.flush_rest], "the I/O thread is asked to write the rest"

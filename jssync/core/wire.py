@@ -1,0 +1,121 @@
+"""The NATS wire protocol as jssync writes and reads it itself: pure functions, no I/O.
+
+Every PUB/HPUB line jssync puts on a socket is built here, and every queued message by
+:func:`encode_burst` (the one encoder of the queue): the pump's bursts into nats-py's
+buffer and the I/O thread's direct write of a small burst. A caller's own write of a
+request (core/outbound.py ``try_direct_send`` --> core/sockpath.py) uses
+:func:`encode_one`: the same bytes as a burst of one (a property test checks it), without
+the burst's per-call cost. The only MSG/HMSG line jssync parses itself is a request's
+reply read by its caller off the socket (:func:`parse_reply`); every other message is
+parsed by nats-py. (SUB, UNSUB and PING are written by nats-py.)
+
+A queued message is the tuple ``(subject, data, reply, headers)``: ``reply`` ``""`` for
+none, ``headers`` a dict (encoded here) or None.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+from ..base.validate import _encode_headers
+
+#: Largest reply a caller may read off the socket itself (:func:`parse_reply`'s ``limit``).
+PEEK_MAX = 65536
+
+#: A queued message: ``(subject, data, reply, headers)``.
+Item = tuple[str, bytes, str, dict[str, str] | None]
+
+
+def encode_burst(q: deque[Item], limit: int, max_bytes: int) -> tuple[bytes, int, int]:
+    """Pop up to ``limit`` messages (and about ``max_bytes`` of payload) off the left of ``q``.
+
+    Returns ``(chunk, messages, payload bytes)``: the messages as one protocol chunk, in
+    order. The byte cap keeps large payloads from being joined and copied in huge chunks
+    (a message is never split: the cap is checked before each). The caller holds whatever
+    lock orders its pops and writes (``CallerSocket.wlock``).
+    """
+    parts: list[bytes] = []
+    add = parts.append
+    pop = q.popleft
+    n = 0
+    nbytes = 0
+    while q and n < limit and nbytes < max_bytes:
+        subject, data, reply, headers = pop()
+        n += 1
+        nbytes += len(data)
+        if headers is None:
+            if reply:
+                add(f"PUB {subject} {reply} {len(data)}\r\n".encode())
+            else:
+                add(f"PUB {subject} {len(data)}\r\n".encode())
+            add(data)
+        else:
+            hdr = _encode_headers(headers)
+            add(f"HPUB {subject} {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode())
+            add(hdr)
+            add(data)
+        add(b"\r\n")
+    return b"".join(parts), n, nbytes
+
+
+def encode_one(subject: str, data: bytes, reply: str = "", headers: dict[str, str] | None = None) -> bytes:
+    """The PUB (HPUB with ``headers``) of one message: the bytes of :func:`encode_burst` of a burst of one.
+
+    Written out rather than calling :func:`encode_burst` with a one-message deque: that
+    costs about 0.5-1 us more per request written by its caller (measured with timeit);
+    tests/unit/test_wire.py checks the two give the same bytes for any message.
+    """
+    if headers is None:
+        if reply:
+            return f"PUB {subject} {reply} {len(data)}\r\n".encode() + data + b"\r\n"
+        return f"PUB {subject} {len(data)}\r\n".encode() + data + b"\r\n"
+    hdr = _encode_headers(headers)
+    return f"HPUB {subject} {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode() + hdr + data + b"\r\n"
+
+
+class Reply(NamedTuple):
+    """A whole reply message found at the start of a buffer."""
+
+    end: int  #: bytes the message takes (what to consume)
+    sid: int
+    hdr: bytes | None  #: the raw header block (HMSG), else None
+    data: bytes  #: the payload
+    size: int  #: payload bytes, headers included (the protocol line's last number)
+    headers: dict[str, str] | None = None  #: the header block parsed (set by CallerSocket.steal)
+
+
+def parse_reply(buf: bytes, head: bytes, sid: bytes, token: bytes, limit: int = PEEK_MAX) -> Reply | int | None:
+    """Is the message at the start of ``buf`` the reply ``head + token`` on ``sid``, whole?
+
+    ``buf`` must start at a message boundary. ``head`` is ``b"MSG " + inbox prefix``.
+    Returns the :class:`Reply`; or, when it is that reply but ``buf`` ends before it
+    does, the number of bytes it takes (at most ``limit``: look again with that many);
+    or None: the next message is something else (other traffic, another reply, a reply
+    longer than ``limit``, a malformed line): leave it to the I/O thread's parser.
+    """
+    hmsg = buf[:1] == b"H"  # HMSG: a reply with headers (Direct Get, KV, a 503)
+    if hmsg:
+        head = b"H" + head
+    hl = len(head)
+    tl = hl + len(token)
+    if not buf.startswith(head) or buf[hl:tl] != token or buf[tl:tl + 1] != b" ":
+        return None
+    i = buf.find(b"\r\n", tl)
+    if i < 0:
+        return None  # (a reply line is far shorter than the first peek)
+    # MSG: <sid> <size>; HMSG: <sid> <header size> <size> (no reply subject either way)
+    parts = buf[tl + 1:i].split(b" ")
+    if len(parts) != (3 if hmsg else 2) or parts[0] != sid or not all(p.isdigit() for p in parts[1:]):
+        return None
+    n = int(parts[-1])
+    hn = int(parts[1]) if hmsg else 0
+    end = i + 4 + n
+    if hn > n or end > limit:
+        return None
+    if len(buf) < end:
+        return end
+    if buf[end - 2:end] != b"\r\n":
+        return None
+    start = i + 2
+    return Reply(end, int(sid), buf[start:start + hn] if hmsg else None, buf[start + hn:start + n], n)
