@@ -1,6 +1,6 @@
 """The jssync exception tree and the one place where nats-py errors are translated.
 
-Every exception class of jssync is defined here and nowhere else (tests/unit/test_errors_module.py
+Every exception class of jssync is defined here and nowhere else (tests/unit/base/test_errors.py
 checks it); the modules that raise them import them from here (and still offer them under
 their old names, e.g. ``jssync.kv.keyvalue.KeyNotFoundError``). This module imports nothing from
 jssync at run time. Everything a user can catch derives from :class:`Error`

@@ -3,7 +3,7 @@
 The JetStream, KV, object store and Liftbridge layers need more of a connection than its
 public API (the I/O loop, the worker pool, the outgoing queue, the reply router). They use
 ``conn.internal``, a :class:`ConnectionInternal`, and never a ``_private`` member of the
-Connection (tests/unit/test_import_layers.py checks that). ``internal`` is not part of the
+Connection (tests/unit/architecture/test_import_layers.py checks that). ``internal`` is not part of the
 public API (API.md): it may change in any release.
 
 Cost: the objects are the connection's own (the same loop, pool, dict, lock), and the calls

@@ -5,7 +5,7 @@ paths fast. Each shortcut is a *fast path* with a public fallback. At connect,
 :func:`check` finds out which ones work on the nats-py installed; a fast path that does
 not is disabled with one ``jssync`` logger warning naming it, and the connection takes
 nats-py's public path there instead (correct, slower). No module other than this one
-reads or writes a private nats-py attribute (tests/integration/test_natspy_adapter.py
+reads or writes a private nats-py attribute (tests/integration/core/test_natspy_adapter.py
 greps for them).
 
 The fast paths (the names ``Connection._fast_paths`` reports):
@@ -182,7 +182,7 @@ class Receiver:
     jssync subscribes without nats-py's pending limits (:func:`subscribe`), so nats-py
     never checks the queue's size against one. The rest of the ``asyncio.Queue`` methods
     nats-py's own code may call (its drain, ``unsubscribe(limit)``, ``next_msg``, message
-    iterators, ``pending_msgs``; tests/unit/test_receiver.py lists them from nats-py's
+    iterators, ``pending_msgs``; tests/unit/architecture/test_one_receiver.py lists them from nats-py's
     source) are implemented here once, as a queue that is always empty: every message was
     handed on when it was put, so nats-py's drain has nothing to wait for and its readers
     find nothing.

@@ -393,7 +393,7 @@ class Outbound:
         Each is checked against the nats-py it runs on when the connection is made
         (``_natspy.check``) and, where that check fails, the connection logs one ``jssync``
         warning naming it and takes nats-py's public path instead (correct, slower). A
-        test requires every one on a supported nats-py (tests/integration/test_fast_paths.py).
+        test requires every one on a supported nats-py (tests/integration/core/test_natspy_fast_paths.py).
         On a plain TCP connection on Linux all are True; ``direct_write`` and
         ``direct_read`` are off under TLS (the SSL layer owns the socket) and while
         disconnected (re-armed on the first write after the reconnect).

@@ -18,7 +18,7 @@ This module lets the caller skip both when it is safe:
 The protocol decisions are pure and have no sockets or threads: the bytes of a request
 and of its reply are ``core/wire.py``'s (``encode_one``, ``parse_reply``: the module
 that builds every PUB/HPUB jssync writes); :class:`ReadGate` is here. :class:`CallerSocket` is the thin shell that
-applies them to the real socket (tests/unit/test_sockpath.py drives it over
+applies them to the real socket (tests/unit/core/test_sockpath.py drives it over
 ``socket.socketpair()``). Hooking it into nats-py's transport (every write and read of
 the I/O thread through the same locks) is :meth:`CallerSocket.attach`, with the nats-py
 internals in ``_natspy``. It was measured in session 5 (docs/performance.md): it keeps its

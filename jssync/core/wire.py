@@ -64,7 +64,7 @@ def encode_one(subject: str, data: bytes, reply: str = "", headers: dict[str, st
 
     Written out rather than calling :func:`encode_burst` with a one-message deque: that
     costs about 0.5-1 us more per request written by its caller (measured with timeit);
-    tests/unit/test_wire.py checks the two give the same bytes for any message.
+    tests/unit/core/test_wire.py checks the two give the same bytes for any message.
     """
     if headers is None:
         if reply:
