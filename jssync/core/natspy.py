@@ -467,3 +467,105 @@ def install_reader(nc: Any, t: Any, path: CallerSocket) -> Callable[[], bool] | 
         ps.parse = parse
         ps._jssync_counted = True
     return idle
+
+
+class SocketParker:
+    """Takes one socket out of the event loop's epoll interest set while a caller reads it.
+
+    asyncio's selector event loop keeps every socket it reads in an epoll set; a blocking
+    round trip whose caller reads its reply itself (core/sockpath.py) would still wake the
+    I/O thread for that reply. :meth:`park` tells epoll to report nothing for the socket,
+    :meth:`unpark` gives it back the interest asyncio registered (read, and write when a
+    write is pending). Every change the loop makes to its selector goes through the same
+    lock (:func:`socket_parker` wraps the selector's ``register``/``modify``), so a change
+    made while the socket is parked is kept and applied at :meth:`unpark`. Parking only
+    delays what the I/O thread reads: anything left on the socket is reported again at once.
+    """
+
+    __slots__ = ("_ep", "_sel", "fd", "_lock", "parked")
+
+    def __init__(self, sel: Any, ep: Any, fd: int, lock: Any) -> None:
+        self._sel = sel
+        self._ep = ep
+        self.fd = fd
+        self._lock = lock
+        self.parked = False
+
+    def park(self) -> bool:
+        """On a caller's thread: the loop stops watching the socket; False if it cannot."""
+        with self._lock:
+            try:
+                self._ep.modify(self.fd, 0)
+            except (OSError, ValueError):
+                return False
+            self.parked = True
+        return True
+
+    def unpark(self) -> None:
+        """The loop watches the socket again, for what it registered (read; write if pending)."""
+        import select
+        import selectors
+
+        with self._lock:
+            self.parked = False
+            try:
+                key = self._sel.get_key(self.fd)
+            except (KeyError, ValueError, RuntimeError):
+                return  # unregistered meanwhile (the connection was lost): nothing to give back
+            mask = (select.EPOLLIN if key.events & selectors.EVENT_READ else 0) | (
+                select.EPOLLOUT if key.events & selectors.EVENT_WRITE else 0)
+            try:
+                self._ep.modify(self.fd, mask)
+            except (OSError, ValueError):
+                pass
+
+
+def socket_parker(loop: Any, fd: int, old: SocketParker | None = None) -> SocketParker | None:
+    """A :class:`SocketParker` for ``fd`` on ``loop`` (an asyncio selector loop on epoll), or None.
+
+    On the loop's thread. Wraps the loop's selector once so that its ``register`` and
+    ``modify`` take the parkers' lock and keep a parked socket parked.
+    """
+    import selectors
+
+    sel = getattr(loop, "_selector", None)
+    if type(sel) is not selectors.EpollSelector:
+        return None
+    ep = getattr(sel, "_selector", None)
+    if ep is None or not hasattr(ep, "modify"):
+        return None
+    guard = getattr(sel, "_jssync_park", None)
+    if guard is None:
+        import threading
+
+        lock = threading.Lock()
+        parkers: list[SocketParker] = []
+        orig_modify, orig_register = sel.modify, sel.register
+
+        def keep_parked(key: Any) -> None:
+            for p in parkers:
+                if p.parked and p.fd == key.fd:
+                    ep.modify(key.fd, 0)
+
+        def modify(fileobj: Any, events: int, data: Any = None) -> Any:
+            with lock:
+                key = orig_modify(fileobj, events, data)
+                keep_parked(key)
+                return key
+
+        def register(fileobj: Any, events: int, data: Any = None) -> Any:
+            with lock:
+                key = orig_register(fileobj, events, data)
+                keep_parked(key)
+                return key
+
+        sel.modify = modify  # type: ignore[method-assign]
+        sel.register = register  # type: ignore[method-assign]
+        guard = (lock, parkers)
+        setattr(sel, "_jssync_park", guard)  # noqa: B010 - once per selector
+    lock, parkers = guard
+    with lock:
+        parkers[:] = [p for p in parkers if p.fd != fd and p is not old]
+        p = SocketParker(sel, ep, fd, lock)
+        parkers.append(p)
+    return p

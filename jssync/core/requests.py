@@ -84,14 +84,21 @@ class Requests:
         self.replies[token] = waiter.set
         wkey = self._watch("publish", subject, waiter.fail)
         try:
-            if self.direct(subject, data, prefix + token, headers):
-                # Watch the socket only when this is the one request waiting: every caller
-                # watching is woken by every reply, so with many threads in requests each
-                # reply woke them all (the I/O thread, awake anyway, delivers instead).
-                if self._sockpath.reader is not None and len(self.replies) == 1:
-                    self.watch_for_reply(waiter, token, deadline)
-            else:
-                self.enqueue((subject, data, prefix + token, headers), deadline)
+            # Watch the socket only when this is the one request waiting: every caller
+            # watching is woken by every reply, so with many threads in requests each
+            # reply woke them all (the I/O thread, awake anyway, delivers instead). The
+            # watcher parks the socket first: the reply then wakes no I/O thread.
+            solo = self._sockpath.reader is not None and len(self.replies) == 1
+            parked = self._sockpath.park() if solo else None
+            try:
+                if self.direct(subject, data, prefix + token, headers):
+                    if solo:
+                        self.watch_for_reply(waiter, token, deadline)
+                else:
+                    self.enqueue((subject, data, prefix + token, headers), deadline)
+            finally:
+                if parked is not None:
+                    parked.unpark()
             msg = waiter.wait(deadline, self._conn)
         finally:
             self.replies.pop(token, None)

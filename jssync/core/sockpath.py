@@ -14,6 +14,12 @@ This module lets the caller skip both when it is safe:
   (:class:`ReadGate`) and the next whole message on the socket is this caller's reply
   (``wire.parse_reply``), the caller consumes exactly those bytes; anything else is left to
   the I/O thread's parser.
+- park: a caller that will watch for its reply first takes the socket out of the I/O
+  loop's epoll set (:meth:`CallerSocket.park`, ``natspy.SocketParker``) and gives it back
+  when its watch ends, so the reply does not also wake the I/O thread (which then only
+  races the caller for the read lock and costs as much CPU as the caller's whole call).
+  Parking is only an optimisation: whatever the caller leaves on the socket, the I/O
+  thread reads as soon as the socket is unparked.
 
 The protocol decisions are pure and have no sockets or threads: the bytes of a request
 and of its reply are ``core/wire.py``'s (``encode_one``, ``parse_reply``: the module
@@ -117,6 +123,7 @@ class CallerSocket:
         self.header_parser: Callable[[bytes], Any] | None = None  # nats-py's (a coroutine function)
         self.head: bytes | None = None  # b"MSG <reply inbox prefix>"
         self.sid: bytes | None = None  # the reply inbox subscription's sid
+        self.parker: _natspy.SocketParker | None = None  # takes the socket out of the loop's epoll set
 
     # -- on the I/O thread
 
@@ -167,8 +174,19 @@ class CallerSocket:
             _natspy.hook_connection_lost(t, hook)
             if read_ok and hasattr(os, "eventfd"):
                 self.reader = _natspy.install_reader(nc, t, self)
+                if self.reader is not None:
+                    self.parker = _natspy.socket_parker(t._loop, sock.fileno(), self.parker)
             self.transport = t
             self.sock = sock
+
+    def park(self) -> _natspy.SocketParker | None:
+        """On a caller's thread, before it sends a request whose reply it will watch for:
+        the I/O thread stops watching the socket (it is not woken by the reply); the caller
+        must ``unpark()`` what this returns. None when the path cannot park."""
+        p = self.parker
+        if p is None or self.sock is None or not p.park():
+            return None
+        return p
 
     def take_rest(self) -> bytes:
         """On the I/O thread, under ``wlock``: what a caller's partial send left, to write first."""
