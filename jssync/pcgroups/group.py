@@ -570,9 +570,10 @@ class ConsumerGroupContext:
         if self._cc is not None and filters == self._filters and not self._cc.closed:
             return  # this member's partitions did not change
         if self._cc is not None:
-            pinned = self._is_pinned()
-            self._retire(delete=pinned)
-            if not pinned:  # the pinned instance (if any) moves first
+            pin = self._pin_state()
+            # the pinned instance moves the consumer; with nobody pinned, any instance may
+            self._retire(delete=pin != "other")
+            if pin == "other":  # let the pinned instance move first
                 self._stop.wait(random.uniform(0.4, 0.5))
         self._retry_at = 0.0
         self._join(raise_errors=False)
@@ -589,21 +590,23 @@ class ConsumerGroupContext:
         if self._cc is None and time.monotonic() >= self._retry_at and self._config.is_in_membership(self.member):
             self._join(raise_errors=False)
 
-    def _is_pinned(self) -> bool:
+    def _pin_state(self) -> str:
+        """Who the server pinned for the member's consumer: ``me``, ``other`` or ``none``."""
         c = self._consumer
         if c is None:
-            return False
+            return "other"
         pin = c.pin_id(PRIORITY_GROUP)
-        if not pin:
-            return False
         try:
             info = self._js.consumer(self._cons_stream, self._cons_name, timeout=self._ack_wait).cached_info
         except Error:
-            return False
+            return "other"
         for st in getattr(info, "priority_groups", None) or ():
             if isinstance(st, dict) and st.get("group") == PRIORITY_GROUP:
-                return bool(st.get("pinned_client_id") == pin)
-        return False
+                current = st.get("pinned_client_id")
+                if not current:
+                    return "none"
+                return "me" if current == pin else "other"
+        return "none"
 
     def _consumer_config(self, filters: list[str]) -> api.ConsumerConfig:
         cfg = dataclasses.replace(self._template, filter_subject=None, filter_subjects=filters,
@@ -716,7 +719,7 @@ class ConsumerGroupContext:
             log.warning("consumer group %s member %s stopped: %s", self.group, self.member, err)
         cc, self._cc = self._cc, None
         if cc is not None:
-            pinned = self._is_pinned()
+            pinned = self._pin_state() == "me"
             if self._drain:
                 cc.drain()
             else:
