@@ -18,6 +18,7 @@ after processing is never delivered to a second member.
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import logging
 import random
 import threading
@@ -636,6 +637,8 @@ class ConsumerGroupContext:
             # (or it idles out after ack_wait); after twice that, remove it here
             if raise_errors:
                 raise
+            log.debug("consumer group %s member %s: its consumer exists with other filters; waiting", self.group,
+                      self.member)
             now = time.monotonic()
             if self._exists_since is None:
                 self._exists_since = now
@@ -652,6 +655,8 @@ class ConsumerGroupContext:
         except APIError as exc:
             if raise_errors:
                 raise
+            log.debug("consumer group %s member %s: cannot create its consumer yet: %s", self.group, self.member,
+                      exc)
             if exc.err_code != _WQ_NOT_UNIQUE:
                 log.warning("consumer group %s member %s: cannot create its consumer: %s", self.group,
                             self.member, exc)
@@ -665,6 +670,7 @@ class ConsumerGroupContext:
             return
         self._consumer = consumer
         self._filters = filters
+        log.debug("consumer group %s member %s: consuming %s", self.group, self.member, filters)
         self._cc = consumer.consume(self._on_msg, error_cb=self._error_cb, expires=self._expires,
                                     group=PRIORITY_GROUP, **self._opts)
 
@@ -674,6 +680,16 @@ class ConsumerGroupContext:
         consumer, self._consumer = self._consumer, None
         self._filters = []
         limit = 2 * self._ack_wait
+        if cc is not None and delete:
+            # pause first: once the server answered, every message it sent is in our socket
+            # ahead of the answer, so stop() below gives each one back (nak) and the server
+            # soon holds no message of ours unacknowledged; without the pause, a pull still
+            # open would take messages nobody reads, pending until ack_wait runs out
+            try:
+                until = _dt.datetime.now(_dt.UTC) + _dt.timedelta(seconds=limit)
+                self._js.pause_consumer(self._cons_stream, self._cons_name, until, timeout=self._ack_wait)
+            except Error as exc:
+                log.debug("consumer group %s member %s: cannot pause its consumer: %s", self.group, self.member, exc)
         if cc is not None:
             cc.stop()
             try:
@@ -681,6 +697,7 @@ class ConsumerGroupContext:
             except TimeoutError:
                 log.warning("consumer group %s member %s: the handler still runs after %.1fs", self.group,
                             self.member, limit)
+        log.debug("consumer group %s member %s: stopped consuming (delete=%s)", self.group, self.member, delete)
         if not delete:
             return
         if consumer is not None:
@@ -693,6 +710,9 @@ class ConsumerGroupContext:
                 if not info.num_ack_pending:
                     break
                 time.sleep(deadline.slice(0.05))
+            else:
+                log.debug("consumer group %s member %s: still %s unacknowledged (%s)", self.group, self.member,
+                          info.num_ack_pending, info)
         try:
             self._js.delete_consumer(self._cons_stream, self._cons_name, timeout=self._ack_wait)
         except ConsumerNotFoundError:

@@ -358,6 +358,9 @@ def test_three_members_join_and_leave_while_10000_messages_flow(nats_server, js,
         for i, step in enumerate(steps):
             step()
             publish_keys(js, plain, chunk, keys=keys, start=i * chunk)
+            # the next change comes while half a chunk is still to be processed
+            wait_for(lambda i=i: rec.count() >= (i + 1) * chunk - chunk // 2, 60, interval=0.05,
+                     what=f"step {i}: processing goes on")
         publish_keys(js, plain, total - len(steps) * chunk, keys=keys, start=len(steps) * chunk)
         wait_for(lambda: rec.count() >= total, 120, interval=0.1, what=f"{total} messages processed")
         wq = js.stream(f"{plain}-cg")
