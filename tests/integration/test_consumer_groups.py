@@ -376,3 +376,65 @@ def test_three_members_join_and_leave_while_10000_messages_flow(nats_server, js,
         stop_all(*running.values())
         for nc in conns:
             nc.close()
+
+
+def test_elastic_member_mappings_and_a_shape_change_ends_members(js, plain):
+    pcg.create_elastic(js, plain, "cg", 3, partitioning_filters=[f"{plain}.*"])
+    rec = Recorder()
+    errors: list[BaseException] = []
+    a = pcg.elastic_consume(js, plain, "cg", "a", rec.handler("a"), error_cb=errors.append)
+    b = pcg.elastic_consume(js, plain, "cg", "b", rec.handler("b"), error_cb=errors.append)
+    try:
+        with pytest.raises(jssync.ConsumerGroupConfigError, match="unassigned"):
+            pcg.set_member_mappings(js, plain, "cg", {"a": [0], "b": [1]})
+        cfg = pcg.set_member_mappings(js, plain, "cg", [pcg.MemberMapping("a", [0, 2]), ("b", [1])])
+        assert cfg.members is None and len(cfg.member_mappings or []) == 2
+        wait_for(lambda: a.partition_filters == ["0.>", "2.>"] and b.partition_filters == ["1.>"], 30,
+                 what="members follow the mappings")
+        with pytest.raises(jssync.ConsumerGroupConfigError, match="member mappings"):
+            pcg.add_members(js, plain, "cg", ["c"])
+        publish_keys(js, plain, 100)
+        wait_for(lambda: rec.count() >= 100, 30, what="100 messages")
+        assert sorted(rec.datas()) == sorted(b"%d" % i for i in range(100))
+        assert_each_key_stayed_with_one_member_in_order(rec)
+        # a change of the partitions (another max_members) cannot be followed: members end
+        kv = js.key_value("elastic-consumer-groups")
+        kv.put(f"{plain}.cg", b'{"max_members":5,"partitioning_filters":null}')
+        a.wait(30 * FACTOR)
+        b.wait(30 * FACTOR)
+        assert isinstance(a.error, jssync.ConsumerGroupChangedError)
+        assert isinstance(b.error, jssync.ConsumerGroupChangedError)
+        assert len(errors) == 2
+    finally:
+        stop_all(a, b)
+
+
+def test_closing_the_connection_ends_the_member_quietly(nats_server, js, partitioned):
+    pcg.create_static(js, partitioned, "cg", PARTITIONS, members=["m1"])
+    nc = jssync.connect(nats_server.url)
+    ctx = pcg.static_consume(nc.jetstream(), partitioned, "cg", "m1", Recorder().handler("m1"))
+    nc.close()
+    ctx.wait(30 * FACTOR)
+    assert ctx.closed and ctx.error is None
+
+
+def test_drain_hands_over_what_was_sent_and_wait_refuses_the_handler(js, partitioned):
+    pcg.create_static(js, partitioned, "cg", PARTITIONS, members=["m1"])
+    rec = Recorder()
+    problems: list[BaseException] = []
+    holder: dict[str, pcg.ConsumerGroupContext] = {}
+
+    def handler(msg):
+        rec.handler("m1")(msg)
+        try:
+            holder["ctx"].wait(0)
+        except RuntimeError as exc:
+            problems.append(exc)
+
+    publish_keys(js, partitioned, 50)
+    holder["ctx"] = ctx = pcg.static_consume(js, partitioned, "cg", "m1", handler)
+    wait_for(lambda: rec.count() >= 50, 30, what="50 messages")
+    ctx.drain(timeout=30 * FACTOR)
+    assert ctx.closed and ctx.error is None
+    assert problems and "own handler" in str(problems[0])
+    assert sorted(rec.datas()) == sorted(b"%d" % i for i in range(50))
