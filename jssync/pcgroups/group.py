@@ -6,10 +6,11 @@ key, creates the member's consumer (pinned_client priority group ``PCG``, so of 
 instances of a member only one gets messages) and runs a jssync ``consume`` on it. The
 handler gets each message with the partition token taken off its subject.
 
-Rebalancing (elastic): when the member's partitions change, the pinned instance stops its
-consume (the handler that runs finishes; buffered messages are nak'ed), waits until the
-server holds no unacknowledged message of it, then deletes its consumer and creates one
-with its new filters. The work-queue stream refuses a consumer whose filters overlap
+Rebalancing (elastic): when the member's partitions change, the pinned instance pauses its
+consumer, stops its consume (the handler that runs finishes; buffered messages are nak'ed),
+waits until the server confirmed a progress ack sent after the handler's last ack (the
+consumer applies acks in order), then deletes its consumer and creates one with its new
+filters. The work-queue stream refuses a consumer whose filters overlap
 another one's, so a member that gains a partition only gets a consumer once the previous
 owner let go of it (it tries again every ``RETRY_INTERVAL`` seconds): a message acked
 after processing is never delivered to a second member.
@@ -489,6 +490,7 @@ class ConsumerGroupContext:
         self._lock = threading.Lock()
         self.error: BaseException | None = None
         self._cb_threads: set[int] = set()
+        self._last_msg: Msg | None = None  # the last message handed to the handler (handover)
         self._watcher: Any = None
         self._thread: threading.Thread | None = None
 
@@ -670,21 +672,20 @@ class ConsumerGroupContext:
             return
         self._consumer = consumer
         self._filters = filters
+        self._last_msg = None
         log.debug("consumer group %s member %s: consuming %s", self.group, self.member, filters)
         self._cc = consumer.consume(self._on_msg, error_cb=self._error_cb, expires=self._expires,
                                     group=PRIORITY_GROUP, **self._opts)
 
     def _retire(self, *, delete: bool, quiet: bool = False) -> None:
-        """Stop consuming; with ``delete``, once no message is left unacknowledged, delete the consumer."""
+        """Stop consuming; with ``delete``, once the handler's acks are applied, delete the consumer."""
         cc, self._cc = self._cc, None
-        consumer, self._consumer = self._consumer, None
+        self._consumer = None
         self._filters = []
         limit = 2 * self._ack_wait
         if cc is not None and delete:
-            # pause first: once the server answered, every message it sent is in our socket
-            # ahead of the answer, so stop() below gives each one back (nak) and the server
-            # soon holds no message of ours unacknowledged; without the pause, a pull still
-            # open would take messages nobody reads, pending until ack_wait runs out
+            # pause first: the pulls still open get nothing more (each delivery would count
+            # towards max_deliver for a message nobody reads)
             try:
                 until = _dt.datetime.now(_dt.UTC) + _dt.timedelta(seconds=limit)
                 self._js.pause_consumer(self._cons_stream, self._cons_name, until, timeout=self._ack_wait)
@@ -700,19 +701,16 @@ class ConsumerGroupContext:
         log.debug("consumer group %s member %s: stopped consuming (delete=%s)", self.group, self.member, delete)
         if not delete:
             return
-        if consumer is not None:
-            deadline = Deadline(limit)
-            while not deadline.expired():
-                try:
-                    info = consumer.info(timeout=deadline.left())
-                except Error:
-                    break
-                if not info.num_ack_pending:
-                    break
-                time.sleep(deadline.slice(0.05))
-            else:
-                log.debug("consumer group %s member %s: still %s unacknowledged (%s)", self.group, self.member,
-                          info.num_ack_pending, info)
+        last, self._last_msg = self._last_msg, None
+        if last is not None and last.reply:
+            # the consumer handles acks in the order they come: once it answered this one
+            # (a progress ack on the last message the handler had), every ack the handler
+            # sent before is applied, and deleting the consumer loses none of them
+            try:
+                self._js.conn.flush(timeout=self._ack_wait)
+                self._js.conn.request(last.reply, b"+WPI", timeout=self._ack_wait)
+            except Error as exc:
+                log.debug("consumer group %s member %s: acks not confirmed: %s", self.group, self.member, exc)
         try:
             self._js.delete_consumer(self._cons_stream, self._cons_name, timeout=self._ack_wait)
         except ConsumerNotFoundError:
@@ -732,6 +730,7 @@ class ConsumerGroupContext:
             self._cb(msg)
         finally:
             self._cb_threads.discard(tid)
+            self._last_msg = msg
 
     def _finish(self, err: BaseException | None) -> None:
         if err is not None:

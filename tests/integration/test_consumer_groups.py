@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 
 import pytest
 from nats.js import api
@@ -20,13 +21,16 @@ PARTITIONS = 4
 class Recorder:
     """What each member instance processed: (member, subject, data) in order, acked after recording."""
 
-    def __init__(self) -> None:
+    def __init__(self, slow_every: int = 0) -> None:
+        self.slow_every = slow_every  # every n-th message takes 5 ms (handovers meet a running handler)
         self.lock = threading.Lock()
         self.seen: list[tuple[str, str, bytes]] = []
         self.errors: list[BaseException] = []
 
     def handler(self, member: str):
         def on_msg(msg: jssync.Msg) -> None:
+            if self.slow_every and int(msg.data) % self.slow_every == 0:
+                time.sleep(0.005)
             with self.lock:
                 self.seen.append((member, msg.subject, msg.data))
             msg.ack()
@@ -329,7 +333,7 @@ def test_three_members_join_and_leave_while_10000_messages_flow(nats_server, js,
     """Each message is processed exactly once although the membership changes six times."""
     total, keys = 10_000, 200
     pcg.create_elastic(js, plain, "cg", 6, partitioning_filters=[pcg.PartitioningFilter(f"{plain}.*", [1])])
-    rec = Recorder()
+    rec = Recorder(slow_every=10)
     conns: list[jssync.Connection] = []
     running: dict[str, pcg.ConsumerGroupContext] = {}
 
