@@ -442,3 +442,31 @@ def test_drain_hands_over_what_was_sent_and_wait_refuses_the_handler(js, partiti
     assert ctx.closed and ctx.error is None
     assert problems and "own handler" in str(problems[0])
     assert sorted(rec.datas()) == sorted(b"%d" % i for i in range(50))
+
+
+def test_two_instances_of_each_elastic_member_through_a_rebalance(nats_server, js, plain):
+    """The standby instances follow the pinned ones through membership changes; nothing runs twice."""
+    total = 3000
+    pcg.create_elastic(js, plain, "cg", 4, partitioning_filters=[f"{plain}.*"])
+    rec = Recorder(slow_every=10)
+    conns = [jssync.connect(nats_server.url) for _ in range(4)]
+    ctxs = [pcg.elastic_consume(nc.jetstream(), plain, "cg", member, rec.handler(member))
+            for nc, member in zip(conns, ["a", "a", "b", "b"], strict=True)]
+    try:
+        pcg.add_members(js, plain, "cg", ["a"])
+        publish_keys(js, plain, total // 3, keys=50)
+        wait_for(lambda: rec.count() >= total // 6, 60, what="a consumes")
+        pcg.add_members(js, plain, "cg", ["b"])
+        publish_keys(js, plain, total // 3, keys=50, start=total // 3)
+        wait_for(lambda: rec.count() >= total // 2, 60, what="a and b consume")
+        pcg.delete_members(js, plain, "cg", ["a"])
+        publish_keys(js, plain, total - 2 * (total // 3), keys=50, start=2 * (total // 3))
+        wait_for(lambda: rec.count() >= total, 60, interval=0.05, what="every message")
+        wait_for(lambda: js.stream(f"{plain}-cg").info().state.messages == 0, 30, what="every message acked")
+        datas = rec.datas()
+        assert len(datas) == total and set(datas) == {b"%d" % i for i in range(total)}
+        assert {m for m, _, _ in rec.seen} == {"a", "b"}
+    finally:
+        stop_all(*ctxs)
+        for nc in conns:
+            nc.close()
