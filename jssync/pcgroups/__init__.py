@@ -61,18 +61,18 @@ from .group import (
 )
 
 __all__ = [
-    "ELASTIC_BUCKET",
-    "PRIORITY_GROUP",
-    "STATIC_BUCKET",
     "ConsumerGroupChangedError",
     "ConsumerGroupConfigError",
     "ConsumerGroupContext",
     "ConsumerGroupError",
     "ConsumerGroupNotFoundError",
+    "ELASTIC_BUCKET",
     "ElasticConsumerGroupConfig",
     "MemberMapping",
     "NotAMemberError",
+    "PRIORITY_GROUP",
     "PartitioningFilter",
+    "STATIC_BUCKET",
     "StaticConsumerGroupConfig",
     "add_members",
     "balanced_assignment",
