@@ -470,3 +470,46 @@ def test_two_instances_of_each_elastic_member_through_a_rebalance(nats_server, j
         stop_all(*ctxs)
         for nc in conns:
             nc.close()
+
+
+def test_step_down_moves_the_pin_to_the_standby_and_listings(nats_server, js, partitioned, plain):
+    pcg.create_static(js, partitioned, "cg", PARTITIONS, members=["m1"])
+    rec = Recorder()
+    conns = [jssync.connect(nats_server.url) for _ in range(2)]
+    ctxs = [pcg.static_consume(nc.jetstream(), partitioned, "cg", "m1", rec.handler(f"i{n}"))
+            for n, nc in enumerate(conns)]
+    try:
+        publish_keys(js, partitioned, 100)
+        wait_for(lambda: rec.count() >= 100, 30, what="first 100")
+        first = {m for m, _, _ in rec.seen}
+        assert len(first) == 1
+        pcg.static_step_down(js, partitioned, "cg", "m1")
+        # the server pins whichever pull comes first: step down until the other instance has it
+        sent = [100]
+
+        def moved() -> bool:
+            publish_keys(js, partitioned, 10, start=sent[0])
+            sent[0] += 10
+            if {m for m, _, _ in rec.seen[100:]} - first:
+                return True
+            pcg.static_step_down(js, partitioned, "cg", "m1")
+            return False
+        wait_for(moved, 30, interval=0.2, what="the standby got the pin")
+        wait_for(lambda: rec.count() >= sent[0], 30, what="all processed")
+        assert sorted(rec.datas()) == sorted(b"%d" % i for i in range(sent[0]))
+    finally:
+        stop_all(*ctxs)
+        for nc in conns:
+            nc.close()
+    pcg.create_elastic(js, plain, "cg", 2)
+    pcg.create_elastic(js, plain, "g2", 2)
+    assert sorted(pcg.list_elastic(js, plain)) == ["cg", "g2"]
+    pcg.add_members(js, plain, "cg", ["x", "y"])
+    assert pcg.elastic_config(js, plain, "cg").members == ["x", "y"]
+    assert pcg.elastic_active_members(js, plain, "cg") == []
+    ctx = pcg.elastic_consume(js, plain, "cg", "x", Recorder().handler("x"))
+    try:
+        assert pcg.elastic_active_members(js, plain, "cg") == ["x"]
+        pcg.elastic_step_down(js, plain, "cg", "x")
+    finally:
+        stop_all(ctx)
