@@ -487,7 +487,6 @@ class ConsumerGroupContext:
         self._stop = threading.Event()
         self._drain = False
         self._done = threading.Event()
-        self._lock = threading.Lock()
         self.error: BaseException | None = None
         self._cb_threads: set[int] = set()
         self._last_msg: Msg | None = None  # the last message handed to the handler (handover)
