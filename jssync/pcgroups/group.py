@@ -48,6 +48,7 @@ from ..base.errors import (
 )
 from ..core.msg import Msg
 from ..jetstream.context import JetStream
+from ..jetstream.features import require
 from ..jetstream.params import validate_name
 from ..jetstream.priority import PriorityConfig, attach_config
 from ..kv.keyvalue import Entry, KeyValue, KeyValueOp
@@ -496,6 +497,8 @@ class ConsumerGroupContext:
     # -- start ---------------------------------------------------------------------------
 
     def _start(self) -> ConsumerGroupContext:
+        # pinned_client priority groups and consumer pause: nats-server 2.11+ (NotSupportedError)
+        require(self._js, "priority groups")
         key = config_key(self.stream, self.group)
         self._config = self._read(_get_entry(self._kv, self.stream, self.group, self.kind, DEFAULT))
         if self.kind == "static" and not self._config.is_in_membership(self.member):
@@ -881,6 +884,7 @@ def static_consume(js: JetStream, stream: str, group: str, member: str, callback
     every member (deleting their consumers).
 
     Raises:
+        jssync.NotSupportedError: the server is older than 2.11 (nothing is created).
         jssync.NotAMemberError: ``member`` is not in the group's membership.
         jssync.ConsumerGroupNotFoundError: no such group.
         ValueError, TypeError: invalid names or options (nothing is sent).
@@ -905,6 +909,7 @@ def elastic_consume(js: JetStream, stream: str, group: str, member: str, callbac
     Blocks while the config is read and the consumer is created (the context's timeout).
 
     Raises:
+        jssync.NotSupportedError: the server is older than 2.11 (nothing is created).
         jssync.ConsumerGroupNotFoundError: no such group.
         jssync.StreamNotFoundError: the group's work-queue stream is missing.
         ValueError, TypeError: invalid names, an ack policy other than explicit (nothing is sent).
