@@ -128,3 +128,29 @@ def test_config_errors_are_validation_errors_and_consumer_group_errors():
     assert issubclass(jssync.ConsumerGroupConfigError, jssync.ValidationError)
     assert issubclass(jssync.ConsumerGroupConfigError, jssync.ConsumerGroupError)
     assert issubclass(jssync.NotAMemberError, jssync.Error)
+
+
+def test_balanced_assignment_covers_every_partition_and_is_nearly_even():
+    for max_members in range(1, 25):
+        for n in range(1, 30):
+            names = [f"m{i:02d}" for i in range(n)]
+            owners = balanced_assignment(names, max_members)
+            assert len(owners) == max_members
+            counts = {m: owners.count(m) for m in set(owners)}
+            assert len(counts) == min(n, max_members)
+            assert max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_missing_and_empty_lists_compare_alike_but_are_written_back_as_read():
+    a = ElasticConsumerGroupConfig.from_json(b'{"max_members":2,"partitioning_filters":null}')
+    b = ElasticConsumerGroupConfig.from_json(b'{"max_members":2,"partitioning_filters":[]}')
+    assert a.same_shape(b)
+    assert a.to_json().endswith(b"null}") and b.to_json().endswith(b"[]}")
+    c = ElasticConsumerGroupConfig.from_json(
+        b'{"max_members":2,"partitioning_filters":[{"filter":"a.*","partitioning_wildcards":null}]}')
+    d = ElasticConsumerGroupConfig.from_json(
+        b'{"max_members":2,"partitioning_filters":[{"filter":"a.*","partitioning_wildcards":[]}]}')
+    assert c.same_shape(d) and not c.same_shape(ElasticConsumerGroupConfig(3, c.partitioning_filters))
+    s1 = StaticConsumerGroupConfig.from_json(b'{"max_members":2,"members":["a"]}')
+    assert s1.same_as(StaticConsumerGroupConfig(2, [], ["a"], []))
+    assert not s1.same_as(StaticConsumerGroupConfig(2, None, ["a", "b"]))
