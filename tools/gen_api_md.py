@@ -30,6 +30,18 @@ SECTIONS: list[tuple[str, list[str]]] = [
                                          "jssync.CodecKeyValue", "jssync.CodecEntry", "jssync.CodecKeyWatcher",
                                          "jssync.ObjectStore", "jssync.ObjectResult", "jssync.ObjectWatcher"]),
     ("Partitioned streams", ["jssync.liftbridge.Client"]),
+    ("Partitioned consumer groups", [
+        "jssync.pcgroups.create_static", "jssync.pcgroups.static_consume", "jssync.pcgroups.create_elastic",
+        "jssync.pcgroups.elastic_consume", "jssync.pcgroups.ConsumerGroupContext", "jssync.pcgroups.add_members",
+        "jssync.pcgroups.delete_members", "jssync.pcgroups.set_member_mappings",
+        "jssync.pcgroups.delete_member_mappings", "jssync.pcgroups.static_config", "jssync.pcgroups.elastic_config",
+        "jssync.pcgroups.delete_static", "jssync.pcgroups.delete_elastic", "jssync.pcgroups.list_static",
+        "jssync.pcgroups.list_elastic", "jssync.pcgroups.static_active_members",
+        "jssync.pcgroups.elastic_active_members", "jssync.pcgroups.static_step_down",
+        "jssync.pcgroups.elastic_step_down", "jssync.pcgroups.StaticConsumerGroupConfig",
+        "jssync.pcgroups.ElasticConsumerGroupConfig", "jssync.pcgroups.PartitioningFilter",
+        "jssync.pcgroups.MemberMapping", "jssync.pcgroups.balanced_assignment",
+        "jssync.pcgroups.partition_filters"]),
     ("Spark", ["jssync.spark.register"]),
 ]
 

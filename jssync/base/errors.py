@@ -46,6 +46,8 @@ jssync at run time. Everything a user can catch derives from :class:`Error`
         │       KeyNotFoundError, KeyWrongLastSequenceError (above)
         ├── ObjectStoreError > BadObjectMetaError, DigestMismatchError, ObjectAlreadyExistsError,
         │       ObjectChangedError, ObjectNotFoundError
+        ├── ConsumerGroupError (jssync.pcgroups) > ConsumerGroupNotFoundError, NotAMemberError,
+        │       ConsumerGroupChangedError, and ConsumerGroupConfigError (also a ValidationError)
         └── jssync.spark.SparkWriteError, jssync.spark.DataLossError
 
 Outside that tree: ``jssync.server.ServerError`` (a RuntimeError: no nats-server binary, or it did not start),
@@ -290,6 +292,30 @@ class NoAckStreamError(JetStreamError):
         self.stream = stream
         self.subject = subject
         super().__init__(description)
+
+
+# -- partitioned consumer groups (jssync.pcgroups) ----------------------------------------------
+
+
+class ConsumerGroupError(JetStreamError):
+    """Base class of the partitioned consumer group errors (:mod:`jssync.pcgroups`)."""
+
+
+class ConsumerGroupNotFoundError(ConsumerGroupError):
+    """No config for that stream and group in the group bucket (or no bucket at all)."""
+
+
+class NotAMemberError(ConsumerGroupError):
+    """A static group was joined under a member name its config does not list."""
+
+
+class ConsumerGroupChangedError(ConsumerGroupError):
+    """The group's config changed in a way a running member cannot follow (static: any change;
+    elastic: the partitions, filters or buffer limits); the member stopped consuming."""
+
+
+class ConsumerGroupConfigError(ConsumerGroupError, ValidationError):
+    """A consumer group config, given or read from the bucket, is not valid (names what)."""
 
 
 # -- pull requests (jssync.base.status) ------------------------------------------------------------

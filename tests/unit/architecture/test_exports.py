@@ -44,6 +44,7 @@ def test_api_errors_keep_codes():
 def test_public_modules_import():
     import jssync.liftbridge  # noqa: F401
     import jssync.micro  # noqa: F401
+    import jssync.pcgroups  # noqa: F401
     import jssync.server  # noqa: F401
     import jssync.spark  # noqa: F401
 
@@ -55,3 +56,14 @@ def test_micro_is_a_submodule_and_its_errors_are_jssync_errors():
         obj = getattr(jssync.micro, name)
         if inspect.isclass(obj) and issubclass(obj, BaseException):
             assert issubclass(obj, jssync.Error), name
+
+
+def test_pcgroups_exports_are_sorted_and_its_errors_are_jssync_errors():
+    import jssync.pcgroups as pcg
+
+    assert list(pcg.__all__) == sorted(pcg.__all__)
+    for name in pcg.__all__:
+        obj = getattr(pcg, name)
+        if inspect.isclass(obj) and issubclass(obj, BaseException):
+            assert issubclass(obj, jssync.Error), name
+            assert getattr(jssync, name) is obj, name

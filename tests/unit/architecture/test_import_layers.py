@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "objectstore": 4,  # uses the kv layer's bucket helpers
     "micro": 5,  # needs only core
     "liftbridge": 5,
+    "pcgroups": 5,  # partitioned consumer groups: uses core, jetstream and kv
     "spark": 6,
     "kombu": 6,  # the kombu/Celery transport: uses core, jetstream and kv
     "": 7,  # jssync/__init__.py: the public facade, imports every layer
