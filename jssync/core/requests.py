@@ -92,7 +92,7 @@ class Requests:
             parked = self._sockpath.park() if solo else None
             try:
                 if self.direct(subject, data, prefix + token, headers):
-                    if solo:
+                    if solo and len(self.replies) == 1:  # (still alone)
                         self.watch_for_reply(waiter, token, deadline)
                 else:
                     self.enqueue((subject, data, prefix + token, headers), deadline)
