@@ -18,6 +18,7 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
     StreamInfo,
+    StreamSource,
 )
 
 from . import micro  # the submodule jssync.micro
@@ -93,6 +94,7 @@ from .jetstream.push import (
     SubjectMismatchError,
 )
 from .jetstream.replies import PubAck, StoredMsg
+from .jetstream.sourcing import StreamConsumerSource
 from .jetstream.streams import Stream
 from .kv.codecs import (
     Base64Codec,
@@ -261,11 +263,13 @@ __all__ = [
     "StoredMsg",
     "Stream",
     "StreamConfig",
+    "StreamConsumerSource",
     "StreamExistsError",
     "StreamInfo",
     "StreamNameInUseError",
     "StreamNotFoundError",
     "StreamNotMatchError",
+    "StreamSource",
     "SubjectMismatchError",
     "Subscription",
     "SubscriptionClosedError",
