@@ -359,7 +359,7 @@ class JetStream:
         raw = resp.get("config")
         if not isinstance(raw, dict):
             raise APIError(None, None, "malformed stream info reply: no config object")
-        raw = dict(raw)
+        raw = json.loads(json.dumps(raw))  # a deep copy: parsing resp turns its nested dicts into objects
         current = _stream_model(resp).config
         cfg = _stream_config(current, params, "update_stream")
         fields = stream_wire(cfg)
