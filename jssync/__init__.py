@@ -18,7 +18,6 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
     StreamInfo,
-    StreamSource,
 )
 
 from . import micro  # the submodule jssync.micro
@@ -94,7 +93,7 @@ from .jetstream.push import (
     SubjectMismatchError,
 )
 from .jetstream.replies import PubAck, StoredMsg
-from .jetstream.sourcing import StreamConsumerSource
+from .jetstream.sourcing import StreamConsumerSource, StreamSource
 from .jetstream.streams import Stream
 from .kv.codecs import (
     Base64Codec,

@@ -56,7 +56,7 @@ from .params import (  # (names of the context too: validate_name, HDR_*, _consu
     validate_name,
 )
 from .replies import PubAck, _model, _parse_pub_ack
-from .sourcing import normalize_sources, put_back_consumers, require_flow_control, stream_wire
+from .sourcing import normalize_sources, put_back_consumers, require_flow_control, source_consumers, stream_wire
 
 if TYPE_CHECKING:
     from ..core.connection import Connection
@@ -1201,11 +1201,12 @@ def _nonneg(v: Any, what: str) -> int:
 
 def _stream_model(resp: Any) -> api.StreamInfo:
     """A StreamInfo from a reply; APIError unless it has a config with a name."""
+    found = source_consumers(resp.get("config")) if isinstance(resp, dict) else None
     info: api.StreamInfo = _model(api.StreamInfo, resp, "stream info")
     cfg = getattr(info, "config", None)
     if not isinstance(cfg, api.StreamConfig) or not isinstance(cfg.name, str) or not cfg.name:
         raise APIError(None, None, "malformed stream info reply: no stream config with a name")
-    put_back_consumers(cfg, resp.get("config") if isinstance(resp, dict) else None)
+    put_back_consumers(cfg, found)  # (nats-py < 2.16 drops a source's consumer)
     return info
 
 

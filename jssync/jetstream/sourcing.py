@@ -37,10 +37,12 @@ if TYPE_CHECKING:
 __all__ = [
     "FLOW_CONTROL",
     "StreamConsumerSource",
+    "StreamSource",
     "check_flow_control_consumer",
     "is_flow_control",
     "normalize_sources",
     "put_back_consumers",
+    "source_consumers",
     "require_flow_control",
     "source_consumer",
     "stream_wire",
@@ -69,6 +71,17 @@ else:  # nats-py < 2.16
 
         name: str
         deliver_subject: str
+
+
+if _NATSPY_HAS_CONSUMER:
+    StreamSource = api.StreamSource
+else:  # nats-py < 2.16
+
+    @dataclasses.dataclass
+    class StreamSource(api.StreamSource):  # type: ignore[no-redef]
+        """nats-py's StreamSource with ``consumer``: the pre-created consumer to source through (ADR-60)."""
+
+        consumer: StreamConsumerSource | None = None
 
 
 def is_flow_control(policy: Any) -> bool:
@@ -246,24 +259,34 @@ def stream_wire(config: api.StreamConfig) -> dict[str, Any]:
     return body
 
 
-def put_back_consumers(config: Any, raw: Any) -> None:
-    """Set ``consumer`` on the mirror/sources of a parsed config from the reply's ``raw`` config.
+def source_consumers(raw: Any) -> tuple[Any, list[Any]] | None:
+    """The ``consumer`` objects of the mirror and sources of a reply's raw config, read before
+    nats-py parses (and replaces) it; None on nats-py 2.16+ (it keeps them) or when there are none."""
+    if _NATSPY_HAS_CONSUMER or not isinstance(raw, dict):
+        return None
+
+    def of(src: Any) -> Any:
+        c = src.get("consumer") if isinstance(src, dict) else None
+        return dict(c) if isinstance(c, dict) else None
+
+    sources = raw.get("sources")
+    found = (of(raw.get("mirror")), [of(s) for s in sources] if isinstance(sources, list) else [])
+    return found if found[0] is not None or any(c is not None for c in found[1]) else None
+
+
+def put_back_consumers(config: Any, found: tuple[Any, list[Any]] | None) -> None:
+    """Set ``consumer`` on the mirror/sources of a parsed config from :func:`source_consumers`.
 
     A no-op on nats-py 2.16+, which parses it; older nats-py drops the field.
     """
-    if _NATSPY_HAS_CONSUMER or config is None or not isinstance(raw, dict):
+    if found is None or config is None:
         return
 
-    def put(source: Any, raw_source: Any) -> None:
-        if source is None or not isinstance(raw_source, dict):
-            return
-        c = raw_source.get("consumer")
-        if isinstance(c, dict):
-            found = StreamConsumerSource(name=c.get("name", ""), deliver_subject=c.get("deliver_subject", ""))
-            object.__setattr__(source, "consumer", found)
+    def put(source: Any, c: Any) -> None:
+        if source is not None and c is not None:
+            value = StreamConsumerSource(name=c.get("name", ""), deliver_subject=c.get("deliver_subject", ""))
+            object.__setattr__(source, "consumer", value)
 
-    put(getattr(config, "mirror", None), raw.get("mirror"))
-    raw_sources = raw.get("sources")
-    if isinstance(raw_sources, list):
-        for s, r in zip(getattr(config, "sources", None) or [], raw_sources, strict=False):
-            put(s, r)
+    put(getattr(config, "mirror", None), found[0])
+    for s, c in zip(getattr(config, "sources", None) or [], found[1], strict=False):
+        put(s, c)
