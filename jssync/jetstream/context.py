@@ -56,7 +56,7 @@ from .params import (  # (names of the context too: validate_name, HDR_*, _consu
     validate_name,
 )
 from .replies import PubAck, _model, _parse_pub_ack
-from .sourcing import normalize_sources, put_back_consumers, require_flow_control, source_consumers, stream_wire
+from .sourcing import is_flow_control, normalize_sources, put_back_consumers, source_consumers, stream_wire
 
 if TYPE_CHECKING:
     from ..core.connection import Connection
@@ -85,7 +85,7 @@ def _stream_config(config: api.StreamConfig | None, params: Mapping[str, Any],
     validate_name(config.name, "stream name")
     check_choices(config, STREAM_CHOICES)
     config = normalize_config(config)
-    config = normalize_sources(config)
+    config = normalize_sources(config, validate_name)
     marker_ttl = config.subject_delete_marker_ttl
     if marker_ttl is not None and marker_ttl != 0:
         # ADR-43: at least 1 s (the server refuses less); nats-py would silently drop a negative one
@@ -304,7 +304,7 @@ class JetStream:
         deadline = Deadline(resolve_timeout(timeout, self.timeout))
         while True:
             try:
-                resp = self._api(f"STREAM.CREATE.{cfg.name}", body, deadline.left(), feature=feature)
+                resp = self._api(f"STREAM.CREATE.{cfg.name}", body, deadline.left(), **_level(feature))
                 break
             except APIError as exc:
                 # a transient view of the meta leader (a peer's route just reconnected)
@@ -339,7 +339,7 @@ class JetStream:
         else:
             cfg, body = self._edited_stream_config(dict(params), timeout)
         feature = self._require_stream_features(cfg, timeout)
-        resp = self._api(f"STREAM.UPDATE.{cfg.name}", body, timeout, feature=feature)
+        resp = self._api(f"STREAM.UPDATE.{cfg.name}", body, timeout, **_level(feature))
         return Stream(self, _stream_model(resp))
 
     def _edited_stream_config(self, params: dict[str, Any], timeout: float | None | Default,
@@ -561,8 +561,11 @@ class JetStream:
 
             require(self, "prioritized priority policy" if prio.policy == "prioritized" else "priority groups",
                     timeout=timeout)
-        fc_level = require_flow_control(self, config, timeout)
-        feature = None if fc_level is None else ("flow control ack policy", fc_level)
+        feature = None
+        if is_flow_control(config.ack_policy):
+            from .features import require
+
+            feature = ("flow control ack policy", require(self, "flow control ack policy", timeout=timeout))
         req: dict[str, Any] = {"stream_name": stream, "config": _consumer_wire(config)}
         if action:
             req["action"] = action
@@ -572,7 +575,7 @@ class JetStream:
                 subject += f".{config.filter_subject}"
         else:
             subject = f"CONSUMER.CREATE.{stream}"
-        resp = self._api(subject, req, timeout, feature=feature)
+        resp = self._api(subject, req, timeout, **_level(feature))
         return Consumer(self, stream, _consumer_model(resp))
 
     def create_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
@@ -1193,6 +1196,11 @@ def _subject_filter(subject: str | None) -> dict[str, Any]:
         return {}
     validate_subject(subject, "subject filter")
     return {"subject": subject}
+
+
+def _level(feature: tuple[str, int] | None) -> dict[str, Any]:
+    """``_api``'s ``feature=`` keyword when a request needs an API level, else nothing."""
+    return {} if feature is None else {"feature": feature}
 
 
 def _nonneg(v: Any, what: str) -> int:

@@ -32,7 +32,7 @@ from ..base.errors import ValidationError
 from ..base.validate import validate_subject
 
 if TYPE_CHECKING:
-    from .context import JetStream
+    from collections.abc import Callable
 
 __all__ = [
     "FLOW_CONTROL",
@@ -43,7 +43,6 @@ __all__ = [
     "normalize_sources",
     "put_back_consumers",
     "source_consumers",
-    "require_flow_control",
     "source_consumer",
     "stream_wire",
     "uses_durable_sourcing",
@@ -120,21 +119,12 @@ def check_flow_control_consumer(config: api.ConsumerConfig) -> None:
                               f"got {config.max_ack_pending!r}")
 
 
-def require_flow_control(js: JetStream, config: api.ConsumerConfig, timeout: Any) -> int | None:
-    """NotSupportedError unless the server has the flow control ack policy; the API level it needs."""
-    if not is_flow_control(config.ack_policy):
-        return None
-    from .features import require
-
-    return require(js, "flow control ack policy", timeout=timeout)
-
-
 def source_consumer(source: Any) -> Any:
     """The ``consumer`` of a source (a StreamConsumerSource), or None."""
     return getattr(source, "consumer", None)
 
 
-def _consumer_of(value: Any, where: str) -> Any:
+def _consumer_of(value: Any, where: str, check_name: Callable[[Any, str], Any]) -> Any:
     """``value`` as a StreamConsumerSource (a mapping is converted), checked like the server does."""
     if isinstance(value, Mapping):
         unknown = set(value) - {"name", "deliver_subject"}
@@ -146,9 +136,7 @@ def _consumer_of(value: Any, where: str) -> Any:
     elif not isinstance(value, StreamConsumerSource):
         raise TypeError(f"{where}.consumer must be a jssync.StreamConsumerSource or a mapping, "
                         f"got {type(value).__name__}")
-    from .params import validate_name
-
-    validate_name(value.name, f"{where}.consumer name")
+    check_name(value.name, f"{where}.consumer name")
     if not isinstance(value.deliver_subject, str) or not value.deliver_subject:
         raise ValidationError(f"{where}.consumer needs the consumer's deliver_subject, got "
                               f"{value.deliver_subject!r}")
@@ -156,7 +144,7 @@ def _consumer_of(value: Any, where: str) -> Any:
     return value
 
 
-def _source_of(value: Any, where: str) -> api.StreamSource:
+def _source_of(value: Any, where: str, check_name: Callable[[Any, str], Any]) -> api.StreamSource:
     """``value`` as an api.StreamSource (a mapping is converted); its ``consumer`` checked."""
     consumer: Any = None
     if isinstance(value, Mapping):
@@ -176,7 +164,7 @@ def _source_of(value: Any, where: str) -> api.StreamSource:
         consumer = source_consumer(value)
     if consumer is None:
         return value  # type: ignore[no-any-return]
-    consumer = _consumer_of(consumer, where)
+    consumer = _consumer_of(consumer, where, check_name)
     if value.opt_start_seq or value.opt_start_time is not None:
         raise ValidationError(f"{where}: with a consumer the start is the consumer's (its opt_start_seq / "
                               "opt_start_time), not the source's: unset opt_start_seq and opt_start_time")
@@ -189,8 +177,10 @@ def _source_of(value: Any, where: str) -> api.StreamSource:
     return value  # type: ignore[no-any-return]
 
 
-def normalize_sources(config: api.StreamConfig) -> api.StreamConfig:
+def normalize_sources(config: api.StreamConfig, check_name: Callable[[Any, str], Any]) -> api.StreamConfig:
     """``config`` with ``mirror`` / ``sources`` as StreamSource objects, their consumers checked.
+
+    ``check_name(name, what)`` raises for an invalid consumer name (params.validate_name).
 
     A mapping (``{"name": "WQ", "consumer": {"name": "C", "deliver_subject": "d"}}``) is
     converted. Returns ``config`` itself when nothing changes, else a copy.
@@ -203,13 +193,13 @@ def normalize_sources(config: api.StreamConfig) -> api.StreamConfig:
     """
     changes: dict[str, Any] = {}
     if config.mirror is not None:
-        mirror = _source_of(config.mirror, "mirror")
+        mirror = _source_of(config.mirror, "mirror", check_name)
         if mirror is not config.mirror:
             changes["mirror"] = mirror
     if config.sources is not None:
         if isinstance(config.sources, str | bytes | Mapping) or not isinstance(config.sources, list | tuple):
             raise TypeError(f"sources must be a list of StreamSource, got {type(config.sources).__name__}")
-        sources = [_source_of(s, f"sources[{i}]") for i, s in enumerate(config.sources)]
+        sources = [_source_of(s, f"sources[{i}]", check_name) for i, s in enumerate(config.sources)]
         seen: dict[tuple[str, str, str], int] = {}
         for i, s in enumerate(sources):
             c = source_consumer(s)

@@ -461,3 +461,23 @@ def test_keyword_update_of_a_stream_with_nested_source_fields(js, unique):
                 js.delete_stream(name)
             except jssync.StreamNotFoundError:
                 pass
+
+
+def test_subscription_on_a_flow_control_consumer_is_refused(js, unique):
+    """Its acks are the flow control replies of a sourcing stream: a client subscription on it
+    would never acknowledge anything (the server ignores client acks for this policy), so the
+    work queue would keep every message and delivery stop at max_ack_pending."""
+    origin = f"WQ{unique}"
+    _origin(js, origin)
+    try:
+        js.create_consumer(origin, durable_name="FC", ack_policy="flow_control", deliver_subject=f"fc.{unique}")
+        js.publish(f"{origin}.a", b"x")
+        with pytest.raises(jssync.PushSubscribeError, match="ack policy 'flow_control'.*sourcing"):
+            js.subscribe(f"{origin}.>", durable="FC", stream=origin, manual_ack=True)
+        with pytest.raises(jssync.ValidationError, match="ack_policy 'flow_control'.*sourcing"):
+            js.subscribe(f"{origin}.>", stream=origin, config=api.ConsumerConfig(
+                ack_policy="flow_control", deliver_subject=f"fc2.{unique}"))
+        assert js.consumer(origin, "FC").info().push_bound is not True
+        assert js.stream(origin).info().state.messages == 1
+    finally:
+        js.delete_stream(origin)
