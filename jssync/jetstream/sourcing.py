@@ -144,6 +144,14 @@ def _consumer_of(value: Any, where: str, check_name: Callable[[Any, str], Any]) 
     return value
 
 
+def _model_of(cls: type[Any], fields: Mapping[str, Any], where: str) -> Any:
+    """``cls(**fields)``; a ValidationError naming ``where`` for a missing or unknown field."""
+    try:
+        return cls(**fields)
+    except TypeError as exc:
+        raise ValidationError(f"{where}: {exc}") from None
+
+
 def _source_of(value: Any, where: str, check_name: Callable[[Any, str], Any]) -> api.StreamSource:
     """``value`` as an api.StreamSource (a mapping is converted); its ``consumer`` checked."""
     consumer: Any = None
@@ -154,10 +162,15 @@ def _source_of(value: Any, where: str, check_name: Callable[[Any, str], Any]) ->
         unknown = set(raw) - known
         if unknown:
             raise ValidationError(f"{where}: unknown field(s) {sorted(unknown)!r}")
-        try:
-            value = api.StreamSource(**raw)
-        except TypeError as exc:
-            raise ValidationError(f"{where}: {exc}") from None
+        ext = raw.get("external")
+        if isinstance(ext, Mapping):
+            raw["external"] = _model_of(api.ExternalStream, ext, f"{where}.external")
+        transforms = raw.get("subject_transforms")
+        if isinstance(transforms, list | tuple):
+            raw["subject_transforms"] = [
+                _model_of(api.SubjectTransform, t, f"{where}.subject_transforms[{i}]") if isinstance(t, Mapping)
+                else t for i, t in enumerate(transforms)]
+        value = _model_of(api.StreamSource, raw, where)
     elif not isinstance(value, api.StreamSource):
         raise TypeError(f"{where} must be a StreamSource or a mapping, got {type(value).__name__}")
     else:

@@ -481,3 +481,23 @@ def test_subscription_on_a_flow_control_consumer_is_refused(js, unique):
         assert js.stream(origin).info().state.messages == 1
     finally:
         js.delete_stream(origin)
+
+
+def test_sources_given_as_mappings_with_nested_fields(js, unique):
+    origin, agg, mirror = f"L{unique}", f"AGG{unique}", f"M{unique}"
+    js.create_stream(name=origin, subjects=[f"{origin}.>"], storage="memory")
+    try:
+        st = js.create_stream(name=agg, storage="memory", sources=[
+            {"name": origin, "subject_transforms": [{"src": f"{origin}.>", "dest": "agg.>"}]},
+            {"name": origin, "filter_subject": f"{origin}.b"}])
+        got = st.cached_info.config.sources
+        assert got[0].subject_transforms[0].dest == "agg.>" and got[1].filter_subject == f"{origin}.b"
+        m = js.create_stream(name=mirror, storage="memory", mirror={"name": origin})
+        assert m.cached_info.config.mirror.name == origin
+        with pytest.raises(jssync.ValidationError, match=r"sources\[0\]: unknown field\(s\) \['nam'\]"):
+            js.create_stream(name="X", sources=[{"nam": origin}])
+        with pytest.raises(jssync.ValidationError, match=r"mirror.subject_transforms\[0\]"):
+            js.create_stream(name="X", mirror={"name": origin, "subject_transforms": [{"source": ">"}]})
+    finally:
+        for name in (mirror, agg, origin):
+            js.delete_stream(name)
