@@ -100,6 +100,7 @@ from .jetstream.push import (
     SubjectMismatchError,
 )
 from .jetstream.replies import PubAck, StoredMsg
+from .jetstream.sourcing import StreamConsumerSource, StreamSource
 from .jetstream.streams import Stream
 from .kv.codecs import (
     Base64Codec,
@@ -276,11 +277,13 @@ __all__ = [
     "StoredMsg",
     "Stream",
     "StreamConfig",
+    "StreamConsumerSource",
     "StreamExistsError",
     "StreamInfo",
     "StreamNameInUseError",
     "StreamNotFoundError",
     "StreamNotMatchError",
+    "StreamSource",
     "SubjectMismatchError",
     "Subscription",
     "SubscriptionClosedError",

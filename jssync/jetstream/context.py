@@ -57,6 +57,7 @@ from .params import (  # (names of the context too: validate_name, HDR_*, _consu
     validate_name,
 )
 from .replies import PubAck, _model, _parse_pub_ack
+from .sourcing import is_flow_control, normalize_sources, put_back_consumers, source_consumers, stream_wire
 
 if TYPE_CHECKING:
     from ..core.connection import Connection
@@ -86,6 +87,7 @@ def _stream_config(config: api.StreamConfig | None, params: Mapping[str, Any],
     validate_name(config.name, "stream name")
     check_choices(config, STREAM_CHOICES)
     config = normalize_config(config)
+    config = normalize_sources(config, validate_name)
     marker_ttl = config.subject_delete_marker_ttl
     if marker_ttl is not None and marker_ttl != 0:
         # ADR-43: at least 1 s (the server refuses less); nats-py would silently drop a negative one
@@ -183,10 +185,14 @@ class JetStream:
     # -- API requests -----------------------------------------------------------------------
 
     def _api(self, suffix: str, payload: dict[str, Any] | bytes | None = None,
-             timeout: float | None | Default = DEFAULT) -> dict[str, Any]:
+             timeout: float | None | Default = DEFAULT, *, feature: tuple[str, int] | None = None) -> dict[str, Any]:
         """Send one JetStream API request and return the parsed reply.
 
+        ``feature`` (name, API level): the request carries ``Nats-Required-Api-Level`` (ADR-44),
+        so a server below that level (2.12+) refuses it instead of ignoring what it lacks.
+
         Raises:
+            jssync.NotSupportedError: with ``feature``, the server refused it for its level (10185).
             jssync.APIError (and subclasses): the server answered with an error.
             jssync.ServiceUnavailableError: no JetStream answered (not enabled, or no leader).
             jssync.TimeoutError.
@@ -198,8 +204,9 @@ class JetStream:
         else:
             data = json.dumps(payload).encode()
         subject = f"{self.prefix}.{suffix}"
+        headers = None if feature is None else {"Nats-Required-Api-Level": str(feature[1])}
         try:
-            msg = self.conn.internal.request(subject, data, None, resolve_timeout(timeout, self.timeout))
+            msg = self.conn.internal.request(subject, data, headers, resolve_timeout(timeout, self.timeout))
         except NoRespondersError as exc:
             raise ServiceUnavailableError(
                 503, None, f"JetStream is not available on this account/server (no responders on {subject})"
@@ -210,6 +217,10 @@ class JetStream:
             name_missing(exc, suffix)
             err: APIError = exc
         except APIError as exc:
+            if exc.err_code == 10185 and feature is not None:
+                from .features import not_supported
+
+                raise not_supported(feature[0], exc) from exc
             if exc.err_code != 10065 or not isinstance(payload, dict):
                 raise
             err = exc
@@ -255,12 +266,21 @@ class JetStream:
 
         return api_level(self, refresh=refresh, timeout=timeout)
 
-    def _require_stream_features(self, cfg: api.StreamConfig, timeout: float | None | Default) -> None:
-        """NotSupportedError if ``cfg`` uses a feature the server's API level lacks (no I/O without one)."""
+    def _require_stream_features(self, cfg: api.StreamConfig,
+                                 timeout: float | None | Default) -> tuple[str, int] | None:
+        """NotSupportedError if ``cfg`` uses a feature the server's API level lacks (no I/O without one).
+
+        Returns the feature the request must carry the API level of (durable sourcing: a
+        server before it would ignore the source's consumer), or None.
+        """
         from .features import require, stream_features
 
+        header: tuple[str, int] | None = None
         for feature in stream_features(cfg):
-            require(self, feature, timeout=timeout)
+            level = require(self, feature, timeout=timeout)
+            if feature == "durable sourcing":
+                header = (feature, level)
+        return header
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -281,12 +301,12 @@ class JetStream:
         from .streams import Stream
 
         cfg = _stream_config(config, params)
-        self._require_stream_features(cfg, timeout)
-        body = cfg.as_dict()
+        feature = self._require_stream_features(cfg, timeout)
+        body = stream_wire(cfg)
         deadline = Deadline(resolve_timeout(timeout, self.timeout))
         while True:
             try:
-                resp = self._api(f"STREAM.CREATE.{cfg.name}", body, deadline.left())
+                resp = self._api(f"STREAM.CREATE.{cfg.name}", body, deadline.left(), **_level(feature))
                 break
             except APIError as exc:
                 # a transient view of the meta leader (a peer's route just reconnected)
@@ -317,11 +337,11 @@ class JetStream:
 
         if config is not None or not params:
             cfg = _stream_config(config, params, "update_stream")
-            body = cfg.as_dict()
+            body = stream_wire(cfg)
         else:
             cfg, body = self._edited_stream_config(dict(params), timeout)
-        self._require_stream_features(cfg, timeout)
-        resp = self._api(f"STREAM.UPDATE.{cfg.name}", body, timeout)
+        feature = self._require_stream_features(cfg, timeout)
+        resp = self._api(f"STREAM.UPDATE.{cfg.name}", body, timeout, **_level(feature))
         return Stream(self, _stream_model(resp))
 
     def _edited_stream_config(self, params: dict[str, Any], timeout: float | None | Default,
@@ -341,10 +361,10 @@ class JetStream:
         raw = resp.get("config")
         if not isinstance(raw, dict):
             raise APIError(None, None, "malformed stream info reply: no config object")
-        raw = dict(raw)
+        raw = json.loads(json.dumps(raw))  # a deep copy: parsing resp turns its nested dicts into objects
         current = _stream_model(resp).config
         cfg = _stream_config(current, params, "update_stream")
-        fields = cfg.as_dict()
+        fields = stream_wire(cfg)
         for key in params:
             if key in fields:
                 raw[key] = fields[key]
@@ -543,6 +563,11 @@ class JetStream:
 
             require(self, "prioritized priority policy" if prio.policy == "prioritized" else "priority groups",
                     timeout=timeout)
+        feature = None
+        if is_flow_control(config.ack_policy):
+            from .features import require
+
+            feature = ("flow control ack policy", require(self, "flow control ack policy", timeout=timeout))
         req: dict[str, Any] = {"stream_name": stream, "config": _consumer_wire(config)}
         if action:
             req["action"] = action
@@ -552,7 +577,7 @@ class JetStream:
                 subject += f".{config.filter_subject}"
         else:
             subject = f"CONSUMER.CREATE.{stream}"
-        resp = self._api(subject, req, timeout)
+        resp = self._api(subject, req, timeout, **_level(feature))
         return Consumer(self, stream, _consumer_model(resp))
 
     def create_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
@@ -1216,16 +1241,23 @@ def _subject_filter(subject: str | None) -> dict[str, Any]:
     return {"subject": subject}
 
 
+def _level(feature: tuple[str, int] | None) -> dict[str, Any]:
+    """``_api``'s ``feature=`` keyword when a request needs an API level, else nothing."""
+    return {} if feature is None else {"feature": feature}
+
+
 def _nonneg(v: Any, what: str) -> int:
     return check_int(v, what, minimum=0)  # an expected sequence: uint64
 
 
 def _stream_model(resp: Any) -> api.StreamInfo:
     """A StreamInfo from a reply; APIError unless it has a config with a name."""
+    found = source_consumers(resp.get("config")) if isinstance(resp, dict) else None
     info: api.StreamInfo = _model(api.StreamInfo, resp, "stream info")
     cfg = getattr(info, "config", None)
     if not isinstance(cfg, api.StreamConfig) or not isinstance(cfg.name, str) or not cfg.name:
         raise APIError(None, None, "malformed stream info reply: no stream config with a name")
+    put_back_consumers(cfg, found)  # (nats-py < 2.16 drops a source's consumer)
     return info
 
 

@@ -36,6 +36,8 @@ FEATURES: dict[str, tuple[int, str]] = {
     "async persist mode": (2, "2.12"),
     "fast batch publish": (4, "2.14"),
     "consumer reset": (4, "2.14"),
+    "flow control ack policy": (4, "2.14"),
+    "durable sourcing": (4, "2.14"),
 }
 
 #: StreamConfig field -> the feature a truthy value of it uses (checked in this order).
@@ -83,10 +85,22 @@ def require(js: JetStream, feature: str, *, timeout: float | None | Default = DE
     return need
 
 
+def not_supported(feature: str, exc: BaseException) -> NotSupportedError:
+    """The NotSupportedError for a server that refused ``feature`` for its API level (err_code 10185)."""
+    need, version = FEATURES[feature]
+    return NotSupportedError(f"{feature} needs nats-server {version}+ (JetStream API level {need}); the server "
+                             f"refused it: {getattr(exc, 'description', None) or exc}",
+                             feature=feature, required_level=need, required_version=version)
+
+
 def stream_features(cfg: api.StreamConfig) -> list[str]:
     """The features a stream config uses that need a newer server, in table order."""
     used = [feat for field, feat in STREAM_FIELD_FEATURES.items() if getattr(cfg, field, None)]
     mode = getattr(cfg, "persist_mode", None)
     if mode is not None and str(getattr(mode, "value", mode)).lower() == "async":
         used.append("async persist mode")
+    from .sourcing import uses_durable_sourcing
+
+    if uses_durable_sourcing(cfg):
+        used.append("durable sourcing")
     return used

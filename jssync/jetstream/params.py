@@ -166,6 +166,9 @@ CONSUMER_CHOICES: dict[str, type[enum.Enum]] = {
     "ack_policy": api.AckPolicy,
     "replay_policy": api.ReplayPolicy,
 }
+#: field -> string values accepted beside the enum's own: ones older nats-py enums lack
+#: (``AckPolicy.FLOW_CONTROL`` came with nats-py 2.16; ADR-60)
+EXTRA_CHOICES: dict[str, tuple[str, ...]] = {"ack_policy": ("flow_control",)}
 
 
 def check_choices(config: Any, choices: dict[str, type[enum.Enum]]) -> None:
@@ -179,6 +182,7 @@ def check_choices(config: Any, choices: dict[str, type[enum.Enum]]) -> None:
         if value is None or isinstance(value, kind):
             continue
         valid = [m.value for m in kind]
+        valid += [v for v in EXTRA_CHOICES.get(field, ()) if v not in valid]
         if isinstance(value, str) and value in valid:
             continue
         raise ValidationError(
@@ -341,6 +345,9 @@ def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any
         raise ValidationError("set filter_subject or filter_subjects, not both")
     if prio.policy is not None and config.deliver_subject:
         raise ValidationError("priority groups are for pull consumers only: this config has a deliver_subject")
+    from .sourcing import check_flow_control_consumer
+
+    check_flow_control_consumer(config)
     if prio.policy is not None or _priority.of_config(config).policy is not None:
         config = dataclasses.replace(config)  # a copy: the caller's object is left as it was
         _priority.attach_config(config, prio)

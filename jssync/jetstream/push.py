@@ -148,9 +148,15 @@ def _user_config(config: api.ConsumerConfig | None, options: dict[str, Any], idl
         given.add("flow_control")
     if cfg.flow_control and not cfg.idle_heartbeat:
         raise ValidationError("flow_control needs idle_heartbeat: the server requires heartbeats with flow control")
+    if cfg.ack_policy is not None and str(_wire(cfg.ack_policy)) == "flow_control":
+        raise ValidationError(_FLOW_CONTROL_ACKS.format(what="ack_policy 'flow_control'"))
     if cfg.ack_policy is not None and str(_wire(cfg.ack_policy)) not in ("none", "all", "explicit"):
         raise ValidationError(f"invalid ack_policy {cfg.ack_policy!r}")
     return cfg, given
+
+
+_FLOW_CONTROL_ACKS = ("{what} is acknowledged by the flow control replies of a stream sourcing or mirroring "
+                      "it (ADR-60), not by a client subscription, which would acknowledge nothing")
 
 
 def _wire(v: Any) -> Any:
@@ -233,6 +239,8 @@ def check_consumer(
         SubjectMismatchError: ``subject`` is not the consumer's filter subject.
         ConsumerIsPullBasedError: a push subscription for a pull consumer.
         jssync.ConsumerIsPushBasedError: a pull subscription for a push consumer.
+        PushSubscribeError: the consumer's ack policy is ``flow_control`` (ADR-60: only a
+            sourcing stream acknowledges it).
         DuplicateSubscriptionError: the consumer is push bound and has no deliver group,
             and this is not a queue subscription.
         DeliverGroupError: queue group and deliver group do not agree.
@@ -253,6 +261,8 @@ def check_consumer(
             raise SubjectMismatchError(
                 f"subject {subject!r} is not one of the filter subjects {filts!r} of consumer {name!r}",
                 subject, list(filts))
+    if str(_wire(cfg.get("ack_policy"))) == "flow_control":
+        raise PushSubscribeError(_FLOW_CONTROL_ACKS.format(what=f"consumer {name!r} has ack policy 'flow_control': it"))
     deliver = cfg.get("deliver_subject") or ""
     if pull:
         if deliver:
