@@ -96,9 +96,11 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "SCHEMA",
+    "SCHEMA_ARRAY_HEADERS",
     "DataLossError",
     "JetStreamDataSource",
     "SparkWriteError",
+    "activate",
     "register",
 ]
 
@@ -1083,6 +1085,10 @@ def _not_in_stream(start: Mapping[str, Any], now: _StreamNow) -> str | None:
             f"stream now{created} and {now.holds()} (it was deleted and created again, or replaced)")
 
 
+#: The latest time the server can hold (int64 nanoseconds since 1970), rounded down to a day.
+_LATEST_SERVER_TIME = _dt.datetime(2262, 4, 11, tzinfo=_dt.UTC)
+
+
 def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq: int,
                  stream_name: str | None = None) -> int:
     """The first stream sequence stored at or after ``when`` (``last_seq + 1`` when there is none).
@@ -1111,6 +1117,9 @@ def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq:
     from nats.js import api
 
     name = stream_name or opts.stream
+    # the server counts times in int64 nanoseconds: later than 2262 wraps around (and a
+    # consumer starting then would start at the stream's first message)
+    when = min(when, _LATEST_SERVER_TIME)
     stream = js.stream(name, timeout=opts.conn.timeout)
     c = stream.create_consumer(
         timeout=opts.conn.timeout,
@@ -2035,6 +2044,19 @@ def _default_append() -> None:
 
     cast(Any, format)._jssync_append = True  # marks the patched method as ours
     cast(Any, DataFrameWriter).format = format
+
+
+def activate(spark: SparkSession) -> None:
+    """Make ``spark`` the active session of the calling thread, in Python and in the JVM.
+
+    PySpark 4.3 runs the calls of each Python thread on a JVM thread of its own, and a
+    new thread has no active session there: a ``format("jetstream")`` write (or read) from
+    any thread but the one that created the session fails with ``DATA_SOURCE_NOT_FOUND``.
+    Call this first in such a thread. PySpark has no public ``SparkSession.setActiveSession``;
+    this uses ``createDataFrame`` (of no rows, no job runs), which makes its session the
+    active one of the calling thread. Blocks for one call into the JVM.
+    """
+    spark.createDataFrame([], "x int")
 
 
 def register(spark: SparkSession) -> None:
