@@ -30,7 +30,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
                                          "jssync.CodecKeyValue", "jssync.CodecEntry", "jssync.CodecKeyWatcher",
                                          "jssync.ObjectStore", "jssync.ObjectResult", "jssync.ObjectWatcher"]),
     ("Partitioned streams", ["jssync.liftbridge.Client"]),
-    ("Spark", ["jssync.spark.register"]),
+    ("Spark", ["jssync.spark.register", "jssync.spark.activate"]),
 ]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")

@@ -2050,9 +2050,9 @@ def activate(spark: SparkSession) -> None:
     """Make ``spark`` the active session of the calling thread, in Python and in the JVM.
 
     PySpark 4.3 runs the calls of each Python thread on a JVM thread of its own, and a
-    new thread has no active session there: a ``format("jetstream")`` write (or read) from
-    any thread but the one that created the session fails with ``DATA_SOURCE_NOT_FOUND``.
-    Call this first in such a thread. PySpark has no public ``SparkSession.setActiveSession``;
+    new thread has no active session there: a ``df.write.format("jetstream")`` (any Python
+    data source) from any thread but the one that created the session fails with
+    ``DATA_SOURCE_NOT_FOUND`` (reads are not affected). Call this first in such a thread. PySpark has no public ``SparkSession.setActiveSession``;
     this uses ``createDataFrame`` (of no rows, no job runs), which makes its session the
     active one of the calling thread. Blocks for one call into the JVM.
     """
