@@ -240,7 +240,6 @@ _KAFKA_OPTIONS = {
     "endingOffsets": "endingSequence",
     "startingTimestamp": "startingTime",
     "startingOffsetsByTimestamp": "startingTime",
-    "startingOffsetsByTimestampStrategy": "startingTime",
     "endingTimestamp": "endingTime",
     "endingOffsetsByTimestamp": "endingTime",
     "endingOffsetsByTimestampStrategy": "endingTime",
@@ -254,6 +253,20 @@ _KAFKA_OPTIONS = {
     "topic": "subject",
     "kafka.bootstrap.servers": "servers",
     "kafkaConsumer.pollTimeoutMs": "timeout",
+}
+
+#: Spark's Kafka source and sink options jssync has no equivalent for, and why.
+_KAFKA_UNSUPPORTED = {
+    "startingOffsetsByTimestampStrategy": "a startingTime after the last message always starts at the stream's "
+                                          "end (Kafka's 'latest' strategy); there is nothing to fail on",
+    "fetchOffset.numRetries": "planning asks the server once per stream, within option 'timeout', and a failed "
+                              "lookup fails the query (Spark retries the trigger)",
+    "fetchOffset.retryIntervalMs": "planning asks the server once per stream, within option 'timeout', and a failed "
+                                   "lookup fails the query (Spark retries the trigger)",
+    "groupIdPrefix": "reads use no consumer group: each task reads its range with an ephemeral ordered consumer, "
+                     "and the position lives in Spark's checkpoint",
+    "kafka.group.id": "reads use no consumer group: each task reads its range with an ephemeral ordered consumer, "
+                      "and the position lives in Spark's checkpoint",
 }
 
 
@@ -271,10 +284,19 @@ def check_option_names(opts: Mapping[str, Any], kind: str) -> None:
     other = _WRITE_OPTIONS if kind == "read" else _READ_OPTIONS
     known = {n.lower(): n for n in own + _SPARK_OPTIONS}
     kafka = {k.lower(): (k, v) for k, v in _KAFKA_OPTIONS.items()}
+    unsupported = {k.lower(): (k, v) for k, v in _KAFKA_UNSUPPORTED.items()}
     problems: list[str] = []
     for raw in opts:
         key = str(raw).lower()
         if key in known:
+            continue
+        if kind == "write" and key == "includeheaders":
+            problems.append("unknown option 'includeHeaders' for a write: a write sends the 'headers' column "
+                            "whenever the DataFrame has one (Kafka's includeHeaders=true)")
+            continue
+        if key in unsupported:
+            name, why = unsupported[key]
+            problems.append(f"unknown option {name!r}: Kafka's {name} has no jssync equivalent, because {why}")
             continue
         if key in kafka:
             name, instead = kafka[key]
@@ -1502,7 +1524,9 @@ def _write_columns(names: list[str], opts: WriteOptions) -> _Columns4Write:
 
     data = idx("data")
     if data is None:
-        raise ValidationError(f"the jetstream sink needs a 'data' column (binary or string); the columns are {names}")
+        hint = " (Kafka's 'value' column: select it as data)" if "value" in low else ""
+        raise ValidationError(f"the jetstream sink needs a 'data' column (binary or string){hint}; the columns are "
+                              f"{names}")
     msg_id = idx(opts.msg_id_column)
     if opts.msg_id_column is not None and msg_id is None:
         raise ValidationError(f"option 'msgIdColumn' names {opts.msg_id_column!r}, which is not a column of {names}")
@@ -2052,9 +2076,10 @@ def activate(spark: SparkSession) -> None:
     PySpark 4.3 runs the calls of each Python thread on a JVM thread of its own, and a
     new thread has no active session there: a ``df.write.format("jetstream")`` (any Python
     data source) from any thread but the one that created the session fails with
-    ``DATA_SOURCE_NOT_FOUND`` (reads are not affected). Call this first in such a thread. PySpark has no public ``SparkSession.setActiveSession``;
-    this uses ``createDataFrame`` (of no rows, no job runs), which makes its session the
-    active one of the calling thread. Blocks for one call into the JVM.
+    ``DATA_SOURCE_NOT_FOUND`` (reads are not affected). Call this first in such a thread.
+    PySpark has no public ``SparkSession.setActiveSession``; this uses ``createDataFrame``
+    (of no rows, no job runs), which makes its session the active one of the calling
+    thread. Blocks for one call into the JVM.
     """
     spark.createDataFrame([], "x int")
 

@@ -172,10 +172,21 @@ def test_kafka_option_names_point_to_the_new_options(spark, nats_server, stream)
                         ("endingOffsetsByTimestamp", "endingTime")):
         with pytest.raises(PySparkException, match=rf"unknown option '{kafka}'; did you mean {ours}"):
             _read(spark, url, name, **{kafka: "x"}).count()
+    with pytest.raises(PySparkException, match="Kafka's groupIdPrefix has no jssync equivalent, because reads "
+                       "use no consumer group"):
+        _read(spark, url, name, groupIdPrefix="x").count()
+    for kafka in ("startingOffsetsByTimestampStrategy", "fetchOffset.numRetries", "kafka.group.id"):
+        with pytest.raises(ValueError, match=rf"'{kafka}': Kafka's {kafka} has no jssync equivalent, because"):
+            jspark.check_option_names({kafka.lower(): "1"}, "read")
+    with pytest.raises(ValueError, match="a write sends the 'headers' column whenever"):
+        jspark.check_option_names({"includeheaders": "true"}, "write")
     df = spark.createDataFrame([("a",)], "data string")
     with pytest.raises(PySparkException, match="'headersformat' for a write: it is an option of reads"):
         (df.write.format("jetstream").option("servers", url).option("subject", name)
          .option("headersFormat", "array").save())
+    with pytest.raises(PySparkException, match="Kafka's 'value' column: select it as data"):
+        (spark.createDataFrame([("a",)], "value string").write.format("jetstream").option("servers", url)
+         .option("subject", name).save())
 
 
 def test_a_write_from_another_thread_needs_the_session_activated_there(spark, nats_server, stream):
