@@ -12,7 +12,9 @@ with the usual DataFrame API::
          .load().writeStream...)                       # offsets are stream sequences
     df.write.format("jetstream").option("servers", url).option("subject", "OUT").save()
 
-Reads split a sequence range into ``numPartitions`` ranges; each Spark task opens its
+A read takes one stream (``stream``) or several (``streams``, like Kafka's ``subscribe``:
+streaming offsets then hold one position per stream, and every check below applies to
+each stream). Reads split each stream's sequence range into ``numPartitions`` ranges; each Spark task opens its
 own jssync connection and reads its range with an ordered consumer and no-wait pull
 requests (``readMethod=consumer``, the default and the faster) or with batched Direct
 Gets (``readMethod=direct``, for streams with ``allow_direct``). A task whose planned
@@ -24,6 +26,9 @@ stream that was deleted and created again fails with :class:`DataLossError`
 (``failOnDataLoss=false``: starts over at the new stream's first sequence). An option a
 read or write does not take, or a ``subjects`` filter outside the stream's subjects,
 fails the query when it is planned.
+Batch reads may end at ``endingTime`` (Kafka's ``endingTimestamp``); ``headersFormat=array``
+gives Kafka's array of key/value structs for ``headers`` (repeated names kept), and the
+sink takes that column too, and a ``key`` column as the last subject token.
 Writes publish every row with ``publish_async`` and wait for all PubAcks before the
 task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
 (from a column, or derived from the query, batch, partition and the row's content and

@@ -147,6 +147,14 @@ def test_array_headers_keep_repeated_names_on_write_and_read(spark, nats_server,
                    b"r4": [("x", b"y"), ("z", b"w")]}
     assert all(any(h.key == "Nats-Msg-Id" for h in r.headers) for r in arr.collect() if bytes(r.data) != b"r4")
 
+    streamed: list = []
+    q = (spark.readStream.format("jetstream").option("servers", url).option("stream", name)
+         .option("headersFormat", "array").load().writeStream
+         .foreachBatch(lambda d, _b: streamed.extend(d.collect())).trigger(availableNow=True).start())
+    assert q.awaitTermination(120 * FACTOR) and q.exception() is None
+    assert {bytes(r.data): [(h.key, bytes(h.value)) for h in r.headers or [] if h.key != "Nats-Msg-Id"]
+            for r in streamed} == got
+
     m = {bytes(r.data): r.headers for r in _read(spark, url, name).collect()}  # the default: a map
     assert m[b"r1"]["b"] == "x" and m[b"r1"]["a"] in ("1", "2")
     # the sink takes the array column back as it is (repeated names and all); the copy leaves
