@@ -26,7 +26,9 @@ The fast paths (the names ``Connection._fast_paths`` reports):
 
 Besides these the adapter holds the accesses jssync cannot do without (a subscription's
 message queue, which only a :class:`Receiver` replaces, UNSUB without removing the
-subscription, the server's INFO).
+subscription, the server's INFO), and one a caller asks for on its own connection:
+:func:`keep_header_blocks` (the raw header block beside nats-py's parsed dict, for the
+Spark reader's ``headersFormat=array``; without it the dict is used).
 """
 
 from __future__ import annotations
