@@ -411,6 +411,10 @@ class ReadOptions:
     starting_latest: bool = False
     starting_time: _dt.datetime | None = None
     ending_sequence: int | None = None  # None: the stream's last sequence at planning
+    #: A JSON ``startingSequence`` / ``endingSequence``: stream -> a sequence, ``"earliest"`` or
+    #: ``"latest"`` (streams not named take the default).
+    starting_by_stream: tuple[tuple[str, int | str], ...] = ()
+    ending_by_stream: tuple[tuple[str, int | str], ...] = ()
     #: Option ``endingTime`` (batch reads): the last message stored at or before it.
     ending_time: _dt.datetime | None = None
     num_partitions: int = 1
@@ -460,6 +464,12 @@ class ReadOptions:
         latest = False
         if start_raw is not None and time_raw is not None:
             raise ValidationError("set option 'startingSequence' or 'startingTime', not both")
+        names = streams or (stream,)
+        starting_by = _per_stream(start_raw, "startingSequence", names, ("earliest", "latest"), 1)
+        end_raw0 = _opt_str(opts, "endingSequence")
+        ending_by = _per_stream(end_raw0, "endingSequence", names, ("latest",), 0)
+        if starting_by:
+            start_raw = None
         if start_raw is not None:
             low = start_raw.lower()
             if low == "earliest":
@@ -471,7 +481,7 @@ class ReadOptions:
         starting_time = _parse_time(time_raw, "startingTime") if time_raw is not None else None
         end_raw = _opt_str(opts, "endingSequence")
         ending: int | None = None
-        if end_raw is not None and end_raw.lower() != "latest":
+        if end_raw is not None and end_raw.lower() != "latest" and not ending_by:
             ending = _opt_int(opts, "endingSequence", None, 0)
         end_time_raw = _opt_str(opts, "endingTime")
         if end_raw is not None and end_time_raw is not None:
@@ -503,6 +513,8 @@ class ReadOptions:
             starting_latest=latest,
             starting_time=starting_time,
             ending_sequence=ending,
+            starting_by_stream=starting_by,
+            ending_by_stream=ending_by,
             ending_time=ending_time,
             num_partitions=_opt_int(opts, "numPartitions", 1) or 1,
             include_headers=_opt_bool(opts, "includeHeaders", True),
@@ -519,6 +531,43 @@ class ReadOptions:
     def names(self) -> tuple[str, ...]:
         """Every stream the read covers, in the order given."""
         return self.streams or (self.stream,)
+
+    def ending_for(self, name: str) -> int | None:
+        """The ``endingSequence`` of stream ``name`` (None: the stream's last sequence)."""
+        for n, v in self.ending_by_stream:
+            if n == name:
+                return v if isinstance(v, int) else None
+        return self.ending_sequence
+
+
+def _per_stream(raw: str | None, key: str, names: tuple[str, ...], words: tuple[str, ...],
+                minimum: int) -> tuple[tuple[str, int | str], ...]:
+    """A JSON object option (``{"ORDERS": 100, "RETURNS": "latest"}``, like Kafka's
+    ``startingOffsets`` JSON) as ``(stream, sequence or word)`` pairs; () when ``raw`` is
+    not a JSON object. Raises :class:`jssync.ValidationError` naming what is wrong. Pure."""
+    import json
+
+    if raw is None or not raw.startswith("{"):
+        return ()
+    try:
+        obj = json.loads(raw)
+    except ValueError as exc:
+        raise ValidationError(f"option {key!r} is not valid JSON ({exc}): {raw!r}") from None
+    if not isinstance(obj, dict):  # pragma: no cover - starts with '{'
+        raise ValidationError(f"option {key!r} must be a JSON object of stream names, got {raw!r}")
+    out: list[tuple[str, int | str]] = []
+    for name, v in obj.items():
+        if name not in names:
+            raise ValidationError(f"option {key!r} names stream {name!r}, which the read does not read "
+                                  f"({', '.join(names)})")
+        if isinstance(v, str) and v.lower() in words:
+            out.append((name, v.lower()))
+        elif isinstance(v, int) and not isinstance(v, bool) and v >= minimum:
+            out.append((name, v))
+        else:
+            raise ValidationError(f"option {key!r}: the value for stream {name!r} must be a sequence >= {minimum} "
+                                  f"or {' or '.join(map(repr, words))}, got {v!r}")
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -1181,6 +1230,11 @@ def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq:
 def _start_seq(js: JetStream, opts: ReadOptions, first_seq: int, last_seq: int, stream: str | None = None) -> int:
     if opts.starting_time is not None:
         return _seq_at_time(js, opts, opts.starting_time, last_seq, stream)
+    for n, v in opts.starting_by_stream:
+        if n == (stream or opts.stream):
+            return first_seq if v == "earliest" else last_seq + 1 if v == "latest" else int(v)
+    if opts.starting_by_stream:
+        return first_seq  # a stream the JSON does not name: earliest
     if opts.starting_latest:
         return last_seq + 1
     if opts.starting_sequence is not None:
@@ -1195,8 +1249,9 @@ def _end_seq(js: JetStream, opts: ReadOptions, last_seq: int, stream: str | None
     if opts.ending_time is not None:
         after = _seq_at_time(js, opts, opts.ending_time + _dt.timedelta(microseconds=1), last_seq, stream)
         return min(after - 1, last_seq)
-    if opts.ending_sequence is not None:
-        return min(opts.ending_sequence, last_seq)
+    ending = opts.ending_for(stream or opts.stream)
+    if ending is not None:
+        return min(ending, last_seq)
     return last_seq
 
 
@@ -1376,8 +1431,9 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             end = now.last + 1
             if self._target is not None and name in self._target:
                 end = min(end, self._target[name])
-            if self.opts.ending_sequence is not None:
-                end = min(end, self.opts.ending_sequence + 1)
+            ending = self.opts.ending_for(name)
+            if ending is not None:
+                end = min(end, ending + 1)
             ends[name] = end
         if start is None:
             self._end = ends

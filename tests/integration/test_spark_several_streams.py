@@ -90,6 +90,16 @@ def test_streams_option_parsing():
                      ({"streams": "A,B.c"}, "invalid a stream name in option 'streams' 'B.c'")):
         with pytest.raises(ValueError, match=msg):
             jspark.ReadOptions.parse(bad)
+    o = jspark.ReadOptions.parse({"streams": "A,B", "startingsequence": '{"A": 5, "B": "latest"}',
+                                  "endingsequence": '{"A": 9}'})
+    assert o.starting_by_stream == (("A", 5), ("B", "latest")) and o.ending_by_stream == (("A", 9),)
+    assert (o.ending_for("A"), o.ending_for("B")) == (9, None)
+    for bad, msg in (({"startingsequence": '{"C": 1}'}, "names stream 'C', which the read does not read"),
+                     ({"startingsequence": '{"A": 0}'}, "value for stream 'A' must be a sequence >= 1"),
+                     ({"endingsequence": '{"A": "earliest"}'}, "must be a sequence >= 0 or 'latest'"),
+                     ({"startingsequence": '{"A": '}, "'startingSequence' is not valid JSON")):
+        with pytest.raises(ValueError, match=msg):
+            jspark.ReadOptions.parse({"streams": "A,B", **bad})
 
 
 def test_batch_read_of_several_streams(spark, nats_server, js, streams):
@@ -115,6 +125,21 @@ def test_batch_read_of_several_streams(spark, nats_server, js, streams):
           .option("subjects", f"{a}.x,{b}.y").load())
     got = sorted((r.stream, r.subject) for r in df.select("stream", "subject").collect())
     assert got == sorted([(a, f"{a}.x")] * 30 + [(b, f"{b}.y")] * 5)
+
+    # per-stream positions as JSON, like Kafka's startingOffsets / endingOffsets
+    df = (spark.read.format("jetstream").option("servers", url).option("streams", f"{a},{b}")
+          .option("startingSequence", json.dumps({a: 11, b: "latest"}))
+          .option("endingSequence", json.dumps({a: 20})).load())
+    assert sorted((r.stream, r.seq) for r in df.select("stream", "seq").collect()) == [(a, s) for s in range(11, 21)]
+    df = (spark.read.format("jetstream").option("servers", url).option("streams", f"{a},{b}")
+          .option("startingSequence", json.dumps({b: 24})).load())  # A not named: earliest
+    assert df.count() == 30 + 2
+    reader = jspark.JetStreamStreamReader(jspark.ReadOptions.parse(
+        {"servers": url, "streams": f"{a},{b}", "startingsequence": json.dumps({a: 11, b: "latest"})}))
+    try:  # a new streaming query starts each stream where the JSON says
+        assert {n: p["seq"] for n, p in reader.initialOffset()["streams"].items()} == {a: 11, b: 26}
+    finally:
+        reader.stop()
 
     from pyspark.errors import PySparkException
 
