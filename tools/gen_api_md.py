@@ -42,7 +42,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
         "jssync.pcgroups.ElasticConsumerGroupConfig", "jssync.pcgroups.PartitioningFilter",
         "jssync.pcgroups.MemberMapping", "jssync.pcgroups.balanced_assignment",
         "jssync.pcgroups.partition_filters"]),
-    ("Spark", ["jssync.spark.register"]),
+    ("Spark", ["jssync.spark.register", "jssync.spark.activate"]),
 ]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")

@@ -26,7 +26,9 @@ The fast paths (the names ``Connection._fast_paths`` reports):
 
 Besides these the adapter holds the accesses jssync cannot do without (a subscription's
 message queue, which only a :class:`Receiver` replaces, UNSUB without removing the
-subscription, the server's INFO).
+subscription, the server's INFO), and one a caller asks for on its own connection:
+:func:`keep_header_blocks` (the raw header block beside nats-py's parsed dict, for the
+Spark reader's ``headersFormat=array``; without it the dict is used).
 """
 
 from __future__ import annotations
@@ -389,6 +391,44 @@ def header_parser(nc: Any) -> Callable[[bytes], Any] | None:
     """nats-py's header parser (a coroutine function of the raw block), or None."""
     f = getattr(nc, "_process_headers", None)
     return f if inspect.iscoroutinefunction(f) else None
+
+
+class HeaderBlock(dict[str, str]):
+    """nats-py's parsed headers of one message, plus the block they came in (``block``).
+
+    nats-py parses a header block into a dict, so a name given more than once keeps one
+    value; ``block`` is the ``NATS/1.0`` block as received, for the callers that need
+    every line (see :func:`keep_header_blocks`).
+    """
+
+    __slots__ = ("block",)
+    block: bytes
+
+
+def keep_header_blocks(nc: Any) -> bool:
+    """Make the headers of every message ``nc`` receives from now on a :class:`HeaderBlock`.
+
+    Wraps nats-py's header parser on this client only (the parsed dict is the same, with
+    the raw block attached). Returns False, changing nothing, when nats-py has no such
+    parser (the headers then stay plain dicts).
+    """
+    parse = getattr(nc, "_process_headers", None)
+    if not inspect.iscoroutinefunction(parse):
+        return False
+    if getattr(parse, "_jssync_keeps_blocks", False):
+        return True
+
+    async def process_headers(raw: bytes) -> Any:
+        hdr = await parse(raw)
+        if hdr is None or not raw:
+            return hdr
+        out = HeaderBlock(hdr)
+        out.block = bytes(raw)
+        return out
+
+    process_headers._jssync_keeps_blocks = True  # type: ignore[attr-defined]
+    nc._process_headers = process_headers
+    return True
 
 
 def parser_needed(nc: Any) -> int:

@@ -12,7 +12,9 @@ with the usual DataFrame API::
          .load().writeStream...)                       # offsets are stream sequences
     df.write.format("jetstream").option("servers", url).option("subject", "OUT").save()
 
-Reads split a sequence range into ``numPartitions`` ranges; each Spark task opens its
+A read takes one stream (``stream``) or several (``streams``, like Kafka's ``subscribe``:
+streaming offsets then hold one position per stream, and every check below applies to
+each stream). Reads split each stream's sequence range into ``numPartitions`` ranges; each Spark task opens its
 own jssync connection and reads its range with an ordered consumer and no-wait pull
 requests (``readMethod=consumer``, the default and the faster) or with batched Direct
 Gets (``readMethod=direct``, for streams with ``allow_direct``). A task whose planned
@@ -24,6 +26,9 @@ stream that was deleted and created again fails with :class:`DataLossError`
 (``failOnDataLoss=false``: starts over at the new stream's first sequence). An option a
 read or write does not take, or a ``subjects`` filter outside the stream's subjects,
 fails the query when it is planned.
+Batch reads may end at ``endingTime`` (Kafka's ``endingTimestamp``); ``headersFormat=array``
+gives Kafka's array of key/value structs for ``headers`` (repeated names kept), and the
+sink takes that column too, and a ``key`` column as the last subject token.
 Writes publish every row with ``publish_async`` and wait for all PubAcks before the
 task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
 (from a column, or derived from the query, batch, partition and the row's content and
@@ -58,6 +63,7 @@ from ..base.errors import (
     TimeoutError,
     ValidationError,
 )
+from ..core import natspy as _natspy
 
 try:
     import pyspark
@@ -95,9 +101,11 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "SCHEMA",
+    "SCHEMA_ARRAY_HEADERS",
     "DataLossError",
     "JetStreamDataSource",
     "SparkWriteError",
+    "activate",
     "register",
 ]
 
@@ -108,6 +116,9 @@ FORMAT = "jetstream"
 
 #: The schema of a read, as a DDL string.
 SCHEMA = "stream string, subject string, seq long, time timestamp, data binary, headers map<string,string>"
+#: The schema of a read with ``headersFormat=array`` (the ``headers`` column of Spark's Kafka source).
+SCHEMA_ARRAY_HEADERS = ("stream string, subject string, seq long, time timestamp, data binary, "
+                        "headers array<struct<key:string,value:binary>>")
 
 _MIN_PYSPARK = (4, 2)
 
@@ -218,8 +229,9 @@ def _parse_time(raw: str, key: str) -> _dt.datetime:
 #: hands the data source its options with lower-cased keys).
 _CONNECT_OPTIONS = ("servers", "user", "password", "token", "creds", "nkeysSeed", "tlsCaFile", "tlsCertFile",
                     "tlsKeyFile", "tlsHostname", "connectTimeout", "timeout", "connectionName")
-_READ_OPTIONS = ("stream", "subjects", "subject", "startingSequence", "startingTime", "endingSequence",
-                 "numPartitions", "includeHeaders", "readMethod", "batchSize", "arrowBatchSize",
+_READ_OPTIONS = ("stream", "streams", "subjects", "subject", "startingSequence", "startingTime", "endingSequence",
+                 "endingTime", "numPartitions", "includeHeaders", "headersFormat", "readMethod", "batchSize",
+                 "arrowBatchSize",
                  "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay", "failOnDataLoss")
 _WRITE_OPTIONS = ("subject", "msgIdColumn", "deriveMsgId", "msgIdPrefix", "maxPending", "publishTimeout",
                   "expectedRestartTime")
@@ -233,19 +245,33 @@ _KAFKA_OPTIONS = {
     "endingOffsets": "endingSequence",
     "startingTimestamp": "startingTime",
     "startingOffsetsByTimestamp": "startingTime",
-    "startingOffsetsByTimestampStrategy": "startingTime",
-    "endingTimestamp": "endingSequence",
-    "endingOffsetsByTimestamp": "endingSequence",
+    "endingTimestamp": "endingTime",
+    "endingOffsetsByTimestamp": "endingTime",
+    "endingOffsetsByTimestampStrategy": "endingTime",
     "maxOffsetsPerTrigger": "maxMessagesPerTrigger",
     "minOffsetsPerTrigger": "minMessagesPerTrigger",
     "minPartitions": "numPartitions",
     "maxRecordsPerPartition": "numPartitions",
-    "subscribe": "stream",
-    "assign": "stream",
+    "subscribe": "streams (several) or stream (one)",
+    "assign": "streams (several) or stream (one)",
     "subscribePattern": "subjects",
     "topic": "subject",
     "kafka.bootstrap.servers": "servers",
     "kafkaConsumer.pollTimeoutMs": "timeout",
+}
+
+#: Spark's Kafka source and sink options jssync has no equivalent for, and why.
+_KAFKA_UNSUPPORTED = {
+    "startingOffsetsByTimestampStrategy": "a startingTime after the last message always starts at the stream's "
+                                          "end (Kafka's 'latest' strategy); there is nothing to fail on",
+    "fetchOffset.numRetries": "planning asks the server once per stream, within option 'timeout', and a failed "
+                              "lookup fails the query (Spark retries the trigger)",
+    "fetchOffset.retryIntervalMs": "planning asks the server once per stream, within option 'timeout', and a failed "
+                                   "lookup fails the query (Spark retries the trigger)",
+    "groupIdPrefix": "reads use no consumer group: each task reads its range with an ephemeral ordered consumer, "
+                     "and the position lives in Spark's checkpoint",
+    "kafka.group.id": "reads use no consumer group: each task reads its range with an ephemeral ordered consumer, "
+                      "and the position lives in Spark's checkpoint",
 }
 
 
@@ -263,10 +289,19 @@ def check_option_names(opts: Mapping[str, Any], kind: str) -> None:
     other = _WRITE_OPTIONS if kind == "read" else _READ_OPTIONS
     known = {n.lower(): n for n in own + _SPARK_OPTIONS}
     kafka = {k.lower(): (k, v) for k, v in _KAFKA_OPTIONS.items()}
+    unsupported = {k.lower(): (k, v) for k, v in _KAFKA_UNSUPPORTED.items()}
     problems: list[str] = []
     for raw in opts:
         key = str(raw).lower()
         if key in known:
+            continue
+        if kind == "write" and key == "includeheaders":
+            problems.append("unknown option 'includeHeaders' for a write: a write sends the 'headers' column "
+                            "whenever the DataFrame has one (Kafka's includeHeaders=true)")
+            continue
+        if key in unsupported:
+            name, why = unsupported[key]
+            problems.append(f"unknown option {name!r}: Kafka's {name} has no jssync equivalent, because {why}")
             continue
         if key in kafka:
             name, instead = kafka[key]
@@ -366,14 +401,26 @@ class ReadOptions:
     """The options of a read (batch or streaming), parsed and checked on the driver."""
 
     conn: ConnectOptions
+    #: The stream read (with option ``streams``: the first of them).
     stream: str
     subjects: tuple[str, ...] = ()
+    #: Option ``streams``: every stream read, in the order given (offsets then name each stream);
+    #: () with option ``stream``.
+    streams: tuple[str, ...] = ()
     starting_sequence: int | None = None  # None: earliest
     starting_latest: bool = False
     starting_time: _dt.datetime | None = None
     ending_sequence: int | None = None  # None: the stream's last sequence at planning
+    #: A JSON ``startingSequence`` / ``endingSequence``: stream -> a sequence, ``"earliest"`` or
+    #: ``"latest"`` (streams not named take the default).
+    starting_by_stream: tuple[tuple[str, int | str], ...] = ()
+    ending_by_stream: tuple[tuple[str, int | str], ...] = ()
+    #: Option ``endingTime`` (batch reads): the last message stored at or before it.
+    ending_time: _dt.datetime | None = None
     num_partitions: int = 1
     include_headers: bool = True
+    #: ``map`` (map<string,string>) or ``array`` (Kafka's array<struct<key:string,value:binary>>).
+    headers_format: str = "map"
     read_method: str = "consumer"
     batch_size: int = 1000
     arrow_batch_size: int = 10_000
@@ -389,8 +436,21 @@ class ReadOptions:
 
         check_option_names(opts, "read")
         stream = _opt_str(opts, "stream")
+        streams_raw = _opt_str(opts, "streams")
+        streams: tuple[str, ...] = ()
+        if stream is not None and streams_raw is not None:
+            raise ValidationError("set option 'stream' (one stream) or 'streams' (several), not both")
+        if streams_raw is not None:
+            streams = tuple(n.strip() for n in streams_raw.split(","))
+            for n in streams:
+                validate_name(n, "a stream name in option 'streams'")
+            dup = sorted({n for n in streams if streams.count(n) > 1})
+            if dup:
+                raise ValidationError(f"option 'streams' names {', '.join(map(repr, dup))} more than once")
+            stream = streams[0]
         if stream is None:
-            raise ValidationError("option 'stream' is required: the name of the stream to read")
+            raise ValidationError("option 'stream' is required: the name of the stream to read (or option "
+                                  "'streams': several names, comma-separated)")
         validate_name(stream, "option 'stream'")
         subjects_raw = _opt_str(opts, "subjects") or _opt_str(opts, "subject")
         subjects: tuple[str, ...] = ()
@@ -404,6 +464,12 @@ class ReadOptions:
         latest = False
         if start_raw is not None and time_raw is not None:
             raise ValidationError("set option 'startingSequence' or 'startingTime', not both")
+        names = streams or (stream,)
+        starting_by = _per_stream(start_raw, "startingSequence", names, ("earliest", "latest"), 1)
+        end_raw0 = _opt_str(opts, "endingSequence")
+        ending_by = _per_stream(end_raw0, "endingSequence", names, ("latest",), 0)
+        if starting_by:
+            start_raw = None
         if start_raw is not None:
             low = start_raw.lower()
             if low == "earliest":
@@ -415,14 +481,24 @@ class ReadOptions:
         starting_time = _parse_time(time_raw, "startingTime") if time_raw is not None else None
         end_raw = _opt_str(opts, "endingSequence")
         ending: int | None = None
-        if end_raw is not None and end_raw.lower() != "latest":
+        if end_raw is not None and end_raw.lower() != "latest" and not ending_by:
             ending = _opt_int(opts, "endingSequence", None, 0)
+        end_time_raw = _opt_str(opts, "endingTime")
+        if end_raw is not None and end_time_raw is not None:
+            raise ValidationError("set option 'endingSequence' or 'endingTime', not both")
+        ending_time = _parse_time(end_time_raw, "endingTime") if end_time_raw is not None else None
+        headers_format = (_opt_str(opts, "headersFormat") or "map").lower()
+        if headers_format not in ("map", "array"):
+            raise ValidationError(f"option 'headersFormat' must be 'map' or 'array', got {headers_format!r}")
         method = (_opt_str(opts, "readMethod") or "consumer").lower()
         if method not in ("consumer", "direct"):
             raise ValidationError(f"option 'readMethod' must be 'consumer' or 'direct', got {method!r}")
         if method == "direct" and len(subjects) > 1:
             raise ValidationError("readMethod 'direct' reads one subject filter; use readMethod 'consumer' "
                              f"for several subjects ({', '.join(subjects)})")
+        if method == "direct" and headers_format == "array":
+            raise ValidationError("headersFormat 'array' needs readMethod 'consumer': a Direct Get reply does not "
+                                  "keep a header name given more than once")
         max_per = _opt_int(opts, "maxMessagesPerTrigger", None)
         min_per = _opt_int(opts, "minMessagesPerTrigger", None)
         if max_per is not None and min_per is not None and min_per > max_per:
@@ -432,12 +508,17 @@ class ReadOptions:
             conn=ConnectOptions.parse(opts),
             stream=stream,
             subjects=subjects,
+            streams=streams,
             starting_sequence=starting_sequence,
             starting_latest=latest,
             starting_time=starting_time,
             ending_sequence=ending,
+            starting_by_stream=starting_by,
+            ending_by_stream=ending_by,
+            ending_time=ending_time,
             num_partitions=_opt_int(opts, "numPartitions", 1) or 1,
             include_headers=_opt_bool(opts, "includeHeaders", True),
+            headers_format=headers_format,
             read_method=method,
             batch_size=_opt_int(opts, "batchSize", 1000) or 1000,
             arrow_batch_size=_opt_int(opts, "arrowBatchSize", 10_000) or 10_000,
@@ -446,6 +527,47 @@ class ReadOptions:
             max_trigger_delay=_opt_duration(opts, "maxTriggerDelay", 900.0),
             fail_on_data_loss=_opt_bool(opts, "failOnDataLoss", True),
         )
+
+    def names(self) -> tuple[str, ...]:
+        """Every stream the read covers, in the order given."""
+        return self.streams or (self.stream,)
+
+    def ending_for(self, name: str) -> int | None:
+        """The ``endingSequence`` of stream ``name`` (None: the stream's last sequence)."""
+        for n, v in self.ending_by_stream:
+            if n == name:
+                return v if isinstance(v, int) else None
+        return self.ending_sequence
+
+
+def _per_stream(raw: str | None, key: str, names: tuple[str, ...], words: tuple[str, ...],
+                minimum: int) -> tuple[tuple[str, int | str], ...]:
+    """A JSON object option (``{"ORDERS": 100, "RETURNS": "latest"}``, like Kafka's
+    ``startingOffsets`` JSON) as ``(stream, sequence or word)`` pairs; () when ``raw`` is
+    not a JSON object. Raises :class:`jssync.ValidationError` naming what is wrong. Pure."""
+    import json
+
+    if raw is None or not raw.startswith("{"):
+        return ()
+    try:
+        obj = json.loads(raw)
+    except ValueError as exc:
+        raise ValidationError(f"option {key!r} is not valid JSON ({exc}): {raw!r}") from None
+    if not isinstance(obj, dict):  # pragma: no cover - starts with '{'
+        raise ValidationError(f"option {key!r} must be a JSON object of stream names, got {raw!r}")
+    out: list[tuple[str, int | str]] = []
+    for name, v in obj.items():
+        if name not in names:
+            raise ValidationError(f"option {key!r} names stream {name!r}, which the read does not read "
+                                  f"({', '.join(names)})")
+        if isinstance(v, str) and v.lower() in words:
+            out.append((name, v.lower()))
+        elif isinstance(v, int) and not isinstance(v, bool) and v >= minimum:
+            out.append((name, v))
+        else:
+            raise ValidationError(f"option {key!r}: the value for stream {name!r} must be a sequence >= {minimum} "
+                                  f"or {' or '.join(map(repr, words))}, got {v!r}")
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -562,12 +684,19 @@ class SequenceRange(InputPartition):
     last: int
     expected_from: int = 0
     created: str | None = None
+    #: The stream (None: the read's option ``stream``) and the subject filters that apply to it
+    #: (None: the read's option ``subjects``).
+    stream: str | None = None
+    subjects: tuple[str, ...] | None = None
 
-    def __init__(self, first: int, last: int, expected_from: int = 0, created: str | None = None) -> None:
+    def __init__(self, first: int, last: int, expected_from: int = 0, created: str | None = None,
+                 stream: str | None = None, subjects: tuple[str, ...] | None = None) -> None:
         self.first = first
         self.last = last
         self.expected_from = expected_from
         self.created = created
+        self.stream = stream
+        self.subjects = subjects
 
 
 def _parse_reply(reply: str) -> tuple[int, int, int, int]:
@@ -597,30 +726,68 @@ class _Columns:
         self.seqs: list[int] = []
         self.times: list[int] = []
         self.datas: list[bytes] = []
-        self.headers: list[list[tuple[str, str]] | None] = []
+        #: (name, value) pairs; the value is bytes with headersFormat=array
+        self.headers: list[list[tuple[str, str]] | list[tuple[str, bytes]] | None] = []
 
     def __len__(self) -> int:
         return len(self.seqs)
 
 
-def schema_type() -> StructType:
-    """The schema of a read as a StructType (the same as :data:`SCHEMA`)."""
-    from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructField, TimestampType
+def schema_type(headers_format: str = "map") -> StructType:
+    """The schema of a read as a StructType (:data:`SCHEMA`; with ``headers_format="array"``,
+    :data:`SCHEMA_ARRAY_HEADERS`)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        TimestampType,
+    )
 
+    headers: Any = MapType(StringType(), StringType())
+    if headers_format == "array":
+        headers = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
     return StructType([
         StructField("stream", StringType()),
         StructField("subject", StringType()),
         StructField("seq", LongType()),
         StructField("time", TimestampType()),
         StructField("data", BinaryType()),
-        StructField("headers", MapType(StringType(), StringType())),
+        StructField("headers", headers),
     ])
 
 
-def _arrow_schema() -> Any:
+def _arrow_schema(headers_format: str = "map") -> Any:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(schema_type(), timezone="UTC")
+    return to_arrow_schema(schema_type(headers_format), timezone="UTC")
+
+
+def header_lines(block: bytes) -> list[tuple[str, str]]:
+    """Every ``name: value`` line of a ``NATS/1.0`` header block, in order, repeated names kept.
+
+    The status line (``NATS/1.0 404 ...``) is not a header and is left out; a line without a
+    colon is skipped. Names and values are stripped of surrounding blanks. Pure.
+    """
+    out: list[tuple[str, str]] = []
+    lines = block.decode("utf-8", "replace").split("\r\n")
+    for line in lines[1:] if lines and lines[0].startswith("NATS/") else lines:
+        name, sep, value = line.partition(":")
+        if sep and name.strip():
+            out.append((name.strip(), value.strip()))
+    return out
+
+
+def _header_pairs(h: Mapping[str, str] | None) -> list[tuple[str, bytes]] | None:
+    """The headers of a received message as Kafka-style ``(key, value bytes)`` pairs, every line
+    of its header block when it was kept (repeated names too), else one per dict entry."""
+    if not h:
+        return None
+    block = getattr(h, "block", None)
+    pairs = header_lines(block) if isinstance(block, bytes) else list(h.items())
+    return [(k, v.encode()) for k, v in pairs]
 
 
 def _to_batch(stream: str, cols: _Columns, schema: Any) -> Any:
@@ -645,12 +812,15 @@ class _RangeReader:
     MAX_EMPTY_PULLS = 10
 
     def __init__(self, opts: ReadOptions, first: int, last: int, expected_from: int = 0,
-                 created: str | None = None) -> None:
+                 created: str | None = None, stream: str | None = None,
+                 subjects: tuple[str, ...] | None = None) -> None:
         self.opts = opts
         self.first = first
         self.last = last
         self.expected_from = expected_from
         self.created = created
+        self.stream = stream or opts.stream
+        self.subjects = opts.subjects if subjects is None else subjects
         #: Sequences skipped because they were lost (``failOnDataLoss=false``).
         self.lost = 0
 
@@ -658,7 +828,7 @@ class _RangeReader:
         """Fail (or skip and count) the sequences of the range removed since it was planned."""
         now = _created_text(stream.cached_info.created)
         if self.created is not None and now is not None and now != self.created:
-            what = (f"stream {self.opts.stream!r} was deleted and created again (at {now}) after the range "
+            what = (f"stream {self.stream!r} was deleted and created again (at {now}) after the range "
                     f"{self.first}..{self.last} of the stream created at {self.created} was planned: the whole "
                     "range was lost")
             if self.opts.fail_on_data_loss:
@@ -675,7 +845,7 @@ class _RangeReader:
         hi = min(self.last, head - 1)
         if hi < lo:
             return
-        what = (f"stream {self.opts.stream!r}: sequences {lo}..{hi} of the planned range {self.first}..{self.last} "
+        what = (f"stream {self.stream!r}: sequences {lo}..{hi} of the planned range {self.first}..{self.last} "
                 f"were removed (the stream's limits, a purge or their age) before they were read; "
                 f"the stream now starts at {head}")
         if self.opts.fail_on_data_loss:
@@ -688,11 +858,15 @@ class _RangeReader:
         """Yield Arrow record batches with every stored message of the range, in sequence order."""
         if self.last < self.first:
             return
-        schema = _arrow_schema()
+        schema = _arrow_schema(self.opts.headers_format)
         conn = self.opts.conn.connect("reader")
         try:
+            self._pairs = self.opts.headers_format == "array"
+            if self._pairs and self.opts.include_headers and not _natspy.keep_header_blocks(conn.internal.nc):
+                log.warning("jssync.spark: this nats-py cannot keep header blocks: headersFormat=array gives one "
+                            "value per header name")
             js = conn.jetstream(timeout=self.opts.conn.timeout)
-            stream = js.stream(self.opts.stream)
+            stream = js.stream(self.stream)
             self._check_lost(stream)
             if self.last < self.first:
                 return
@@ -701,16 +875,18 @@ class _RangeReader:
             source = self._direct(stream) if self.opts.read_method == "direct" else self._consumer(stream)
             for _ in source:
                 if len(self._cols) >= limit:
-                    yield _to_batch(self.opts.stream, self._cols, schema)
+                    yield _to_batch(self.stream, self._cols, schema)
                     self._cols = _Columns()
             if len(self._cols):
-                yield _to_batch(self.opts.stream, self._cols, schema)
+                yield _to_batch(self.stream, self._cols, schema)
         finally:
             conn.close()
 
     #: Each source appends one message to ``self._cols`` per step and yields None; :meth:`batches`
     #: turns the columns into a record batch when they are full.
     _cols: _Columns
+    #: headersFormat=array: the headers column holds (key, value bytes) pairs.
+    _pairs: bool = False
 
     def _consumer(self, stream: Stream) -> Iterator[None]:
         """Read the range with an ordered consumer (ADR-17) and no-wait pull requests.
@@ -725,7 +901,7 @@ class _RangeReader:
         include_headers = opts.include_headers
         next_seq = self.first
         last = self.last
-        oc = stream.ordered_consumer(filter_subjects=list(opts.subjects) or None, opt_start_seq=next_seq,
+        oc = stream.ordered_consumer(filter_subjects=list(self.subjects) or None, opt_start_seq=next_seq,
                                      inactive_threshold=30.0)
         empty = 0
         try:
@@ -753,7 +929,7 @@ class _RangeReader:
                 empty += 1
                 if empty > self.MAX_EMPTY_PULLS:
                     raise TimeoutError(
-                        f"could not read sequences {next_seq}..{last} of stream {opts.stream!r}: "
+                        f"could not read sequences {next_seq}..{last} of stream {self.stream!r}: "
                         f"{empty} pull requests in a row returned nothing although messages are stored there"
                     )
                 time.sleep(min(0.05 * empty, 0.5))
@@ -767,7 +943,7 @@ class _RangeReader:
 
     def _more_in_range(self, stream: Stream, seq: int, last: int) -> bool:
         """True when the stream holds a message matching the filters at a sequence in ``seq..last``."""
-        for subject in self.opts.subjects or (">",):
+        for subject in self.subjects or (">",):
             try:
                 m = stream.get_msg(seq, next_by_subject=subject, timeout=self.opts.conn.timeout)
             except MessageNotFoundError:
@@ -783,11 +959,14 @@ class _RangeReader:
         c.times.append(ts_ns // 1000)
         c.datas.append(m.data)
         h = m.headers if include_headers else None
-        c.headers.append(list(h.items()) if h else None)
+        if self._pairs:
+            c.headers.append(_header_pairs(h))
+        else:
+            c.headers.append(list(h.items()) if h else None)
 
     def _direct(self, stream: Stream) -> Iterator[None]:
         opts = self.opts
-        subject = opts.subjects[0] if opts.subjects else ">"
+        subject = self.subjects[0] if self.subjects else ">"
         include_headers = opts.include_headers
         next_seq = self.first
         last = self.last
@@ -815,7 +994,8 @@ class _RangeReader:
 
 
 def read_range(opts: ReadOptions, first: int, last: int, expected_from: int = 0,
-               created: str | None = None) -> Iterator[Any]:
+               created: str | None = None, stream: str | None = None,
+               subjects: tuple[str, ...] | None = None) -> Iterator[Any]:
     """Yield Arrow record batches with the messages stored at sequences ``first..last``.
 
     Opens its own connection (closed when the iteration ends or is closed). Deleted and
@@ -827,8 +1007,11 @@ def read_range(opts: ReadOptions, first: int, last: int, expected_from: int = 0,
     (``failOnDataLoss``, the default) or are skipped with a warning in the log; so is the
     whole range when the stream's creation time is no longer ``created`` (it was deleted
     and created again since the range was planned).
+
+    ``stream`` and ``subjects`` (see :class:`SequenceRange`) name the stream and its subject
+    filters when the read covers several streams.
     """
-    return _RangeReader(opts, first, last, expected_from, created).batches()
+    return _RangeReader(opts, first, last, expected_from, created, stream, subjects).batches()
 
 
 # -- planning (driver) ---------------------------------------------------------------------------
@@ -886,15 +1069,67 @@ def _check_filters(opts: ReadOptions, now: _StreamNow) -> None:
     """Raise :class:`jssync.ValidationError` for a ``subjects`` filter that can match none of the
     stream's subjects (the read would find nothing). Pure; no check when the stream's stored
     subjects are not known from its configuration (mirrors, sources, subject transforms)."""
+    _filters_by_stream(opts, [now])
+
+
+def _filters_by_stream(opts: ReadOptions, nows: Sequence[_StreamNow]) -> dict[str, tuple[str, ...]]:
+    """The ``subjects`` filters that apply to each stream of the read. Pure.
+
+    A filter applies to a stream whose subjects it can match (to every stream whose stored
+    subjects are not known from its configuration: mirrors, sources, subject transforms).
+    Raises :class:`jssync.ValidationError` for a filter that matches no stream's subjects,
+    and for a stream none of the filters can match (the read would find nothing there).
+    """
     from ..base.validate import subjects_overlap
 
-    if not opts.subjects or not now.subjects:
-        return
+    if not opts.subjects:
+        return {now.name: () for now in nows}
+    out: dict[str, tuple[str, ...]] = {}
+    used: set[str] = set()
+    for now in nows:
+        mine = tuple(f for f in opts.subjects if not now.subjects or any(subjects_overlap(f, s) for s in now.subjects))
+        used.update(mine)
+        out[now.name] = mine
     for f in opts.subjects:
-        if not any(subjects_overlap(f, s) for s in now.subjects):
+        if f not in used:
+            if len(nows) == 1:
+                raise ValidationError(
+                    f"subjects filter {f!r} matches none of the subjects of stream {nows[0].name!r} "
+                    f"({', '.join(nows[0].subjects)}): the read would find nothing")
             raise ValidationError(
-                f"subjects filter {f!r} matches none of the subjects of stream {now.name!r} "
-                f"({', '.join(now.subjects)}): the read would find nothing")
+                f"subjects filter {f!r} matches none of the subjects of the streams " + "; ".join(
+                    f"{n.name!r} ({', '.join(n.subjects)})" for n in nows) + ": it would find nothing")
+    for now in nows:
+        if not out[now.name]:
+            raise ValidationError(
+                f"none of the subjects filters ({', '.join(opts.subjects)}) matches a subject of stream "
+                f"{now.name!r} ({', '.join(now.subjects)}): the read would find nothing there (leave it out "
+                "of option 'streams')")
+    return out
+
+
+def share_limit(available: Mapping[str, int], limit: int) -> dict[str, int]:
+    """Split a micro-batch's ``limit`` of sequences across streams, in proportion to what each
+    has available (Spark's Kafka source splits ``maxOffsetsPerTrigger`` the same way).
+
+    Returns stream -> sequences to read: never more than available, in total
+    ``min(limit, sum(available))``; what the proportional shares leave over goes to the
+    largest fractions first (ties: the order of ``available``). Pure.
+    """
+    total = sum(max(0, n) for n in available.values())
+    if total <= limit:
+        return {k: max(0, n) for k, n in available.items()}
+    shares = {k: max(0, n) * limit / total for k, n in available.items()}
+    out = {k: int(v) for k, v in shares.items()}
+    rest = limit - sum(out.values())
+    order = sorted(available, key=lambda k: -(shares[k] - out[k]))
+    for k in order:
+        if rest <= 0:
+            break
+        if out[k] < available[k]:
+            out[k] += 1
+            rest -= 1
+    return out
 
 
 def _offset(seq: int, now: _StreamNow) -> dict[str, Any]:
@@ -926,7 +1161,12 @@ def _not_in_stream(start: Mapping[str, Any], now: _StreamNow) -> str | None:
             f"stream now{created} and {now.holds()} (it was deleted and created again, or replaced)")
 
 
-def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq: int) -> int:
+#: The latest time the server can hold (int64 nanoseconds since 1970), rounded down to a day.
+_LATEST_SERVER_TIME = _dt.datetime(2262, 4, 11, tzinfo=_dt.UTC)
+
+
+def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq: int,
+                 stream_name: str | None = None) -> int:
     """The first stream sequence stored at or after ``when`` (``last_seq + 1`` when there is none).
 
     Creates an ephemeral ``BY_START_TIME`` consumer (deleted again before returning) and
@@ -952,7 +1192,11 @@ def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq:
     """
     from nats.js import api
 
-    stream = js.stream(opts.stream, timeout=opts.conn.timeout)
+    name = stream_name or opts.stream
+    # the server counts times in int64 nanoseconds: later than 2262 wraps around (and a
+    # consumer starting then would start at the stream's first message)
+    when = min(when, _LATEST_SERVER_TIME)
+    stream = js.stream(name, timeout=opts.conn.timeout)
     c = stream.create_consumer(
         timeout=opts.conn.timeout,
         ack_policy=api.AckPolicy.NONE,
@@ -970,8 +1214,8 @@ def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq:
             return _parse_reply(m.reply)[0]
         err = res.error
         if err is not None:
-            msg = (f"could not find the first message of stream {opts.stream!r} at or after "
-                   f"startingTime {when.isoformat()}: the pull request ended with {type(err).__name__}: {err}")
+            msg = (f"could not find the first message of stream {name!r} at or after "
+                   f"{when.isoformat()}: the pull request ended with {type(err).__name__}: {err}")
             if isinstance(err, TimeoutError | ConnectionClosedError):
                 raise type(err)(msg) from err
             raise JetStreamError(msg) from err
@@ -983,9 +1227,14 @@ def _seq_at_time(js: JetStream, opts: ReadOptions, when: _dt.datetime, last_seq:
             pass
 
 
-def _start_seq(js: JetStream, opts: ReadOptions, first_seq: int, last_seq: int) -> int:
+def _start_seq(js: JetStream, opts: ReadOptions, first_seq: int, last_seq: int, stream: str | None = None) -> int:
     if opts.starting_time is not None:
-        return _seq_at_time(js, opts, opts.starting_time, last_seq)
+        return _seq_at_time(js, opts, opts.starting_time, last_seq, stream)
+    for n, v in opts.starting_by_stream:
+        if n == (stream or opts.stream):
+            return first_seq if v == "earliest" else last_seq + 1 if v == "latest" else int(v)
+    if opts.starting_by_stream:
+        return first_seq  # a stream the JSON does not name: earliest
     if opts.starting_latest:
         return last_seq + 1
     if opts.starting_sequence is not None:
@@ -993,11 +1242,26 @@ def _start_seq(js: JetStream, opts: ReadOptions, first_seq: int, last_seq: int) 
     return first_seq
 
 
-def _check_schema(schema: Any) -> None:
-    expected = schema_type()
+def _end_seq(js: JetStream, opts: ReadOptions, last_seq: int, stream: str | None = None) -> int:
+    """The last sequence a batch read takes: ``endingSequence``, the last message stored at or
+    before ``endingTime`` (to the microsecond, as the ``time`` column shows it), or the
+    stream's last sequence; never past the last sequence."""
+    if opts.ending_time is not None:
+        after = _seq_at_time(js, opts, opts.ending_time + _dt.timedelta(microseconds=1), last_seq, stream)
+        return min(after - 1, last_seq)
+    ending = opts.ending_for(stream or opts.stream)
+    if ending is not None:
+        return min(ending, last_seq)
+    return last_seq
+
+
+def _check_schema(schema: Any, headers_format: str = "map") -> None:
+    expected = schema_type(headers_format)
     if schema is not None and isinstance(schema, StructType) and schema != expected:
         raise ValidationError(
-            f"the jetstream source has a fixed schema ({SCHEMA}); got a user schema {schema.simpleString()}"
+            f"the jetstream source has a fixed schema "
+            f"({SCHEMA_ARRAY_HEADERS if headers_format == 'array' else SCHEMA}); got a user schema "
+            f"{schema.simpleString()}"
         )
 
 
@@ -1006,71 +1270,88 @@ class JetStreamBatchReader(DataSourceReader):
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        self.planned: tuple[int, int] | None = None
+        #: Stream -> the planned ``(first, last)`` sequences.
+        self.planned: dict[str, tuple[int, int]] = {}
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Fix the sequence range (one consistent snapshot) and split it into ranges."""
+        """Fix each stream's sequence range (one consistent snapshot of each) and split them.
+
+        Each stream's range is split into ``numPartitions`` ranges. Blocks on one stream
+        lookup per stream, and on a short-lived consumer per ``startingTime``/``endingTime``.
+        """
         opts = self.opts
         conn = opts.conn.connect("planner")
+        plans: list[tuple[_StreamNow, int, int]] = []
         try:
             js = conn.jetstream(timeout=opts.conn.timeout)
-            now = _stream_now(js, opts.stream, opts.conn.timeout)
-            _check_filters(opts, now)
-            first_seq, last_seq = now.first, now.last
-            start = _start_seq(js, opts, first_seq, last_seq)
+            nows = [_stream_now(js, name, opts.conn.timeout) for name in opts.names()]
+            filters = _filters_by_stream(opts, nows)
+            for now in nows:
+                start = max(_start_seq(js, opts, now.first, now.last, now.name), 1)
+                end = _end_seq(js, opts, now.last, now.name)
+                plans.append((now, start, end))
         finally:
             conn.close()
-        end = last_seq if opts.ending_sequence is None else min(opts.ending_sequence, last_seq)
-        start = max(start, 1)
-        self.planned = (start, end)
-        ranges = split_range(start, end, opts.num_partitions)
-        if not ranges:
-            return [SequenceRange(1, 0)]
-        # messages below the first sequence at planning were gone before the read: not lost
-        return [SequenceRange(lo, hi, first_seq, now.created) for lo, hi in ranges]
+        out: list[InputPartition] = []
+        for now, start, end in plans:
+            self.planned[now.name] = (start, end)
+            # messages below the first sequence at planning were gone before the read: not lost
+            out.extend(SequenceRange(lo, hi, now.first, now.created, now.name, filters[now.name])
+                       for lo, hi in split_range(start, end, opts.num_partitions))
+        return out or [SequenceRange(1, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SequenceRange)
         return read_range(self.opts, partition.first, partition.last, partition.expected_from,
-                          partition.created)
+                          partition.created, partition.stream, partition.subjects)
 
 
 class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Streaming reads. An offset is ``{"seq": N, "created": T}``: the next stream sequence to
-    read, in the stream created at ``T`` (ISO 8601; offsets checkpointed by older versions
-    have no ``created`` and are read as they are).
+    """Streaming reads. With option ``stream`` an offset is ``{"seq": N, "created": T}``: the
+    next stream sequence to read, in the stream created at ``T`` (ISO 8601; offsets
+    checkpointed by older versions have no ``created`` and are read as they are). With
+    option ``streams`` it is ``{"streams": {"A": {"seq": N, "created": T}, "B": ...}}``: one
+    such position per stream, and everything below holds for each stream on its own.
 
     A micro-batch from ``{"seq": a}`` to ``{"seq": b}`` reads the sequences ``a..b-1``.
     With ``maxMessagesPerTrigger`` a micro-batch spans at most that many sequences (so
-    at most that many messages). With ``minMessagesPerTrigger`` no micro-batch starts
-    until that many sequences are there, or ``maxTriggerDelay`` has passed since the last
-    micro-batch (or the start of the query); ``trigger(availableNow=True)`` ignores it.
+    at most that many messages), split across the streams in proportion to what each has
+    waiting. With ``minMessagesPerTrigger`` no micro-batch starts until that many
+    sequences (of all the streams) are there, or ``maxTriggerDelay`` has passed since the
+    last micro-batch (or the start of the query); ``trigger(availableNow=True)`` ignores it.
 
     A checkpointed offset of a stream that was deleted and created again since (another
     creation time; without ``created``: a sequence past the stream's end) fails the query
-    with :class:`DataLossError` naming both; with ``failOnDataLoss=false`` the query
-    starts over at the new stream's first sequence, logs a warning and counts the new
-    stream's sequences removed before it got to them.
+    with :class:`DataLossError` naming both; with ``failOnDataLoss=false`` that stream
+    starts over at its first sequence, a warning is logged and the new stream's sequences
+    removed before the query got to them are counted.
+
+    A stream added to ``streams`` after the query was checkpointed joins the offset at its
+    starting position (``startingSequence`` / ``startingTime``) in the next micro-batch and
+    is read from the one after; a stream left out is no longer read (its position is dropped).
 
     :meth:`reportLatestOffset` shows up as the source's ``latestOffset`` in every
     ``StreamingQueryProgress``: ``{"seq": <the stream's last sequence + 1>,
     "messagesBehind": <sequences after the micro-batch's end>, "lostSequences": <total
-    skipped with failOnDataLoss=false>}``.
+    skipped with failOnDataLoss=false>}``; with ``streams``, ``seq`` and ``messagesBehind``
+    per stream under ``"streams"`` and the totals beside them.
     """
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        self._target: int | None = None
-        self._latest: int | None = None
-        self._end: int | None = None
+        self._target: dict[str, int] | None = None
+        self._latest: dict[str, int] = {}
+        self._end: dict[str, int] = {}
         self._lost = 0
         self._last_trigger = time.monotonic()
         self._conn: Connection | None = None
-        self._filters_checked = False
-        #: The creation time the last stream lookup saw.
-        self._created: str | None = None
-        #: ``(checkpointed seq, its created)`` of offsets of a former stream -> where the new one was started.
-        self._started_over: dict[tuple[int, str | None], int] = {}
+        #: Stream -> the subject filters that apply to it (set by the first lookup).
+        self._filters: dict[str, tuple[str, ...]] | None = None
+        #: Stream -> the creation time the last stream lookup saw.
+        self._created: dict[str, str | None] = {}
+        #: ``(stream, checkpointed seq, its created)`` of offsets of a former stream -> where the new one
+        #: was started.
+        self._started_over: dict[tuple[str, int, str | None], int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -1082,23 +1363,42 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._conn = self.opts.conn.connect("stream-planner")
         return self._conn.jetstream(timeout=self.opts.conn.timeout)
 
-    def _state(self) -> _StreamNow:
-        """Look the stream up (one request); the first lookup also checks the subject filters."""
-        now = _stream_now(self._js(), self.opts.stream, self.opts.conn.timeout)
-        if not self._filters_checked:
-            _check_filters(self.opts, now)
-            self._filters_checked = True
-        self._latest = now.last + 1
-        self._created = now.created
-        return now
+    def _state(self) -> dict[str, _StreamNow]:
+        """Look each stream up (one request each); the first lookup also checks the subject filters."""
+        js = self._js()
+        nows = {name: _stream_now(js, name, self.opts.conn.timeout) for name in self.opts.names()}
+        if self._filters is None:
+            self._filters = _filters_by_stream(self.opts, list(nows.values()))
+        for name, now in nows.items():
+            self._latest[name] = now.last + 1
+            self._created[name] = now.created
+        return nows
+
+    def _encode(self, per: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+        """The offset Spark checkpoints: one stream's position, or ``{"streams": {...}}``."""
+        if self.opts.streams:
+            return {"streams": dict(per)}
+        return per[self.opts.stream]
+
+    def _decode(self, off: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """Stream -> position from a checkpointed offset of either form (a one-stream offset is
+        the position of the first stream: a query may go from ``stream`` to ``streams``)."""
+        per = off.get("streams")
+        if isinstance(per, Mapping):
+            return {str(k): dict(v) for k, v in per.items()}
+        if "seq" in off:
+            return {self.opts.stream: dict(off)}
+        return {}
 
     def initialOffset(self) -> dict[str, Any]:
-        now = self._state()
+        nows = self._state()
         # a start before the first stored message starts at it (nothing was lost yet)
-        return _offset(max(1, now.first, _start_seq(self._js(), self.opts, now.first, now.last)), now)
+        return self._encode({
+            name: _offset(max(1, now.first, _start_seq(self._js(), self.opts, now.first, now.last, name)), now)
+            for name, now in nows.items()})
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._state().last + 1
+        self._target = {name: now.last + 1 for name, now in self._state().items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_messages_per_trigger:
@@ -1107,14 +1407,14 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return ReadMinRows(self.opts.min_messages_per_trigger)
         return ReadAllAvailable()
 
-    def _start_over(self, start: Mapping[str, Any], now: _StreamNow, why: str) -> int:
-        """The checkpointed offset ``start`` is not in the stream ``now``: fail, or (with
+    def _start_over(self, name: str, start: Mapping[str, Any], now: _StreamNow, why: str) -> int:
+        """The checkpointed position ``start`` is not in the stream ``now``: fail, or (with
         failOnDataLoss=false) return the new stream's first sequence, counting and logging
         the new stream's sequences removed before the query got to them (once per offset)."""
         if self.opts.fail_on_data_loss:
             raise DataLossError(f"{why}. Set option failOnDataLoss=false to start over at the stream's first "
                                 f"sequence ({now.first})")
-        key = (int(start["seq"]), start.get("created"))
+        key = (name, int(start["seq"]), start.get("created"))
         if key not in self._started_over:
             self._started_over[key] = now.first
             gone = max(0, now.first - now.base)
@@ -1125,53 +1425,90 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._started_over[key]
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, Any]:
-        now = self._state()
-        first, last = now.first, now.last
-        end = last + 1
-        if self._target is not None:
-            end = min(end, self._target)
-        if self.opts.ending_sequence is not None:
-            end = min(end, self.opts.ending_sequence + 1)
+        nows = self._state()
+        ends: dict[str, int] = {}
+        for name, now in nows.items():
+            end = now.last + 1
+            if self._target is not None and name in self._target:
+                end = min(end, self._target[name])
+            ending = self.opts.ending_for(name)
+            if ending is not None:
+                end = min(end, ending + 1)
+            ends[name] = end
         if start is None:
-            self._end = end
-            return _offset(end, now)
-        begin = int(start["seq"])
-        why = _not_in_stream(start, now)
-        if why is not None:
-            begin = self._start_over(start, now, why)
-        end = max(end, begin)
+            self._end = ends
+            return self._encode({name: _offset(ends[name], now) for name, now in nows.items()})
+        starts = self._decode(start)
+        begins: dict[str, int] = {}
+        same: dict[str, bool] = {}  # the position is the checkpointed one (not moved to a new stream)
+        for name, now in nows.items():
+            st = starts.get(name)
+            if st is None:  # a stream added to the query: joins at its starting position
+                begin = max(1, now.first, _start_seq(self._js(), self.opts, now.first, now.last, name))
+                ends[name] = begin
+                same[name] = False
+            else:
+                begin = int(st["seq"])
+                why = _not_in_stream(st, now)
+                if why is not None:
+                    begin = self._start_over(name, st, now, why)
+                same[name] = why is None
+                ends[name] = max(ends[name], begin)
+            begins[name] = begin
         if self._target is None and limit is not None and not isinstance(limit, ReadAllAvailable):
             # Spark passes one limit; the minimum comes from the options when the limit is the maximum
             least = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_messages_per_trigger
             waited = time.monotonic() - self._last_trigger
-            if least and end - begin < least and waited < self.opts.max_trigger_delay:
-                self._end = begin
+            if least and sum(ends[n] - begins[n] for n in nows) < least and waited < self.opts.max_trigger_delay:
+                self._end = dict(begins)
                 # no micro-batch: the same offset (a former stream's: moved to the new one)
-                return dict(start) if why is None else _offset(begin, now)
+                return self._encode({name: dict(starts[name]) if same[name] else _offset(begins[name], now)
+                                     for name, now in nows.items()})
         if isinstance(limit, ReadMaxRows):
-            end = min(end, begin + max(1, int(limit.max_rows)))
-        if end > begin:
+            take = share_limit({n: ends[n] - begins[n] for n in nows}, max(1, int(limit.max_rows)))
+            ends = {n: begins[n] + take[n] for n in nows}
+        if any(ends[n] > begins[n] for n in nows):
             self._last_trigger = time.monotonic()
-            if not self.opts.fail_on_data_loss and first > begin:
-                self._lost += min(first, end) - begin  # the executors skip these
-        self._end = end
-        return _offset(end, now)
+            if not self.opts.fail_on_data_loss:
+                for name, now in nows.items():
+                    if now.first > begins[name] and ends[name] > begins[name]:
+                        self._lost += min(now.first, ends[name]) - begins[name]  # the executors skip these
+        self._end = ends
+        return self._encode({name: _offset(ends[name], now) for name, now in nows.items()})
 
-    def reportLatestOffset(self) -> dict[str, int] | None:
-        if self._latest is None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        if not self._latest:
             return None
-        behind = self._latest - (self._end if self._end is not None else self._latest)
-        return {"seq": self._latest, "messagesBehind": max(0, behind), "lostSequences": self._lost}
+        behind = {n: max(0, latest - self._end.get(n, latest)) for n, latest in self._latest.items()}
+        if not self.opts.streams:
+            name = self.opts.stream
+            return {"seq": self._latest[name], "messagesBehind": behind[name], "lostSequences": self._lost}
+        return {"streams": {n: {"seq": self._latest[n], "messagesBehind": behind[n]} for n in self._latest},
+                "messagesBehind": sum(behind.values()), "lostSequences": self._lost}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """Split the micro-batch ``start..end`` into ranges.
+        """Split the micro-batch ``start..end`` into ranges (each stream's on its own).
 
         A micro-batch that :meth:`latestOffset` moved from a former stream to the new one
         starts at the new stream's first sequence. A micro-batch planned on a stream that
         was deleted and created again since (replayed after a restart) fails like
         :meth:`latestOffset` (failOnDataLoss=false: skipped, counted and logged). Blocks on
-        one stream lookup when the stream's creation time is not known to this reader yet.
+        one lookup per stream when the streams' creation times are not known to this reader yet.
         """
+        if self._filters is None:
+            self._state()
+        filters = self._filters or {}
+        starts = self._decode(start)
+        out: list[InputPartition] = []
+        for name, e in self._decode(end).items():
+            st = starts.get(name)
+            if st is None:  # joined the offset in this micro-batch: read from the next one
+                continue
+            out.extend(self._stream_partitions(name, st, e, filters.get(name, self.opts.subjects)))
+        return out
+
+    def _stream_partitions(self, name: str, start: Mapping[str, Any], end: Mapping[str, Any],
+                           subjects: tuple[str, ...]) -> list[InputPartition]:
         begin = int(start["seq"])
         stop = int(end["seq"])
         created = end.get("created")
@@ -1179,11 +1516,11 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         moved = (was is not None and created is not None and was != created) or (was is None and stop < begin)
         expected = begin
         if moved:
-            key = (begin, was)
+            key = (name, begin, was)
             begin = self._started_over.get(key, 1)
             expected = begin if key in self._started_over else 0  # unknown here: no check
-        elif created is not None and created != self._created:
-            now = self._state()
+        elif created is not None and created != self._created.get(name):
+            now = self._state()[name]
             why = _not_in_stream({"seq": begin, "created": created}, now)
             if why is not None:
                 why = f"{why}; the micro-batch {begin}..{stop - 1} was planned on the former stream"
@@ -1196,12 +1533,12 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 return []
         ranges = split_range(begin, stop - 1, self.opts.num_partitions)
         # every sequence from the micro-batch's start is still to be read: gone ones were lost
-        return [SequenceRange(lo, hi, expected, created) for lo, hi in ranges]
+        return [SequenceRange(lo, hi, expected, created, name, subjects) for lo, hi in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SequenceRange)
         return read_range(self.opts, partition.first, partition.last, partition.expected_from,
-                          partition.created)
+                          partition.created, partition.stream, partition.subjects)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the position lives in Spark's checkpoint, not on the server."""
@@ -1232,6 +1569,7 @@ class _Columns4Write:
     subject: int | None
     headers: int | None
     msg_id: int | None
+    key: int | None = None
 
 
 def _write_columns(names: list[str], opts: WriteOptions) -> _Columns4Write:
@@ -1247,16 +1585,18 @@ def _write_columns(names: list[str], opts: WriteOptions) -> _Columns4Write:
 
     data = idx("data")
     if data is None:
-        raise ValidationError(f"the jetstream sink needs a 'data' column (binary or string); the columns are {names}")
+        hint = " (Kafka's 'value' column: select it as data)" if "value" in low else ""
+        raise ValidationError(f"the jetstream sink needs a 'data' column (binary or string){hint}; the columns are "
+                              f"{names}")
     msg_id = idx(opts.msg_id_column)
     if opts.msg_id_column is not None and msg_id is None:
         raise ValidationError(f"option 'msgIdColumn' names {opts.msg_id_column!r}, which is not a column of {names}")
-    return _Columns4Write(data=data, subject=idx("subject"), headers=idx("headers"), msg_id=msg_id)
+    return _Columns4Write(data=data, subject=idx("subject"), headers=idx("headers"), msg_id=msg_id, key=idx("key"))
 
 
 def check_write_schema(schema: StructType, opts: WriteOptions) -> None:
     """Check on the driver that the DataFrame can be written (raises ValueError naming the problem)."""
-    from pyspark.sql.types import BinaryType, MapType, StringType
+    from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType
 
     names = [f.name for f in schema.fields]
     cols = _write_columns(names, opts)
@@ -1267,11 +1607,87 @@ def check_write_schema(schema: StructType, opts: WriteOptions) -> None:
         raise ValidationError("set option 'subject' or give the DataFrame a 'subject' column")
     if cols.subject is not None and not isinstance(f[cols.subject].dataType, StringType):
         raise ValidationError(f"column 'subject' must be a string, not {f[cols.subject].dataType.simpleString()}")
+    if cols.key is not None and not isinstance(f[cols.key].dataType, BinaryType | StringType):
+        raise ValidationError(f"column 'key' must be a string or binary (UTF-8), not "
+                              f"{f[cols.key].dataType.simpleString()}")
     if cols.headers is not None:
         t = f[cols.headers].dataType
-        if not (isinstance(t, MapType) and isinstance(t.keyType, StringType)
-                and isinstance(t.valueType, StringType)):
-            raise ValidationError(f"column 'headers' must be map<string,string>, not {t.simpleString()}")
+        is_map = (isinstance(t, MapType) and isinstance(t.keyType, StringType)
+                  and isinstance(t.valueType, StringType))
+        is_array = False
+        if isinstance(t, ArrayType) and isinstance(t.elementType, StructType):
+            el = {x.name.lower(): x.dataType for x in t.elementType.fields}
+            is_array = (set(el) == {"key", "value"} and isinstance(el["key"], StringType)
+                        and isinstance(el["value"], BinaryType | StringType))
+        if not (is_map or is_array):
+            raise ValidationError(f"column 'headers' must be map<string,string> or (as in Spark's Kafka sink) "
+                                  f"array<struct<key:string,value:binary>>, not {t.simpleString()}")
+
+
+class _HeaderLines(dict[str, str]):
+    """Headers in which a name comes more than once (from an array ``headers`` column).
+
+    As a dict it holds each name's last value; :meth:`items` gives every line, in order,
+    repeated names included. jssync's publish path checks (``validate_headers``), sizes
+    (``_headers_size``) and encodes (``_encode_headers``) a header block from ``items()``,
+    so every line is sent; nothing copies the dict on the way (rows with such headers go
+    straight to the publisher, see ``write_batches``).
+    """
+
+    __slots__ = ("lines",)
+
+    def __init__(self, lines: list[tuple[str, str]]) -> None:
+        super().__init__(lines)
+        self.lines = lines
+
+    def items(self) -> Any:  # every line, not one per name
+        return list(self.lines)
+
+
+def _row_headers(h: Any, row: int, partition: int) -> dict[str, str] | None:
+    """A row's ``headers`` value as publish headers: map entries, or Kafka-style key/value structs
+    (values as bytes, decoded as UTF-8, or strings; null values are empty). Headers with a
+    repeated name come back as :class:`_HeaderLines`."""
+    if not h:
+        return None
+    if isinstance(h, dict):
+        return dict(h)
+    pairs: list[tuple[str, str]] = []
+    for item in h:
+        if item is None:
+            continue
+        if isinstance(item, dict):  # a key/value struct
+            k, v = item.get("key"), item.get("value")
+        else:  # a map entry (Arrow gives a map as (key, value) tuples)
+            k, v = item
+        if not isinstance(k, str):
+            raise SparkWriteError(f"row {row} of partition {partition}: a header has no name (key {k!r})")
+        if isinstance(v, bytes | bytearray):
+            try:
+                v = bytes(v).decode()
+            except UnicodeDecodeError:
+                raise SparkWriteError(f"row {row} of partition {partition}: the value of header {k!r} is not "
+                                      "UTF-8 (NATS header values are text)") from None
+        pairs.append((k, "" if v is None else v))
+    if not pairs:
+        return None
+    names = [k for k, _ in pairs]
+    if len(set(names)) == len(names):
+        return dict(pairs)
+    return _HeaderLines(pairs)
+
+
+def _row_subject(subj: str, key: Any, row: int, partition: int) -> str:
+    """The subject of a row with a ``key`` column: ``<subject>.<key>`` (a null key: the subject)."""
+    if key is None:
+        return subj
+    if isinstance(key, bytes | bytearray):
+        try:
+            key = bytes(key).decode()
+        except UnicodeDecodeError:
+            raise SparkWriteError(f"row {row} of partition {partition}: its key is not UTF-8 (the key becomes the "
+                                  f"last token of subject {subj!r})") from None
+    return f"{subj}.{key}"
 
 
 def _task_info() -> tuple[int, int, dict[str, str | None]]:
@@ -1325,6 +1741,23 @@ class _FastRows:
     def msg_id(self, subject: str, data: bytes, headers: Mapping[str, str] | None) -> str:
         """The derived id of a row that has headers of its own (see :func:`derive_msg_id`)."""
         return self._next_id(_row_digest(subject, data, headers).hexdigest())
+
+    def checked(self, subject: str, data: bytes, headers: dict[str, str]) -> dict[str, str]:
+        """``headers``, after the checks ``publish_async`` makes (subject, every header line, the
+        size against max_payload); raises like it."""
+        from ..base.validate import _headers_size, validate_headers, validate_subject
+
+        validate_subject(subject, wildcards=False)
+        validate_headers(headers)
+        size = len(data) + _headers_size(headers)
+        if size > self._max_payload:
+            from ..base.errors import MaxPayloadError
+
+            raise MaxPayloadError(
+                f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
+                f"of {self._max_payload} bytes"
+            )
+        return headers
 
     def headers(self, subject: str, data: bytes) -> dict[str, str] | None:
         """The row's headers (its ``Nats-Msg-Id`` or None); raises like ``publish_async``."""
@@ -1444,6 +1877,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
             subjects = rb.column(cols.subject).to_pylist() if cols.subject is not None else None
             headers = rb.column(cols.headers).to_pylist() if cols.headers is not None else None
             ids = rb.column(cols.msg_id).to_pylist() if cols.msg_id is not None else None
+            keys = rb.column(cols.key).to_pylist() if cols.key is not None else None
             for i in range(n):
                 row = rows
                 rows += 1
@@ -1453,25 +1887,31 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                         f"row {row} of partition {partition} has no subject (its 'subject' column is null "
                         "and option 'subject' is not set)"
                     )
+                if keys is not None:
+                    subj = _row_subject(subj, keys[i], row, partition)
                 d = datas[i]
                 if d is None:
                     d = b""
                 elif isinstance(d, str):
                     d = d.encode()
-                h = headers[i] if headers is not None else None
+                h = _row_headers(headers[i], row, partition) if headers is not None else None
                 try:
                     if not h and (ids is None or ids[i] is None):
                         # the common row: no headers of its own, a derived id (or none)
                         fut = publish(subj, d, fast.headers(subj, d), timeout)
                     else:
-                        hdrs = dict(h) if h else None
                         if ids is not None and ids[i] is not None:
                             msg_id: str | None = str(ids[i])
                         elif opts.derive_msg_id:
-                            msg_id = fast.msg_id(subj, d, hdrs)
+                            msg_id = fast.msg_id(subj, d, h)
                         else:
                             msg_id = None
-                        fut = js.publish_async(subj, d, headers=hdrs, msg_id=msg_id, timeout=timeout)
+                        if isinstance(h, _HeaderLines):  # a repeated name: publish_async would copy the dict
+                            if msg_id is not None:
+                                h = _HeaderLines([*h.lines, ("Nats-Msg-Id", msg_id)])
+                            fut = publish(subj, d, fast.checked(subj, d, h), timeout)
+                        else:
+                            fut = js.publish_async(subj, d, headers=h, msg_id=msg_id, timeout=timeout)
                 except Exception as exc:  # noqa: BLE001 - bad subject, header, payload size
                     raise SparkWriteError(
                         f"cannot publish row {row} of partition {partition} to {subj!r}: {type(exc).__name__}: {exc}"
@@ -1631,15 +2071,23 @@ class JetStreamDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        return schema_type()
+        # a bad headersFormat is refused by reader() / streamReader(), naming it
+        fmt = str(_plain(self.options).get("headersformat", "map")).strip().lower()
+        return schema_type("array" if fmt == "array" else "map")
 
     def reader(self, schema: StructType) -> JetStreamBatchReader:
-        _check_schema(schema)
-        return JetStreamBatchReader(ReadOptions.parse(_plain(self.options)))
+        opts = ReadOptions.parse(_plain(self.options))
+        _check_schema(schema, opts.headers_format)
+        return JetStreamBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> JetStreamStreamReader:
-        _check_schema(schema)
-        return JetStreamStreamReader(ReadOptions.parse(_plain(self.options)))
+        opts = ReadOptions.parse(_plain(self.options))
+        _check_schema(schema, opts.headers_format)
+        if opts.ending_time is not None:
+            raise ValidationError(
+                "option 'endingTime' is for batch reads only (as Kafka's endingTimestamp); bound a streaming "
+                "read with option 'endingSequence'")
+        return JetStreamStreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> JetStreamBatchWriter:
         if overwrite:
@@ -1681,6 +2129,20 @@ def _default_append() -> None:
 
     cast(Any, format)._jssync_append = True  # marks the patched method as ours
     cast(Any, DataFrameWriter).format = format
+
+
+def activate(spark: SparkSession) -> None:
+    """Make ``spark`` the active session of the calling thread, in Python and in the JVM.
+
+    PySpark 4.3 runs the calls of each Python thread on a JVM thread of its own, and a
+    new thread has no active session there: a ``df.write.format("jetstream")`` (any Python
+    data source) from any thread but the one that created the session fails with
+    ``DATA_SOURCE_NOT_FOUND`` (reads are not affected). Call this first in such a thread.
+    PySpark has no public ``SparkSession.setActiveSession``; this uses ``createDataFrame``
+    (of no rows, no job runs), which makes its session the active one of the calling
+    thread. Blocks for one call into the JVM.
+    """
+    spark.createDataFrame([], "x int")
 
 
 def register(spark: SparkSession) -> None:
