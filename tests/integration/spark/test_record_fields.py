@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from ..conftest import FACTOR
+from tests.conftest import FACTOR
+
 from .spark_session import start_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]

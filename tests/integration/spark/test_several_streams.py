@@ -15,7 +15,8 @@ import textwrap
 
 import pytest
 
-from ..conftest import FACTOR, wait_for
+from tests.conftest import FACTOR, wait_for
+
 from .spark_session import jssync_root, start_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
