@@ -39,6 +39,7 @@ from .base.errors import (
     InvalidAckError,
     JetStreamAPIError,
     JetStreamError,
+    JetStreamNotEnabledError,
     MaxPayloadError,
     MessageNotFoundError,
     NoAckStreamError,
@@ -52,6 +53,9 @@ from .base.errors import (
     PermissionDeniedError,
     PullRequestError,
     ReconnectBufferExceededError,
+    RequestCancelledError,
+    RequestError,
+    RequestTimeoutError,
     ServiceUnavailableError,
     SlowConsumerError,
     StreamExistsError,
@@ -65,6 +69,7 @@ from .base.errors import (
     ValidationError,
     WrongLastMsgIdError,
     WrongLastSequenceError,
+    retriable,
 )
 from .base.jsack import MsgMetadata, SequencePair
 from .core.connection import Connection, connect
@@ -199,6 +204,7 @@ __all__ = [
     "JetStream",
     "JetStreamAPIError",
     "JetStreamError",
+    "JetStreamNotEnabledError",
     "JetStreamSubscription",
     "KeyChainCodec",
     "KeyCodec",
@@ -251,7 +257,10 @@ __all__ = [
     "QueueGroupOptionError",
     "ReconnectBufferExceededError",
     "ReplayPolicy",
+    "RequestCancelledError",
+    "RequestError",
     "RequestMany",
+    "RequestTimeoutError",
     "RetentionPolicy",
     "SequencePair",
     "ServiceUnavailableError",
@@ -280,6 +289,7 @@ __all__ = [
     "__version__",
     "connect",
     "micro",
+    "retriable",
 ]
 
 

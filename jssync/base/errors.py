@@ -6,15 +6,17 @@ their old names, e.g. ``jssync.kv.keyvalue.KeyNotFoundError``). This module impo
 jssync at run time. Everything a user can catch derives from :class:`Error`
 (``A > B``: B derives from A)::
 
-    Error
-    ├── TimeoutError (also builtins.TimeoutError)
+    Error (.retriable, decided by retriable())
+    ├── TimeoutError (also builtins.TimeoutError) > RequestTimeoutError
+    ├── RequestError (.reason, .subject: why a request failed) > RequestTimeoutError (.disconnected),
+    │       RequestCancelledError (closed / drained), NoRespondersError, APIError
     ├── ValidationError (also ValueError: a bad argument; nothing was sent)
     │   ├── BadSubjectError, BadHeaderError, MaxPayloadError
     │   ├── NotSupportedError > jssync.liftbridge.NotSupportedError
     │   ├── InvalidAckError (Liftbridge)
     │   └── also: InvalidBucketNameError, InvalidKeyError, InvalidValueError, KeyHistoryTooLargeError,
     │       BadObjectMetaError, QueueGroupOptionError (each also under its family below)
-    ├── ForkError, ConnectionClosedError, NoServersError, ReconnectBufferExceededError
+    ├── ForkError, ConnectionClosedError > RequestCancelledError, NoServersError, ReconnectBufferExceededError
     ├── AuthorizationError, PermissionDeniedError (.operation, .subject)
     ├── NoRespondersError, SlowConsumerError (.subject, .dropped), SubscriptionClosedError
     ├── jssync.micro.ServiceError (.code, .description, .data)
@@ -30,7 +32,7 @@ jssync at run time. Everything a user can catch derives from :class:`Error`
         │   ├── ConsumerExistsError (10148)
         │   ├── WrongLastSequenceError (10071) > KeyWrongLastSequenceError > KeyExistsError
         │   ├── WrongLastMsgIdError (10070), StreamNotMatchError (10060)
-        │   ├── ServiceUnavailableError (503)
+        │   ├── ServiceUnavailableError (503) > JetStreamNotEnabledError (10039, 10076)
         │   └── BadRequestError, TooManySubjectsError (Direct Get), PullRequestError
         ├── ConsumerDeletedError, ConsumerIsPushBasedError, DirectGetNotAllowedError
         ├── NoHeartbeatError > HeartbeatAlarmError
@@ -68,11 +70,61 @@ if TYPE_CHECKING:  # annotations only: this module imports nothing from jssync a
 
 
 class Error(Exception):
-    """Base class of every exception jssync raises on purpose."""
+    """Base class of every exception jssync raises on purpose.
+
+    ``.retriable`` says whether sending the same (idempotent) request again may succeed:
+    :func:`retriable` decides it, for every class, in one place.
+    """
+
+    @property
+    def retriable(self) -> bool:
+        """True when the failure is transient (see :func:`jssync.retriable`)."""
+        return retriable(self)
+
+
+class RequestError(Error):
+    """A request failed, and why: the base of the request failures below.
+
+    Raised by ``Connection.request``, ``request_many``, every JetStream API call (stream and
+    consumer management, KV, object store) and ``JetStream.publish`` waiting for its PubAck.
+    Each failure is also the error it was before this class existed (a timeout is still a
+    :class:`jssync.TimeoutError` and a builtin :class:`TimeoutError`; a close is still a
+    :class:`ConnectionClosedError`), so existing ``except`` clauses keep working.
+
+    Attributes:
+        reason: why, one of ``"timeout"``, ``"no_responders"``, ``"closed"``, ``"drained"``,
+            ``"not_enabled"``, ``"server_error"``.
+        subject: the subject the request was sent to, when known, else None.
+        retriable: whether the same request may succeed when sent again (see each class).
+    """
+
+    reason: str = "error"
+    subject: str | None = None
 
 
 class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001
     """A blocking call ran out of time. Also a builtin :class:`TimeoutError`."""
+
+
+class RequestTimeoutError(RequestError, TimeoutError):
+    """No reply came within the request's timeout (``reason == "timeout"``). Not retriable.
+
+    The request may have been carried out (only the reply is missing), so whether to send
+    it again is the caller's decision. A :class:`jssync.TimeoutError` (and a builtin one).
+
+    Attributes:
+        disconnected: True when the connection was not connected when the time ran out
+            (the server restarted or the link is down: the request or its reply may have
+            been lost, and the message says to which server it is reconnecting).
+    """
+
+    reason = "timeout"
+
+    def __init__(self, message: str = "the request timed out", *, subject: str | None = None,
+                 disconnected: bool = False) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.disconnected = disconnected
 
 
 class ValidationError(Error, ValueError):
@@ -92,6 +144,20 @@ class ForkError(Error):
 
 class ConnectionClosedError(Error):
     """The connection is closed (or closing) and cannot be used."""
+
+
+class RequestCancelledError(RequestError, ConnectionClosedError):
+    """The connection was closed (``reason == "closed"``) or drained (``"drained"``) while the
+    request waited for its reply. Not retriable on this connection.
+
+    Also a :class:`ConnectionClosedError`. Whether the request was carried out is unknown.
+    """
+
+    def __init__(self, message: str = "the connection closed while the request waited", *,
+                 subject: str | None = None, reason: str = "closed") -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.reason = reason
 
 
 class NoServersError(Error):
@@ -117,8 +183,18 @@ class PermissionDeniedError(Error):
         self.subject = subject
 
 
-class NoRespondersError(Error):
-    """A request was sent to a subject nobody listens on."""
+class NoRespondersError(RequestError):
+    """A request was sent to a subject nobody listens on (``reason == "no_responders"``).
+
+    Retriable: a responder (a service, a stream's leader) may be there on the next try.
+    """
+
+    reason = "no_responders"
+
+    def __init__(self, message: str = "no responders are available for the request", *,
+                 subject: str | None = None) -> None:
+        super().__init__(message)
+        self.subject = subject
 
 
 class BadSubjectError(ValidationError):
@@ -182,14 +258,19 @@ class NotSupportedError(ValidationError):
         self.server_level = server_level
 
 
-class APIError(JetStreamError):
-    """An error reply of the JetStream API.
+class APIError(JetStreamError, RequestError):
+    """An error reply of the JetStream API (``reason == "server_error"``).
+
+    Retriable when the server says it is transient (503, no leader yet, ...): see
+    :func:`jssync.retriable`.
 
     Attributes:
         code: the status code (e.g. 404, 400, 503).
         err_code: the JetStream error code (e.g. 10059), or None.
         description: the server's text.
     """
+
+    reason = "server_error"
 
     def __init__(self, code: int | None = None, err_code: int | None = None, description: str = "") -> None:
         self.code = code
@@ -253,7 +334,19 @@ class StreamNotMatchError(APIError):
 
 
 class ServiceUnavailableError(APIError):
-    """JetStream is not available (503), e.g. while a leader is elected."""
+    """JetStream is not available (503), e.g. while a leader is elected. Retriable (unless a
+    :class:`JetStreamNotEnabledError`)."""
+
+
+class JetStreamNotEnabledError(ServiceUnavailableError):
+    """JetStream is not enabled on the server or for the account (``reason == "not_enabled"``).
+
+    A JetStream API request had no responders on a server whose INFO says it runs without
+    JetStream, or the server answered 503 with err_code 10039 / 10076. Not retriable.
+    Also a :class:`ServiceUnavailableError`.
+    """
+
+    reason = "not_enabled"
 
 
 class ConsumerDeletedError(JetStreamError):
@@ -720,6 +813,8 @@ _BY_ERR_CODE: dict[int, type[APIError]] = {
     10071: WrongLastSequenceError,
     10070: WrongLastMsgIdError,
     10060: StreamNotMatchError,
+    10039: JetStreamNotEnabledError,  # "jetstream not enabled"
+    10076: JetStreamNotEnabledError,  # "jetstream not enabled for account"
 }
 
 
@@ -755,11 +850,13 @@ def retriable(exc: BaseException) -> bool:
     their status code. JetStream answers permanent refusals with 500 too (replicas > 1
     on one server, 10074; insufficient resources, 10028/10047): those are not retriable,
     nor is any other error. A :class:`TimeoutError` is not either: whether a request
-    that may have been carried out can be sent again is the caller's decision.
+    that may have been carried out can be sent again is the caller's decision; nor is a
+    :class:`RequestCancelledError` (the connection is gone) or a :class:`JetStreamNotEnabledError`.
+    Every :class:`Error` says the same as its ``.retriable``.
     """
     if isinstance(exc, NoRespondersError):
         return True
-    if not isinstance(exc, APIError):
+    if not isinstance(exc, APIError) or isinstance(exc, JetStreamNotEnabledError):
         return False
     if exc.err_code in _TRANSIENT_ERR_CODES:
         return True

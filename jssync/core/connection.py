@@ -23,7 +23,6 @@ from ..base.errors import (
     ConnectionClosedError,
     Error,
     MaxPayloadError,
-    NoRespondersError,
     NoServersError,
     PermissionDeniedError,
     ReconnectBufferExceededError,
@@ -44,6 +43,7 @@ from ..base.validate import (
     validate_subject,
 )
 from . import natspy as _natspy
+from . import request_errors as _why
 from . import sockpath as _sockpath
 from .hooks import HOOKS
 from .internal import ConnectionInternal
@@ -1224,7 +1224,7 @@ class Connection:
                     self._watch_for_reply(waiter, token, deadline)
             else:
                 self._enqueue((subject, data, prefix + token, headers), deadline)
-            msg = waiter.wait(deadline, self)
+            msg = waiter.wait(deadline, self, subject)
         finally:
             self._replies.pop(token, None)
             self._perm_watch.pop(wkey, None)
@@ -1234,12 +1234,10 @@ class Connection:
                     f"permission denied: the server refused the request's publish to {subject!r}",
                     operation="publish", subject=subject,
                 ) from waiter.exc
-            state = self._link_state()
-            raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s"
-                               + (f": {state}" if state else ""))
+            raise _why.timed_out(subject, timeout, self._link_state())
         hdrs = msg.headers
         if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
-            raise NoRespondersError(f"no responders are available for the request on {subject!r}")
+            raise _why.no_responders(subject)
         return msg
 
     def _watch_for_reply(self, waiter: _Waiter, token: str, deadline: Deadline) -> None:
@@ -1297,7 +1295,7 @@ class Connection:
                         operation=err.operation, subject=subject if err.operation == "publish" else inbox,
                     ) from err
                 if timed_out:
-                    raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s")
+                    raise _why.timed_out(subject, timeout, self._link_state())
             finally:
                 sub.unsubscribe()
         finally:
@@ -1305,7 +1303,7 @@ class Connection:
                 self._perm_watch.pop(k, None)
         hdrs = msg.headers
         if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
-            raise NoRespondersError(f"no responders are available for the request on {subject!r}")
+            raise _why.no_responders(subject)
         return msg
 
     def _start_mux(self, deadline: Deadline) -> str:
@@ -1558,6 +1556,7 @@ class Connection:
         """
         if self._closed or self._closing:
             return
+        _why.mark_draining(self)
         deadline = Deadline(timeout)
         with self._subs_lock:
             subs = list(self._subs)
@@ -1733,7 +1732,7 @@ class _Waiter:
         if fd >= 0:
             _sockpath.wake(fd)
 
-    def wait(self, deadline: Deadline, conn: Connection) -> Msg | None:
+    def wait(self, deadline: Deadline, conn: Connection, subject: str) -> Msg | None:
         lock = self._lock
         while True:
             if lock.acquire(timeout=deadline.slice()):
@@ -1741,9 +1740,9 @@ class _Waiter:
             if deadline.expired():
                 return None
             if conn._closed_error is not None:
-                raise conn._closed_exc()
+                raise _why.cancelled(conn, subject, str(conn._closed_error))
             if conn._closed:
-                raise ConnectionClosedError("the connection closed while waiting for a reply")
+                raise _why.cancelled(conn, subject)
 
 
 def _drain_what(sub: Any, exc: BaseException) -> str:

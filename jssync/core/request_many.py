@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import (
-    NoRespondersError,
     PermissionDeniedError,
     SubscriptionClosedError,
     TimeoutError,
@@ -17,6 +16,7 @@ from ..base.errors import (
 )
 from ..base.status import is_no_responders
 from .msg import Msg
+from .request_errors import cancel_reason, no_responders
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -94,7 +94,8 @@ class RequestMany:
         self._denied = denied
         self._count = 0
         #: Why the iteration ended: ``"max_messages"``, ``"max_wait"``, ``"stall"``,
-        #: ``"sentinel"``, ``"closed"`` (by :meth:`close` or the connection), or None while it runs.
+        #: ``"sentinel"``, ``"closed"`` (by :meth:`close`), ``"connection_closed"`` (the connection
+        #: closed meanwhile), ``"connection_drained"`` (it was drained), or None while it runs.
         self.reason: str | None = None
         finalizer: Any = weakref.finalize(self, _cleanup, conn, sub, watch_keys)
         finalizer.atexit = False  # a property of finalize (typeshed's __slots__ hides it from some mypy versions)
@@ -149,7 +150,7 @@ class RequestMany:
             self._finish(why)
             raise StopIteration from None
         except SubscriptionClosedError:
-            self._finish("closed")
+            self._finish(_ended_by(self._conn))
             if self._denied:
                 err = self._denied[0]
                 subj = self.subject if err.operation == "publish" else self._sub.subject
@@ -166,7 +167,7 @@ class RequestMany:
         hdrs = msg.headers
         if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
             self._finish("no_responders")
-            raise NoRespondersError(f"no responders are available for the request on {self.subject!r}")
+            raise no_responders(self.subject)
         sentinel = self._sentinel
         if sentinel is not None and sentinel(msg):
             self._finish("sentinel")
@@ -175,6 +176,13 @@ class RequestMany:
         if self._max is not None and self._count >= self._max:
             self._finish("max_messages")
         return msg
+
+
+def _ended_by(conn: Connection) -> str:
+    """The reason of an iteration whose inbox subscription ended without :meth:`RequestMany.close`."""
+    if cancel_reason(conn) == "drained":
+        return "connection_drained"
+    return "connection_closed" if conn._closed or conn._closing else "closed"
 
 
 def _cleanup(conn: Connection, sub: Subscription, watch_keys: tuple[int, ...]) -> None:

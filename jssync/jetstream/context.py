@@ -25,7 +25,7 @@ from ..base.errors import (
     NoRespondersError,
     NotFoundError,
     ReconnectBufferExceededError,
-    ServiceUnavailableError,
+    RequestTimeoutError,
     TimeoutError,
     ValidationError,
     check_api_response,
@@ -35,6 +35,7 @@ from ..base.status import is_no_responders
 from ..base.validate import _check_data, _headers_size, check_int, validate_headers, validate_subject
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
+from ..core.request_errors import jetstream_unavailable, no_responders
 from . import priority as _priority
 from .hooks import HOOKS
 from .params import (  # (names of the context too: validate_name, HDR_*, _consumer_config)
@@ -186,8 +187,11 @@ class JetStream:
 
         Raises:
             jssync.APIError (and subclasses): the server answered with an error.
-            jssync.ServiceUnavailableError: no JetStream answered (not enabled, or no leader).
-            jssync.TimeoutError.
+            jssync.ServiceUnavailableError: no JetStream answered (no leader, restarting; retriable),
+                jssync.JetStreamNotEnabledError (a ServiceUnavailableError): the server runs
+                without JetStream (not retriable).
+            jssync.RequestTimeoutError (a jssync.TimeoutError): no reply in time.
+            jssync.RequestCancelledError (a ConnectionClosedError): closed or drained meanwhile.
         """
         if payload is None:
             data = b""
@@ -199,9 +203,7 @@ class JetStream:
         try:
             msg = self.conn.internal.request(subject, data, None, resolve_timeout(timeout, self.timeout))
         except NoRespondersError as exc:
-            raise ServiceUnavailableError(
-                503, None, f"JetStream is not available on this account/server (no responders on {subject})"
-            ) from exc
+            raise jetstream_unavailable(self.conn, subject) from exc
         try:
             return check_api_response(msg.data)
         except NotFoundError as exc:
@@ -722,8 +724,8 @@ class JetStream:
                     raise ConsumerNotFoundError(exc.code, exc.err_code,
                                                 f"consumer {name!r} not found on stream {stream!r}") from None
                 if deadline.timeout is not None:
-                    raise TimeoutError(f"no reply to the reset of consumer {name!r} on stream {stream!r} "
-                                       f"within {deadline.timeout}s") from None
+                    raise RequestTimeoutError(f"no reply to the reset of consumer {name!r} on stream {stream!r} "
+                                              f"within {deadline.timeout}s", subject=subject) from None
         try:
             resp = check_api_response(msg.data)
         except APIError as exc:
@@ -885,8 +887,8 @@ class JetStream:
             except NoRespondersError:
                 left = deadline.remaining()
                 if attempt >= retry_attempts or (left is not None and left <= retry_wait * (attempt + 1)):
-                    failed = NoRespondersError(
-                        f"no stream responded to the publish on {subject!r} (no stream captures it, "
+                    failed = no_responders(
+                        subject, f"no stream responded to the publish on {subject!r} (no stream captures it, "
                         "or its leader is not elected)"
                     )
                 else:
@@ -913,7 +915,8 @@ class JetStream:
         """
         state = self.conn.internal.link_state()
         if state is not None:  # not the stream's fault: no PubAck can come while disconnected
-            return TimeoutError(f"no PubAck for the publish on {subject!r} within {waited}s: {state}")
+            return RequestTimeoutError(f"no PubAck for the publish on {subject!r} within {waited}s: {state}",
+                                       subject=subject, disconnected=True)
         name = self._no_ack.get(subject)
         if name is not None:
             return NoAckStreamError(
@@ -927,9 +930,9 @@ class JetStream:
                 self.conn.internal.pool.submit(self._look_for_no_ack, subject)
             except Exception:  # the pool is gone: the connection is closing
                 self._no_ack_looking.discard(subject)
-        return TimeoutError(
+        return RequestTimeoutError(
             f"no PubAck for the publish on {subject!r} within {waited}s (if its stream has no_ack, "
-            "publish with ack=False)")
+            "publish with ack=False)", subject=subject)
 
     def _look_for_no_ack(self, subject: str) -> None:
         """Worker pool: remember ``subject`` when the stream capturing it has ``no_ack``."""

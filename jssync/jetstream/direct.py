@@ -34,8 +34,10 @@ from ..base.errors import (
     BadRequestError,
     ConnectionClosedError,
     DirectGetNotAllowedError,
+    JetStreamNotEnabledError,
     MessageNotFoundError,
     NoRespondersError,
+    RequestTimeoutError,
     ServiceUnavailableError,
     StreamNotFoundError,
     SubscriptionClosedError,
@@ -192,6 +194,8 @@ def _no_responders(js: JetStream, stream: str, timeout: float | None | Default) 
     """
     try:
         info = js._stream_info(stream, timeout=timeout)
+    except JetStreamNotEnabledError as exc:
+        return exc
     except (NoRespondersError, ServiceUnavailableError, TimeoutError):
         info = None
     except StreamNotFoundError as exc:
@@ -202,7 +206,8 @@ def _no_responders(js: JetStream, stream: str, timeout: float | None | Default) 
             "enable allow_direct on the stream or use stream.get_msg()"
         )
     return NoRespondersError(
-        f"no server answered the direct get on stream {stream!r} (are its replicas and mirrors down?)"
+        f"no server answered the direct get on stream {stream!r} (are its replicas and mirrors down?)",
+        subject=_api_subject(js, stream),
     )
 
 
@@ -270,7 +275,8 @@ def direct_get(js: JetStream, stream: str, *, seq: int | None = None, last_by_su
     except NoRespondersError:
         failed = _no_responders(js, stream, t)
     except TimeoutError:
-        failed = TimeoutError(f"no reply to the {what} within {t}s")
+        failed = RequestTimeoutError(f"no reply to the {what} within {t}s", subject=subject,
+                                     disconnected=js.conn.internal.link_state() is not None)
     if failed is not None:  # raised outside the handler: no internal context
         raise failed
     st = classify(msg.headers, msg.data, msg.reply)
@@ -400,9 +406,10 @@ class DirectBatch:
                 msg = self._sub.next_msg(timeout=self._timeout)
             except TimeoutError:
                 self._finish()
-                failed = TimeoutError(
+                failed = RequestTimeoutError(
                     f"no reply within {self._timeout}s in the {self._what} "
-                    f"(after {self.received} message(s))"
+                    f"(after {self.received} message(s))", subject=_api_subject(self._js, self._stream),
+                    disconnected=conn.internal.link_state() is not None,
                 )
             except SubscriptionClosedError:
                 self._done = True
