@@ -81,6 +81,18 @@ class Error(Exception):
         """True when the failure is transient (see :func:`jssync.retriable`)."""
         return retriable(self)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled as its class, its args and its attributes, without calling __init__ (whose
+        # signature differs by class: APIError(code, err_code, description), KeyDeletedError(entry))
+        return (_rebuild, (type(self), self.args), self.__dict__ or None)
+
+
+def _rebuild(cls: type[Error], args: tuple[Any, ...]) -> Error:
+    """Unpickle an :class:`Error`: ``cls`` with ``args``; pickle then restores its attributes."""
+    exc = cls.__new__(cls)
+    exc.args = args
+    return exc
+
 
 class RequestError(Error):
     """A request failed, and why: the base of the request failures below.
@@ -864,6 +876,22 @@ def retriable(exc: BaseException) -> bool:
         return exc.err_code not in _PERMANENT_503
     text = exc.description.lower()
     return any(t in text for t in _TRANSIENT_TEXT)
+
+
+def worth_retrying(exc: BaseException, *, timeouts: bool = False) -> bool:
+    """The one decision of jssync's retry loops: may the call that raised ``exc`` be tried again?
+
+    True when :func:`retriable` says so (no responders, a 503, a leader election, ...); with
+    ``timeouts=True`` also for a :class:`TimeoutError` (for idempotent calls whose loop retries
+    what the server may not have seen: a lookup, a consumer create, a Liftbridge publish
+    with its de-duplication id). Never for a closed or drained connection, nor for any
+    other error. Pure.
+    """
+    if isinstance(exc, ConnectionClosedError):
+        return False
+    if timeouts and isinstance(exc, TimeoutError):
+        return True
+    return retriable(exc)
 
 
 #: API subject operations (after STREAM./CONSUMER.) that take two tokens.

@@ -30,6 +30,7 @@ from ..base.errors import (
     ValidationError,
     check_api_response,
     name_missing,
+    worth_retrying,
 )
 from ..base.status import is_no_responders
 from ..base.validate import _check_data, _headers_size, check_int, validate_headers, validate_subject
@@ -884,17 +885,21 @@ class JetStream:
             try:
                 # _prepare_publish validated everything request() would
                 msg = self.conn.internal.request(subject, data, h, deadline.left())
-            except NoRespondersError:
+            except TimeoutError:
+                failed = self._no_pub_ack(subject, deadline.timeout)
+            except Error as exc:
+                if not worth_retrying(exc):
+                    raise
                 left = deadline.remaining()
-                if attempt >= retry_attempts or (left is not None and left <= retry_wait * (attempt + 1)):
+                if attempt < retry_attempts and (left is None or left > retry_wait * (attempt + 1)):
+                    attempt += 1
+                elif isinstance(exc, NoRespondersError):
                     failed = no_responders(
                         subject, f"no stream responded to the publish on {subject!r} (no stream captures it, "
                         "or its leader is not elected)"
                     )
                 else:
-                    attempt += 1
-            except TimeoutError:
-                failed = self._no_pub_ack(subject, deadline.timeout)
+                    raise
             else:
                 return _parse_pub_ack(msg)
             if failed is not None:  # raised outside the handler: no internal context

@@ -49,13 +49,14 @@ from ..base.errors import (
     KeyWrongLastSequenceError,
     MessageNotFoundError,
     NoRespondersError,
+    RequestTimeoutError,
     StreamNameInUseError,
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
     ValidationError,
     WrongLastSequenceError,
-    retriable,
+    worth_retrying,
 )
 from ..base.status import CONFLICT, NOT_FOUND, PushAction, classify, decide_push
 from ..jetstream import hooks as _js_hooks
@@ -635,8 +636,10 @@ class KeyValue:
             failed: BaseException | None = None
             try:
                 msg = conn.request(self._direct_pre + key, b"", timeout=timeout)
-            except TimeoutError:
-                failed = TimeoutError(f"no reply to the get of key {key!r} within {timeout}s")
+            except TimeoutError as exc:
+                failed = RequestTimeoutError(f"no reply to the get of key {key!r} within {timeout}s",
+                                             subject=self._direct_pre + key,
+                                             disconnected=getattr(exc, "disconnected", False))
             except NoRespondersError:
                 failed = self._no_responders(timeout)
             if failed is not None:  # raised outside the handler: no internal context
@@ -1051,9 +1054,9 @@ class _PushWatcher(Generic[T]):
             try:
                 return self._create(first=True, timeout=self._js.timeout if left is None
                                     else max(0.001, min(self._js.timeout, left)))
-            except (TimeoutError, NoRespondersError, APIError) as exc:
+            except Error as exc:
                 # the request lost with the connection, or JetStream not answering yet
-                if deadline.expired() or self._stopped or not (isinstance(exc, TimeoutError) or retriable(exc)):
+                if deadline.expired() or self._stopped or not worth_retrying(exc, timeouts=True):
                     raise
                 failed += 1
                 log.debug("%s on %s: creating the consumer failed (%s), retrying", self._what,

@@ -45,13 +45,13 @@ from ..base.errors import (
     InvalidAckError,
     NoRespondersError,
     NoSuchPartitionError,
-    ServiceUnavailableError,
+    RequestTimeoutError,
     StreamExistsError,
     StreamNameInUseError,
     StreamNotFoundError,
     TimeoutError,
     ValidationError,
-    retriable,
+    worth_retrying,
 )
 from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError
 from ..base.validate import validate_subject
@@ -272,7 +272,7 @@ class Client:
             try:
                 return fn(att)
             except Error as exc:
-                if not (isinstance(exc, TimeoutError) or retriable(exc)):
+                if not worth_retrying(exc, timeouts=True):
                     raise
                 last = exc
             if deadline.expired():
@@ -674,7 +674,7 @@ class Client:
                 msg = self._conn.request(psubject, data, headers=headers, timeout=max(t, 0.001))
                 return _parse_pub_ack(msg)
             except Error as exc:
-                if not (isinstance(exc, TimeoutError) or retriable(exc)):
+                if not worth_retrying(exc, timeouts=True):
                     raise
                 last = exc
             if isinstance(last, NoRespondersError) and not checked:
@@ -684,8 +684,9 @@ class Client:
                         404, 10059, f"no stream captures subject {psubject!r} (no such stream or partition)")
             attempt += 1
             if deadline.expired() or (deadline.timeout is None and attempt >= MAX_ATTEMPTS):
-                raise TimeoutError(
-                    f"no ack for the publish to {psubject!r} within {deadline.timeout}s (last error: {last})"
+                raise RequestTimeoutError(
+                    f"no ack for the publish to {psubject!r} within {deadline.timeout}s (last error: {last})",
+                    subject=psubject, disconnected=self._conn.internal.link_state() is not None,
                 ) from last
             log.debug("jssync.liftbridge: publish to %s: %s; retrying", psubject, last)
             _sleep(random.uniform(RETRY_MIN, RETRY_MAX), deadline)
@@ -724,7 +725,9 @@ class Client:
             try:
                 info = self._js._api(f"STREAM.INFO.{js_stream}", None,
                                      1.0 if rem is None else max(min(rem, 1.0), 0.01))
-            except (TimeoutError, NoRespondersError, ServiceUnavailableError):
+            except Error as exc:
+                if not worth_retrying(exc, timeouts=True):
+                    raise
                 info = None
             if info is not None:
                 replicas = replica_states(info)

@@ -31,7 +31,6 @@ from ..base.errors import (
     APIError,
     ConnectionClosedError,
     Error,
-    NoRespondersError,
     NoSuchPartitionError,
     PermissionDeniedError,
     StreamNotFoundError,
@@ -39,7 +38,7 @@ from ..base.errors import (
     TimeoutError,
     ValidationError,
     _Terminal,
-    retriable,
+    worth_retrying,
 )
 from ..base.status import PushAction, classify, decide_push
 from ..base.validate import MAX_U64, check_int
@@ -249,8 +248,8 @@ class Subscription:
                 raise NoSuchPartitionError(
                     404, 10059, f"no such partition: stream {self.stream!r} partition {self.partition}"
                 ) from exc
-            except (TimeoutError, NoRespondersError, APIError) as exc:
-                if not (isinstance(exc, TimeoutError) or retriable(exc)):
+            except Error as exc:
+                if not worth_retrying(exc, timeouts=True):
                     raise
                 last = exc
             rem = deadline.remaining()
@@ -501,13 +500,13 @@ class Subscription:
             )) from exc
         except ConnectionClosedError as exc:
             raise _Terminal(exc) from exc
-        except (TimeoutError, NoRespondersError) as exc:
-            self._last_error = exc
-        except APIError as exc:
-            if retriable(exc):
+        except Error as exc:
+            if worth_retrying(exc, timeouts=True):
                 self._last_error = exc
-            else:
+            elif isinstance(exc, APIError):
                 raise _Terminal(exc) from exc
+            else:
+                raise
 
     # -- iterator form -------------------------------------------------------------------------
 
