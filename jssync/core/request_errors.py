@@ -66,7 +66,7 @@ def jetstream_unavailable(conn: Connection, subject: str) -> ServiceUnavailableE
         info = {}
     if info and not info.get("jetstream"):  # the server leaves the field out without JetStream
         exc: ServiceUnavailableError = JetStreamNotEnabledError(
-            503, None, f"JetStream is not enabled on the server this connection uses "
+            503, None, f"JetStream is not available: it is not enabled on the server this connection uses "
                        f"({info.get('server_name') or conn.connected_url}; no responders on {subject})")
     else:
         exc = ServiceUnavailableError(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import re
 import threading
 import weakref
 from collections.abc import Iterator
@@ -46,6 +45,7 @@ from ..base.errors import (
     ValidationError,
 )
 from ..base.status import END_OF_BATCH, NO_RESPONDERS, NOT_FOUND, REQUEST_TIMEOUT, TOO_MANY_SUBJECTS, Status, classify
+from ..base.times import server_time_or_none
 from ..base.validate import MAX_I64, check_int, validate_subject
 from .replies import StoredMsg
 
@@ -83,35 +83,9 @@ MAX_MULTI_SUBJECTS = 1024
 
 # -- pure helpers ---------------------------------------------------------------------------
 
-_TS = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?"
-)
-
-
-def parse_timestamp(value: str | None) -> _dt.datetime | None:
-    """Parse a ``Nats-Time-Stamp`` value into an aware UTC datetime (microsecond precision).
-
-    Accepts RFC 3339 (``2024-11-04T23:45:02.060192123Z``, current servers) and Go's
-    ``time.String()`` form (``2022-08-06 00:29:27.587861324 +0000 UTC``, older servers).
-    Returns None for a missing or unreadable value.
-    """
-    if not value:
-        return None
-    m = _TS.match(value.strip())
-    if m is None:
-        return None
-    y, mo, d, h, mi, s, frac, tz = m.groups()
-    micros = int((frac or "0")[:6].ljust(6, "0"))
-    tzinfo = _dt.UTC
-    if tz and tz != "Z":
-        sign = -1 if tz[0] == "-" else 1
-        digits = tz[1:].replace(":", "")
-        tzinfo = _dt.timezone(sign * _dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
-    try:
-        t = _dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), micros, tzinfo=tzinfo)
-    except ValueError:
-        return None
-    return t.astimezone(_dt.UTC)
+#: A ``Nats-Time-Stamp`` value (RFC 3339, or Go's ``time.String()`` of older servers) as an
+#: aware UTC datetime, None when missing or unreadable (the one parser: base/times.py).
+parse_timestamp = server_time_or_none
 
 
 def format_time(t: _dt.datetime, what: str = "time") -> str:

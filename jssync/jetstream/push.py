@@ -53,6 +53,7 @@ from ..base.errors import (
     translating,
 )
 from ..base.status import PushAction, Status, classify, decide_push
+from ..base.times import server_time_or_none
 from ..core import natspy as _natspy
 from ..core.msg import Msg
 from ..core.subscription import _END, Subscription, _Inbound
@@ -160,16 +161,7 @@ def _parse_time(v: Any) -> Any:
     if isinstance(v, _dt.datetime):
         return v if v.tzinfo else v.replace(tzinfo=_dt.UTC)
     if isinstance(v, str):
-        s = v.replace("Z", "+00:00")
-        if "." in s:  # the server sends nanoseconds; datetime takes microseconds
-            head, _, frac = s.partition(".")
-            digits = "".join(c for c in frac if c.isdigit())
-            rest = frac[len(digits):]
-            s = f"{head}.{digits[:6].ljust(6, '0')}{rest}"
-        try:
-            return _dt.datetime.fromisoformat(s)
-        except ValueError:
-            return v
+        return server_time_or_none(v) or v
     return v
 
 

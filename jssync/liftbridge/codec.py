@@ -33,6 +33,7 @@ from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError  # no
 from ..base.errors import NoSuchPartitionError as NoSuchPartitionError
 from ..base.errors import StreamExistsError as StreamExistsError
 from ..base.status import NO_RESPONDERS, classify
+from ..base.times import server_time_or_none
 from ..base.validate import validate_headers, validate_subject
 
 if TYPE_CHECKING:
@@ -799,13 +800,8 @@ def unmarshal_ack(data: Msg | bytes, *, ack_inbox: str | None = None) -> Ack:
     )
 
 
-def _parse_ts(value: Any) -> _dt.datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return _dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None
+#: A PubAck's time, or None (the one parser: base/times.py).
+_parse_ts = server_time_or_none
 
 
 def forwarded_ack(ack: Ack) -> bytes:
