@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 import weakref
 from collections.abc import Callable
@@ -12,9 +11,9 @@ from ..base.errors import (
     PermissionDeniedError,
     SubscriptionClosedError,
     TimeoutError,
-    ValidationError,
 )
 from ..base.status import is_no_responders
+from ..base.validate import MAX_I64, check_number, check_optional_int, check_optional_number
 from .msg import Msg
 from .request_errors import cancel_reason, no_responders
 
@@ -33,13 +32,9 @@ def empty_payload(msg: Msg) -> bool:
 
 
 def _number(value: Any, what: str, *, allow_none: bool) -> float | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value <= 0 \
-            or math.isinf(value):
-        raise ValidationError(f"{what} must be a number of seconds > 0{' or None' if allow_none else ''}, "
-                         f"got {value!r}")
-    return float(value)
+    if allow_none:
+        return check_optional_number(value, what, unit="seconds")
+    return check_number(value, what, unit="seconds")
 
 
 def check_options(max_wait: Any, max_messages: Any, stall: Any,
@@ -47,9 +42,7 @@ def check_options(max_wait: Any, max_messages: Any, stall: Any,
     """Validate request_many's options; raise ``ValueError``/``TypeError`` naming the bad one."""
     wait = _number(max_wait, "max_wait", allow_none=False)
     assert wait is not None
-    if max_messages is not None and (isinstance(max_messages, bool) or not isinstance(max_messages, int)
-                                     or max_messages < 1):
-        raise ValidationError(f"max_messages must be an int >= 1 or None, got {max_messages!r}")
+    check_optional_int(max_messages, "max_messages", maximum=MAX_I64, open_ended=True)
     st = _number(stall, "stall", allow_none=True)
     if st is not None and st >= wait:
         st = None  # ADR-47: a stall of at least the total wait is the same as none

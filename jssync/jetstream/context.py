@@ -33,7 +33,14 @@ from ..base.errors import (
     worth_retrying,
 )
 from ..base.status import is_no_responders
-from ..base.validate import _check_data, _headers_size, check_int, validate_headers, validate_subject
+from ..base.validate import (
+    _check_data,
+    _headers_size,
+    check_int,
+    check_number,
+    validate_headers,
+    validate_subject,
+)
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
 from ..core.request_errors import jetstream_unavailable, no_responders
@@ -1203,10 +1210,8 @@ def _int_field(resp: dict[str, Any], key: str) -> int:
 
 def _check_retry(attempts: Any, wait: Any) -> None:
     """Raise ValueError for a retry count or wait a publish cannot use."""
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
-        raise ValidationError(f"retry_attempts must be an int >= 0, got {attempts!r}")
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
-        raise ValidationError(f"retry_wait must be a finite number >= 0, got {wait!r}")
+    check_int(attempts, "retry_attempts", minimum=0, open_ended=True)
+    check_number(wait, "retry_wait", above=None, minimum=0)
 
 
 #: A resend needs at least this long before the publish's deadline for its reply to arrive.

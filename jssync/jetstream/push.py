@@ -54,6 +54,7 @@ from ..base.errors import (
 )
 from ..base.status import PushAction, Status, classify, decide_push
 from ..base.times import server_time_or_none
+from ..base.validate import MAX_I64, check_int, check_number
 from ..core import natspy as _natspy
 from ..core.msg import Msg
 from ..core.subscription import _END, Subscription, _Inbound
@@ -108,9 +109,7 @@ _NOT_COMPARED = frozenset({
 
 
 def _num(v: Any, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-        raise ValidationError(f"{what} must be a number of seconds > 0, got {v!r}")
-    return float(v)
+    return check_number(v, what, unit="seconds")
 
 
 _DEFAULTS = api.ConsumerConfig()
@@ -1029,8 +1028,7 @@ def subscribe(
         raise TypeError(f"callback must be callable, got {callback!r}")
     if error_cb is not None and not callable(error_cb):
         raise TypeError(f"error_cb must be callable, got {error_cb!r}")
-    if not isinstance(pending_msgs_limit, int) or pending_msgs_limit < 1:
-        raise ValidationError(f"pending_msgs_limit must be an int >= 1, got {pending_msgs_limit!r}")
+    check_int(pending_msgs_limit, "pending_msgs_limit", maximum=MAX_I64, open_ended=True)
     if not isinstance(timeout, Default) and timeout is not None:
         _num(timeout, "timeout")
     timeout = resolve_timeout(timeout, js.timeout)  # left out: the context's; None: no limit

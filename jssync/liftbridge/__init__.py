@@ -54,7 +54,12 @@ from ..base.errors import (
     worth_retrying,
 )
 from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError
-from ..base.validate import validate_subject
+from ..base.validate import (
+    MAX_I64,
+    check_int,
+    check_number,
+    validate_subject,
+)
 from ..core.connection import Connection, connect
 from ..jetstream.context import JetStream
 from ..jetstream.params import validate_name
@@ -343,8 +348,7 @@ class Client:
                 f"group={group!r}: load-balance groups are not supported on JetStream (streams cannot share a "
                 "subject); use one stream and a queue of consumers instead"
             )
-        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-            raise ValidationError(f"partitions must be an int >= 1, got {partitions!r}")
+        check_int(partitions, "partitions", maximum=MAX_I64, open_ended=True)
         if partitions > 1 and subject.split(".")[-1] == ">":
             raise ValidationError(
                 f"subject {subject!r} ends with '>': partition subjects ({subject}.1) would be invalid")
@@ -928,18 +932,12 @@ def _rem(deadline: Deadline) -> float | None:
 
 
 def _positive(v: Any, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-        raise ValidationError(f"{what} must be a number > 0, got {v!r}")
-    return float(v)
+    return check_number(v, what)
 
 
 def _non_negative(v: Any, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
-        raise ValidationError(f"{what} must be a number >= 0, got {v!r}")
-    return float(v)
+    return check_number(v, what, above=None, minimum=0)
 
 
 def _positive_int(v: Any, what: str) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValidationError(f"{what} must be an int >= 1, got {v!r}")
-    return v
+    return check_int(v, what, maximum=MAX_I64, open_ended=True)

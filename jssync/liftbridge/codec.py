@@ -34,7 +34,12 @@ from ..base.errors import NoSuchPartitionError as NoSuchPartitionError
 from ..base.errors import StreamExistsError as StreamExistsError
 from ..base.status import NO_RESPONDERS, classify
 from ..base.times import server_time_or_none
-from ..base.validate import validate_headers, validate_subject
+from ..base.validate import (
+    MAX_I64,
+    check_int,
+    validate_headers,
+    validate_subject,
+)
 
 if TYPE_CHECKING:
     from ..core.msg import Msg
@@ -285,9 +290,7 @@ def check_ack_policy(ack_policy: Any) -> AckPolicy:
 
 
 def check_partition(partition: Any, what: str = "partition") -> int:
-    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
-        raise ValidationError(f"{what} must be an int >= 0, got {partition!r}")
-    return partition
+    return check_int(partition, what, minimum=0, maximum=MAX_I64, open_ended=True)
 
 
 def header_text(raw: bytes) -> str | None:
