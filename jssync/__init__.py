@@ -36,7 +36,6 @@ from .base.errors import (
     DirectGetNotAllowedError,
     Error,
     ForkError,
-    InvalidAckError,
     JetStreamAPIError,
     JetStreamError,
     JetStreamNotEnabledError,
@@ -46,7 +45,6 @@ from .base.errors import (
     NoHeartbeatError,
     NoRespondersError,
     NoServersError,
-    NoSuchPartitionError,
     NotFoundError,
     NotJSMessageError,
     NotSupportedError,
@@ -58,7 +56,6 @@ from .base.errors import (
     RequestTimeoutError,
     ServiceUnavailableError,
     SlowConsumerError,
-    StreamExistsError,
     StreamNameInUseError,
     StreamNotFoundError,
     StreamNotMatchError,
@@ -132,6 +129,11 @@ from .kv.keyvalue import (
     KeyValueStatus,
     KeyWatcher,
     KeyWrongLastSequenceError,
+)
+from .liftbridge.errors import (
+    InvalidAckError,
+    NoSuchPartitionError,
+    StreamExistsError,
 )
 from .objectstore.objectstore import (
     BadObjectMetaError,

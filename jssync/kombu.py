@@ -57,12 +57,9 @@ from nats.js import api
 
 from .base.errors import (
     APIError,
-    BucketExistsError,
-    BucketNotFoundError,
     ConnectionClosedError,
     ConsumerNotFoundError,
     Error,
-    KeyValueError,
     NoRespondersError,
     NoServersError,
     ServiceUnavailableError,
@@ -75,6 +72,11 @@ from .core.connection import Connection, connect
 from .core.msg import Msg
 from .jetstream.consumers import Consumer
 from .jetstream.context import JetStream
+from .kv.errors import (
+    BucketExistsError,
+    BucketNotFoundError,
+    KeyValueError,
+)
 from .kv.keyvalue import KeyValue
 
 __all__ = ["Channel", "QoS", "Transport"]

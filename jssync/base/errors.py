@@ -1,7 +1,9 @@
 """The jssync exception tree and the one place where nats-py errors are translated.
 
-Every exception class of jssync is defined here and nowhere else (tests/unit/test_errors_module.py
-checks it); the modules that raise them import them from here (and still offer them under
+The core tree is defined here; each feature layer defines its own errors, under this tree, in
+its ``errors.py`` (jssync/kv/errors.py, jssync/objectstore/errors.py, jssync/liftbridge/errors.py,
+jssync/spark/errors.py); no other module defines an exception (tests/unit/test_errors_module.py
+checks it). The modules that raise them import them from there (and still offer them under
 their old names, e.g. ``jssync.kv.keyvalue.KeyNotFoundError``). This module imports nothing from
 jssync at run time. Everything a user can catch derives from :class:`Error`
 (``A > B``: B derives from A)::
@@ -62,11 +64,7 @@ import contextlib
 import json
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # annotations only: this module imports nothing from jssync at run time
-    from ..jetstream.replies import StoredMsg
-    from ..kv.keyvalue import Entry
+from typing import Any
 
 
 class Error(Exception):
@@ -553,172 +551,6 @@ class InvalidJSAckError(JetStreamError):
     """A message's reply subject starts with ``$JS.ACK`` but is not a valid JSAck."""
 
 
-# -- key-value store (jssync.kv.keyvalue) --------------------------------------------------------------
-
-
-class KeyValueError(JetStreamError):
-    """Base class of key-value store errors."""
-
-
-class InvalidBucketNameError(KeyValueError, ValidationError):
-    """A bucket name is not valid (letters, digits, ``-`` and ``_`` only)."""
-
-
-class InvalidKeyError(KeyValueError, ValidationError):
-    """A key (or key filter) is not valid."""
-
-
-class InvalidValueError(KeyValueError, ValidationError):
-    """A value the bucket's value codec cannot encode (nothing was sent)."""
-
-
-class KeyValueDecodeError(KeyValueError):
-    """A key or value read from the bucket that its key or value codec cannot decode.
-
-    Attributes:
-        raw: the key (str) or value (bytes) as stored.
-    """
-
-    def __init__(self, description: str, raw: str | bytes = b"") -> None:
-        super().__init__(description)
-        self.raw = raw
-
-
-class KeyHistoryTooLargeError(KeyValueError, ValidationError):
-    """``history`` is over the limit of 64 values per key."""
-
-
-class BucketNotFoundError(KeyValueError, StreamNotFoundError):
-    """The bucket (its ``KV_<bucket>`` stream) does not exist."""
-
-
-class BucketExistsError(KeyValueError, StreamNameInUseError):
-    """A bucket of that name exists with a different configuration."""
-
-
-class BadBucketError(KeyValueError):
-    """The stream behind the bucket is not a key-value bucket (no per-subject history limit)."""
-
-
-class KeyNotFoundError(KeyValueError, NotFoundError):
-    """The key has no value (never set, or its history was removed)."""
-
-    def __init__(self, description: str = "key not found", *, code: int | None = 404,
-                 err_code: int | None = None) -> None:
-        NotFoundError.__init__(self, code, err_code, description)
-
-
-class KeyDeletedError(KeyNotFoundError):
-    """The key's latest value is a delete or purge marker.
-
-    Attributes:
-        entry: the marker :class:`Entry` (its ``revision`` can be passed to ``update``).
-        op: the marker's operation (``KeyValueOp.DEL`` or ``KeyValueOp.PURGE``).
-    """
-
-    def __init__(self, entry: Entry, description: str = "key was deleted") -> None:
-        super().__init__(description)
-        self.entry = entry
-        self.op = entry.operation
-
-
-class KeyWrongLastSequenceError(KeyValueError, WrongLastSequenceError):
-    """An update (or create, or conditional delete) found another latest revision."""
-
-    def __init__(self, description: str = "wrong last sequence", *, code: int | None = 400,
-                 err_code: int | None = 10071) -> None:
-        WrongLastSequenceError.__init__(self, code, err_code, description)
-
-
-class KeyExistsError(KeyWrongLastSequenceError):
-    """``create`` found the key already holding a value."""
-
-
-# -- object store (jssync.objectstore.objectstore) --------------------------------------------------------
-
-
-class ObjectStoreError(JetStreamError):
-    """Base class of object store errors."""
-
-
-class ObjectNotFoundError(ObjectStoreError, NotFoundError):
-    """No such object (or it was deleted)."""
-
-    def __init__(self, description: str = "object not found") -> None:
-        NotFoundError.__init__(self, 404, None, description)
-
-
-class BadObjectMetaError(ObjectStoreError, ValidationError):
-    """Invalid object name or metadata, or a link used where it is not allowed."""
-
-
-class ObjectAlreadyExistsError(ObjectStoreError):
-    """An object of that name exists (renaming or linking onto it is refused)."""
-
-
-class DigestMismatchError(ObjectStoreError):
-    """The bytes read do not match the object's size, chunk count or SHA-256 digest."""
-
-
-class ObjectChangedError(ObjectStoreError):
-    """The object was replaced while it was being read and could not be read again.
-
-    :meth:`ObjectStore.get` starts over on the new version by itself; this is raised when
-    it cannot: bytes of the old version were already written into a ``writeinto`` file
-    object that cannot seek back, or the object changed too many times in a row.
-    Reading it again gives the current version.
-    """
-
-
-class _Changed(Exception):
-    """Inside :meth:`ObjectStore.get`: the version being read is no longer the current one."""
-
-    def __init__(self, found: tuple[dict[str, Any], StoredMsg] | None, written: int) -> None:
-        super().__init__("changed")
-        self.found = found
-        self.written = written
-
-
-# -- Liftbridge (jssync.liftbridge) ------------------------------------------------------------
-
-
-class StreamExistsError(StreamNameInUseError):
-    """A Liftbridge stream (or one of its partition streams) of that name already exists.
-
-    The Liftbridge ``ErrStreamExists``. A :class:`jssync.StreamNameInUseError` (an
-    :class:`jssync.APIError`: ``.code``, ``.err_code``, ``.description``).
-    """
-
-
-class NoSuchPartitionError(StreamNotFoundError):
-    """The Liftbridge stream, or the partition of it, does not exist.
-
-    The Liftbridge ``ErrNoSuchPartition`` (also raised where Liftbridge says
-    ``ErrNoSuchStream``). A :class:`jssync.StreamNotFoundError`.
-    """
-
-
-class LiftbridgeNotSupportedError(NotSupportedError):
-    """A Liftbridge option that has no faithful JetStream mapping (e.g. ``group``).
-
-    A :class:`jssync.NotSupportedError`.
-    """
-
-
-
-
-class InvalidAckError(ValidationError):
-    """The data given to :func:`unmarshal_ack` is not a JetStream PubAck."""
-
-
-# Shown as members of jssync.liftbridge (jssync/__init__.py shows the ones jssync exports as
-# jssync's). Liftbridge's NotSupportedError is named so there; this module has its own.
-LiftbridgeNotSupportedError.__name__ = LiftbridgeNotSupportedError.__qualname__ = "NotSupportedError"
-for _cls in (StreamExistsError, NoSuchPartitionError, LiftbridgeNotSupportedError, InvalidAckError):
-    _cls.__module__ = "jssync.liftbridge"
-del _cls
-
-
 # -- ack subjects (jssync.base.jsack) --------------------------------------------------------------
 
 
@@ -750,29 +582,6 @@ class ServiceError(Error):
 ServiceError.__module__ = "jssync.micro"  # its public home
 
 
-# -- Spark (jssync.spark) ----------------------------------------------------------------------
-
-
-class SparkWriteError(JetStreamError):
-    """A row could not be published by the ``jetstream`` sink; the Spark task fails with it.
-
-    The message names the partition, the row, the subject and the cause (the PubAck
-    error, a timeout waiting for PubAcks, a bad subject...).
-    """
-
-
-class DataLossError(JetStreamError):
-    """Messages of a planned read range were removed before a task read them (``failOnDataLoss``).
-
-    The message names the stream and the sequences: they were at or after the stream's
-    first sequence when the range was planned (or when the micro-batch started), and below
-    it when the task began to read (removed by the stream's limits, a purge or their age).
-    """
-
-
-SparkWriteError.__module__ = DataLossError.__module__ = "jssync.spark"  # their public home
-
-
 # -- test servers (jssync.server) --------------------------------------------------------------
 
 
@@ -781,17 +590,6 @@ class ServerError(RuntimeError):
 
 
 ServerError.__module__ = "jssync.server"  # its public home
-
-
-# -- internal: Liftbridge subscriptions --------------------------------------------------------
-
-
-class _Terminal(Exception):
-    """Internal: carries the error that ends a subscription."""
-
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(str(exc))
-        self.exc = exc
 
 
 # -- internal: connection ----------------------------------------------------------------------

@@ -38,10 +38,11 @@ def parse_server_time(text: str) -> _dt.datetime:
         raise ValidationError(f"bad time {text!r}: not a string")
     s = text.strip()
     m = _TIME.fullmatch(s)
+    bad = ValidationError(f"bad time {text!r}: not an RFC 3339 time such as 2024-05-01T12:00:00Z")
+    if m is None and "." in s and not re.search(r"\.\d", s):
+        raise bad  # a fraction without digits (fromisoformat takes it)
     try:
         if m is None:
-            if "." in s and not re.search(r"\.\d", s):
-                raise ValueError(s)  # a fraction without digits (fromisoformat takes it)
             when = _dt.datetime.fromisoformat(s)
         else:
             y, mo, d, h, mi, sec, frac, z, sign, oh, om = m.groups()
@@ -52,7 +53,7 @@ def parse_server_time(text: str) -> _dt.datetime:
             when = _dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec),
                                 int((frac or "0")[:6].ljust(6, "0")), tzinfo=tz)
     except ValueError:
-        raise ValidationError(f"bad time {text!r}: not an RFC 3339 time such as 2024-05-01T12:00:00Z") from None
+        raise bad from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.UTC)
     return when.astimezone(_dt.UTC)

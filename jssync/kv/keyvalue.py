@@ -33,20 +33,7 @@ from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ..base.durations import seconds
 from ..base.errors import (
     APIError,
-    BadBucketError,
-    BucketExistsError,
-    BucketNotFoundError,
     Error,
-    InvalidBucketNameError,
-    InvalidKeyError,
-    InvalidValueError,
-    KeyDeletedError,
-    KeyExistsError,
-    KeyHistoryTooLargeError,
-    KeyNotFoundError,
-    KeyValueDecodeError,
-    KeyValueError,
-    KeyWrongLastSequenceError,
     MessageNotFoundError,
     NoRespondersError,
     RequestTimeoutError,
@@ -67,6 +54,21 @@ from ..jetstream.direct import _no_responders, parse_timestamp, status_error
 from ..jetstream.features import require
 from ..jetstream.params import check_options, normalize_config
 from ..jetstream.streams import Stream
+from .errors import (
+    BadBucketError,
+    BucketExistsError,
+    BucketNotFoundError,
+    InvalidBucketNameError,
+    InvalidKeyError,
+    InvalidValueError,
+    KeyDeletedError,
+    KeyExistsError,
+    KeyHistoryTooLargeError,
+    KeyNotFoundError,
+    KeyValueDecodeError,
+    KeyValueError,
+    KeyWrongLastSequenceError,
+)
 
 if TYPE_CHECKING:
     from ..base.jsack import MsgMetadata

@@ -42,18 +42,14 @@ from ..base.errors import (
     APIError,
     ConnectionClosedError,
     Error,
-    InvalidAckError,
     NoRespondersError,
-    NoSuchPartitionError,
     RequestTimeoutError,
-    StreamExistsError,
     StreamNameInUseError,
     StreamNotFoundError,
     TimeoutError,
     ValidationError,
     worth_retrying,
 )
-from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError
 from ..base.validate import (
     MAX_I64,
     check_int,
@@ -103,6 +99,12 @@ from .codec import (
     unmarshal_message,
     user_headers,
 )
+from .errors import (
+    InvalidAckError,
+    NoSuchPartitionError,
+    StreamExistsError,
+)
+from .errors import LiftbridgeNotSupportedError as NotSupportedError
 from .meta import (
     BrokerInfo,
     Metadata,

@@ -28,10 +28,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..base.errors import BadHeaderError, Error, InvalidAckError, NoRespondersError, ValidationError, check_api_response
-from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError  # noqa: F401 (re-exported)
-from ..base.errors import NoSuchPartitionError as NoSuchPartitionError
-from ..base.errors import StreamExistsError as StreamExistsError
+from ..base.errors import (
+    BadHeaderError,
+    Error,
+    NoRespondersError,
+    ValidationError,
+    check_api_response,
+)
 from ..base.status import NO_RESPONDERS, classify
 from ..base.times import server_time_or_none
 from ..base.validate import (
@@ -40,6 +43,10 @@ from ..base.validate import (
     validate_headers,
     validate_subject,
 )
+from .errors import InvalidAckError
+from .errors import LiftbridgeNotSupportedError as NotSupportedError  # noqa: F401 (re-exported)
+from .errors import NoSuchPartitionError as NoSuchPartitionError
+from .errors import StreamExistsError as StreamExistsError
 
 if TYPE_CHECKING:
     from ..core.msg import Msg

@@ -31,13 +31,11 @@ from ..base.errors import (
     APIError,
     ConnectionClosedError,
     Error,
-    NoSuchPartitionError,
     PermissionDeniedError,
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
     ValidationError,
-    _Terminal,
     worth_retrying,
 )
 from ..base.status import PushAction, classify, decide_push
@@ -46,6 +44,7 @@ from ..core.workers import SerialLane
 from ..jetstream.consume.gaps import DELIVER, SKIP, GapTracker, Reset
 from ..jetstream.consume.heartbeat import HeartbeatMonitor
 from .codec import Message, StartPosition, message_from, public
+from .errors import NoSuchPartitionError, _Terminal
 
 if TYPE_CHECKING:
     from ..core.msg import Msg

@@ -51,14 +51,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..base.errors import (
     ConnectionClosedError,
-    DataLossError,
     JetStreamError,
     MessageNotFoundError,
-    SparkWriteError,
     TimeoutError,
     ValidationError,
 )
 from ..base.times import parse_server_time
+from .errors import DataLossError, SparkWriteError
 
 try:
     import pyspark
