@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack, overload
 
 from nats.js import api
 
+from ..base.cpython import LeanFuture
 from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ..base.errors import (
     APIError,
@@ -1216,108 +1217,25 @@ def _check_retry(attempts: Any, wait: Any) -> None:
 
 #: A resend needs at least this long before the publish's deadline for its reply to arrive.
 _RESEND_MARGIN = 0.05
-_RUNNING = concurrent.futures._base.RUNNING
-_FINISHED = concurrent.futures._base.FINISHED
-_DONE_STATES = frozenset((_FINISHED, concurrent.futures._base.CANCELLED,
-                          concurrent.futures._base.CANCELLED_AND_NOTIFIED))
 
 
-
-class _PubAckFuture(concurrent.futures.Future["PubAck"]):
+class _PubAckFuture(LeanFuture["PubAck"]):
     """The Future of a publish_async: its done-callbacks never run on the I/O thread.
 
     The PubAck is handled on the connection's I/O thread, where a plain Future would run
     the callbacks; a slow or blocking callback there would stall the whole connection
     (and a blocking jssync call in it would fail). Here a callback that would run on the
     I/O thread runs on the worker pool instead; elsewhere (a callback added to a Future
-    that is already done, or completed by ``close()``) it runs at once, as usual.
+    that is already done, or completed by ``close()``) it runs at once, as usual. The
+    Futures of one publisher share a Condition (see :class:`jssync.base.cpython.LeanFuture`).
     """
 
     def __init__(self, conn: Connection, condition: threading.Condition) -> None:
-        # What Future.__init__ sets, but with a Condition shared by the publisher's Futures
-        # (a Condition plus an RLock per publish is a measurable share of publish_async) and
-        # already RUNNING: the message is on its way, so it cannot be cancelled. Any Future
-        # completing notifies the shared Condition, and the stock result()/exception() wait
-        # on it only once, so they are overridden below to wait until *this* one is done.
-        self._condition = condition
-        self._state = _RUNNING
-        self._result = None
-        self._exception = None
-        # the two lists of a Future are made when first used (see _waiters): thousands of
-        # Futures in flight, each with two empty lists, kept the cyclic GC busy
-        self._w: list[Any] | None = None
-        self._cb: list[Any] | None = None
+        super().__init__(condition)
         self._conn = conn
 
-    @property
-    def _waiters(self) -> list[Any]:
-        # what concurrent.futures.wait()/as_completed() register with; made on first use
-        w = self._w
-        if w is None:
-            w = self._w = []
-        return w
-
-    @_waiters.setter
-    def _waiters(self, value: list[Any]) -> None:
-        self._w = value
-
-    @property
-    def _done_callbacks(self) -> list[Any]:
-        cb = self._cb
-        if cb is None:
-            cb = self._cb = []
-        return cb
-
-    @_done_callbacks.setter
-    def _done_callbacks(self, value: list[Any]) -> None:
-        self._cb = value
-
-    def _wait_done(self, timeout: float | None) -> None:
-        # until done or ``timeout``, in 0.1 s slices (Ctrl-C gets through); spurious
-        # wake-ups from the other Futures of the shared Condition just loop
-        if self._state == _FINISHED:
-            return
-        deadline = Deadline(None if timeout is None else max(0.0, timeout))
-        with self._condition:
-            while self._state not in _DONE_STATES:
-                if deadline.expired():
-                    return
-                self._condition.wait(deadline.slice())
-
-    def result(self, timeout: float | None = None) -> PubAck:
-        """The PubAck; blocks up to ``timeout`` seconds (None: until it arrives).
-
-        Raises:
-            concurrent.futures.TimeoutError: not done within ``timeout``.
-            The publish's error (jssync.TimeoutError, jssync.NoRespondersError, an APIError...).
-        """
-        self._wait_done(timeout)
-        return super().result(0)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The publish's error, or None; blocks up to ``timeout`` seconds like :meth:`result`."""
-        self._wait_done(timeout)
-        return super().exception(0)
-
-    def set_result(self, result: PubAck) -> None:
-        """As ``Future.set_result`` (on the I/O thread, once per PubAck), with less overhead.
-
-        The same lock and the same steps, but the shared Condition is notified only when
-        a thread waits on it, and the callbacks are looked at only when there are some.
-        """
-        cond = self._condition
-        with cond._lock:  # type: ignore[attr-defined]  # the Condition's own lock
-            if self._state in _DONE_STATES:
-                raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
-            self._result = result
-            self._state = _FINISHED
-            if self._w:
-                for waiter in self._w:
-                    waiter.add_result(self)
-            if cond._waiters:  # type: ignore[attr-defined]
-                cond.notify_all()
-        if self._cb:
-            self._invoke_callbacks()  # type: ignore[attr-defined]
+    def new_deadline(self, timeout: float | None) -> Deadline:
+        return Deadline(timeout)
 
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[PubAck]], object]) -> None:
         conn = self._conn
