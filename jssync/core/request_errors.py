@@ -52,9 +52,9 @@ def no_responders(subject: str, message: str | None = None) -> NoRespondersError
 def cancelled(conn: Connection, subject: str, why: str | None = None) -> RequestCancelledError:
     """The connection closed (or drained) while the request on ``subject`` waited."""
     reason = cancel_reason(conn)
-    text = why or ("the connection was drained" if reason == "drained" else "the connection closed")
-    return RequestCancelledError(f"request on {subject!r} cancelled: {text} while it waited for the reply",
-                                 subject=subject, reason=reason)
+    text = why or (f"the connection {'was drained' if reason == 'drained' else 'closed'} while it waited for "
+                   "the reply")
+    return RequestCancelledError(f"request on {subject!r} cancelled: {text}", subject=subject, reason=reason)
 
 
 def jetstream_unavailable(conn: Connection, subject: str) -> ServiceUnavailableError:

@@ -44,7 +44,7 @@ from ..base.validate import (
 )
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
-from ..core.request_errors import jetstream_unavailable, no_responders
+from ..core.request_errors import cancelled, jetstream_unavailable, no_responders
 from . import priority as _priority
 from .hooks import HOOKS
 from .params import (  # (names of the context too: validate_name, HDR_*, _consumer_config)
@@ -1461,9 +1461,11 @@ class _AsyncPublisher:
             conn.internal.replies.pop(t, None)
             self._retries.pop(t, None)
             if item is not None:
-                _resolve(item[0], None, TimeoutError(
-                    "no PubAck within the publish timeout (a stream with no_ack never sends one: "
-                    "publish to it with publish(..., ack=False))"))
+                state = conn.internal.link_state()
+                _resolve(item[0], None, RequestTimeoutError(
+                    f"no PubAck for the publish on {item[2]!r} within the publish timeout"
+                    + (f": {state}" if state else " (a stream with no_ack never sends one: "
+                       "publish to it with publish(..., ack=False))"), subject=item[2], disconnected=state is not None))
         if expired:
             self._wake_all()
         with self._lock:
@@ -1495,7 +1497,8 @@ class _AsyncPublisher:
             item = self._inflight.pop(t, None)
             conn.internal.replies.pop(t, None)
             if item is not None:
-                _resolve(item[0], None, ConnectionClosedError(f"the connection closed before the PubAck arrived{why}"))
+                _resolve(item[0], None, cancelled(conn, item[2],
+                                                  f"the connection closed before the PubAck arrived{why}"))
         self._wake_all()
 
     def _wake_all(self) -> None:

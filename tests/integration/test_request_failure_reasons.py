@@ -214,3 +214,22 @@ def test_kv_and_object_store_get_on_a_missing_bucket_keep_their_errors(js, uniqu
     with pytest.raises(jssync.BucketNotFoundError) as ei:
         js.key_value(f"nokv{unique}")
     assert ei.value.retriable is False
+
+
+def test_publish_async_futures_say_why(nats_server, unique):
+    subj = f"why.pa.{unique}"
+    nc = jssync.connect(nats_server.url)
+    try:
+        _silent(nc, subj)
+        js = nc.jetstream()
+        timed = js.publish_async(subj, b"x", timeout=0.3)
+        exc = timed.exception(timeout=5 * FACTOR)
+        assert isinstance(exc, jssync.RequestTimeoutError) and exc.subject == subj, repr(exc)
+        assert not exc.retriable and not exc.disconnected
+        waiting = js.publish_async(subj, b"y", timeout=30.0)
+        nc.close()
+        exc = waiting.exception(timeout=5 * FACTOR)
+    finally:
+        nc.close()
+    assert isinstance(exc, jssync.RequestCancelledError) and isinstance(exc, jssync.ConnectionClosedError), repr(exc)
+    assert exc.reason == "closed" and exc.subject == subj
