@@ -31,36 +31,32 @@ from .base.errors import (
     ConnectionClosedError,
     ConsumerDeletedError,
     ConsumerExistsError,
-    ConsumerGroupChangedError,
-    ConsumerGroupConfigError,
-    ConsumerGroupError,
-    ConsumerGroupNotFoundError,
     ConsumerIsPushBasedError,
     ConsumerNotFoundError,
     DirectGetNotAllowedError,
     Error,
     FastPublishGapError,
     ForkError,
-    InvalidAckError,
     JetStreamAPIError,
     JetStreamError,
+    JetStreamNotEnabledError,
     MaxPayloadError,
     MessageNotFoundError,
     NoAckStreamError,
     NoHeartbeatError,
     NoRespondersError,
     NoServersError,
-    NoSuchPartitionError,
-    NotAMemberError,
     NotFoundError,
     NotJSMessageError,
     NotSupportedError,
     PermissionDeniedError,
     PullRequestError,
     ReconnectBufferExceededError,
+    RequestCancelledError,
+    RequestError,
+    RequestTimeoutError,
     ServiceUnavailableError,
     SlowConsumerError,
-    StreamExistsError,
     StreamNameInUseError,
     StreamNotFoundError,
     StreamNotMatchError,
@@ -71,6 +67,7 @@ from .base.errors import (
     ValidationError,
     WrongLastMsgIdError,
     WrongLastSequenceError,
+    retriable,
 )
 from .base.jsack import MsgMetadata, SequencePair
 from .core.connection import Connection, connect
@@ -136,6 +133,11 @@ from .kv.keyvalue import (
     KeyWatcher,
     KeyWrongLastSequenceError,
 )
+from .liftbridge.errors import (
+    InvalidAckError,
+    NoSuchPartitionError,
+    StreamExistsError,
+)
 from .objectstore.objectstore import (
     BadObjectMetaError,
     DigestMismatchError,
@@ -147,6 +149,13 @@ from .objectstore.objectstore import (
     ObjectStoreError,
     ObjectStoreStatus,
     ObjectWatcher,
+)
+from .pcgroups.errors import (
+    ConsumerGroupChangedError,
+    ConsumerGroupConfigError,
+    ConsumerGroupError,
+    ConsumerGroupNotFoundError,
+    NotAMemberError,
 )
 
 __version__ = "0.1.0"
@@ -214,6 +223,7 @@ __all__ = [
     "JetStream",
     "JetStreamAPIError",
     "JetStreamError",
+    "JetStreamNotEnabledError",
     "JetStreamSubscription",
     "KeyChainCodec",
     "KeyCodec",
@@ -267,7 +277,10 @@ __all__ = [
     "QueueGroupOptionError",
     "ReconnectBufferExceededError",
     "ReplayPolicy",
+    "RequestCancelledError",
+    "RequestError",
     "RequestMany",
+    "RequestTimeoutError",
     "RetentionPolicy",
     "SequencePair",
     "ServiceUnavailableError",
@@ -298,6 +311,7 @@ __all__ = [
     "__version__",
     "connect",
     "micro",
+    "retriable",
 ]
 
 

@@ -1498,16 +1498,13 @@ def _obj_ls(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 def _obj_time(mtime: Any) -> str:
     """An object's RFC 3339 modification time, in local time to the second (as given when unreadable)."""
-    import datetime as _dt
+    from .base.times import server_time_or_none
 
     if not mtime:
         return "-"
     text = str(mtime)
-    try:
-        head, _, frac = text.partition(".")
-        tail = frac.lstrip("0123456789") if frac else ""
-        when = _dt.datetime.fromisoformat((head + tail).replace("Z", "+00:00"))
-    except ValueError:
+    when = server_time_or_none(text)
+    if when is None:
         return text
     return when.astimezone().isoformat(timespec="seconds")
 

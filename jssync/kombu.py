@@ -59,13 +59,10 @@ from nats.js import api
 
 from .base.errors import (
     APIError,
-    BucketExistsError,
-    BucketNotFoundError,
     ConnectionClosedError,
     ConsumerDeletedError,
     ConsumerNotFoundError,
     Error,
-    KeyValueError,
     NoRespondersError,
     NoServersError,
     ReconnectBufferExceededError,
@@ -79,6 +76,11 @@ from .core.connection import Connection, connect
 from .core.msg import Msg
 from .jetstream.consumers import Consumer
 from .jetstream.context import JetStream
+from .kv.errors import (
+    BucketExistsError,
+    BucketNotFoundError,
+    KeyValueError,
+)
 from .kv.keyvalue import KeyValue, KeyValueOp
 
 __all__ = ["Channel", "QoS", "Transport"]

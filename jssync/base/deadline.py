@@ -11,6 +11,7 @@ import time
 from queue import Empty, SimpleQueue
 from typing import Any, Final
 
+from .cpython import cancel_requested
 from .errors import TimeoutError, ValidationError
 
 #: The longest a blocking wait sleeps before it looks again (so Ctrl-C gets through).
@@ -111,8 +112,7 @@ class Deadline:
             self._task = task
             if task is not None:
                 self._cancels = task.cancelling()
-        if task is not None and (task.cancelling() > self._cancels
-                                 or getattr(task, "_must_cancel", False)):
+        if task is not None and cancel_requested(task, self._cancels):
             raise asyncio.CancelledError("cancelled (Ctrl-C?) during a blocking jssync call")
         rem = self.remaining()
         return limit if rem is None else min(limit, rem)

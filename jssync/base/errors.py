@@ -1,20 +1,24 @@
 """The jssync exception tree and the one place where nats-py errors are translated.
 
-Every exception class of jssync is defined here and nowhere else (tests/unit/base/test_errors.py
-checks it); the modules that raise them import them from here (and still offer them under
+The core tree is defined here; each feature layer defines its own errors, under this tree, in
+its ``errors.py`` (jssync/kv/errors.py, jssync/objectstore/errors.py, jssync/liftbridge/errors.py,
+jssync/spark/errors.py, jssync/pcgroups/errors.py); no other module defines an exception (tests/unit/base/test_errors.py
+checks it). The modules that raise them import them from there (and still offer them under
 their old names, e.g. ``jssync.kv.keyvalue.KeyNotFoundError``). This module imports nothing from
 jssync at run time. Everything a user can catch derives from :class:`Error`
 (``A > B``: B derives from A)::
 
-    Error
-    ├── TimeoutError (also builtins.TimeoutError)
+    Error (.retriable, decided by retriable())
+    ├── TimeoutError (also builtins.TimeoutError) > RequestTimeoutError
+    ├── RequestError (.reason, .subject: why a request failed) > RequestTimeoutError (.disconnected),
+    │       RequestCancelledError (closed / drained), NoRespondersError, APIError
     ├── ValidationError (also ValueError: a bad argument; nothing was sent)
     │   ├── BadSubjectError, BadHeaderError, MaxPayloadError
     │   ├── NotSupportedError > jssync.liftbridge.NotSupportedError
     │   ├── InvalidAckError (Liftbridge)
     │   └── also: InvalidBucketNameError, InvalidKeyError, InvalidValueError, KeyHistoryTooLargeError,
     │       BadObjectMetaError, QueueGroupOptionError (each also under its family below)
-    ├── ForkError, ConnectionClosedError, NoServersError, ReconnectBufferExceededError
+    ├── ForkError, ConnectionClosedError > RequestCancelledError, NoServersError, ReconnectBufferExceededError
     ├── AuthorizationError, PermissionDeniedError (.operation, .subject)
     ├── NoRespondersError, SlowConsumerError (.subject, .dropped), SubscriptionClosedError
     ├── jssync.micro.ServiceError (.code, .description, .data)
@@ -30,7 +34,7 @@ jssync at run time. Everything a user can catch derives from :class:`Error`
         │   ├── ConsumerExistsError (10148)
         │   ├── WrongLastSequenceError (10071) > KeyWrongLastSequenceError > KeyExistsError
         │   ├── WrongLastMsgIdError (10070), StreamNotMatchError (10060)
-        │   ├── ServiceUnavailableError (503)
+        │   ├── ServiceUnavailableError (503) > JetStreamNotEnabledError (10039, 10076)
         │   └── BadRequestError, TooManySubjectsError (Direct Get), PullRequestError
         ├── ConsumerDeletedError, ConsumerIsPushBasedError, DirectGetNotAllowedError
         ├── NoHeartbeatError > HeartbeatAlarmError
@@ -63,19 +67,77 @@ import contextlib
 import json
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # annotations only: this module imports nothing from jssync at run time
-    from ..jetstream.replies import StoredMsg
-    from ..kv.keyvalue import Entry
+from typing import Any
 
 
 class Error(Exception):
-    """Base class of every exception jssync raises on purpose."""
+    """Base class of every exception jssync raises on purpose.
+
+    ``.retriable`` says whether sending the same (idempotent) request again may succeed:
+    :func:`retriable` decides it, for every class, in one place.
+    """
+
+    @property
+    def retriable(self) -> bool:
+        """True when the failure is transient (see :func:`jssync.retriable`)."""
+        return retriable(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled as its class, its args and its attributes, without calling __init__ (whose
+        # signature differs by class: APIError(code, err_code, description), KeyDeletedError(entry))
+        return (_rebuild, (type(self), self.args), self.__dict__ or None)
+
+
+def _rebuild(cls: type[Error], args: tuple[Any, ...]) -> Error:
+    """Unpickle an :class:`Error`: ``cls`` with ``args``; pickle then restores its attributes."""
+    exc = cls.__new__(cls)
+    exc.args = args
+    return exc
+
+
+class RequestError(Error):
+    """A request failed, and why: the base of the request failures below.
+
+    Raised by ``Connection.request``, ``request_many``, every JetStream API call (stream and
+    consumer management, KV, object store) and ``JetStream.publish`` waiting for its PubAck.
+    Each failure is also the error it was before this class existed (a timeout is still a
+    :class:`jssync.TimeoutError` and a builtin :class:`TimeoutError`; a close is still a
+    :class:`ConnectionClosedError`), so existing ``except`` clauses keep working.
+
+    Attributes:
+        reason: why, one of ``"timeout"``, ``"no_responders"``, ``"closed"``, ``"drained"``,
+            ``"not_enabled"``, ``"server_error"``.
+        subject: the subject the request was sent to, when known, else None.
+        retriable: whether the same request may succeed when sent again (see each class).
+    """
+
+    reason: str = "error"
+    subject: str | None = None
 
 
 class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001
     """A blocking call ran out of time. Also a builtin :class:`TimeoutError`."""
+
+
+class RequestTimeoutError(RequestError, TimeoutError):
+    """No reply came within the request's timeout (``reason == "timeout"``). Not retriable.
+
+    The request may have been carried out (only the reply is missing), so whether to send
+    it again is the caller's decision. A :class:`jssync.TimeoutError` (and a builtin one).
+
+    Attributes:
+        disconnected: True when the connection was not connected when the time ran out
+            (the server restarted or the link is down: the request or its reply may have
+            been lost, and the message says to which server it is reconnecting).
+    """
+
+    reason = "timeout"
+
+    def __init__(self, message: str = "the request timed out", *, subject: str | None = None,
+                 disconnected: bool = False) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.disconnected = disconnected
 
 
 class ValidationError(Error, ValueError):
@@ -95,6 +157,20 @@ class ForkError(Error):
 
 class ConnectionClosedError(Error):
     """The connection is closed (or closing) and cannot be used."""
+
+
+class RequestCancelledError(RequestError, ConnectionClosedError):
+    """The connection was closed (``reason == "closed"``) or drained (``"drained"``) while the
+    request waited for its reply. Not retriable on this connection.
+
+    Also a :class:`ConnectionClosedError`. Whether the request was carried out is unknown.
+    """
+
+    def __init__(self, message: str = "the connection closed while the request waited", *,
+                 subject: str | None = None, reason: str = "closed") -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.reason = reason
 
 
 class NoServersError(Error):
@@ -120,8 +196,18 @@ class PermissionDeniedError(Error):
         self.subject = subject
 
 
-class NoRespondersError(Error):
-    """A request was sent to a subject nobody listens on."""
+class NoRespondersError(RequestError):
+    """A request was sent to a subject nobody listens on (``reason == "no_responders"``).
+
+    Retriable: a responder (a service, a stream's leader) may be there on the next try.
+    """
+
+    reason = "no_responders"
+
+    def __init__(self, message: str = "no responders are available for the request", *,
+                 subject: str | None = None) -> None:
+        super().__init__(message)
+        self.subject = subject
 
 
 class BadSubjectError(ValidationError):
@@ -185,14 +271,19 @@ class NotSupportedError(ValidationError):
         self.server_level = server_level
 
 
-class APIError(JetStreamError):
-    """An error reply of the JetStream API.
+class APIError(JetStreamError, RequestError):
+    """An error reply of the JetStream API (``reason == "server_error"``).
+
+    Retriable when the server says it is transient (503, no leader yet, ...): see
+    :func:`jssync.retriable`.
 
     Attributes:
         code: the status code (e.g. 404, 400, 503).
         err_code: the JetStream error code (e.g. 10059), or None.
         description: the server's text.
     """
+
+    reason = "server_error"
 
     def __init__(self, code: int | None = None, err_code: int | None = None, description: str = "") -> None:
         self.code = code
@@ -256,7 +347,19 @@ class StreamNotMatchError(APIError):
 
 
 class ServiceUnavailableError(APIError):
-    """JetStream is not available (503), e.g. while a leader is elected."""
+    """JetStream is not available (503), e.g. while a leader is elected. Retriable (unless a
+    :class:`JetStreamNotEnabledError`)."""
+
+
+class JetStreamNotEnabledError(ServiceUnavailableError):
+    """JetStream is not enabled on the server or for the account (``reason == "not_enabled"``).
+
+    A JetStream API request had no responders on a server whose INFO says it runs without
+    JetStream, or the server answered 503 with err_code 10039 / 10076. Not retriable.
+    Also a :class:`ServiceUnavailableError`.
+    """
+
+    reason = "not_enabled"
 
 
 class ConsumerDeletedError(JetStreamError):
@@ -292,30 +395,6 @@ class NoAckStreamError(JetStreamError):
         self.stream = stream
         self.subject = subject
         super().__init__(description)
-
-
-# -- partitioned consumer groups (jssync.pcgroups) ----------------------------------------------
-
-
-class ConsumerGroupError(JetStreamError):
-    """Base class of the partitioned consumer group errors (:mod:`jssync.pcgroups`)."""
-
-
-class ConsumerGroupNotFoundError(ConsumerGroupError):
-    """No config for that stream and group in the group bucket (or no bucket at all)."""
-
-
-class NotAMemberError(ConsumerGroupError):
-    """A static group was joined under a member name its config does not list."""
-
-
-class ConsumerGroupChangedError(ConsumerGroupError):
-    """The group's config changed in a way a running member cannot follow (static: any change;
-    elastic: the partitions, filters or buffer limits); the member stopped consuming."""
-
-
-class ConsumerGroupConfigError(ConsumerGroupError, ValidationError):
-    """A consumer group config, given or read from the bucket, is not valid (names what)."""
 
 
 # -- pull requests (jssync.base.status) ------------------------------------------------------------
@@ -494,172 +573,6 @@ class InvalidJSAckError(JetStreamError):
     """A message's reply subject starts with ``$JS.ACK`` but is not a valid JSAck."""
 
 
-# -- key-value store (jssync.kv.keyvalue) --------------------------------------------------------------
-
-
-class KeyValueError(JetStreamError):
-    """Base class of key-value store errors."""
-
-
-class InvalidBucketNameError(KeyValueError, ValidationError):
-    """A bucket name is not valid (letters, digits, ``-`` and ``_`` only)."""
-
-
-class InvalidKeyError(KeyValueError, ValidationError):
-    """A key (or key filter) is not valid."""
-
-
-class InvalidValueError(KeyValueError, ValidationError):
-    """A value the bucket's value codec cannot encode (nothing was sent)."""
-
-
-class KeyValueDecodeError(KeyValueError):
-    """A key or value read from the bucket that its key or value codec cannot decode.
-
-    Attributes:
-        raw: the key (str) or value (bytes) as stored.
-    """
-
-    def __init__(self, description: str, raw: str | bytes = b"") -> None:
-        super().__init__(description)
-        self.raw = raw
-
-
-class KeyHistoryTooLargeError(KeyValueError, ValidationError):
-    """``history`` is over the limit of 64 values per key."""
-
-
-class BucketNotFoundError(KeyValueError, StreamNotFoundError):
-    """The bucket (its ``KV_<bucket>`` stream) does not exist."""
-
-
-class BucketExistsError(KeyValueError, StreamNameInUseError):
-    """A bucket of that name exists with a different configuration."""
-
-
-class BadBucketError(KeyValueError):
-    """The stream behind the bucket is not a key-value bucket (no per-subject history limit)."""
-
-
-class KeyNotFoundError(KeyValueError, NotFoundError):
-    """The key has no value (never set, or its history was removed)."""
-
-    def __init__(self, description: str = "key not found", *, code: int | None = 404,
-                 err_code: int | None = None) -> None:
-        NotFoundError.__init__(self, code, err_code, description)
-
-
-class KeyDeletedError(KeyNotFoundError):
-    """The key's latest value is a delete or purge marker.
-
-    Attributes:
-        entry: the marker :class:`Entry` (its ``revision`` can be passed to ``update``).
-        op: the marker's operation (``KeyValueOp.DEL`` or ``KeyValueOp.PURGE``).
-    """
-
-    def __init__(self, entry: Entry, description: str = "key was deleted") -> None:
-        super().__init__(description)
-        self.entry = entry
-        self.op = entry.operation
-
-
-class KeyWrongLastSequenceError(KeyValueError, WrongLastSequenceError):
-    """An update (or create, or conditional delete) found another latest revision."""
-
-    def __init__(self, description: str = "wrong last sequence", *, code: int | None = 400,
-                 err_code: int | None = 10071) -> None:
-        WrongLastSequenceError.__init__(self, code, err_code, description)
-
-
-class KeyExistsError(KeyWrongLastSequenceError):
-    """``create`` found the key already holding a value."""
-
-
-# -- object store (jssync.objectstore.objectstore) --------------------------------------------------------
-
-
-class ObjectStoreError(JetStreamError):
-    """Base class of object store errors."""
-
-
-class ObjectNotFoundError(ObjectStoreError, NotFoundError):
-    """No such object (or it was deleted)."""
-
-    def __init__(self, description: str = "object not found") -> None:
-        NotFoundError.__init__(self, 404, None, description)
-
-
-class BadObjectMetaError(ObjectStoreError, ValidationError):
-    """Invalid object name or metadata, or a link used where it is not allowed."""
-
-
-class ObjectAlreadyExistsError(ObjectStoreError):
-    """An object of that name exists (renaming or linking onto it is refused)."""
-
-
-class DigestMismatchError(ObjectStoreError):
-    """The bytes read do not match the object's size, chunk count or SHA-256 digest."""
-
-
-class ObjectChangedError(ObjectStoreError):
-    """The object was replaced while it was being read and could not be read again.
-
-    :meth:`ObjectStore.get` starts over on the new version by itself; this is raised when
-    it cannot: bytes of the old version were already written into a ``writeinto`` file
-    object that cannot seek back, or the object changed too many times in a row.
-    Reading it again gives the current version.
-    """
-
-
-class _Changed(Exception):
-    """Inside :meth:`ObjectStore.get`: the version being read is no longer the current one."""
-
-    def __init__(self, found: tuple[dict[str, Any], StoredMsg] | None, written: int) -> None:
-        super().__init__("changed")
-        self.found = found
-        self.written = written
-
-
-# -- Liftbridge (jssync.liftbridge) ------------------------------------------------------------
-
-
-class StreamExistsError(StreamNameInUseError):
-    """A Liftbridge stream (or one of its partition streams) of that name already exists.
-
-    The Liftbridge ``ErrStreamExists``. A :class:`jssync.StreamNameInUseError` (an
-    :class:`jssync.APIError`: ``.code``, ``.err_code``, ``.description``).
-    """
-
-
-class NoSuchPartitionError(StreamNotFoundError):
-    """The Liftbridge stream, or the partition of it, does not exist.
-
-    The Liftbridge ``ErrNoSuchPartition`` (also raised where Liftbridge says
-    ``ErrNoSuchStream``). A :class:`jssync.StreamNotFoundError`.
-    """
-
-
-class LiftbridgeNotSupportedError(NotSupportedError):
-    """A Liftbridge option that has no faithful JetStream mapping (e.g. ``group``).
-
-    A :class:`jssync.NotSupportedError`.
-    """
-
-
-
-
-class InvalidAckError(ValidationError):
-    """The data given to :func:`unmarshal_ack` is not a JetStream PubAck."""
-
-
-# Shown as members of jssync.liftbridge (jssync/__init__.py shows the ones jssync exports as
-# jssync's). Liftbridge's NotSupportedError is named so there; this module has its own.
-LiftbridgeNotSupportedError.__name__ = LiftbridgeNotSupportedError.__qualname__ = "NotSupportedError"
-for _cls in (StreamExistsError, NoSuchPartitionError, LiftbridgeNotSupportedError, InvalidAckError):
-    _cls.__module__ = "jssync.liftbridge"
-del _cls
-
-
 # -- ack subjects (jssync.base.jsack) --------------------------------------------------------------
 
 
@@ -691,29 +604,6 @@ class ServiceError(Error):
 ServiceError.__module__ = "jssync.micro"  # its public home
 
 
-# -- Spark (jssync.spark) ----------------------------------------------------------------------
-
-
-class SparkWriteError(JetStreamError):
-    """A row could not be published by the ``jetstream`` sink; the Spark task fails with it.
-
-    The message names the partition, the row, the subject and the cause (the PubAck
-    error, a timeout waiting for PubAcks, a bad subject...).
-    """
-
-
-class DataLossError(JetStreamError):
-    """Messages of a planned read range were removed before a task read them (``failOnDataLoss``).
-
-    The message names the stream and the sequences: they were at or after the stream's
-    first sequence when the range was planned (or when the micro-batch started), and below
-    it when the task began to read (removed by the stream's limits, a purge or their age).
-    """
-
-
-SparkWriteError.__module__ = DataLossError.__module__ = "jssync.spark"  # their public home
-
-
 # -- test servers (jssync.server) --------------------------------------------------------------
 
 
@@ -722,17 +612,6 @@ class ServerError(RuntimeError):
 
 
 ServerError.__module__ = "jssync.server"  # its public home
-
-
-# -- internal: Liftbridge subscriptions --------------------------------------------------------
-
-
-class _Terminal(Exception):
-    """Internal: carries the error that ends a subscription."""
-
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(str(exc))
-        self.exc = exc
 
 
 # -- internal: connection ----------------------------------------------------------------------
@@ -766,6 +645,8 @@ _BY_ERR_CODE: dict[int, type[APIError]] = {
     10071: WrongLastSequenceError,
     10070: WrongLastMsgIdError,
     10060: StreamNotMatchError,
+    10039: JetStreamNotEnabledError,  # "jetstream not enabled"
+    10076: JetStreamNotEnabledError,  # "jetstream not enabled for account"
 }
 
 
@@ -801,11 +682,13 @@ def retriable(exc: BaseException) -> bool:
     their status code. JetStream answers permanent refusals with 500 too (replicas > 1
     on one server, 10074; insufficient resources, 10028/10047): those are not retriable,
     nor is any other error. A :class:`TimeoutError` is not either: whether a request
-    that may have been carried out can be sent again is the caller's decision.
+    that may have been carried out can be sent again is the caller's decision; nor is a
+    :class:`RequestCancelledError` (the connection is gone) or a :class:`JetStreamNotEnabledError`.
+    Every :class:`Error` says the same as its ``.retriable``.
     """
     if isinstance(exc, NoRespondersError):
         return True
-    if not isinstance(exc, APIError):
+    if not isinstance(exc, APIError) or isinstance(exc, JetStreamNotEnabledError):
         return False
     if exc.err_code in _TRANSIENT_ERR_CODES:
         return True
@@ -813,6 +696,22 @@ def retriable(exc: BaseException) -> bool:
         return exc.err_code not in _PERMANENT_503
     text = exc.description.lower()
     return any(t in text for t in _TRANSIENT_TEXT)
+
+
+def worth_retrying(exc: BaseException, *, timeouts: bool = False) -> bool:
+    """The one decision of jssync's retry loops: may the call that raised ``exc`` be tried again?
+
+    True when :func:`retriable` says so (no responders, a 503, a leader election, ...); with
+    ``timeouts=True`` also for a :class:`TimeoutError` (for idempotent calls whose loop retries
+    what the server may not have seen: a lookup, a consumer create, a Liftbridge publish
+    with its de-duplication id). Never for a closed or drained connection, nor for any
+    other error. Pure.
+    """
+    if isinstance(exc, ConnectionClosedError):
+        return False
+    if timeouts and isinstance(exc, TimeoutError):
+        return True
+    return retriable(exc)
 
 
 #: API subject operations (after STREAM./CONSUMER.) that take two tokens.

@@ -9,6 +9,7 @@ the server reads as Go integers (``seq`` is a uint64, ``batch``, ``max_bytes`` a
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -25,21 +26,76 @@ MAX_U64 = 2**64 - 1
 MAX_I64 = 2**63 - 1
 
 
-def check_int(value: Any, what: str, *, minimum: int = 1, maximum: int = MAX_U64) -> int:
+def check_int(value: Any, what: str, *, minimum: int = 1, maximum: int = MAX_U64, open_ended: bool = False) -> int:
     """Return ``value`` if it is an int from ``minimum`` to ``maximum``; else raise.
 
-    Pure. The one range check for integers sent to the server, which reads them as Go
-    integers: a stream sequence is a uint64 (1 .. 2**64-1, the default range), a batch
-    or byte count an int64 (pass ``maximum=MAX_I64``). Outside that range the server
-    answers only "Malformed Request", naming nothing.
+    Pure. The one check of every integer option of jssync (counts, sequences, limits,
+    priorities, partitions, revisions), and the range check for integers sent to the
+    server, which reads them as Go integers: a stream sequence is a uint64 (1 .. 2**64-1,
+    the default range), a batch or byte count an int64 (pass ``maximum=MAX_I64``). Outside
+    that range the server answers only "Malformed Request", naming nothing.
+    ``open_ended=True`` words the message as ``>= minimum`` (for options whose upper bound
+    is only the wire type's) unless the value is over ``maximum``.
 
     Raises:
         jssync.ValidationError: a bool, not an int, or out of range; the message names
-            ``what``, the allowed range and the value (nothing was sent).
+            ``what`` (the option), the allowed range and the value (nothing was sent).
     """
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise ValidationError(f"{what} must be an int from {minimum} to {maximum}, got {value!r}")
+        raise ValidationError(_int_text(value, what, minimum, maximum, open_ended, ""))
     return value
+
+
+def check_optional_int(value: Any, what: str, *, minimum: int = 1, maximum: int = MAX_U64,
+                       open_ended: bool = False) -> int | None:
+    """:func:`check_int`, with None passed through (an option left unset; the message says so)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ValidationError(_int_text(value, what, minimum, maximum, open_ended, " or None"))
+    return value
+
+
+def _int_text(value: Any, what: str, minimum: int, maximum: int, open_ended: bool, tail: str) -> str:
+    over = isinstance(value, int) and not isinstance(value, bool) and value > maximum
+    bound = f">= {minimum}" if open_ended and not over else f"from {minimum} to {maximum}"
+    return f"{what} must be an int {bound}{tail}, got {value!r}"
+
+
+def check_number(value: Any, what: str, *, above: float | None = 0.0, minimum: float | None = None,
+                 unit: str = "") -> float:
+    """Return ``value`` as a float if it is a finite number (not a bool) over ``above`` (or at
+    least ``minimum``). The one check of plain number options (seconds given as a float:
+    ``max_wait``, ``expires``, ``retry_wait``...). Pure.
+
+    Raises:
+        jssync.ValidationError: naming ``what`` (the option), the bound and the value.
+    """
+    if not _number_ok(value, above, minimum):
+        raise ValidationError(_number_text(value, what, above, minimum, unit, ""))
+    return float(value)
+
+
+def check_optional_number(value: Any, what: str, *, above: float | None = 0.0, minimum: float | None = None,
+                          unit: str = "") -> float | None:
+    """:func:`check_number`, with None passed through (the message says so)."""
+    if value is None:
+        return None
+    if not _number_ok(value, above, minimum):
+        raise ValidationError(_number_text(value, what, above, minimum, unit, " or None"))
+    return float(value)
+
+
+def _number_ok(value: Any, above: float | None, minimum: float | None) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return (above is None or value > above) and (minimum is None or value >= minimum)
+
+
+def _number_text(value: Any, what: str, above: float | None, minimum: float | None, unit: str, tail: str) -> str:
+    bound = f" > {above:g}" if above is not None else f" >= {minimum:g}" if minimum is not None else ""
+    kind = f"a number of {unit}" if unit else "a finite number"
+    return f"{what} must be {kind}{bound}{tail}, got {value!r}"
 
 
 def validate_subject(subject: str, what: str = "subject", wildcards: bool = True) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base.deadline import Deadline
 from ..base.errors import Error, TimeoutError
+from . import request_errors as _why
 from .subscription import Subscription
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ def drain(conn: Connection, timeout: float | None) -> None:
     """``Connection.drain``."""
     if conn._closed or conn._closing:
         return
+    _why.mark_draining(conn)
     deadline = Deadline(timeout)
     with conn._subs_lock:
         subs = list(conn._subs)

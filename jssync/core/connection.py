@@ -359,9 +359,12 @@ class Connection:
 
         Blocks up to ``timeout`` seconds (None: no limit).
 
-        Raises:
-            jssync.TimeoutError: no reply in time.
-            jssync.NoRespondersError: nobody listens on ``subject``.
+        Raises (each says why: ``.reason``, ``.subject``, ``.retriable``):
+            jssync.RequestTimeoutError (a jssync.TimeoutError): no reply in time
+                (``.disconnected``: the connection was down then).
+            jssync.NoRespondersError: nobody listens on ``subject`` (retriable).
+            jssync.RequestCancelledError (a ConnectionClosedError): the connection was
+                closed or drained from another thread while the request waited.
             jssync.PermissionDeniedError: the server refused the publish to ``subject`` or
                 the subscription to the reply inbox (raised as soon as the refusal arrives).
             jssync.ReconnectBufferExceededError: disconnected, and ``reconnect_buffer_size``

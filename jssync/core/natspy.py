@@ -34,7 +34,6 @@ Spark reader's ``headersFormat=array``; without it the dict is used).
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import inspect
 import logging
 import os
@@ -43,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import nats.aio.client
 
-from ..base.errors import ValidationError
+from ..base.times import format_server_time, parse_server_time
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -302,32 +301,10 @@ def current_server_url(nc: Any) -> str | None:
 # ----------------------------------------------------------------------------- times
 
 
-def to_utc_iso(date: _dt.datetime) -> str:
-    """``date`` as RFC 3339 in UTC (a naive datetime counts as UTC), as the server wants it."""
-    date = date.replace(tzinfo=_dt.UTC) if date.tzinfo is None else date.astimezone(_dt.UTC)
-    return date.isoformat().replace("+00:00", "Z").replace(".000000", "")
-
-
-def parse_utc_iso(text: str) -> _dt.datetime:
-    """Parse the server's RFC 3339 time (nanoseconds allowed) into an aware UTC datetime.
-
-    Raises ``ValueError`` for anything else.
-    """
-    s = text.strip()
-    if s.endswith(("Z", "z")):
-        s = s[:-1] + "+00:00"
-    date, dot, rest = s.partition(".")
-    if dot:
-        i = 0
-        while i < len(rest) and rest[i].isdigit():
-            i += 1
-        if i == 0:
-            raise ValidationError(f"bad time {text!r}")
-        s = f"{date}.{rest[:i][:6].ljust(6, '0')}{rest[i:]}"
-    when = _dt.datetime.fromisoformat(s)
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=_dt.UTC)
-    return when.astimezone(_dt.UTC)
+#: ``date`` as RFC 3339 in UTC, as the server wants it (the one formatter: base/times.py).
+to_utc_iso = format_server_time
+#: The server's RFC 3339 time into an aware UTC datetime (the one parser: base/times.py).
+parse_utc_iso = parse_server_time
 
 
 # ----------------------------------------------------------------------------- the pump

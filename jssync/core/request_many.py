@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import math
 import time
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import (
-    NoRespondersError,
     PermissionDeniedError,
     SubscriptionClosedError,
     TimeoutError,
-    ValidationError,
 )
 from ..base.status import is_no_responders
+from ..base.validate import MAX_I64, check_number, check_optional_int, check_optional_number
 from .msg import Msg
+from .request_errors import cancel_reason, no_responders
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -33,13 +32,9 @@ def empty_payload(msg: Msg) -> bool:
 
 
 def _number(value: Any, what: str, *, allow_none: bool) -> float | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value <= 0 \
-            or math.isinf(value):
-        raise ValidationError(f"{what} must be a number of seconds > 0{' or None' if allow_none else ''}, "
-                         f"got {value!r}")
-    return float(value)
+    if allow_none:
+        return check_optional_number(value, what, unit="seconds")
+    return check_number(value, what, unit="seconds")
 
 
 def check_options(max_wait: Any, max_messages: Any, stall: Any,
@@ -47,9 +42,7 @@ def check_options(max_wait: Any, max_messages: Any, stall: Any,
     """Validate request_many's options; raise ``ValueError``/``TypeError`` naming the bad one."""
     wait = _number(max_wait, "max_wait", allow_none=False)
     assert wait is not None
-    if max_messages is not None and (isinstance(max_messages, bool) or not isinstance(max_messages, int)
-                                     or max_messages < 1):
-        raise ValidationError(f"max_messages must be an int >= 1 or None, got {max_messages!r}")
+    check_optional_int(max_messages, "max_messages", maximum=MAX_I64, open_ended=True)
     st = _number(stall, "stall", allow_none=True)
     if st is not None and st >= wait:
         st = None  # ADR-47: a stall of at least the total wait is the same as none
@@ -94,7 +87,8 @@ class RequestMany:
         self._denied = denied
         self._count = 0
         #: Why the iteration ended: ``"max_messages"``, ``"max_wait"``, ``"stall"``,
-        #: ``"sentinel"``, ``"closed"`` (by :meth:`close` or the connection), or None while it runs.
+        #: ``"sentinel"``, ``"closed"`` (by :meth:`close`), ``"connection_closed"`` (the connection
+        #: closed meanwhile), ``"connection_drained"`` (it was drained), or None while it runs.
         self.reason: str | None = None
         finalizer: Any = weakref.finalize(self, _cleanup, conn, sub, watch_keys)
         finalizer.atexit = False  # a property of finalize (typeshed's __slots__ hides it from some mypy versions)
@@ -149,7 +143,7 @@ class RequestMany:
             self._finish(why)
             raise StopIteration from None
         except SubscriptionClosedError:
-            self._finish("closed")
+            self._finish(_ended_by(self._conn))
             if self._denied:
                 err = self._denied[0]
                 subj = self.subject if err.operation == "publish" else self._sub.subject
@@ -166,7 +160,7 @@ class RequestMany:
         hdrs = msg.headers
         if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
             self._finish("no_responders")
-            raise NoRespondersError(f"no responders are available for the request on {self.subject!r}")
+            raise no_responders(self.subject)
         sentinel = self._sentinel
         if sentinel is not None and sentinel(msg):
             self._finish("sentinel")
@@ -175,6 +169,13 @@ class RequestMany:
         if self._max is not None and self._count >= self._max:
             self._finish("max_messages")
         return msg
+
+
+def _ended_by(conn: Connection) -> str:
+    """The reason of an iteration whose inbox subscription ended without :meth:`RequestMany.close`."""
+    if cancel_reason(conn) == "drained":
+        return "connection_drained"
+    return "connection_closed" if conn._closed or conn._closing else "closed"
 
 
 def _cleanup(conn: Connection, sub: Subscription, watch_keys: tuple[int, ...]) -> None:

@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..base.deadline import Deadline
 from ..base.errors import (
-    ConnectionClosedError,
-    NoRespondersError,
     PermissionDeniedError,
     SubscriptionClosedError,
     TimeoutError,
@@ -31,6 +29,7 @@ from ..base.errors import (
 from ..base.status import is_no_responders
 from ..base.validate import _headers_size
 from . import natspy as _natspy
+from . import request_errors as _why
 from . import sockpath as _sockpath
 from .msg import Msg
 
@@ -99,7 +98,7 @@ class Requests:
             finally:
                 if parked is not None:
                     parked.unpark()
-            msg = waiter.wait(deadline, self._conn)
+            msg = waiter.wait(deadline, self._conn, subject)
         finally:
             self.replies.pop(token, None)
             self._watches.pop(wkey, None)
@@ -109,12 +108,10 @@ class Requests:
                     f"permission denied: the server refused the request's publish to {subject!r}",
                     operation="publish", subject=subject,
                 ) from waiter.exc
-            state = self._conn._link_state()
-            raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s"
-                               + (f": {state}" if state else ""))
+            raise _why.timed_out(subject, timeout, self._conn._link_state())
         hdrs = msg.headers
         if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
-            raise NoRespondersError(f"no responders are available for the request on {subject!r}")
+            raise _why.no_responders(subject)
         return msg
 
     def watch_for_reply(self, waiter: _Waiter, token: str, deadline: Deadline) -> None:
@@ -171,7 +168,7 @@ class Requests:
                         operation=err.operation, subject=subject if err.operation == "publish" else inbox,
                     ) from err
                 if timed_out:
-                    raise TimeoutError(f"no reply to request on {subject!r} within {timeout}s")
+                    raise _why.timed_out(subject, timeout, self._conn._link_state())
             finally:
                 sub.unsubscribe()
         finally:
@@ -179,7 +176,7 @@ class Requests:
                 self._watches.pop(k, None)
         hdrs = msg.headers
         if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
-            raise NoRespondersError(f"no responders are available for the request on {subject!r}")
+            raise _why.no_responders(subject)
         return msg
 
     def start_mux(self, deadline: Deadline) -> str:
@@ -263,7 +260,7 @@ class _Waiter:
         if fd >= 0:
             _sockpath.wake(fd)
 
-    def wait(self, deadline: Deadline, conn: Connection) -> Msg | None:
+    def wait(self, deadline: Deadline, conn: Connection, subject: str) -> Msg | None:
         lock = self._lock
         while True:
             if lock.acquire(timeout=deadline.slice()):
@@ -271,6 +268,6 @@ class _Waiter:
             if deadline.expired():
                 return None
             if conn._closed_error is not None:
-                raise conn._closed_exc()
+                raise _why.cancelled(conn, subject, str(conn._closed_error))
             if conn._closed:
-                raise ConnectionClosedError("the connection closed while waiting for a reply")
+                raise _why.cancelled(conn, subject)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack, overload
 
 from nats.js import api
 
+from ..base.cpython import LeanFuture
 from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ..base.errors import (
     APIError,
@@ -25,17 +26,26 @@ from ..base.errors import (
     NoRespondersError,
     NotFoundError,
     ReconnectBufferExceededError,
-    ServiceUnavailableError,
+    RequestTimeoutError,
     TimeoutError,
     ValidationError,
     check_api_response,
     name_missing,
+    worth_retrying,
 )
 from ..base.status import is_no_responders
-from ..base.validate import _check_data, _headers_size, check_int, validate_headers, validate_subject
+from ..base.validate import (
+    _check_data,
+    _headers_size,
+    check_int,
+    check_number,
+    validate_headers,
+    validate_subject,
+)
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
 from ..core.hooks import HOOKS as _CORE
+from ..core.request_errors import cancelled, jetstream_unavailable, no_responders
 from . import priority as _priority
 from .hooks import HOOKS
 from .params import (  # (names of the context too: validate_name, HDR_*, _consumer_config)
@@ -194,8 +204,11 @@ class JetStream:
         Raises:
             jssync.NotSupportedError: with ``feature``, the server refused it for its level (10185).
             jssync.APIError (and subclasses): the server answered with an error.
-            jssync.ServiceUnavailableError: no JetStream answered (not enabled, or no leader).
-            jssync.TimeoutError.
+            jssync.ServiceUnavailableError: no JetStream answered (no leader, restarting; retriable),
+                jssync.JetStreamNotEnabledError (a ServiceUnavailableError): the server runs
+                without JetStream (not retriable).
+            jssync.RequestTimeoutError (a jssync.TimeoutError): no reply in time.
+            jssync.RequestCancelledError (a ConnectionClosedError): closed or drained meanwhile.
         """
         if payload is None:
             data = b""
@@ -208,9 +221,7 @@ class JetStream:
         try:
             msg = self.conn.internal.request(subject, data, headers, resolve_timeout(timeout, self.timeout))
         except NoRespondersError as exc:
-            raise ServiceUnavailableError(
-                503, None, f"JetStream is not available on this account/server (no responders on {subject})"
-            ) from exc
+            raise jetstream_unavailable(self.conn, subject) from exc
         try:
             return check_api_response(msg.data)
         except NotFoundError as exc:
@@ -749,8 +760,8 @@ class JetStream:
                     raise ConsumerNotFoundError(exc.code, exc.err_code,
                                                 f"consumer {name!r} not found on stream {stream!r}") from None
                 if deadline.timeout is not None:
-                    raise TimeoutError(f"no reply to the reset of consumer {name!r} on stream {stream!r} "
-                                       f"within {deadline.timeout}s") from None
+                    raise RequestTimeoutError(f"no reply to the reset of consumer {name!r} on stream {stream!r} "
+                                              f"within {deadline.timeout}s", subject=subject) from None
         try:
             resp = check_api_response(msg.data)
         except APIError as exc:
@@ -915,17 +926,21 @@ class JetStream:
             try:
                 # _prepare_publish validated everything request() would
                 msg = self.conn.internal.request(subject, data, h, deadline.left())
-            except NoRespondersError:
+            except TimeoutError:
+                failed = self._no_pub_ack(subject, deadline.timeout)
+            except Error as exc:
+                if not worth_retrying(exc):
+                    raise
                 left = deadline.remaining()
-                if attempt >= retry_attempts or (left is not None and left <= retry_wait * (attempt + 1)):
-                    failed = NoRespondersError(
-                        f"no stream responded to the publish on {subject!r} (no stream captures it, "
+                if attempt < retry_attempts and (left is None or left > retry_wait * (attempt + 1)):
+                    attempt += 1
+                elif isinstance(exc, NoRespondersError):
+                    failed = no_responders(
+                        subject, f"no stream responded to the publish on {subject!r} (no stream captures it, "
                         "or its leader is not elected)"
                     )
                 else:
-                    attempt += 1
-            except TimeoutError:
-                failed = self._no_pub_ack(subject, deadline.timeout)
+                    raise
             else:
                 return _parse_pub_ack(msg)
             if failed is not None:  # raised outside the handler: no internal context
@@ -946,7 +961,8 @@ class JetStream:
         """
         state = self.conn.internal.link_state()
         if state is not None:  # not the stream's fault: no PubAck can come while disconnected
-            return TimeoutError(f"no PubAck for the publish on {subject!r} within {waited}s: {state}")
+            return RequestTimeoutError(f"no PubAck for the publish on {subject!r} within {waited}s: {state}",
+                                       subject=subject, disconnected=True)
         name = self._no_ack.get(subject)
         if name is not None:
             return NoAckStreamError(
@@ -960,9 +976,9 @@ class JetStream:
                 self.conn.internal.pool.submit(self._look_for_no_ack, subject)
             except Exception:  # the pool is gone: the connection is closing
                 self._no_ack_looking.discard(subject)
-        return TimeoutError(
+        return RequestTimeoutError(
             f"no PubAck for the publish on {subject!r} within {waited}s (if its stream has no_ack, "
-            "publish with ack=False)")
+            "publish with ack=False)", subject=subject)
 
     def _look_for_no_ack(self, subject: str) -> None:
         """Worker pool: remember ``subject`` when the stream capturing it has ``no_ack``."""
@@ -1270,116 +1286,31 @@ def _int_field(resp: dict[str, Any], key: str) -> int:
 
 def _check_retry(attempts: Any, wait: Any) -> None:
     """Raise ValueError for a retry count or wait a publish cannot use."""
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
-        raise ValidationError(f"retry_attempts must be an int >= 0, got {attempts!r}")
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
-        raise ValidationError(f"retry_wait must be a finite number >= 0, got {wait!r}")
+    check_int(attempts, "retry_attempts", minimum=0, open_ended=True)
+    check_number(wait, "retry_wait", above=None, minimum=0)
 
 
 #: A resend needs at least this long before the publish's deadline for its reply to arrive.
 _RESEND_MARGIN = 0.05
-_RUNNING = concurrent.futures._base.RUNNING
-_FINISHED = concurrent.futures._base.FINISHED
-_DONE_STATES = frozenset((_FINISHED, concurrent.futures._base.CANCELLED,
-                          concurrent.futures._base.CANCELLED_AND_NOTIFIED))
 
 
-
-class _PubAckFuture(concurrent.futures.Future["PubAck"]):
+class _PubAckFuture(LeanFuture["PubAck"]):
     """The Future of a publish_async: its done-callbacks never run on the I/O thread.
 
     The PubAck is handled on the connection's I/O thread, where a plain Future would run
     the callbacks; a slow or blocking callback there would stall the whole connection
     (and a blocking jssync call in it would fail). Here a callback that would run on the
     I/O thread runs on the worker pool instead; elsewhere (a callback added to a Future
-    that is already done, or completed by ``close()``) it runs at once, as usual.
+    that is already done, or completed by ``close()``) it runs at once, as usual. The
+    Futures of one publisher share a Condition (see :class:`jssync.base.cpython.LeanFuture`).
     """
 
     def __init__(self, conn: Connection, condition: threading.Condition) -> None:
-        # What Future.__init__ sets, but with a Condition shared by the publisher's Futures
-        # (a Condition plus an RLock per publish is a measurable share of publish_async) and
-        # already RUNNING: the message is on its way, so it cannot be cancelled. Any Future
-        # completing notifies the shared Condition, and the stock result()/exception() wait
-        # on it only once, so they are overridden below to wait until *this* one is done.
-        self._condition = condition
-        self._state = _RUNNING
-        self._result = None
-        self._exception = None
-        # the two lists of a Future are made when first used (see _waiters): thousands of
-        # Futures in flight, each with two empty lists, kept the cyclic GC busy
-        self._w: list[Any] | None = None
-        self._cb: list[Any] | None = None
+        super().__init__(condition)
         self._conn = conn
 
-    @property
-    def _waiters(self) -> list[Any]:
-        # what concurrent.futures.wait()/as_completed() register with; made on first use
-        w = self._w
-        if w is None:
-            w = self._w = []
-        return w
-
-    @_waiters.setter
-    def _waiters(self, value: list[Any]) -> None:
-        self._w = value
-
-    @property
-    def _done_callbacks(self) -> list[Any]:
-        cb = self._cb
-        if cb is None:
-            cb = self._cb = []
-        return cb
-
-    @_done_callbacks.setter
-    def _done_callbacks(self, value: list[Any]) -> None:
-        self._cb = value
-
-    def _wait_done(self, timeout: float | None) -> None:
-        # until done or ``timeout``, in 0.1 s slices (Ctrl-C gets through); spurious
-        # wake-ups from the other Futures of the shared Condition just loop
-        if self._state == _FINISHED:
-            return
-        deadline = Deadline(None if timeout is None else max(0.0, timeout))
-        with self._condition:
-            while self._state not in _DONE_STATES:
-                if deadline.expired():
-                    return
-                self._condition.wait(deadline.slice())
-
-    def result(self, timeout: float | None = None) -> PubAck:
-        """The PubAck; blocks up to ``timeout`` seconds (None: until it arrives).
-
-        Raises:
-            concurrent.futures.TimeoutError: not done within ``timeout``.
-            The publish's error (jssync.TimeoutError, jssync.NoRespondersError, an APIError...).
-        """
-        self._wait_done(timeout)
-        return super().result(0)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The publish's error, or None; blocks up to ``timeout`` seconds like :meth:`result`."""
-        self._wait_done(timeout)
-        return super().exception(0)
-
-    def set_result(self, result: PubAck) -> None:
-        """As ``Future.set_result`` (on the I/O thread, once per PubAck), with less overhead.
-
-        The same lock and the same steps, but the shared Condition is notified only when
-        a thread waits on it, and the callbacks are looked at only when there are some.
-        """
-        cond = self._condition
-        with cond._lock:  # type: ignore[attr-defined]  # the Condition's own lock
-            if self._state in _DONE_STATES:
-                raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
-            self._result = result
-            self._state = _FINISHED
-            if self._w:
-                for waiter in self._w:
-                    waiter.add_result(self)
-            if cond._waiters:  # type: ignore[attr-defined]
-                cond.notify_all()
-        if self._cb:
-            self._invoke_callbacks()  # type: ignore[attr-defined]
+    def new_deadline(self, timeout: float | None) -> Deadline:
+        return Deadline(timeout)
 
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[PubAck]], object]) -> None:
         conn = self._conn
@@ -1605,9 +1536,11 @@ class _AsyncPublisher:
             conn.internal.replies.pop(t, None)
             self._retries.pop(t, None)
             if item is not None:
-                _resolve(item[0], None, TimeoutError(
-                    "no PubAck within the publish timeout (a stream with no_ack never sends one: "
-                    "publish to it with publish(..., ack=False))"))
+                state = conn.internal.link_state()
+                _resolve(item[0], None, RequestTimeoutError(
+                    f"no PubAck for the publish on {item[2]!r} within the publish timeout"
+                    + (f": {state}" if state else " (a stream with no_ack never sends one: "
+                       "publish to it with publish(..., ack=False))"), subject=item[2], disconnected=state is not None))
         if expired:
             self._wake_all()
         with self._lock:
@@ -1639,7 +1572,8 @@ class _AsyncPublisher:
             item = self._inflight.pop(t, None)
             conn.internal.replies.pop(t, None)
             if item is not None:
-                _resolve(item[0], None, ConnectionClosedError(f"the connection closed before the PubAck arrived{why}"))
+                _resolve(item[0], None, cancelled(conn, item[2],
+                                                  f"the connection closed before the PubAck arrived{why}"))
         self._wake_all()
 
     def _wake_all(self) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import re
 import threading
 import weakref
 from collections.abc import Iterator
@@ -34,8 +33,10 @@ from ..base.errors import (
     BadRequestError,
     ConnectionClosedError,
     DirectGetNotAllowedError,
+    JetStreamNotEnabledError,
     MessageNotFoundError,
     NoRespondersError,
+    RequestTimeoutError,
     ServiceUnavailableError,
     StreamNotFoundError,
     SubscriptionClosedError,
@@ -44,6 +45,7 @@ from ..base.errors import (
     ValidationError,
 )
 from ..base.status import END_OF_BATCH, NO_RESPONDERS, NOT_FOUND, REQUEST_TIMEOUT, TOO_MANY_SUBJECTS, Status, classify
+from ..base.times import server_time_or_none
 from ..base.validate import MAX_I64, check_int, validate_subject
 from .replies import StoredMsg
 
@@ -81,35 +83,9 @@ MAX_MULTI_SUBJECTS = 1024
 
 # -- pure helpers ---------------------------------------------------------------------------
 
-_TS = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?"
-)
-
-
-def parse_timestamp(value: str | None) -> _dt.datetime | None:
-    """Parse a ``Nats-Time-Stamp`` value into an aware UTC datetime (microsecond precision).
-
-    Accepts RFC 3339 (``2024-11-04T23:45:02.060192123Z``, current servers) and Go's
-    ``time.String()`` form (``2022-08-06 00:29:27.587861324 +0000 UTC``, older servers).
-    Returns None for a missing or unreadable value.
-    """
-    if not value:
-        return None
-    m = _TS.match(value.strip())
-    if m is None:
-        return None
-    y, mo, d, h, mi, s, frac, tz = m.groups()
-    micros = int((frac or "0")[:6].ljust(6, "0"))
-    tzinfo = _dt.UTC
-    if tz and tz != "Z":
-        sign = -1 if tz[0] == "-" else 1
-        digits = tz[1:].replace(":", "")
-        tzinfo = _dt.timezone(sign * _dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
-    try:
-        t = _dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), micros, tzinfo=tzinfo)
-    except ValueError:
-        return None
-    return t.astimezone(_dt.UTC)
+#: A ``Nats-Time-Stamp`` value (RFC 3339, or Go's ``time.String()`` of older servers) as an
+#: aware UTC datetime, None when missing or unreadable (the one parser: base/times.py).
+parse_timestamp = server_time_or_none
 
 
 def format_time(t: _dt.datetime, what: str = "time") -> str:
@@ -192,6 +168,8 @@ def _no_responders(js: JetStream, stream: str, timeout: float | None | Default) 
     """
     try:
         info = js._stream_info(stream, timeout=timeout)
+    except JetStreamNotEnabledError as exc:
+        return exc
     except (NoRespondersError, ServiceUnavailableError, TimeoutError):
         info = None
     except StreamNotFoundError as exc:
@@ -202,7 +180,8 @@ def _no_responders(js: JetStream, stream: str, timeout: float | None | Default) 
             "enable allow_direct on the stream or use stream.get_msg()"
         )
     return NoRespondersError(
-        f"no server answered the direct get on stream {stream!r} (are its replicas and mirrors down?)"
+        f"no server answered the direct get on stream {stream!r} (are its replicas and mirrors down?)",
+        subject=_api_subject(js, stream),
     )
 
 
@@ -270,7 +249,8 @@ def direct_get(js: JetStream, stream: str, *, seq: int | None = None, last_by_su
     except NoRespondersError:
         failed = _no_responders(js, stream, t)
     except TimeoutError:
-        failed = TimeoutError(f"no reply to the {what} within {t}s")
+        failed = RequestTimeoutError(f"no reply to the {what} within {t}s", subject=subject,
+                                     disconnected=js.conn.internal.link_state() is not None)
     if failed is not None:  # raised outside the handler: no internal context
         raise failed
     st = classify(msg.headers, msg.data, msg.reply)
@@ -400,9 +380,10 @@ class DirectBatch:
                 msg = self._sub.next_msg(timeout=self._timeout)
             except TimeoutError:
                 self._finish()
-                failed = TimeoutError(
+                failed = RequestTimeoutError(
                     f"no reply within {self._timeout}s in the {self._what} "
-                    f"(after {self.received} message(s))"
+                    f"(after {self.received} message(s))", subject=_api_subject(self._js, self._stream),
+                    disconnected=conn.internal.link_state() is not None,
                 )
             except SubscriptionClosedError:
                 self._done = True

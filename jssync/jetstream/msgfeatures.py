@@ -25,6 +25,7 @@ from ..base.errors import (
     JetStreamError,
     MessageNotFoundError,
     NoRespondersError,
+    RequestTimeoutError,
     TimeoutError,
     ValidationError,
 )
@@ -330,9 +331,12 @@ class BatchPublisher:
                 else:
                     conn.publish(subject, data, headers=h)
         except NoRespondersError:
-            raise NoRespondersError(f"no stream responded to batch {self.batch_id!r} on {msgs[0][0]!r}") from None
-        except TimeoutError:
-            raise TimeoutError(f"no reply to batch {self.batch_id!r} within {deadline.timeout}s") from None
+            raise NoRespondersError(f"no stream responded to batch {self.batch_id!r} on {msgs[0][0]!r}",
+                                    subject=msgs[0][0]) from None
+        except TimeoutError as exc:
+            raise RequestTimeoutError(f"no reply to batch {self.batch_id!r} within {deadline.timeout}s",
+                                      subject=msgs[0][0],
+                                      disconnected=getattr(exc, "disconnected", False)) from None
         raise AssertionError("unreachable")
 
     def __enter__(self) -> BatchPublisher:

@@ -25,7 +25,6 @@ from nats.js import api
 
 from ..base.deadline import DEFAULT, Deadline, Default
 from ..base.errors import (
-    APIError,
     ConnectionClosedError,
     ConsumerDeletedError,
     Error,
@@ -34,8 +33,8 @@ from ..base.errors import (
     StreamNotFoundError,
     TimeoutError,
     ValidationError,
-    retriable,
     translating,
+    worth_retrying,
 )
 from ..base.status import is_user_msg, message_size
 from ..base.validate import validate_subject
@@ -379,9 +378,9 @@ class OrderedConsumer:
                 res = self._start_fetch(1, 0, left, idle_heartbeat if idle_heartbeat and idle_heartbeat <= left / 2
                                         else None, False, grace=min(1.0, 0.1 + left * 0.1),
                                         create_timeout=min(self._js.timeout, left))
-            except (TimeoutError, APIError, NoRespondersError) as exc:
+            except Error as exc:
                 # a create lost with a server going down, or no JetStream yet: not the caller's timeout
-                if not (isinstance(exc, TimeoutError) or retriable(exc)):
+                if not worth_retrying(exc, timeouts=True):
                     raise
                 failed += 1
                 last = exc

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from ..base.durations import seconds
 from ..base.errors import ValidationError
+from ..base.validate import MAX_I64, check_int
 
 POLICIES = ("overflow", "pinned_client", "prioritized")
 #: ADR-42: a group name is ADR-6's ``limited-term`` (A-Z a-z 0-9 - _ / =), at most 16 characters.
@@ -147,9 +148,7 @@ class PullPriority(NamedTuple):
 
 
 def _non_neg(v: Any, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValidationError(f"{what} must be an int >= 0, got {v!r}")
-    return v
+    return check_int(v, what, minimum=0, maximum=MAX_I64, open_ended=True)
 
 
 def pull_options(prio: PriorityConfig, consumer: str, group: str | None, min_pending: int | None,
@@ -180,8 +179,7 @@ def pull_options(prio: PriorityConfig, consumer: str, group: str | None, min_pen
         )
     pr = 0
     if priority is not None:
-        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= MAX_PRIORITY:
-            raise ValidationError(f"priority must be an int from 0 to {MAX_PRIORITY}, got {priority!r}")
+        check_int(priority, "priority", minimum=0, maximum=MAX_PRIORITY)
         if prio.policy != "prioritized":
             raise ValidationError(f"priority goes with priority_policy 'prioritized'; consumer {consumer!r} has "
                              f"{prio.policy!r}")

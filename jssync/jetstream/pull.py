@@ -38,6 +38,7 @@ from ..base.errors import (
     translating,
 )
 from ..base.status import classify, is_user_msg, message_size, pull_request
+from ..base.validate import MAX_I64, check_int, check_number
 from ..core import hooks as _core_hooks
 from ..core import natspy as _natspy
 from ..core.hooks import HOOKS as _CORE
@@ -160,15 +161,11 @@ def _check_hb(hb: float, expires: float, what: str) -> None:
 
 
 def _pos_int(v: Any, what: str) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValidationError(f"{what} must be an int >= 1, got {v!r}")
-    return v
+    return check_int(v, what, maximum=MAX_I64, open_ended=True)  # a count: int64 on the wire
 
 
 def _pos_float(v: Any, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-        raise ValidationError(f"{what} must be a number of seconds > 0, got {v!r}")
-    return float(v)
+    return check_number(v, what, unit="seconds")
 
 
 # ----------------------------------------------------------------------------- fetch
@@ -772,25 +769,15 @@ class ConsumeOptions:
         if threshold_messages is not None:
             if self.bytes_mode:
                 raise ValidationError("threshold_messages goes with max_messages, not with max_bytes")
-            if not isinstance(threshold_messages, int) or isinstance(threshold_messages, bool) or not (
-                    0 <= threshold_messages <= self.max_messages):
-                raise ValidationError(
-                    f"threshold_messages must be an int between 0 and max_messages ({self.max_messages}), "
-                    f"got {threshold_messages!r}"
-                )
-            self.threshold_messages = threshold_messages
+            self.threshold_messages = check_int(threshold_messages, "threshold_messages (at most max_messages)",
+                                                minimum=0, maximum=self.max_messages)
         else:
             self.threshold_messages = self.max_messages // 2
         if threshold_bytes is not None:
             if not self.bytes_mode:
                 raise ValidationError("threshold_bytes goes with max_bytes, not with max_messages")
-            if not isinstance(threshold_bytes, int) or isinstance(threshold_bytes, bool) or not (
-                    0 <= threshold_bytes <= self.max_bytes):
-                raise ValidationError(
-                    f"threshold_bytes must be an int between 0 and max_bytes ({self.max_bytes}), "
-                    f"got {threshold_bytes!r}"
-                )
-            self.threshold_bytes = threshold_bytes
+            self.threshold_bytes = check_int(threshold_bytes, "threshold_bytes (at most max_bytes)",
+                                             minimum=0, maximum=self.max_bytes)
         else:
             self.threshold_bytes = self.max_bytes // 2
 

@@ -53,6 +53,8 @@ from ..base.errors import (
     translating,
 )
 from ..base.status import PushAction, Status, classify, decide_push
+from ..base.times import server_time_or_none
+from ..base.validate import MAX_I64, check_int, check_number
 from ..core import natspy as _natspy
 from ..core.hooks import HOOKS as _CORE
 from ..core.msg import Msg
@@ -108,9 +110,7 @@ _NOT_COMPARED = frozenset({
 
 
 def _num(v: Any, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-        raise ValidationError(f"{what} must be a number of seconds > 0, got {v!r}")
-    return float(v)
+    return check_number(v, what, unit="seconds")
 
 
 _DEFAULTS = api.ConsumerConfig()
@@ -167,16 +167,7 @@ def _parse_time(v: Any) -> Any:
     if isinstance(v, _dt.datetime):
         return v if v.tzinfo else v.replace(tzinfo=_dt.UTC)
     if isinstance(v, str):
-        s = v.replace("Z", "+00:00")
-        if "." in s:  # the server sends nanoseconds; datetime takes microseconds
-            head, _, frac = s.partition(".")
-            digits = "".join(c for c in frac if c.isdigit())
-            rest = frac[len(digits):]
-            s = f"{head}.{digits[:6].ljust(6, '0')}{rest}"
-        try:
-            return _dt.datetime.fromisoformat(s)
-        except ValueError:
-            return v
+        return server_time_or_none(v) or v
     return v
 
 
@@ -1052,8 +1043,7 @@ def subscribe(
         raise TypeError(f"callback must be callable, got {callback!r}")
     if error_cb is not None and not callable(error_cb):
         raise TypeError(f"error_cb must be callable, got {error_cb!r}")
-    if not isinstance(pending_msgs_limit, int) or pending_msgs_limit < 1:
-        raise ValidationError(f"pending_msgs_limit must be an int >= 1, got {pending_msgs_limit!r}")
+    check_int(pending_msgs_limit, "pending_msgs_limit", maximum=MAX_I64, open_ended=True)
     if not isinstance(timeout, Default) and timeout is not None:
         _num(timeout, "timeout")
     timeout = resolve_timeout(timeout, js.timeout)  # left out: the context's; None: no limit

@@ -11,8 +11,8 @@ from nats.js import api
 
 from ..base.deadline import DEFAULT, Default
 from ..base.errors import MessageNotFoundError, ValidationError
+from ..base.times import server_time_or_none
 from ..base.validate import check_int, validate_subject
-from ..core import natspy as _natspy
 from .direct import direct_get, direct_get_batch, direct_get_last_for
 from .ordered import OrderedConsumer
 from .replies import StoredMsg
@@ -49,13 +49,8 @@ def parse_header_block(raw: bytes) -> dict[str, str] | None:
     return out or None
 
 
-def parse_time(value: str | None) -> _dt.datetime | None:
-    if not value:
-        return None
-    try:
-        return _natspy.parse_utc_iso(value)
-    except (ValueError, TypeError):
-        return None
+#: A server time, or None when missing or unreadable (the one parser: base/times.py).
+parse_time = server_time_or_none
 
 
 class Stream:

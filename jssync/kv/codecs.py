@@ -43,15 +43,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from ..base.deadline import DEFAULT, Default
-from ..base.errors import (
+from ..base.errors import ValidationError
+from . import keyvalue as _keyvalue
+from .errors import (
     InvalidKeyError,
     InvalidValueError,
     KeyDeletedError,
     KeyNotFoundError,
     KeyValueDecodeError,
-    ValidationError,
 )
-from . import keyvalue as _keyvalue
 from .keyvalue import Entry, KeyValueOp, KeyWatcher, _value_bytes, validate_key, validate_key_filter
 
 if TYPE_CHECKING:

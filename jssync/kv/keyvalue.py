@@ -33,10 +33,31 @@ from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ..base.durations import seconds
 from ..base.errors import (
     APIError,
+    Error,
+    MessageNotFoundError,
+    NoRespondersError,
+    RequestTimeoutError,
+    StreamNameInUseError,
+    StreamNotFoundError,
+    SubscriptionClosedError,
+    TimeoutError,
+    ValidationError,
+    WrongLastSequenceError,
+    worth_retrying,
+)
+from ..base.status import CONFLICT, NOT_FOUND, PushAction, classify, decide_push
+from ..base.validate import MAX_I64, check_int, check_optional_int
+from ..jetstream import hooks as _js_hooks
+from ..jetstream.consume.gaps import DELIVER, SKIP, GapTracker, Reset
+from ..jetstream.consume.heartbeat import HeartbeatMonitor
+from ..jetstream.direct import _no_responders, parse_timestamp, status_error
+from ..jetstream.features import require
+from ..jetstream.params import check_options, normalize_config
+from ..jetstream.streams import Stream
+from .errors import (
     BadBucketError,
     BucketExistsError,
     BucketNotFoundError,
-    Error,
     InvalidBucketNameError,
     InvalidKeyError,
     InvalidValueError,
@@ -47,24 +68,7 @@ from ..base.errors import (
     KeyValueDecodeError,
     KeyValueError,
     KeyWrongLastSequenceError,
-    MessageNotFoundError,
-    NoRespondersError,
-    StreamNameInUseError,
-    StreamNotFoundError,
-    SubscriptionClosedError,
-    TimeoutError,
-    ValidationError,
-    WrongLastSequenceError,
-    retriable,
 )
-from ..base.status import CONFLICT, NOT_FOUND, PushAction, classify, decide_push
-from ..jetstream import hooks as _js_hooks
-from ..jetstream.consume.gaps import DELIVER, SKIP, GapTracker, Reset
-from ..jetstream.consume.heartbeat import HeartbeatMonitor
-from ..jetstream.direct import _no_responders, parse_timestamp, status_error
-from ..jetstream.features import require
-from ..jetstream.params import check_options, normalize_config
-from ..jetstream.streams import Stream
 
 if TYPE_CHECKING:
     from ..base.jsack import MsgMetadata
@@ -315,14 +319,12 @@ def _stream_config(config: api.KeyValueConfig | None, params: dict[str, Any],
     bucket = validate_bucket(config.bucket)
     config = normalize_config(config)
     history = 1 if config.history is None or config.history == 0 else config.history
-    if not isinstance(history, int) or history < 1:
-        raise ValidationError(f"history must be an int between 1 and {MAX_HISTORY}, got {history!r}")
+    check_int(history, f"history (1 to {MAX_HISTORY})", maximum=MAX_I64, open_ended=True)
     if history > MAX_HISTORY:
         raise KeyHistoryTooLargeError(f"history {history} is over the limit of {MAX_HISTORY} values per key")
     ttl = config.ttl
     replicas = config.replicas or 1
-    if not isinstance(replicas, int) or replicas < 1:
-        raise ValidationError(f"replicas must be an int >= 1, got {replicas!r}")
+    check_int(replicas, "replicas", maximum=MAX_I64, open_ended=True)
     dup = 120.0
     if ttl and ttl < dup:
         dup = ttl
@@ -620,9 +622,7 @@ class KeyValue:
                 marker (a KeyNotFoundError; ``.entry`` holds the marker).
         """
         validate_key(key)
-        if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool)
-                                     or revision < 1):
-            raise ValidationError(f"revision must be an int >= 1, got {revision!r}")
+        check_optional_int(revision, "revision", open_ended=True)
         entry = self._get(key, revision, self._t(timeout))
         if entry.operation is not KeyValueOp.PUT:
             raise KeyDeletedError(entry, f"key {key!r} was deleted (revision {entry.revision})")
@@ -635,8 +635,10 @@ class KeyValue:
             failed: BaseException | None = None
             try:
                 msg = conn.request(self._direct_pre + key, b"", timeout=timeout)
-            except TimeoutError:
-                failed = TimeoutError(f"no reply to the get of key {key!r} within {timeout}s")
+            except TimeoutError as exc:
+                failed = RequestTimeoutError(f"no reply to the get of key {key!r} within {timeout}s",
+                                             subject=self._direct_pre + key,
+                                             disconnected=getattr(exc, "disconnected", False))
             except NoRespondersError:
                 failed = self._no_responders(timeout)
             if failed is not None:  # raised outside the handler: no internal context
@@ -750,8 +752,7 @@ class KeyValue:
             KeyWrongLastSequenceError: the latest revision is not ``last``.
         """
         validate_key(key)
-        if not isinstance(last, int) or isinstance(last, bool) or last < 0:
-            raise ValidationError(f"last must be an int >= 0, got {last!r}")
+        check_int(last, "last", minimum=0, open_ended=True)
         return self._publish(key, _value_bytes(value), None, last, timeout)
 
     def delete(self, key: str, *, last: int | None = None, timeout: float | None | Default = DEFAULT) -> None:
@@ -764,8 +765,7 @@ class KeyValue:
             KeyWrongLastSequenceError: ``last`` did not match.
         """
         validate_key(key)
-        if last is not None and (not isinstance(last, int) or isinstance(last, bool) or last < 0):
-            raise ValidationError(f"last must be an int >= 0, got {last!r}")
+        check_optional_int(last, "last", minimum=0, open_ended=True)
         self._publish(key, b"", {KV_OP: "DEL"}, last, timeout)
 
     def purge(self, key: str, *, last: int | None = None, ttl: float | None = None,
@@ -784,8 +784,7 @@ class KeyValue:
             jssync.NotSupportedError: ``ttl`` on a server older than 2.11 (nothing sent).
         """
         validate_key(key)
-        if last is not None and (not isinstance(last, int) or isinstance(last, bool) or last < 0):
-            raise ValidationError(f"last must be an int >= 0, got {last!r}")
+        check_optional_int(last, "last", minimum=0, open_ended=True)
         headers = {KV_OP: "PURGE", HDR_ROLLUP: "sub"}
         if ttl is not None:
             headers[HDR_TTL] = _ttl_header(ttl)
@@ -836,9 +835,7 @@ class KeyValue:
             filters = [">"]
         for f in filters:
             validate_key_filter(f)
-        if resume_from_revision is not None and (not isinstance(resume_from_revision, int)
-                                                 or resume_from_revision < 1):
-            raise ValidationError(f"resume_from_revision must be an int >= 1, got {resume_from_revision!r}")
+        check_optional_int(resume_from_revision, "resume_from_revision", open_ended=True)
         return KeyWatcher(self, [self._pre + f for f in filters], include_history=include_history,
                           ignore_deletes=ignore_deletes, updates_only=updates_only, meta_only=meta_only,
                           resume_from=resume_from_revision)
@@ -1051,9 +1048,9 @@ class _PushWatcher(Generic[T]):
             try:
                 return self._create(first=True, timeout=self._js.timeout if left is None
                                     else max(0.001, min(self._js.timeout, left)))
-            except (TimeoutError, NoRespondersError, APIError) as exc:
+            except Error as exc:
                 # the request lost with the connection, or JetStream not answering yet
-                if deadline.expired() or self._stopped or not (isinstance(exc, TimeoutError) or retriable(exc)):
+                if deadline.expired() or self._stopped or not worth_retrying(exc, timeouts=True):
                     raise
                 failed += 1
                 log.debug("%s on %s: creating the consumer failed (%s), retrying", self._what,

@@ -42,19 +42,20 @@ from ..base.errors import (
     APIError,
     ConnectionClosedError,
     Error,
-    InvalidAckError,
     NoRespondersError,
-    NoSuchPartitionError,
-    ServiceUnavailableError,
-    StreamExistsError,
+    RequestTimeoutError,
     StreamNameInUseError,
     StreamNotFoundError,
     TimeoutError,
     ValidationError,
-    retriable,
+    worth_retrying,
 )
-from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError
-from ..base.validate import validate_subject
+from ..base.validate import (
+    MAX_I64,
+    check_int,
+    check_number,
+    validate_subject,
+)
 from ..core.connection import Connection, connect
 from ..jetstream.context import JetStream
 from ..jetstream.params import validate_name
@@ -98,6 +99,12 @@ from .codec import (
     unmarshal_message,
     user_headers,
 )
+from .errors import (
+    InvalidAckError,
+    NoSuchPartitionError,
+    StreamExistsError,
+)
+from .errors import LiftbridgeNotSupportedError as NotSupportedError
 from .meta import (
     BrokerInfo,
     Metadata,
@@ -272,7 +279,7 @@ class Client:
             try:
                 return fn(att)
             except Error as exc:
-                if not (isinstance(exc, TimeoutError) or retriable(exc)):
+                if not worth_retrying(exc, timeouts=True):
                     raise
                 last = exc
             if deadline.expired():
@@ -343,8 +350,7 @@ class Client:
                 f"group={group!r}: load-balance groups are not supported on JetStream (streams cannot share a "
                 "subject); use one stream and a queue of consumers instead"
             )
-        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-            raise ValidationError(f"partitions must be an int >= 1, got {partitions!r}")
+        check_int(partitions, "partitions", maximum=MAX_I64, open_ended=True)
         if partitions > 1 and subject.split(".")[-1] == ">":
             raise ValidationError(
                 f"subject {subject!r} ends with '>': partition subjects ({subject}.1) would be invalid")
@@ -674,7 +680,7 @@ class Client:
                 msg = self._conn.request(psubject, data, headers=headers, timeout=max(t, 0.001))
                 return _parse_pub_ack(msg)
             except Error as exc:
-                if not (isinstance(exc, TimeoutError) or retriable(exc)):
+                if not worth_retrying(exc, timeouts=True):
                     raise
                 last = exc
             if isinstance(last, NoRespondersError) and not checked:
@@ -684,8 +690,9 @@ class Client:
                         404, 10059, f"no stream captures subject {psubject!r} (no such stream or partition)")
             attempt += 1
             if deadline.expired() or (deadline.timeout is None and attempt >= MAX_ATTEMPTS):
-                raise TimeoutError(
-                    f"no ack for the publish to {psubject!r} within {deadline.timeout}s (last error: {last})"
+                raise RequestTimeoutError(
+                    f"no ack for the publish to {psubject!r} within {deadline.timeout}s (last error: {last})",
+                    subject=psubject, disconnected=self._conn.internal.link_state() is not None,
                 ) from last
             log.debug("jssync.liftbridge: publish to %s: %s; retrying", psubject, last)
             _sleep(random.uniform(RETRY_MIN, RETRY_MAX), deadline)
@@ -724,7 +731,9 @@ class Client:
             try:
                 info = self._js._api(f"STREAM.INFO.{js_stream}", None,
                                      1.0 if rem is None else max(min(rem, 1.0), 0.01))
-            except (TimeoutError, NoRespondersError, ServiceUnavailableError):
+            except Error as exc:
+                if not worth_retrying(exc, timeouts=True):
+                    raise
                 info = None
             if info is not None:
                 replicas = replica_states(info)
@@ -925,18 +934,12 @@ def _rem(deadline: Deadline) -> float | None:
 
 
 def _positive(v: Any, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-        raise ValidationError(f"{what} must be a number > 0, got {v!r}")
-    return float(v)
+    return check_number(v, what)
 
 
 def _non_negative(v: Any, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
-        raise ValidationError(f"{what} must be a number >= 0, got {v!r}")
-    return float(v)
+    return check_number(v, what, above=None, minimum=0)
 
 
 def _positive_int(v: Any, what: str) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValidationError(f"{what} must be an int >= 1, got {v!r}")
-    return v
+    return check_int(v, what, maximum=MAX_I64, open_ended=True)

@@ -28,12 +28,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..base.errors import BadHeaderError, Error, InvalidAckError, NoRespondersError, ValidationError, check_api_response
-from ..base.errors import LiftbridgeNotSupportedError as NotSupportedError  # noqa: F401 (re-exported)
-from ..base.errors import NoSuchPartitionError as NoSuchPartitionError
-from ..base.errors import StreamExistsError as StreamExistsError
+from ..base.errors import (
+    BadHeaderError,
+    Error,
+    NoRespondersError,
+    ValidationError,
+    check_api_response,
+)
 from ..base.status import NO_RESPONDERS, classify
-from ..base.validate import validate_headers, validate_subject
+from ..base.times import server_time_or_none
+from ..base.validate import (
+    MAX_I64,
+    check_int,
+    validate_headers,
+    validate_subject,
+)
+from .errors import InvalidAckError
+from .errors import LiftbridgeNotSupportedError as NotSupportedError  # noqa: F401 (re-exported)
+from .errors import NoSuchPartitionError as NoSuchPartitionError
+from .errors import StreamExistsError as StreamExistsError
 
 if TYPE_CHECKING:
     from ..core.msg import Msg
@@ -284,9 +297,7 @@ def check_ack_policy(ack_policy: Any) -> AckPolicy:
 
 
 def check_partition(partition: Any, what: str = "partition") -> int:
-    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
-        raise ValidationError(f"{what} must be an int >= 0, got {partition!r}")
-    return partition
+    return check_int(partition, what, minimum=0, maximum=MAX_I64, open_ended=True)
 
 
 def header_text(raw: bytes) -> str | None:
@@ -799,13 +810,8 @@ def unmarshal_ack(data: Msg | bytes, *, ack_inbox: str | None = None) -> Ack:
     )
 
 
-def _parse_ts(value: Any) -> _dt.datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return _dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None
+#: A PubAck's time, or None (the one parser: base/times.py).
+_parse_ts = server_time_or_none
 
 
 def forwarded_ack(ack: Ack) -> bytes:

@@ -31,15 +31,12 @@ from ..base.errors import (
     APIError,
     ConnectionClosedError,
     Error,
-    NoRespondersError,
-    NoSuchPartitionError,
     PermissionDeniedError,
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
     ValidationError,
-    _Terminal,
-    retriable,
+    worth_retrying,
 )
 from ..base.status import PushAction, classify, decide_push
 from ..base.validate import MAX_U64, check_int
@@ -47,6 +44,7 @@ from ..core.workers import SerialLane
 from ..jetstream.consume.gaps import DELIVER, SKIP, GapTracker, Reset
 from ..jetstream.consume.heartbeat import HeartbeatMonitor
 from .codec import Message, StartPosition, message_from, public
+from .errors import NoSuchPartitionError, _Terminal
 
 if TYPE_CHECKING:
     from ..core.msg import Msg
@@ -249,8 +247,8 @@ class Subscription:
                 raise NoSuchPartitionError(
                     404, 10059, f"no such partition: stream {self.stream!r} partition {self.partition}"
                 ) from exc
-            except (TimeoutError, NoRespondersError, APIError) as exc:
-                if not (isinstance(exc, TimeoutError) or retriable(exc)):
+            except Error as exc:
+                if not worth_retrying(exc, timeouts=True):
                     raise
                 last = exc
             rem = deadline.remaining()
@@ -501,13 +499,13 @@ class Subscription:
             )) from exc
         except ConnectionClosedError as exc:
             raise _Terminal(exc) from exc
-        except (TimeoutError, NoRespondersError) as exc:
-            self._last_error = exc
-        except APIError as exc:
-            if retriable(exc):
+        except Error as exc:
+            if worth_retrying(exc, timeouts=True):
                 self._last_error = exc
-            else:
+            elif isinstance(exc, APIError):
                 raise _Terminal(exc) from exc
+            else:
+                raise
 
     # -- iterator form -------------------------------------------------------------------------
 

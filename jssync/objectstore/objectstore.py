@@ -26,18 +26,11 @@ from nats.js import api
 
 from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ..base.errors import (
-    BadObjectMetaError,
-    DigestMismatchError,
     MaxPayloadError,
     MessageNotFoundError,
-    ObjectAlreadyExistsError,
-    ObjectChangedError,
-    ObjectNotFoundError,
-    ObjectStoreError,
     StreamNameInUseError,
     StreamNotFoundError,
     ValidationError,
-    _Changed,
 )
 from ..jetstream import hooks as _js_hooks
 from ..jetstream.params import check_options, normalize_config
@@ -48,6 +41,15 @@ from ..kv.keyvalue import (
     _bucket_names,
     _PushWatcher,
     validate_bucket,
+)
+from .errors import (
+    BadObjectMetaError,
+    DigestMismatchError,
+    ObjectAlreadyExistsError,
+    ObjectChangedError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+    _Changed,
 )
 
 if TYPE_CHECKING:

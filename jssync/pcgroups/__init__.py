@@ -20,13 +20,6 @@ member joins a group that a Go, Java or .NET service made, and the other way rou
 See docs/consumer-groups.md.
 """
 
-from ..base.errors import (
-    ConsumerGroupChangedError,
-    ConsumerGroupConfigError,
-    ConsumerGroupError,
-    ConsumerGroupNotFoundError,
-    NotAMemberError,
-)
 from .config import (
     ELASTIC_BUCKET,
     PRIORITY_GROUP,
@@ -37,6 +30,13 @@ from .config import (
     StaticConsumerGroupConfig,
     balanced_assignment,
     partition_filters,
+)
+from .errors import (
+    ConsumerGroupChangedError,
+    ConsumerGroupConfigError,
+    ConsumerGroupError,
+    ConsumerGroupNotFoundError,
+    NotAMemberError,
 )
 from .group import (
     ConsumerGroupContext,

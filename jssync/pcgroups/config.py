@@ -17,8 +17,9 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..base.errors import ConsumerGroupConfigError, ValidationError
+from ..base.errors import ValidationError
 from ..base.validate import validate_subject
+from .errors import ConsumerGroupConfigError
 
 STATIC_BUCKET = "static-consumer-groups"
 ELASTIC_BUCKET = "elastic-consumer-groups"

@@ -33,15 +33,9 @@ from ..base.deadline import DEFAULT, Deadline, Default
 from ..base.durations import optional_seconds
 from ..base.errors import (
     APIError,
-    BucketNotFoundError,
     ConsumerExistsError,
-    ConsumerGroupChangedError,
-    ConsumerGroupConfigError,
-    ConsumerGroupNotFoundError,
     ConsumerNotFoundError,
     Error,
-    KeyNotFoundError,
-    NotAMemberError,
     StreamNotFoundError,
     TimeoutError,
     ValidationError,
@@ -51,6 +45,7 @@ from ..jetstream.context import JetStream
 from ..jetstream.features import require
 from ..jetstream.params import validate_name
 from ..jetstream.priority import PriorityConfig, attach_config
+from ..kv.errors import BucketNotFoundError, KeyNotFoundError
 from ..kv.keyvalue import Entry, KeyValue, KeyValueOp
 from .config import (
     DEFAULT_ACK_WAIT,
@@ -67,6 +62,12 @@ from .config import (
     static_consumer_name,
     strip_partition,
     validate_group_name,
+)
+from .errors import (
+    ConsumerGroupChangedError,
+    ConsumerGroupConfigError,
+    ConsumerGroupNotFoundError,
+    NotAMemberError,
 )
 
 log = logging.getLogger("jssync")

@@ -56,14 +56,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..base.errors import (
     ConnectionClosedError,
-    DataLossError,
     JetStreamError,
     MessageNotFoundError,
-    SparkWriteError,
     TimeoutError,
     ValidationError,
 )
+from ..base.times import parse_server_time
 from ..core import natspy as _natspy
+from .errors import DataLossError, SparkWriteError
 
 try:
     import pyspark
@@ -216,13 +216,10 @@ def _opt_str(opts: Mapping[str, str], key: str) -> str | None:
 def _parse_time(raw: str, key: str) -> _dt.datetime:
     """An ISO 8601 time (``2024-05-01T12:00:00Z``; a naive time is taken as UTC)."""
     try:
-        t = _dt.datetime.fromisoformat(raw.strip())
+        return parse_server_time(raw)
     except ValueError:
         raise ValidationError(
             f"option {key!r} must be an ISO 8601 time such as 2024-05-01T12:00:00Z, got {raw!r}") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.UTC)
-    return t.astimezone(_dt.UTC)
 
 
 #: The options each kind of query takes, as documented (compared case-insensitively: Spark

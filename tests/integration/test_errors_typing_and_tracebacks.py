@@ -124,7 +124,8 @@ def test_timeout_traceback_prints_one_jssync_error(nats_server, call):
             js.delete_stream("NUTB")
         """, nats_server.url)
     assert r.returncode == 1
-    _assert_clean_traceback(r.stderr, "jssync.TimeoutError: ")
+    # a request's timeout is the RequestTimeoutError (a jssync.TimeoutError) that says why
+    _assert_clean_traceback(r.stderr, "jssync.RequestTimeoutError: " if "request" in call else "jssync.TimeoutError: ")
 
 
 def test_ctrl_c_traceback_has_no_queue_empty(nats_server):

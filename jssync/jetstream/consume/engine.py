@@ -65,9 +65,10 @@ import itertools
 from enum import Enum
 from typing import Final
 
-from ...base.errors import NoHeartbeatError, ValidationError
+from ...base.errors import NoHeartbeatError
 from ...base.status import Action as StatusAction
 from ...base.status import Status, decide, status_error
+from ...base.validate import MAX_I64, check_int, check_number
 from .heartbeat import HeartbeatMonitor
 
 __all__ = [
@@ -333,18 +334,15 @@ class PullEngine:
     def __init__(self, *, max_messages: int, max_bytes: int = 0, threshold_messages: int | None = None,
                  threshold_bytes: int | None = None, expires: float, heartbeat: float, stream: str = "",
                  consumer: str = "", recreate: bool = False, single: bool = False) -> None:
-        for name, v, low in (("max_messages", max_messages, 1), ("max_bytes", max_bytes, 0)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < low:
-                raise ValidationError(f"{name} must be an int >= {low}, got {v!r}")
+        check_int(max_messages, "max_messages", maximum=MAX_I64, open_ended=True)
+        check_int(max_bytes, "max_bytes", minimum=0, maximum=MAX_I64, open_ended=True)
         for name, f in (("expires", expires), ("heartbeat", heartbeat)):
-            if isinstance(f, bool) or not isinstance(f, int | float) or not (f >= 0 if single else f > 0):
-                raise ValidationError(f"{name} must be a number of seconds > 0, got {f!r}")
+            # (a single pull may have expires 0 / no heartbeat)
+            check_number(f, name, above=None if single else 0.0, minimum=0.0 if single else None, unit="seconds")
         thr = max_messages // 2 if threshold_messages is None else threshold_messages
         thr_b = max_bytes // 2 if threshold_bytes is None else threshold_bytes
-        if not 0 <= thr <= max_messages:
-            raise ValidationError(f"threshold_messages must be between 0 and {max_messages}, got {thr!r}")
-        if not 0 <= thr_b <= max_bytes:
-            raise ValidationError(f"threshold_bytes must be between 0 and {max_bytes}, got {thr_b!r}")
+        check_int(thr, "threshold_messages", minimum=0, maximum=max_messages)
+        check_int(thr_b, "threshold_bytes", minimum=0, maximum=max_bytes)
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.thr = thr

@@ -195,7 +195,7 @@ def test_connection_close_ends_the_iteration(nats_server, unique):
     threading.Timer(0.2, nc.close).start()
     t0 = time.monotonic()
     assert list(rm) == []
-    assert rm.reason == "closed"
+    assert rm.reason == "connection_closed"
     assert time.monotonic() - t0 < 3.0 * FACTOR
     wait_for(lambda: nc.is_closed, 5)
 

@@ -1,4 +1,6 @@
-"""One error module: every exception class of jssync is defined in jssync/base/errors.py."""
+"""Error modules: every exception class of jssync is defined in an ``errors.py``: the core tree in
+jssync/base/errors.py, each feature layer's own errors (KV, object store, Liftbridge, Spark) in
+that layer's errors.py, under the core tree."""
 
 from __future__ import annotations
 
@@ -6,12 +8,28 @@ import ast
 import builtins
 import importlib
 import inspect
+import pickle
 from pathlib import Path
+
+import pytest
 
 import jssync
 import jssync.base.errors as errors
+import jssync.kv.errors as kv_errors
+import jssync.liftbridge.errors as lb_errors
+import jssync.objectstore.errors as obj_errors
+import jssync.spark.errors as spark_errors
 
 PACKAGE = Path(jssync.__file__).parent
+ERROR_MODULES = (errors, kv_errors, obj_errors, lb_errors, spark_errors)
+
+
+def _known(name: str) -> object:
+    """``name`` in builtins or in one of jssync's error modules, else None."""
+    for mod in (builtins, *ERROR_MODULES):
+        if hasattr(mod, name):
+            return getattr(mod, name)
+    return None
 
 
 def _exception_classes_defined(path: Path) -> list[str]:
@@ -30,7 +48,7 @@ def _exception_classes_defined(path: Path) -> list[str]:
             name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", None)
             if name is None:
                 continue
-            known = getattr(builtins, name, None) or getattr(errors, name, None)
+            known = _known(name)
             if name in local or (inspect.isclass(known) and issubclass(known, BaseException)):
                 local.add(node.name)
                 found.append(f"{path.name}:{node.lineno} {node.name}")
@@ -41,7 +59,7 @@ def _exception_classes_defined(path: Path) -> list[str]:
 def test_no_module_but_errors_defines_an_exception():
     offenders = [hit for path in sorted(PACKAGE.rglob("*.py")) if path.name != "errors.py"
                  for hit in _exception_classes_defined(path)]
-    assert offenders == [], "define these in jssync/base/errors.py and import them from there"
+    assert offenders == [], "define these in jssync/base/errors.py (or the layer's errors.py) and import them"
 
 
 def test_the_check_finds_an_exception_class(tmp_path):
@@ -65,7 +83,9 @@ def test_errors_imports_nothing_from_jssync_at_run_time():
 
 
 def test_old_homes_still_offer_the_same_classes():
-    """``from jssync.kv.keyvalue import KeyNotFoundError`` (and the like) is the class in _errors."""
+    """``from jssync.kv.keyvalue import KeyNotFoundError`` (and the like) is the class of its errors module."""
+    homes = {"jssync.kv.keyvalue": kv_errors, "jssync.objectstore.objectstore": obj_errors,
+             "jssync.liftbridge": lb_errors}
     for module, names in {
         "jssync.kv.keyvalue": ["KeyNotFoundError", "KeyDeletedError", "BucketNotFoundError", "KeyValueError"],
         "jssync.jetstream.push": ["PushSubscribeError", "StatusError", "HeartbeatAlarmError"],
@@ -78,13 +98,47 @@ def test_old_homes_still_offer_the_same_classes():
         "jssync.liftbridge": ["StreamExistsError", "NoSuchPartitionError", "InvalidAckError"],
     }.items():
         mod = importlib.import_module(module)
+        home = homes.get(module, errors)
         for name in names:
-            assert getattr(mod, name) is getattr(errors, name), (module, name)
+            assert getattr(mod, name) is getattr(home, name), (module, name)
     import jssync.liftbridge as lb
+    import jssync.spark as spark
 
-    assert lb.NotSupportedError is errors.LiftbridgeNotSupportedError
+    assert lb.NotSupportedError is lb_errors.LiftbridgeNotSupportedError
     assert lb.NotSupportedError.__name__ == "NotSupportedError"
     assert lb.NotSupportedError.__module__ == "jssync.liftbridge"
     assert issubclass(lb.NotSupportedError, jssync.NotSupportedError)
     assert jssync.micro.ServiceError.__module__ == "jssync.micro"
     assert jssync.KeyNotFoundError.__module__ == "jssync"
+    assert spark.SparkWriteError is spark_errors.SparkWriteError
+    assert spark.SparkWriteError.__module__ == "jssync.spark"
+
+
+def test_feature_errors_live_in_their_layers_under_the_core_tree():
+    for mod, base in ((kv_errors, jssync.JetStreamError), (obj_errors, jssync.JetStreamError),
+                      (spark_errors, jssync.JetStreamError)):
+        classes = [c for c in vars(mod).values() if inspect.isclass(c) and issubclass(c, Exception)
+                   and getattr(errors, c.__name__, None) is not c and not c.__name__.startswith("_")]
+        assert classes, mod
+        for cls in classes:
+            assert issubclass(cls, base), cls
+            assert not hasattr(errors, cls.__name__), f"{cls.__name__} is still in base/errors.py"
+    for name in ("StreamExistsError", "NoSuchPartitionError", "InvalidAckError", "LiftbridgeNotSupportedError"):
+        assert issubclass(getattr(lb_errors, name), jssync.Error)
+        assert not hasattr(errors, name)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: jssync.KeyNotFoundError("key 'a' not found"),
+    lambda: jssync.BucketNotFoundError(404, 10059, "stream not found"),
+    lambda: jssync.ObjectNotFoundError("object 'x' not found"),
+    lambda: jssync.StreamExistsError(400, 10058, "stream name already in use"),
+    lambda: lb_errors.LiftbridgeNotSupportedError("group is not supported"),
+    lambda: spark_errors.DataLossError("sequences 1-3 of stream S were removed"),
+    lambda: jssync.KeyWrongLastSequenceError("wrong last sequence: 4"),
+])
+def test_moved_errors_pickle_and_keep_their_bases(make):
+    exc = make()
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is type(exc) and str(back) == str(exc) and back.__dict__ == exc.__dict__
+    assert isinstance(back, jssync.Error)

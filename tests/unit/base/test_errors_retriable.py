@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 import jssync
-from jssync.base.errors import api_error, retriable
+from jssync.base.errors import api_error, retriable, worth_retrying
 
 
 @pytest.mark.parametrize(("code", "err_code", "text"), [
@@ -36,3 +38,40 @@ def test_no_responders_is_retried_and_other_errors_are_not():
     assert not retriable(jssync.TimeoutError("timed out"))
     assert not retriable(jssync.ConnectionClosedError("closed"))
     assert not retriable(ValueError("x"))
+
+
+def test_every_error_says_what_retriable_says():
+    for exc in (api_error(503, 10008, "temporarily unavailable"), api_error(404, 10059, "stream not found"),
+                jssync.NoRespondersError("none"), jssync.RequestTimeoutError("t"), jssync.TimeoutError("t"),
+                jssync.RequestCancelledError("c"), api_error(503, 10039, "JetStream not enabled"),
+                jssync.Error("x")):
+        assert exc.retriable is retriable(exc), exc
+
+
+def test_jetstream_not_enabled_is_a_service_unavailable_that_is_not_retried():
+    exc = api_error(503, 10076, "jetstream not enabled for account")
+    assert type(exc) is jssync.JetStreamNotEnabledError and isinstance(exc, jssync.ServiceUnavailableError)
+    assert not exc.retriable and exc.reason == "not_enabled"
+
+
+def test_retry_loops_retry_timeouts_only_when_they_ask_to():
+    t = jssync.RequestTimeoutError("t", subject="a", disconnected=True)
+    assert worth_retrying(t, timeouts=True) and not worth_retrying(t)
+    assert worth_retrying(jssync.NoRespondersError("none"))
+    cancelled = jssync.RequestCancelledError("c", reason="drained")
+    assert not worth_retrying(cancelled, timeouts=True)
+    assert not worth_retrying(api_error(404, 10059, "stream not found"), timeouts=True)
+    assert not worth_retrying(ValueError("x"), timeouts=True)
+
+
+@pytest.mark.parametrize("exc", [
+    jssync.RequestTimeoutError("t", subject="a.b", disconnected=True),
+    jssync.RequestCancelledError("c", subject="a.b", reason="drained"),
+    jssync.NoRespondersError("n", subject="a.b"),
+    api_error(503, 10039, "JetStream not enabled"),
+])
+def test_request_errors_pickle_with_their_reasons(exc):
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is type(exc) and str(back) == str(exc)
+    assert (back.reason, back.subject, back.retriable) == (exc.reason, exc.subject, exc.retriable)
+    assert getattr(back, "disconnected", None) == getattr(exc, "disconnected", None)

@@ -1,0 +1,25 @@
+"""The Spark data source's errors, under ``jssync.JetStreamError`` (shown as ``jssync.spark``'s)."""
+
+from __future__ import annotations
+
+from ..base.errors import JetStreamError
+
+
+class SparkWriteError(JetStreamError):
+    """A row could not be published by the ``jetstream`` sink; the Spark task fails with it.
+
+    The message names the partition, the row, the subject and the cause (the PubAck
+    error, a timeout waiting for PubAcks, a bad subject...).
+    """
+
+
+class DataLossError(JetStreamError):
+    """Messages of a planned read range were removed before a task read them (``failOnDataLoss``).
+
+    The message names the stream and the sequences: they were at or after the stream's
+    first sequence when the range was planned (or when the micro-batch started), and below
+    it when the task began to read (removed by the stream's limits, a purge or their age).
+    """
+
+
+SparkWriteError.__module__ = DataLossError.__module__ = "jssync.spark"  # their public home
