@@ -15,8 +15,7 @@ import pytest
 
 import jssync
 from jssync.server import NatsServer
-
-from ..conftest import FACTOR, wait_for
+from tests.conftest import FACTOR, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
