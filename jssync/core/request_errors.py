@@ -32,6 +32,11 @@ def mark_draining(conn: Connection) -> None:
     _draining.add(conn)
 
 
+def ending(conn: Connection) -> bool:
+    """``conn`` is closing, closed or draining: a request it ends was cancelled."""
+    return bool(conn._closed or conn._closing or conn._closed_error is not None or conn in _draining)
+
+
 def cancel_reason(conn: Connection) -> str:
     """``"drained"`` when ``conn`` is (or was) draining, else ``"closed"``."""
     return "drained" if conn in _draining else "closed"

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base.deadline import Deadline
 from ..base.errors import (
+    ConnectionClosedError,
     PermissionDeniedError,
     SubscriptionClosedError,
     TimeoutError,
@@ -158,8 +159,10 @@ class Requests:
                     msg = sub.next_msg(deadline.remaining())  # (None: no limit)
                 except TimeoutError:
                     timed_out = True  # raised below, outside this handler: no context
-                except SubscriptionClosedError:
+                except (SubscriptionClosedError, ConnectionClosedError) as exc:
                     if not denied:
+                        if _why.ending(self._conn):  # closed or drained from another thread
+                            raise _why.cancelled(self._conn, subject) from exc
                         raise
                     err = denied[0]
                     what = f"publish to {subject!r}" if err.operation == "publish" else f"subscription to {inbox!r}"

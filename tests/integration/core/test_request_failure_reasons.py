@@ -104,6 +104,34 @@ def test_request_cancelled_by_drain_from_another_thread(nats_server, unique):
     assert exc.reason == "drained"
 
 
+@pytest.mark.parametrize("how", ["close", "drain"])
+def test_pull_request_through_request_cancelled_by_close_or_drain_says_why(nats_server, js, unique, how):
+    # a CONSUMER.MSG.NEXT request is answered on a subscription of its own (not the reply
+    # multiplexer): ended by a close or a drain, it says so like every other request
+    js.create_stream(name=f"WHY{unique}", subjects=[f"whypull.{unique}"], storage="memory")
+    try:
+        js.create_consumer(f"WHY{unique}", durable_name="C", ack_policy="explicit")
+        subj = f"$JS.API.CONSUMER.MSG.NEXT.WHY{unique}.C"
+        nc = jssync.connect(nats_server.url)
+        try:
+            body = b'{"batch": 1, "expires": 30000000000}'  # waits 30 s: only the close ends it
+            done, got = _fail_in_thread(lambda: nc.request(subj, body, timeout=30.0))
+            time.sleep(0.2)  # the request is waiting
+            if how == "close":
+                nc.close()
+            else:
+                nc.drain(timeout=10.0)
+            assert done.wait(5 * FACTOR)
+        finally:
+            nc.close()
+        [exc] = got
+        assert isinstance(exc, jssync.RequestCancelledError), repr(exc)
+        assert isinstance(exc, jssync.ConnectionClosedError)
+        assert exc.reason == ("closed" if how == "close" else "drained") and exc.subject == subj
+    finally:
+        js.delete_stream(f"WHY{unique}")
+
+
 def test_request_many_ended_by_close_says_why(nats_server, unique):
     subj = f"why.rm.{unique}"
     nc = jssync.connect(nats_server.url)
