@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import datetime
-import json
 import threading
 from collections.abc import Iterator
 
@@ -24,6 +23,7 @@ from nats.js import api
 import jssync
 from jssync.server import NatsServer
 from tests.conftest import wait_for
+from tests.integration.jetstream.old_server import OldServer
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -372,28 +372,8 @@ def test_source_consumer_without_flow_control_ack_policy_is_the_servers_error(js
 # -- servers without it --------------------------------------------------------------------------
 
 
-class _OldServer:
-    """A JetStream API on ``prefix`` at API ``level`` (its INFO reply) recording every other request."""
-
-    def __init__(self, nc: jssync.Connection, prefix: str, level: int) -> None:
-        self.requests: list[str] = []
-        self.lock = threading.Lock()
-
-        def answer(msg: jssync.Msg) -> None:
-            if msg.subject == f"{prefix}.INFO":
-                msg.respond(json.dumps({"type": "io.nats.jetstream.api.v1.account_info_response",
-                                        "memory": 0, "storage": 0, "streams": 0, "consumers": 0,
-                                        "limits": {}, "api": {"level": level, "total": 0, "errors": 0}}).encode())
-            else:
-                with self.lock:
-                    self.requests.append(msg.subject)
-
-        self.sub = nc.subscribe(f"{prefix}.>", callback=answer)
-        nc.flush()
-
-
 def test_server_before_2_14_gets_nothing(nc, unique):
-    old = _OldServer(nc, f"OLD{unique}.API", level=3)  # 2.13
+    old = OldServer(nc, f"OLD{unique}.API", level=3)  # 2.13
     js = nc.jetstream(api_prefix=f"OLD{unique}.API", timeout=1.0)
     try:
         with pytest.raises(jssync.NotSupportedError, match=r"flow control ack policy needs nats-server 2\.14") as ei:

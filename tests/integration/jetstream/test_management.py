@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import threading
 
 import pytest
 from nats.js import api
@@ -14,6 +13,7 @@ from nats.js import api
 import jssync
 from jssync.kv.keyvalue import InvalidBucketNameError, KeyWrongLastSequenceError
 from tests.conftest import wait_for
+from tests.integration.jetstream.old_server import OldServer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -145,28 +145,8 @@ def test_api_level_is_read_and_cached(nc, js):
         sub.unsubscribe()
 
 
-class _OldServer:
-    """A JetStream API on ``prefix`` that says it is at ``level`` and records every other request."""
-
-    def __init__(self, nc, prefix: str, level: int) -> None:
-        self.requests: list[str] = []
-        self.lock = threading.Lock()
-
-        def answer(msg) -> None:
-            if msg.subject == f"{prefix}.INFO":
-                msg.respond(json.dumps({"type": "io.nats.jetstream.api.v1.account_info_response",
-                                        "memory": 0, "storage": 0, "streams": 0, "consumers": 0,
-                                        "limits": {}, "api": {"level": level, "total": 0, "errors": 0}}).encode())
-            else:
-                with self.lock:
-                    self.requests.append(msg.subject)
-
-        self.sub = nc.subscribe(f"{prefix}.>", callback=answer)
-        nc.flush()
-
-
 def test_feature_needing_newer_server_is_refused_before_sending(nc, unique):
-    old = _OldServer(nc, f"OLD{unique}.API", level=1)  # a 2.11 server
+    old = OldServer(nc, f"OLD{unique}.API", level=1)  # a 2.11 server
     js = nc.jetstream(api_prefix=f"OLD{unique}.API", timeout=1.0)
     try:
         assert js.api_level() == 1
@@ -193,7 +173,7 @@ def test_feature_needing_newer_server_is_refused_before_sending(nc, unique):
 
 
 def test_server_before_api_levels_is_level_0(nc, unique):
-    old = _OldServer(nc, f"OLD{unique}.API", level=0)
+    old = OldServer(nc, f"OLD{unique}.API", level=0)
     js = nc.jetstream(api_prefix=f"OLD{unique}.API", timeout=1.0)
     try:
         assert js.api_level() == 0
