@@ -74,7 +74,7 @@ def test_request_cancelled_by_close_from_another_thread(nats_server, unique):
     try:
         _silent(nc, subj)
         done, got = _fail_in_thread(lambda: nc.request(subj, b"x", timeout=30.0))
-        time.sleep(0.2)  # the request is waiting (a timeout of 30 s: only the close ends it)
+        wait_for(lambda: nc._req.replies, 5, what="the request waiting for its reply")
         t0 = time.monotonic()
         nc.close()
         assert done.wait(5 * FACTOR)
@@ -94,7 +94,7 @@ def test_request_cancelled_by_drain_from_another_thread(nats_server, unique):
     try:
         _silent(nc, subj)
         done, got = _fail_in_thread(lambda: nc.request(subj, b"x", timeout=30.0))
-        time.sleep(0.2)
+        wait_for(lambda: nc._req.replies, 5, what="the request waiting for its reply")
         nc.drain(timeout=10.0)
         assert done.wait(5 * FACTOR)
     finally:
@@ -116,7 +116,7 @@ def test_pull_request_through_request_cancelled_by_close_or_drain_says_why(nats_
         try:
             body = b'{"batch": 1, "expires": 30000000000}'  # waits 30 s: only the close ends it
             done, got = _fail_in_thread(lambda: nc.request(subj, body, timeout=30.0))
-            time.sleep(0.2)  # the request is waiting
+            wait_for(lambda: len(nc._subs) > 0, 5, what="the pull request's own inbox")
             if how == "close":
                 nc.close()
             else:
@@ -211,7 +211,7 @@ def test_publish_waiting_for_its_puback_is_cancelled_by_close(nats_server, uniqu
         _silent(nc, subj)  # no stream; a subscriber that never sends a PubAck
         js = nc.jetstream()
         done, got = _fail_in_thread(lambda: js.publish(subj, b"x", timeout=30.0))
-        time.sleep(0.2)
+        wait_for(lambda: nc._req.replies, 5, what="the request waiting for its reply")
         nc.close()
         assert done.wait(5 * FACTOR)
     finally:
