@@ -51,7 +51,7 @@ from ..base.errors import (
 )
 from ..base.status import NO_RESPONDERS, classify
 from ..core import natspy as _natspy
-from .replies import _model
+from .replies import PubAck, _model
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -164,7 +164,7 @@ def parse_reply(data: bytes, headers: dict[str, str] | None) -> FlowAck | Gap | 
         if isinstance(err, dict):
             return Final(None, _api_error(err))
         try:
-            return Final(_model(api.PubAck, resp, "PubAck"), None)
+            return Final(_model(PubAck, resp, "PubAck"), None)
         except APIError as exc:
             return Final(None, exc)
     return Final(None, APIError(None, None, f"malformed fast batch reply: {bytes(data[:100])!r}"))

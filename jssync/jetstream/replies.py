@@ -41,12 +41,27 @@ _PLAIN_ACK_KEYS = frozenset(("stream", "seq", "domain", "duplicate"))
 class PubAck(api.PubAck):
     """The server's acknowledgement of a JetStream publish: ``stream``, ``seq``, ``domain``,
     ``duplicate`` (always a bool: True when the message ID was seen within the stream's
-    duplicate window, so nothing new was stored)."""
+    duplicate window, so nothing new was stored); for a batch (ADR-50) ``batch_id`` and
+    ``batch_size`` (the server's ``batch`` and ``count``), on every nats-py in range (2.15
+    has no such fields)."""
 
     duplicate: bool = False
+    batch_id: str | None = None
+    batch_size: int | None = None
+    val: str | None = None
 
     def __post_init__(self) -> None:
         self.duplicate = bool(self.duplicate)
+
+    @classmethod
+    def from_response(cls, resp: dict[str, Any]) -> PubAck:
+        resp = dict(resp)
+        if "batch" in resp and "batch_id" not in resp:
+            resp["batch_id"] = resp.pop("batch")
+        if "count" in resp and "batch_size" not in resp:
+            resp["batch_size"] = resp.pop("count")
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in resp.items() if k in names})
 
 
 #: The server's usual PubAck, byte for byte (a name with an escaped character takes the JSON path).
