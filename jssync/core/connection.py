@@ -371,6 +371,9 @@ class Connection:
                 is used up.
             jssync.BadSubjectError, jssync.BadHeaderError, jssync.MaxPayloadError.
         """
+        tracer = HOOKS.tracer  # jssync.otel: a send span up to the reply, trace context in the headers (None: off)
+        if tracer is not None and tracer.wants():
+            return tracer.request(self, subject, data, headers, timeout)
         validate_subject(subject, wildcards=False)
         validate_headers(headers)
         data = _check_data(data)
@@ -422,6 +425,10 @@ class Connection:
         """
         from . import request_many as _request_many
 
+        tracer = HOOKS.tracer  # jssync.otel: a send span, trace context in the headers (None: off)
+        if tracer is not None and tracer.wants():
+            return tracer.request_many(self, subject, data, headers, {
+                "max_wait": max_wait, "max_messages": max_messages, "stall": stall, "sentinel": sentinel})
         validate_subject(subject, wildcards=False)
         validate_headers(headers)
         data = _check_data(data)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..jetstream.replies import PubAck
     from .connection import Connection
     from .msg import Msg
+    from .request_many import RequestMany
 
 
 class MessageTracer(Protocol):
@@ -43,18 +44,29 @@ class MessageTracer(Protocol):
     def publish(self, conn: Connection, subject: str, data: bytes, reply: str | None,
                 headers: dict[str, str] | None) -> None: ...
 
+    def respond(self, conn: Connection, msg: Msg, data: bytes, headers: dict[str, str] | None) -> None: ...
+
+    def request(self, conn: Connection, subject: str, data: bytes, headers: dict[str, str] | None,
+                timeout: float | None) -> Msg: ...
+
+    def request_many(self, conn: Connection, subject: str, data: bytes, headers: dict[str, str] | None,
+                     options: dict[str, Any]) -> RequestMany: ...
+
     def js_publish(self, js: Any, subject: str, data: bytes, headers: dict[str, str] | None,
                    options: dict[str, Any]) -> PubAck | None: ...
 
     def js_publish_async(self, js: Any, subject: str, data: bytes, headers: dict[str, str] | None,
                          options: dict[str, Any]) -> concurrent.futures.Future[PubAck]: ...
 
-    def receive(self, operation: str, fn: Callable[..., Msg], conn: Connection, stream: str, consumer: str,
-                *args: Any) -> Msg: ...
+    def receive(self, operation: str, fn: Callable[..., Msg], conn: Connection, stream: str | None,
+                consumer: str | None, *args: Any) -> Msg: ...
 
     def process(self, callback: Callable[[Msg], Any], msg: Msg, conn: Connection, queue: str | None = None) -> Any: ...
 
     def settle(self, fn: Callable[..., Any], msg: Msg, conn: Connection, payload: bytes, *args: Any) -> Any: ...
+
+    def ack_next(self, fn: Callable[..., list[Msg]], conn: Connection, msg: Msg, batch: int, no_wait: bool,
+                 timeout: float | None) -> list[Msg]: ...
 
 
 class CoreHooks:

@@ -98,6 +98,9 @@ class Msg:
         """
         if not self.reply:
             raise Error("the message has no reply subject to respond to")
+        tracer = HOOKS.tracer  # jssync.otel: a send span linked to the request (None: off)
+        if tracer is not None and tracer.wants():
+            return tracer.respond(self._conn, self, data, headers)
         self._conn.publish(self.reply, data, headers=headers)
 
     # -- JetStream -----------------------------------------------------------------------
@@ -297,6 +300,9 @@ class Msg:
         conn = self._ack_target()
         if conn is None:
             return []
+        tracer = HOOKS.tracer  # jssync.otel: a settle and a receive span (None: off)
+        if tracer is not None and tracer.wants():
+            return tracer.ack_next(HOOKS.ack_next, conn, self, batch, bool(no_wait), timeout)
         return HOOKS.ack_next(conn, self, batch, bool(no_wait), None if timeout is None else float(timeout))
 
     @property

@@ -14,6 +14,7 @@ from ..base.errors import (
 )
 from ..base.status import is_no_responders
 from ..base.validate import MAX_I64, check_number, check_optional_int, check_optional_number
+from .hooks import HOOKS
 from .msg import Msg
 from .request_errors import cancel_reason, no_responders
 
@@ -123,6 +124,9 @@ class RequestMany:
         self._finalizer()
 
     def __next__(self) -> Msg:
+        tracer = HOOKS.tracer  # jssync.otel: a receive span per reply (None: off)
+        if tracer is not None and tracer.wants():
+            return tracer.receive("request_many", self.__next__, self._conn, None, None)
         if self.reason is not None:
             raise StopIteration
         if self._max is not None and self._count >= self._max:

@@ -39,6 +39,7 @@ OPERATION_NAME = "messaging.operation.name"
 DESTINATION = "messaging.destination.name"
 TEMPORARY = "messaging.destination.temporary"
 BODY_SIZE = "messaging.message.body.size"
+BATCH_COUNT = "messaging.batch.message_count"
 MESSAGE_ID = "messaging.message.id"
 CONSUMER_GROUP = "messaging.consumer.group.name"
 SERVER_ADDRESS = "server.address"
@@ -207,14 +208,15 @@ class MessageTracer:
     # -- send --------------------------------------------------------------------------------
 
     def _send_span(self, conn: Connection, subject: str, data: Any, headers: dict[str, str] | None,
-                   msg_id: str | None = None) -> tuple[trace.Span, dict[str, str]]:
+                   msg_id: str | None = None, op_name: str = "publish",
+                   links: list[Link] | None = None) -> tuple[trace.Span, dict[str, str]]:
         """Start a PRODUCER span; return it and a copy of ``headers`` that carries its context.
 
         The context goes in through the global propagator (W3C ``traceparent``/``tracestate``
         and ``baggage`` by default). A message that already carries a ``traceparent`` keeps
         it (the caller's own creation context, left unchanged); the span links to it.
         """
-        name, attrs = _base("send", "publish", subject, conn)
+        name, attrs = _base("send", op_name, subject, conn)
         size = _body_size(data)
         if size is not None:
             attrs[BODY_SIZE] = size
@@ -222,10 +224,10 @@ class MessageTracer:
             attrs[MESSAGE_ID] = msg_id
         out = dict(headers) if headers else {}
         own = _has_header(out, "traceparent")
-        links: list[Link] = []
+        links = list(links) if links else []
         if own:
             sc = trace.get_current_span(propagate.extract(out, getter=_GETTER)).get_span_context()
-            if sc.is_valid:
+            if sc.is_valid and all(link.context.span_id != sc.span_id for link in links):
                 links.append(Link(sc))
         span = self._tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attrs, links=links)
         if not own:
@@ -241,6 +243,51 @@ class MessageTracer:
         with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
             try:
                 self._quiet(conn.publish, subject, data, reply=reply, headers=h)
+            except BaseException as exc:
+                _fail(span, exc)
+                raise
+
+    def respond(self, conn: Connection, msg: Msg, data: bytes, headers: dict[str, str] | None) -> None:
+        """``Msg.respond`` in a PRODUCER span (a publish to the reply subject) that links to the
+        request's creation context, so a reply sent outside a callback is tied to its request."""
+        _ctx, links = self._extract(msg)
+        span, h = self._send_span(conn, msg.reply, data, headers, links=links)
+        with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
+            try:
+                self._quiet(msg.respond, data, headers=h)
+            except BaseException as exc:
+                _fail(span, exc)
+                raise
+
+    def request(self, conn: Connection, subject: str, data: bytes, headers: dict[str, str] | None,
+                timeout: float | None) -> Msg:
+        """``Connection.request`` in a PRODUCER span (``request {subject}``) from the call until
+        the reply (or the error): the send of the request with its reply, as nats.net traces it.
+        The request carries the span's context; the span links to the reply's creation context
+        when the reply carries one (the responder's send span)."""
+        span, h = self._send_span(conn, subject, data, headers, op_name="request")
+        with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
+            try:
+                reply: Msg = self._quiet(conn.request, subject, data, headers=h, timeout=timeout)
+            except BaseException as exc:
+                _fail(span, exc)
+                raise
+            _ctx, links = self._extract(reply)
+            own = span.get_span_context().span_id
+            for link in links:
+                if link.context.span_id != own:  # (a responder that echoes the request's headers)
+                    span.add_link(link.context)
+            return reply
+
+    def request_many(self, conn: Connection, subject: str, data: bytes, headers: dict[str, str] | None,
+                     options: dict[str, Any]) -> Any:
+        """``Connection.request_many`` in a PRODUCER span (``request {subject}``) around sending
+        the request (the call returns once it is handed over; each reply the iterator yields
+        is a receive span of its own, see :meth:`receive`)."""
+        span, h = self._send_span(conn, subject, data, headers, op_name="request")
+        with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
+            try:
+                return self._quiet(conn.request_many, subject, data, headers=h, **options)
             except BaseException as exc:
                 _fail(span, exc)
                 raise
@@ -288,8 +335,8 @@ class MessageTracer:
 
     # -- receive -----------------------------------------------------------------------------
 
-    def receive(self, operation: str, fn: Callable[..., Msg], conn: Connection, stream: str, consumer: str,
-                *args: Any) -> Msg:
+    def receive(self, operation: str, fn: Callable[..., Msg], conn: Connection, stream: str | None,
+                consumer: str | None, *args: Any) -> Msg:
         """Run ``fn`` (which returns one message the application asked for) in a CLIENT span.
 
         The span starts when the call starts and is made once its outcome is known: a
@@ -303,9 +350,11 @@ class MessageTracer:
             raise
         except BaseException as exc:
             name, attrs = _base("receive", operation, None, conn)
-            attrs[STREAM] = stream
-            attrs[CONSUMER] = consumer
-            attrs[CONSUMER_GROUP] = consumer
+            if stream is not None:
+                attrs[STREAM] = stream
+            if consumer is not None:
+                attrs[CONSUMER] = consumer
+                attrs[CONSUMER_GROUP] = consumer
             span = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs, start_time=start)
             _fail(span, exc)
             span.end()
@@ -360,6 +409,60 @@ class MessageTracer:
             except BaseException as exc:
                 _fail(span, exc)
                 raise
+
+    def ack_next(self, fn: Callable[..., list[Msg]], conn: Connection, msg: Msg, batch: int, no_wait: bool,
+                 timeout: float | None) -> list[Msg]:
+        """``Msg.ack_next`` (``fn(conn, msg, batch, no_wait, timeout)``): an ack and a pull in one call.
+
+        Two spans, both from the call until it returns: a settle span (``ack {subject}``, the
+        ack of ``msg``, linked to its creation context) and a CLIENT receive span
+        (``ack_next ...``) for the messages the call returns, linked to each one's creation
+        context. With ``batch`` > 1 the receive span is a batch one
+        (``messaging.batch.message_count``, the name has the subject when all share it).
+        An error is recorded on the receive span, and on the settle span too unless the ack
+        was sent.
+        """
+        start = time.time_ns()
+        name, attrs = _msg_attrs("settle", "ack", msg, conn)
+        _ctx, links = self._extract(msg)
+        settle = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs, links=links,
+                                         start_time=start)
+        try:
+            msgs: list[Msg] = self._quiet(fn, conn, msg, batch, no_wait, None if timeout is None else float(timeout))
+        except BaseException as exc:
+            if not msg.is_acked:
+                _fail(settle, exc)
+            settle.end()
+            name, attrs = _base("receive", "ack_next", None, conn)
+            _consumer_attrs(attrs, msg)
+            span = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs, start_time=start)
+            _fail(span, exc)
+            span.end()
+            raise
+        settle.end()
+        if batch == 1 and msgs:
+            name, attrs = _msg_attrs("receive", "ack_next", msgs[0], conn)
+        else:
+            subjects = {m.subject for m in msgs}
+            name, attrs = _base("receive", "ack_next", subjects.pop() if len(subjects) == 1 else None, conn)
+            _consumer_attrs(attrs, msg)
+            if batch > 1:
+                attrs[BATCH_COUNT] = len(msgs)
+        links = [link for m in msgs for link in self._extract(m)[1]]
+        self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs, links=links,
+                                start_time=start).end()
+        return msgs
+
+
+def _consumer_attrs(attrs: dict[str, Any], msg: Msg) -> None:
+    """The stream and consumer of a JetStream message (when its metadata can be read)."""
+    try:
+        md = msg.metadata
+    except Exception:  # noqa: BLE001 - not a JetStream message: no stream or consumer
+        return
+    attrs[STREAM] = md.stream
+    attrs[CONSUMER] = md.consumer
+    attrs[CONSUMER_GROUP] = md.consumer
 
 
 def _ack_attrs(span: trace.Span, ack: Any) -> None:

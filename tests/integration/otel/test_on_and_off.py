@@ -111,3 +111,26 @@ def test_the_opentelemetry_instrumentor_entry_point_turns_tracing_on_and_off(nc,
     assert not jssync.otel.is_instrumented()
     nc.publish(f"otel.{unique}", b"x")
     assert len(spans_named(f"publish otel.{unique}")) == 1
+
+
+def test_request_reply_and_ack_next_with_tracing_off_add_no_headers_and_make_no_spans(nc, js, stream):
+    exporter().clear()
+    assert HOOKS.tracer is None
+    seen = []
+
+    def answer(msg):
+        seen.append(msg.headers)
+        msg.respond(b"a")
+
+    sub = nc.subscribe(f"{stream.name}.svc", callback=answer)
+    nc.flush()
+    reply = nc.request(f"{stream.name}.svc", b"q", timeout=5 * FACTOR)
+    replies = list(nc.request_many(f"{stream.name}.svc", b"q", max_wait=5 * FACTOR, max_messages=1))
+    sub.unsubscribe()
+    js.publish(f"{stream.name}.a", b"1")
+    js.publish(f"{stream.name}.a", b"2")
+    c = stream.create_consumer(durable_name="D", ack_policy="explicit")
+    [nxt] = c.next(timeout=2 * FACTOR).ack_next()
+    assert seen == [None, None] and reply.headers is None and replies[0].headers is None
+    assert nxt.headers is None
+    assert jssync_spans() == []
