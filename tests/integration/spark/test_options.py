@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import FACTOR, wait_for
 
 from .spark_session import start_session
+from .streaming_query import run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -178,21 +179,6 @@ def test_min_max_messages_per_trigger_with_max_trigger_delay(spark, nats_server,
         q.stop()
 
 
-def _run_available_now(spark, url: str, name: str, ckpt, collect, **options):
-    """Run a streaming read of ``name`` into ``collect`` (foreachBatch) until it has read what
-    is there, or failed; returns the stopped query."""
-    r = spark.readStream.format("jetstream").option("servers", url).option("stream", name)
-    for k, v in options.items():
-        r = r.option(k, v)
-    q = (r.load().writeStream.foreachBatch(collect).option("checkpointLocation", str(ckpt))
-         .trigger(availableNow=True).start())
-    try:
-        q.awaitTermination(120 * FACTOR)
-    except Exception:  # noqa: BLE001 - the failure is looked at through q.exception()
-        pass
-    return q
-
-
 def _recreate(js, name: str, n: int, purge_below: int = 0) -> None:
     """Delete the stream ``name``, create it again (same subjects) and publish ``n`` messages."""
     js.delete_stream(name)
@@ -219,14 +205,14 @@ def test_streaming_read_of_a_recreated_stream_fails_or_starts_over(spark, nats_s
     def collect(df, _batch_id):
         seen.extend((r.seq, bytes(r.data)) for r in df.select("seq", "data").collect())
 
-    q = _run_available_now(spark, url, name, ckpt, collect)
+    q = run_available_now(spark, url, name, ckpt, collect)
     assert q.exception() is None and [s for s, _ in sorted(seen)] == list(range(1, 1001))
     old_created = js.stream(name).cached_info.created
     _recreate(js, name, 1200, purge_below=101)  # the new stream holds 101..1200
     new_created = js.stream(name).cached_info.created
     assert new_created != old_created
     seen.clear()
-    q = _run_available_now(spark, url, name, ckpt, collect)
+    q = run_available_now(spark, url, name, ckpt, collect)
     assert q.exception() is not None, f"no error; the sink got {len(seen)} rows"
     text = str(q.exception())
     assert "DataLossError" in text and "sequence 1001" in text, text
@@ -234,7 +220,7 @@ def test_streaming_read_of_a_recreated_stream_fails_or_starts_over(spark, nats_s
     assert "101..1200" in text and "failOnDataLoss=false" in text, text
     assert seen == []
 
-    q = _run_available_now(spark, url, name, ckpt, collect, failOnDataLoss="false")
+    q = run_available_now(spark, url, name, ckpt, collect, failOnDataLoss="false")
     assert q.exception() is None
     assert sorted(seen) == [(i, f"n{i - 1}".encode()) for i in range(101, 1201)]
     latest = [json.loads(p["sources"][0]["latestOffset"]) for p in q.recentProgress
@@ -270,22 +256,22 @@ def test_streaming_read_of_old_offsets_without_creation_time(spark, nats_server,
     def collect(df, _batch_id):
         seen.extend(r.seq for r in df.select("seq").collect())
 
-    q = _run_available_now(spark, url, name, ckpt, collect, maxMessagesPerTrigger="100")
+    q = run_available_now(spark, url, name, ckpt, collect, maxMessagesPerTrigger="100")
     assert q.exception() is None and sorted(seen) == list(range(1, 301))
     _drop_created(ckpt)
     _publish(js, f"{name}.a", 300, 50)
     seen.clear()
-    q = _run_available_now(spark, url, name, ckpt, collect)
+    q = run_available_now(spark, url, name, ckpt, collect)
     assert q.exception() is None and sorted(seen) == list(range(301, 351))
     _drop_created(ckpt)
     _recreate(js, name, 100)
     seen.clear()
-    q = _run_available_now(spark, url, name, ckpt, collect)
+    q = run_available_now(spark, url, name, ckpt, collect)
     assert q.exception() is not None, f"no error; the sink got {len(seen)} rows"
     text = str(q.exception())
     assert "DataLossError" in text and "sequence 351" in text and "1..100" in text, text
     assert seen == []
-    q = _run_available_now(spark, url, name, ckpt, collect, failOnDataLoss="false")
+    q = run_available_now(spark, url, name, ckpt, collect, failOnDataLoss="false")
     assert q.exception() is None and sorted(seen) == list(range(1, 101))
 
 

@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import FACTOR, wait_for
 
 from .spark_session import jssync_root, start_session
+from .streaming_query import run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -55,19 +56,6 @@ def _publish(js, subject: str, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
         js.publish_async(subject, f"{subject}:{i}".encode())
     js.publish_async_completed(timeout=60)
-
-
-def _run_available_now(spark, url: str, names, ckpt, collect, **options):
-    r = spark.readStream.format("jetstream").option("servers", url).option("streams", ",".join(names))
-    for k, v in options.items():
-        r = r.option(k, v)
-    q = (r.load().writeStream.foreachBatch(collect).option("checkpointLocation", str(ckpt))
-         .trigger(availableNow=True).start())
-    try:
-        q.awaitTermination(120 * FACTOR)
-    except Exception:  # noqa: BLE001 - the failure is looked at through q.exception()
-        pass
-    return q
 
 
 def test_share_limit_splits_a_cap_in_proportion_and_never_more():
@@ -235,26 +223,26 @@ def test_data_loss_and_a_recreated_stream_are_detected_per_stream(spark, nats_se
     def collect(df, _batch_id):
         seen.extend((r.stream, r.seq) for r in df.select("stream", "seq").collect())
 
-    q = _run_available_now(spark, url, (a, b), ckpt, collect)
+    q = run_available_now(spark, url, (a, b), ckpt, collect)
     assert q.exception() is None
     assert sorted(seen) == sorted([(a, s) for s in range(1, 101)] + [(b, s) for s in range(1, 101)])
 
     # the next micro-batch is planned, then forgotten as committed, and B's part purged
     _publish(js, f"{a}.x", 50, start=100)
     _publish(js, f"{b}.x", 50, start=100)
-    q = _run_available_now(spark, url, (a, b), ckpt, collect)
+    q = run_available_now(spark, url, (a, b), ckpt, collect)
     assert q.exception() is None
     commits = sorted((ckpt / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
     commits[-1].unlink()
     (commits[-1].parent / f".{commits[-1].name}.crc").unlink(missing_ok=True)
     js.stream(b).purge(seq=131)
     seen.clear()
-    q = _run_available_now(spark, url, (a, b), ckpt, collect)
+    q = run_available_now(spark, url, (a, b), ckpt, collect)
     text = str(q.exception())
     assert q.exception() is not None and "DataLossError" in text, text
     assert f"stream '{b}': sequences 101..130 of the planned range 101..150" in text, text
     assert seen == []
-    q = _run_available_now(spark, url, (a, b), ckpt, collect, failOnDataLoss="false")
+    q = run_available_now(spark, url, (a, b), ckpt, collect, failOnDataLoss="false")
     assert q.exception() is None
     assert sorted(seen) == sorted([(a, s) for s in range(101, 151)] + [(b, s) for s in range(131, 151)])
 
@@ -264,11 +252,11 @@ def test_data_loss_and_a_recreated_stream_are_detected_per_stream(spark, nats_se
     _publish(js, f"{b}.x", 10)
     _publish(js, f"{a}.x", 5, start=150)
     seen.clear()
-    q = _run_available_now(spark, url, (a, b), ckpt, collect)
+    q = run_available_now(spark, url, (a, b), ckpt, collect)
     text = str(q.exception())
     assert q.exception() is not None and f"stream '{b}' was deleted and created again" in text, text
     assert "sequence 151" in text and seen == []
-    q = _run_available_now(spark, url, (a, b), ckpt, collect, failOnDataLoss="false")
+    q = run_available_now(spark, url, (a, b), ckpt, collect, failOnDataLoss="false")
     assert q.exception() is None
     assert sorted(seen) == sorted([(a, s) for s in range(151, 156)] + [(b, s) for s in range(1, 11)])
 
@@ -294,6 +282,6 @@ def test_a_one_stream_query_can_go_on_with_several_streams(spark, nats_server, j
     _publish(js, f"{a}.x", 3, start=20)
     seen.clear()
     for _ in range(2):  # the first run adds B's starting position, the second reads it
-        q = _run_available_now(spark, url, (a, b), ckpt, collect)
+        q = run_available_now(spark, url, (a, b), ckpt, collect)
         assert q.exception() is None
     assert sorted(seen) == sorted([(a, s) for s in range(21, 24)] + [(b, s) for s in range(1, 8)])
