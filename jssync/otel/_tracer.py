@@ -55,6 +55,7 @@ DELIVERY_COUNT = "messaging.nats.message.delivery_count"
 DUPLICATE = "messaging.nats.message.duplicate"
 
 _JS_ACK_PREFIX = "$JS.ACK."
+_JS_PREFIX = "$JS."  # the JetStream API (any domain) and acks: no messaging operations of their own
 _INBOX_PREFIX = "_INBOX."
 _MSG_ID_HEADER = "Nats-Msg-Id"
 
@@ -264,7 +265,12 @@ class MessageTracer:
         """``Connection.request`` in a PRODUCER span (``request {subject}``) from the call until
         the reply (or the error): the send of the request with its reply, as nats.net traces it.
         The request carries the span's context; the span links to the reply's creation context
-        when the reply carries one (the responder's send span)."""
+        when the reply carries one (the responder's send span). A request to a ``$JS.``
+        subject (the JetStream API: a Direct Get, ``kv.get``; an ack sent as a request) is
+        no messaging operation: it runs untraced, like jssync's own JetStream API requests."""
+        if subject.startswith(_JS_PREFIX):
+            plain: Msg = self._quiet(conn.request, subject, data, headers=headers, timeout=timeout)
+            return plain
         span, h = self._send_span(conn, subject, data, headers, op_name="request")
         with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
             try:
@@ -283,7 +289,10 @@ class MessageTracer:
                      options: dict[str, Any]) -> Any:
         """``Connection.request_many`` in a PRODUCER span (``request {subject}``) around sending
         the request (the call returns once it is handed over; each reply the iterator yields
-        is a receive span of its own, see :meth:`receive`)."""
+        is a receive span of its own, see :meth:`receive`). A ``$JS.`` subject: untraced, as
+        for :meth:`request`."""
+        if subject.startswith(_JS_PREFIX):
+            return self._quiet(conn.request_many, subject, data, headers=headers, **options)
         span, h = self._send_span(conn, subject, data, headers, op_name="request")
         with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
             try:
