@@ -76,6 +76,13 @@ def main() -> None:
             for msg in auditor.fetch(1, expires=2.0):
                 msg.ack()
 
+        print("request/reply (one request span up to the reply; the responder's process and reply spans under it):")
+        prices = nc.subscribe("prices.get", callback=lambda m: m.respond(b"9.99"))
+        nc.flush()
+        with tracer.start_as_current_span("GET /price"):
+            print("  price:", nc.request("prices.get", b"order 1", timeout=2.0).data)
+        prices.unsubscribe()
+
     jssync.otel.uninstrument()
     provider.shutdown()
 

@@ -237,7 +237,14 @@ class MessageTracer:
 
     def publish(self, conn: Connection, subject: str, data: bytes, reply: str | None,
                 headers: dict[str, str] | None) -> None:
-        """``Connection.publish`` in a PRODUCER span whose context goes into the headers."""
+        """``Connection.publish`` in a PRODUCER span whose context goes into the headers.
+
+        A publish to a ``$JS.`` subject (a JetStream API request with its own reply subject,
+        such as a Direct Get batch of ``object_store.get``) is no messaging operation: it runs
+        untraced, as :meth:`request` does."""
+        if subject.startswith(_JS_PREFIX):
+            self._quiet(conn.publish, subject, data, reply=reply, headers=headers)
+            return
         span, h = self._send_span(conn, subject, data, headers)
         if reply:
             span.set_attribute(REPLY_TO, reply)

@@ -1,6 +1,6 @@
-"""jssync.otel and key-value buckets: a put is the send span of the publish it is (the entry
-carries the trace context); get and watch read the bucket's state and make no spans; a
-request to the JetStream API (``$JS.``) is not traced."""
+"""jssync.otel and key-value / object store buckets: a put is the send span of each publish it
+is (the entry carries the trace context); get and watch read the bucket's state and make no
+spans; a request or publish to the JetStream API (``$JS.``) is not traced."""
 
 from __future__ import annotations
 
@@ -57,3 +57,17 @@ def test_a_request_to_the_jetstream_api_makes_no_span_and_carries_no_trace_heade
     assert b"account_info_response" in reply.data
     assert request.headers is None
     assert jssync_spans() == []
+
+
+def test_object_store_put_is_a_send_span_per_chunk_and_get_makes_none(js, unique):
+    ob = js.create_object_store(bucket=f"o{unique}", storage="memory")
+    try:
+        ob.put("f", b"x" * 300_000)  # 128 KiB chunks: 3 chunks and the meta entry
+        sends = jssync_spans()
+        assert len([s for s in sends if s.name.startswith(f"publish $O.o{unique}.C.")]) == 3
+        assert len([s for s in sends if s.name.startswith(f"publish $O.o{unique}.M.")]) == 1
+        assert len(sends) == 4
+        assert ob.get("f").data == b"x" * 300_000  # a Direct Get batch published to $JS.API...: untraced
+        assert len(jssync_spans()) == 4
+    finally:
+        js.delete_object_store(f"o{unique}")
