@@ -112,15 +112,6 @@ def test_reset_carries_the_api_level_it_needs_and_returns_the_sequence_delivery_
     assert replay.done()
 
 
-def test_a_request_above_the_servers_api_level_raises_not_supported():
-    js, replay = recorded_context("jetstream", "management", "api_level_refused")
-    with pytest.raises(jssync.NotSupportedError) as err:
-        js._api("CONSUMER.INFO.ORDERS.worker", None, 5.0, feature=("consumer reset", 99))
-    assert err.value.feature == "consumer reset"
-    assert isinstance(err.value.__cause__, jssync.APIError) and err.value.__cause__.err_code == 10185
-    assert replay.done()
-
-
 def test_delete_consumer_returns_success_and_a_missing_one_raises_10014():
     js, replay = recorded_context("jetstream", "management", "delete_consumer")
     assert js.delete_consumer("ORDERS", "worker") is True
