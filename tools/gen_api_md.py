@@ -84,12 +84,20 @@ def _doc(obj: Any) -> str:
 
 
 def _members(cls: type) -> list[tuple[str, Any]]:
-    out = []
-    for name, member in cls.__dict__.items():
-        if name.startswith("_") and name != "__iter__":
+    """The public members of ``cls``: its own, then those of the rooms it is made of (the JetStream
+    context's: the subclasses of jetstream/apicalls.py's APIRoom), in method resolution order."""
+    from jssync.jetstream.apicalls import APIRoom
+
+    out, seen = [], set()
+    for klass in cls.__mro__:
+        if klass is not cls and not issubclass(klass, APIRoom):
             continue
-        if isinstance(member, property | classmethod | staticmethod) or inspect.isfunction(member):
-            out.append((name, member))
+        for name, member in klass.__dict__.items():
+            if name in seen or (name.startswith("_") and name != "__iter__"):
+                continue
+            if isinstance(member, property | classmethod | staticmethod) or inspect.isfunction(member):
+                seen.add(name)
+                out.append((name, member))
     return out
 
 

@@ -4,33 +4,26 @@ from __future__ import annotations
 
 import base64  # noqa: F401  (re-used by sibling modules through this one)
 import concurrent.futures
-import datetime as _dt
-import json
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Unpack, overload
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from nats.js import api
 
 from ..base.cpython import LeanFuture
 from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ..base.errors import (
-    APIError,
     ConnectionClosedError,
     Error,
-    JetStreamError,
     NoAckStreamError,
     NoRespondersError,
-    NotFoundError,
     ReconnectBufferExceededError,
     RequestTimeoutError,
     TimeoutError,
     ValidationError,
-    check_api_response,
-    name_missing,
     worth_retrying,
 )
 from ..base.status import is_no_responders
@@ -43,108 +36,41 @@ from ..base.validate import (
     validate_subject,
 )
 from ..core import hooks as _core_hooks
-from ..core import natspy as _natspy
 from ..core.hooks import HOOKS as _CORE
-from ..core.request_errors import cancelled, jetstream_unavailable, no_responders
-from . import priority as _priority
-from .hooks import HOOKS
-from .params import (  # (names of the context too: validate_name, HDR_*, _consumer_config)
+from ..core.request_errors import cancelled, no_responders
+from .consumeradmin import ConsumerAdmin
+from .factories import Factories
+from .params import (  # (validate_name is a name of the context too)
     HDR_EXPECTED_LAST_MSG_ID,
     HDR_EXPECTED_LAST_SEQ,
     HDR_EXPECTED_LAST_SUBJECT_SEQ,
     HDR_EXPECTED_STREAM,
     HDR_MSG_ID,
-    STREAM_CHOICES,
-    STREAM_OPTIONS,
-    ConsumerParams,
-    KeyValueParams,
-    ObjectStoreParams,
-    StreamParams,
-    _consumer_config,
-    check_choices,
-    check_options,
-    normalize_config,
     validate_name,
 )
-from .replies import PubAck, _model, _parse_pub_ack
-from .sourcing import is_flow_control, normalize_sources, put_back_consumers, source_consumers, stream_wire
+from .replies import PubAck, _parse_pub_ack
+from .streamadmin import StreamAdmin
+from .transport import APITransport, ConnectionTransport
 
 if TYPE_CHECKING:
     from ..core.connection import Connection
     from ..core.msg import Msg
-    from ..kv.codecs import CodecKeyValue, KeyCodec, ValueCodec
-    from ..kv.keyvalue import KeyValue, KeyValueStatus
-    from ..objectstore.objectstore import ObjectStore, ObjectStoreStatus
-    from .consumers import Consumer
-    from .direct import DirectBatch
-    from .fastpublish import FastPublisher
-    from .msgfeatures import BatchPublisher, Counter
-    from .push import JetStreamSubscription
-    from .replies import StoredMsg
-    from .streams import Stream
 
 log = logging.getLogger("jssync")
 
-def _stream_config(config: api.StreamConfig | None, params: Mapping[str, Any],
-                   call: str = "create_stream") -> api.StreamConfig:
-    if config is None:
-        config = api.StreamConfig()
-    elif not isinstance(config, api.StreamConfig):
-        raise TypeError(f"config must be a StreamConfig, got {type(config).__name__}")
-    if params:
-        check_options(params, STREAM_OPTIONS, call)
-        config = config.evolve(**params)
-    validate_name(config.name, "stream name")
-    check_choices(config, STREAM_CHOICES)
-    config = normalize_config(config)
-    config = normalize_sources(config, validate_name)
-    marker_ttl = config.subject_delete_marker_ttl
-    if marker_ttl is not None and marker_ttl != 0:
-        # ADR-43: at least 1 s (the server refuses less); nats-py would silently drop a negative one
-        from .msgfeatures import go_duration
 
-        go_duration(marker_ttl, "subject_delete_marker_ttl")
-    if config.subjects is not None:
-        if isinstance(config.subjects, str):
-            raise TypeError("subjects must be a list of subjects, not a str")
-        from ..base.validate import validate_subject
-
-        for s in config.subjects:
-            validate_subject(s, "stream subject")
-    return config
-
-
-def _consumer_wire(config: api.ConsumerConfig) -> dict[str, Any]:
-    """``config`` as sent: nats-py's fields plus the ADR-42 fields :func:`_consumer_config` set."""
-    body = config.as_dict()
-    body.update(_priority.wire_fields(_priority.of_config(config)))
-    return body
-
-
-def _consumer_model(resp: Any, what: str = "consumer info") -> api.ConsumerInfo:
-    """A ConsumerInfo from a reply, with the ADR-42 fields nats-py drops put back on it.
-
-    ``info.config.priority_policy`` / ``priority_groups`` / ``priority_timeout`` (seconds)
-    and ``info.priority_groups`` (the server's per-group state: ``group``,
-    ``pinned_client_id``, ``pinned_ts``), read with ``getattr``.
-    """
-    raw = resp.get("config") if isinstance(resp, dict) else None
-    prio = _priority.from_reply(raw)
-    state = resp.get("priority_groups") if isinstance(resp, dict) else None
-    info: api.ConsumerInfo = _model(api.ConsumerInfo, resp, what)
-    _priority.attach(info, prio, state)
-    return info
-
-
-
-
-class JetStream:
+class JetStream(StreamAdmin, ConsumerAdmin, Factories):
     """A JetStream context: streams, consumers and publishing on one connection.
 
     Made with :meth:`jssync.Connection.jetstream`. Every blocking call takes ``timeout``
     (default: the context's) and raises :class:`jssync.TimeoutError` when it runs out.
     Thread-safe.
     """
+
+    # The context is made of rooms, one job each: stream management (jetstream/streamadmin.py),
+    # consumer management (consumeradmin.py), the objects it makes (factories.py), all on the
+    # API layer (apicalls.py), whose one call to the server goes through the transport
+    # (transport.py). Publishing lives here.
 
     def __init__(
         self,
@@ -172,6 +98,7 @@ class JetStream:
             raise ValidationError(f"max_pending must be >= 1, got {max_pending!r}")
         self.domain = domain
         self._conn = conn
+        self._transport: APITransport = ConnectionTransport(conn)
         self.timeout = timeout
         self.max_pending = max_pending
         self._async = _AsyncPublisher(self)
@@ -191,587 +118,6 @@ class JetStream:
         subscription and pending publish of the context.
         """
         return self._conn
-
-    # -- API requests -----------------------------------------------------------------------
-
-    def _api(self, suffix: str, payload: dict[str, Any] | bytes | None = None,
-             timeout: float | None | Default = DEFAULT, *, feature: tuple[str, int] | None = None) -> dict[str, Any]:
-        """Send one JetStream API request and return the parsed reply.
-
-        ``feature`` (name, API level): the request carries ``Nats-Required-Api-Level`` (ADR-44),
-        so a server below that level (2.12+) refuses it instead of ignoring what it lacks.
-
-        Raises:
-            jssync.NotSupportedError: with ``feature``, the server refused it for its level (10185).
-            jssync.APIError (and subclasses): the server answered with an error.
-            jssync.ServiceUnavailableError: no JetStream answered (no leader, restarting; retriable),
-                jssync.JetStreamNotEnabledError (a ServiceUnavailableError): the server runs
-                without JetStream (not retriable).
-            jssync.RequestTimeoutError (a jssync.TimeoutError): no reply in time.
-            jssync.RequestCancelledError (a ConnectionClosedError): closed or drained meanwhile.
-        """
-        if payload is None:
-            data = b""
-        elif isinstance(payload, bytes):
-            data = payload
-        else:
-            data = json.dumps(payload).encode()
-        subject = f"{self.prefix}.{suffix}"
-        headers = None if feature is None else {"Nats-Required-Api-Level": str(feature[1])}
-        try:
-            msg = self.conn.internal.request(subject, data, headers, resolve_timeout(timeout, self.timeout))
-        except NoRespondersError as exc:
-            raise jetstream_unavailable(self.conn, subject) from exc
-        try:
-            return check_api_response(msg.data)
-        except NotFoundError as exc:
-            name_missing(exc, suffix)
-            err: APIError = exc
-        except APIError as exc:
-            if exc.err_code == 10185 and feature is not None:
-                from .features import not_supported
-
-                raise not_supported(feature[0], exc) from exc
-            if exc.err_code != 10065 or not isinstance(payload, dict):
-                raise
-            err = exc
-            self._name_overlap(err, payload)
-        raise err
-
-    def _name_overlap(self, err: APIError, config: dict[str, Any]) -> None:
-        """Say which stream holds the subjects a stream create/update overlaps (err_code 10065).
-
-        The server only says "subjects overlap with an existing stream"; one STREAM.NAMES
-        request per subject (at most 1 s in all) finds the holder. Best effort: on any
-        failure the server's text stays as it is.
-        """
-        held: list[str] = []
-        deadline = Deadline(1.0)
-        try:
-            for subj in config.get("subjects") or []:
-                resp = self._api("STREAM.NAMES", {"subject": subj}, max(deadline.remaining() or 0.0, 0.05))
-                for other in resp.get("streams") or []:
-                    if other != config.get("name"):
-                        held.append(f"stream {other!r} holds subjects that overlap {subj!r}")
-        except Error as exc:
-            log.debug("could not find the overlapping stream: %s", exc)
-        if held:
-            err.args = (f"{err.args[0]}: {'; '.join(held)}",)
-
-    def account_info(self, timeout: float | None | Default = DEFAULT) -> api.AccountInfo:
-        """Return the account's JetStream usage and limits."""
-        return _model(api.AccountInfo, self._api("INFO", None, timeout), "account info")
-
-    # -- server feature level (ADR-44; implemented in jetstream/features.py) ---------------------------
-
-    def api_level(self, *, refresh: bool = False, timeout: float | None | Default = DEFAULT) -> int:
-        """The JetStream API level of the server(s) behind this context (ADR-44).
-
-        0 before nats-server 2.11, 1 for 2.11, 2 for 2.12, 4 for 2.14, 5 for 2.15. Read
-        from the ``$JS.API.INFO`` reply once per connection and API prefix (again after
-        the connection moved to another server, or with ``refresh=True``); later calls do
-        no I/O. Calls that need a newer server check it and raise
-        :class:`jssync.NotSupportedError` before sending anything.
-        """
-        from .features import api_level
-
-        return api_level(self, refresh=refresh, timeout=timeout)
-
-    def _require_stream_features(self, cfg: api.StreamConfig,
-                                 timeout: float | None | Default) -> tuple[str, int] | None:
-        """NotSupportedError if ``cfg`` uses a feature the server's API level lacks (no I/O without one).
-
-        Returns the feature the request must carry the API level of (durable sourcing: a
-        server before it would ignore the source's consumer), or None.
-        """
-        from .features import require, stream_features
-
-        header: tuple[str, int] | None = None
-        for feature in stream_features(cfg):
-            level = require(self, feature, timeout=timeout)
-            if feature == "durable sourcing":
-                header = (feature, level)
-        return header
-
-    # -- streams ---------------------------------------------------------------------------
-
-    def create_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None | Default = DEFAULT,
-                      **params: Unpack[StreamParams]) -> Stream:
-        """Create a stream from ``config`` or keyword fields (``name=``, ``subjects=``, ...).
-
-        Creating a stream that exists with the same config returns it. While the cluster
-        reports a peer it needs as offline for a moment ("no suitable peers for placement,
-        peer offline", e.g. just after a node started), the create is tried again every
-        0.25 s within ``timeout``.
-
-        Raises:
-            ValueError, TypeError: invalid name, subject or option (nothing is sent).
-            jssync.StreamNameInUseError: it exists with a different configuration.
-            jssync.APIError: e.g. placement still impossible when ``timeout`` runs out.
-        """
-        from .streams import Stream
-
-        cfg = _stream_config(config, params)
-        feature = self._require_stream_features(cfg, timeout)
-        body = stream_wire(cfg)
-        deadline = Deadline(resolve_timeout(timeout, self.timeout))
-        while True:
-            try:
-                resp = self._api(f"STREAM.CREATE.{cfg.name}", body, deadline.left(), **_level(feature))
-                break
-            except APIError as exc:
-                # a transient view of the meta leader (a peer's route just reconnected)
-                if (exc.err_code != 10005 or "offline" not in (exc.description or "")
-                        or (left := deadline.remaining()) is not None and left < 0.5):
-                    raise
-                log.debug("stream %r: %s; trying again", cfg.name, exc.description)
-                time.sleep(0.25)
-        return Stream(self, _stream_model(resp))
-
-    def update_stream(self, config: api.StreamConfig | None = None, *, timeout: float | None | Default = DEFAULT,
-                      **params: Unpack[StreamParams]) -> Stream:
-        """Update an existing stream.
-
-        With keyword fields only (``update_stream(name="S", max_msgs=10)``) the fields given
-        are set on top of the stream's current configuration, read first with one stream
-        info request (what ``nats stream edit`` does); a concurrent update between that read
-        and the write is overwritten. With a ``config`` object that object is the whole new
-        configuration (keyword fields set on it first): every field it leaves at its default
-        goes back to the default.
-
-        Raises:
-            ValueError, TypeError: no or invalid name, unknown option (nothing is sent).
-            jssync.NotSupportedError: the config uses a feature the server's API level lacks.
-            jssync.StreamNotFoundError: there is no such stream.
-        """
-        from .streams import Stream
-
-        if config is not None or not params:
-            cfg = _stream_config(config, params, "update_stream")
-            body = stream_wire(cfg)
-        else:
-            cfg, body = self._edited_stream_config(dict(params), timeout)
-        feature = self._require_stream_features(cfg, timeout)
-        resp = self._api(f"STREAM.UPDATE.{cfg.name}", body, timeout, **_level(feature))
-        return Stream(self, _stream_model(resp))
-
-    def _edited_stream_config(self, params: dict[str, Any], timeout: float | None | Default,
-                              ) -> tuple[api.StreamConfig, dict[str, Any]]:
-        """The stream's current config with the fields in ``params`` set (``name`` names the stream).
-
-        The fields given replace those of the config as the server sent it; everything
-        else is sent back as it came (fields nats-py does not model included).
-        """
-        params = dict(params)
-        name = params.pop("name", None)
-        if name is None:
-            raise ValidationError("update_stream needs the stream's name (name=) or a StreamConfig")
-        check_options(params, STREAM_OPTIONS, "update_stream")
-        validate_name(name)
-        resp = self._api(f"STREAM.INFO.{name}", None, timeout)
-        raw = resp.get("config")
-        if not isinstance(raw, dict):
-            raise APIError(None, None, "malformed stream info reply: no config object")
-        raw = json.loads(json.dumps(raw))  # a deep copy: parsing resp turns its nested dicts into objects
-        current = _stream_model(resp).config
-        cfg = _stream_config(current, params, "update_stream")
-        fields = stream_wire(cfg)
-        for key in params:
-            if key in fields:
-                raw[key] = fields[key]
-            else:  # set to None: back to the server's default
-                raw.pop(key, None)
-        # server-computed metadata (_nats.*) is set again by the server on every update
-        md = raw.get("metadata")
-        if isinstance(md, dict):
-            raw["metadata"] = {k: v for k, v in md.items() if not str(k).startswith("_nats.")}
-        return cfg, raw
-
-    def create_or_update_stream(self, config: api.StreamConfig | None = None, *,
-                                timeout: float | None | Default = DEFAULT,
-                                **params: Unpack[StreamParams]) -> Stream:
-        """Update the stream, or create it if it does not exist.
-
-        As with :meth:`update_stream`, keyword fields alone update only those fields of an
-        existing stream; a ``config`` object is the whole configuration.
-        """
-        from ..base.errors import StreamNotFoundError
-
-        cfg = _stream_config(config, params, "create_or_update_stream")
-        try:
-            if config is None and params:
-                return self.update_stream(timeout=timeout, **params)
-            return self.update_stream(cfg, timeout=timeout)
-        except StreamNotFoundError:
-            return self.create_stream(cfg, timeout=timeout)
-
-    def stream(self, name: str, *, timeout: float | None | Default = DEFAULT) -> Stream:
-        """Look up a stream.
-
-        Raises:
-            jssync.StreamNotFoundError: there is no such stream.
-        """
-        from .streams import Stream
-
-        validate_name(name)
-        return Stream(self, self._stream_info(name, timeout=timeout))
-
-    def _stream_info(self, name: str, *, deleted_details: bool = False, subjects_filter: str | None = None,
-                     timeout: float | None | Default = DEFAULT) -> api.StreamInfo:
-        req: dict[str, Any] = {}
-        if deleted_details:
-            req["deleted_details"] = True
-        if subjects_filter:
-            validate_subject(subjects_filter, "subjects_filter")
-            req["subjects_filter"] = subjects_filter
-        if not subjects_filter:
-            resp = self._api(f"STREAM.INFO.{name}", req or None, timeout)
-            return _stream_model(resp)
-        # subjects come in pages: gather them all
-        subjects: dict[str, int] = {}
-        offset = 0
-        while True:
-            req["offset"] = offset
-            resp = self._api(f"STREAM.INFO.{name}", req, timeout)
-            state = resp.get("state") or {}
-            page = (state.get("subjects") if isinstance(state, dict) else None) or {}
-            if not isinstance(page, dict):
-                raise APIError(None, None, f"malformed stream info reply: subjects is {type(page).__name__}")
-            subjects.update(page)
-            total = _int_field(resp, "total")
-            limit = _int_field(resp, "limit")
-            offset += len(page)
-            if not page or not limit or offset >= total:
-                break
-        resp["state"] = dict(state if isinstance(state, dict) else {}, subjects=subjects)
-        return _stream_model(resp)
-
-    def delete_stream(self, name: str, *, timeout: float | None | Default = DEFAULT) -> bool:
-        """Delete a stream and its messages.
-
-        Raises:
-            jssync.StreamNotFoundError: there is no such stream.
-        """
-        validate_name(name)
-        resp = self._api(f"STREAM.DELETE.{name}", None, timeout)
-        return bool(resp.get("success", False))
-
-    def streams(self, subject: str | None = None, *,
-                timeout: float | None | Default = DEFAULT) -> Iterator[api.StreamInfo]:
-        """Iterate over every stream's info (all pages), optionally those listening on ``subject``.
-
-        Each page is one request, made as the iteration reaches it (blocking up to ``timeout``).
-
-        Raises:
-            jssync.BadSubjectError: ``subject`` is not a valid subject filter (at once,
-                before anything is sent).
-        """
-        req = _subject_filter(subject)
-        return (_stream_model(item) for item in self._paged("STREAM.LIST", "streams", req, timeout))
-
-    def stream_names(self, subject: str | None = None, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
-        """Iterate over every stream name (all pages), optionally those listening on ``subject``.
-
-        Each page is one request, made as the iteration reaches it (blocking up to ``timeout``).
-
-        Raises:
-            jssync.BadSubjectError: ``subject`` is not a valid subject filter (at once,
-                before anything is sent).
-        """
-        req = _subject_filter(subject)
-        return (str(item) for item in self._paged("STREAM.NAMES", "streams", req, timeout))
-
-    # -- Direct Get (ADR-31; implemented in jetstream/direct.py) -------------------------------------
-
-    def direct_get(self, stream: str, seq: int | None = None, *, last_by_subject: str | None = None,
-                   next_by_subject: str | None = None, start_time: _dt.datetime | None = None,
-                   timeout: float | None | Default = DEFAULT) -> StoredMsg:
-        """Read one message of ``stream`` with Direct Get, without a stream handle.
-
-        Sends the Direct Get request and nothing else (no STREAM.INFO), so it works while
-        the stream has no leader or, for a mirror with ``mirror_direct``, while the
-        upstream is down. Selectors as in :meth:`jssync.Stream.direct_get`.
-
-        Raises:
-            ValueError, TypeError: bad name or selectors (nothing is sent).
-            jssync.MessageNotFoundError: no such message.
-            jssync.DirectGetNotAllowedError, jssync.StreamNotFoundError: nobody answered
-                because the stream does not allow direct gets or does not exist.
-            jssync.NoRespondersError: no replica or mirror answered.
-            jssync.TimeoutError.
-        """
-        from .direct import direct_get
-
-        validate_name(stream)
-        return direct_get(self, stream, seq=seq, last_by_subject=last_by_subject, next_by_subject=next_by_subject,
-                          start_time=start_time, timeout=timeout)
-
-    def direct_get_batch(self, stream: str, subject: str, batch: int, *, seq: int | None = None,
-                         start_time: _dt.datetime | None = None, max_bytes: int | None = None,
-                         timeout: float | None | Default = DEFAULT) -> DirectBatch:
-        """:meth:`jssync.Stream.direct_get_batch` without a stream handle (no STREAM.INFO is sent)."""
-        from .direct import direct_get_batch
-
-        validate_name(stream)
-        return direct_get_batch(self, stream, subject, batch, seq=seq, start_time=start_time,
-                                max_bytes=max_bytes, timeout=timeout)
-
-    def direct_get_last_for(self, stream: str, subjects: list[str], *, up_to_seq: int | None = None,
-                            up_to_time: _dt.datetime | None = None, batch: int | None = None,
-                            timeout: float | None | Default = DEFAULT) -> DirectBatch:
-        """:meth:`jssync.Stream.direct_get_last_for` without a stream handle (no STREAM.INFO is sent)."""
-        from .direct import direct_get_last_for
-
-        validate_name(stream)
-        return direct_get_last_for(self, stream, subjects, up_to_seq=up_to_seq, up_to_time=up_to_time,
-                                   batch=batch, timeout=timeout)
-
-    def find_stream_name_by_subject(self, subject: str, *, timeout: float | None | Default = DEFAULT) -> str:
-        """Return the name of the one stream that captures ``subject``.
-
-        One STREAM.NAMES request (per page), blocking up to ``timeout``.
-
-        Raises:
-            jssync.BadSubjectError: ``subject`` is not a valid subject (nothing is sent).
-            jssync.StreamNotFoundError: no stream captures it.
-            jssync.JetStreamError: more than one does.
-        """
-        from ..base.errors import StreamNotFoundError
-
-        names = list(self.stream_names(subject, timeout=timeout))
-        if not names:
-            raise StreamNotFoundError(404, 10059, f"no stream matches subject {subject!r}")
-        if len(names) > 1:
-            raise JetStreamError(f"more than one stream matches subject {subject!r}: {names}")
-        return names[0]
-
-    def _paged(self, suffix: str, key: str, req: dict[str, Any], timeout: float | None | Default,
-               ) -> Iterator[Any]:
-        offset = 0
-        while True:
-            body = dict(req, offset=offset)
-            resp = self._api(suffix, body, timeout)
-            items = resp.get(key) or []
-            if not isinstance(items, list):
-                raise APIError(None, None, f"malformed {suffix} reply: {key!r} is {type(items).__name__}, not a list")
-            total = _int_field(resp, "total")
-            yield from items
-            offset += len(items)
-            if not items or offset >= total:
-                return
-
-    # -- consumers -------------------------------------------------------------------------
-
-    def _upsert_consumer(self, stream: str, config: api.ConsumerConfig, action: str,
-                         timeout: float | None | Default) -> Consumer:
-        from .consumers import Consumer
-
-        validate_name(stream)
-        name = config.name or config.durable_name
-        prio = _priority.of_config(config)
-        if prio.policy is not None:
-            from .features import require
-
-            require(self, "prioritized priority policy" if prio.policy == "prioritized" else "priority groups",
-                    timeout=timeout)
-        feature = None
-        if is_flow_control(config.ack_policy):
-            from .features import require
-
-            feature = ("flow control ack policy", require(self, "flow control ack policy", timeout=timeout))
-        req: dict[str, Any] = {"stream_name": stream, "config": _consumer_wire(config)}
-        if action:
-            req["action"] = action
-        if name:
-            subject = f"CONSUMER.CREATE.{stream}.{name}"
-            if config.filter_subject and not config.filter_subjects:
-                subject += f".{config.filter_subject}"
-        else:
-            subject = f"CONSUMER.CREATE.{stream}"
-        resp = self._api(subject, req, timeout, **_level(feature))
-        return Consumer(self, stream, _consumer_model(resp))
-
-    def create_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                        timeout: float | None | Default = DEFAULT, **params: Unpack[ConsumerParams]) -> Consumer:
-        """Create a consumer on ``stream`` (durable with ``durable_name``/``name``, else ephemeral).
-
-        Raises:
-            ValueError, TypeError: invalid name, filter or option (nothing is sent).
-            jssync.ConsumerExistsError: it exists with a different configuration.
-            jssync.StreamNotFoundError.
-        """
-        return self._upsert_consumer(stream, _consumer_config(config, params), "create", timeout)
-
-    def update_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                        timeout: float | None | Default = DEFAULT, **params: Unpack[ConsumerParams]) -> Consumer:
-        """Update an existing consumer.
-
-        Raises:
-            jssync.ConsumerNotFoundError: it does not exist.
-        """
-        cfg = _consumer_config(config, params, "update_consumer")
-        if not (cfg.name or cfg.durable_name):
-            raise ValidationError("update_consumer needs the consumer's name (name= or durable_name=)")
-        return self._upsert_consumer(stream, cfg, "update", timeout)
-
-    def create_or_update_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
-                                  timeout: float | None | Default = DEFAULT,
-                                  **params: Unpack[ConsumerParams]) -> Consumer:
-        """Create the consumer, or update it if it exists."""
-        return self._upsert_consumer(stream, _consumer_config(config, params, "create_or_update_consumer"), "",
-                                     timeout)
-
-    def consumer(self, stream: str, name: str, *, timeout: float | None | Default = DEFAULT) -> Consumer:
-        """Look up a consumer.
-
-        Raises:
-            jssync.ConsumerNotFoundError, jssync.StreamNotFoundError.
-        """
-        from .consumers import Consumer
-
-        return Consumer(self, stream, self._consumer_info(stream, name, timeout))
-
-    def _consumer_info(self, stream: str, name: str, timeout: float | None | Default = DEFAULT) -> api.ConsumerInfo:
-        validate_name(stream)
-        validate_name(name, "consumer name")
-        return _consumer_model(self._api(f"CONSUMER.INFO.{stream}.{name}", None, timeout))
-
-    def delete_consumer(self, stream: str, name: str, *, timeout: float | None | Default = DEFAULT) -> bool:
-        """Delete a consumer.
-
-        Raises:
-            jssync.ConsumerNotFoundError, jssync.StreamNotFoundError.
-        """
-        validate_name(stream)
-        validate_name(name, "consumer name")
-        return bool(self._api(f"CONSUMER.DELETE.{stream}.{name}", None, timeout).get("success", False))
-
-    def consumers(self, stream: str, *, timeout: float | None | Default = DEFAULT) -> Iterator[api.ConsumerInfo]:
-        """Iterate over the info of every consumer of ``stream`` (all pages)."""
-        validate_name(stream)
-        for item in self._paged(f"CONSUMER.LIST.{stream}", "consumers", {}, timeout):
-            yield _consumer_model(item)
-
-    def consumer_names(self, stream: str, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
-        """Iterate over the names of every consumer of ``stream`` (all pages)."""
-        validate_name(stream)
-        for item in self._paged(f"CONSUMER.NAMES.{stream}", "consumers", {}, timeout):
-            yield str(item)
-
-    def pause_consumer(self, stream: str, name: str, until: Any, *, timeout: float | None | Default = DEFAULT) -> Any:
-        """Pause delivery of a consumer until ``until`` (an aware datetime). Needs nats-server 2.11+.
-
-        Returns the server's pause state (``paused``, ``pause_until``).
-
-        Raises:
-            jssync.NotSupportedError: the server is older than 2.11 (nothing is sent).
-        """
-        import datetime as _dt
-
-        validate_name(stream)
-        validate_name(name, "consumer name")
-        if not isinstance(until, _dt.datetime):
-            raise TypeError("until must be a datetime")
-        from .features import require
-
-        require(self, "consumer pause", timeout=timeout)
-        body = {"pause_until": _natspy.to_utc_iso(until)}
-        return self._api(f"CONSUMER.PAUSE.{stream}.{name}", body, timeout)
-
-    def unpin_consumer(self, stream: str, name: str, group: str, *, timeout: float | None | Default = DEFAULT) -> None:
-        """Unpin the client pinned to ``group`` of a ``pinned_client`` consumer (ADR-42; 2.11+).
-
-        The server picks a new pinned client among the waiting pulls of the group (a pull
-        that still carries the old pin id is answered with 423).
-
-        Raises:
-            ValueError: an invalid stream, consumer or group name (nothing is sent).
-            jssync.NotSupportedError: the server is older than 2.11 (nothing is sent).
-            jssync.APIError: the consumer has no such group; jssync.ConsumerNotFoundError.
-        """
-        validate_name(stream)
-        validate_name(name, "consumer name")
-        _priority.validate_group(group, "group")
-        from .features import require
-
-        require(self, "priority groups", timeout=timeout)
-        self._api(f"CONSUMER.UNPIN.{stream}.{name}", {"group": group}, timeout)
-
-    def resume_consumer(self, stream: str, name: str, *, timeout: float | None | Default = DEFAULT) -> Any:
-        """Resume a paused consumer. Needs nats-server 2.11+."""
-        validate_name(stream)
-        validate_name(name, "consumer name")
-        return self._api(f"CONSUMER.PAUSE.{stream}.{name}", {}, timeout)
-
-    def reset_consumer(self, stream: str, name: str, seq: int | None = None, *,
-                       timeout: float | None | Default = DEFAULT) -> int:
-        """Reset a consumer's delivery state (ADR-60); returns the stream sequence delivery restarts at.
-
-        Pending and redelivered messages are forgotten and the delivered and ack floor
-        sequences are reset, as if the consumer had been created anew: with ``seq``, the
-        next message delivered is the first at or after stream sequence ``seq`` (forwards
-        or backwards); without it, delivery restarts just above the ack floor, so messages
-        delivered but not acknowledged come again. Needs nats-server 2.14+ (API level 4);
-        only consumers with deliver policy ``all``, ``by_start_sequence`` or
-        ``by_start_time`` can be reset to a ``seq`` (not before their start).
-
-        Blocks for one request (and one API level request the first time; one consumer info
-        request when the reset gets no answer), at most ``timeout`` in all.
-
-        Raises:
-            ValueError: bad stream or consumer name, or ``seq`` not an int >= 1 (nothing is sent).
-            jssync.NotSupportedError: the server is older than 2.14 (nothing is sent).
-            jssync.ConsumerNotFoundError, jssync.StreamNotFoundError: no such consumer.
-            jssync.APIError: the server refused the reset (e.g. err_code 10204, a ``seq``
-                before the consumer's start).
-        """
-        return self._reset_consumer(stream, name, seq, timeout)[0]
-
-    def _reset_consumer(self, stream: str, name: str, seq: int | None,
-                        timeout: float | None | Default) -> tuple[int, api.ConsumerInfo]:
-        from ..base.errors import ConsumerNotFoundError
-        from .features import require
-
-        validate_name(stream)
-        validate_name(name, "consumer name")
-        if seq is not None:
-            check_int(seq, "seq (or None for the ack floor)")
-        deadline = Deadline(resolve_timeout(timeout, self.timeout))
-        level = require(self, "consumer reset", timeout=deadline.left())
-        subject = f"{self.prefix}.CONSUMER.RESET.{stream}.{name}"
-        data = b"" if seq is None else json.dumps({"seq": seq}).encode()
-        # ADR-44: the server also refuses it when it is below the level (412, err_code 10185)
-        headers = {"Nats-Required-Api-Level": str(level)}
-        # the consumer answers the reset itself: no consumer, no answer; a share of the time is
-        # kept for the lookup that tells a missing consumer from a slow one (no limit: the
-        # reset is asked again after each lookup that found the consumer)
-        while True:
-            remaining = deadline.remaining()
-            if remaining is None:
-                remaining = self.timeout
-            reserve = min(0.5, remaining / 4)
-            try:
-                msg = self.conn.internal.request(subject, data, headers, max(0.001, remaining - reserve))
-                break
-            except (TimeoutError, NoRespondersError):
-                try:
-                    self._consumer_info(stream, name, timeout=deadline.left())
-                except ConsumerNotFoundError as exc:
-                    raise ConsumerNotFoundError(exc.code, exc.err_code,
-                                                f"consumer {name!r} not found on stream {stream!r}") from None
-                if deadline.timeout is not None:
-                    raise RequestTimeoutError(f"no reply to the reset of consumer {name!r} on stream {stream!r} "
-                                              f"within {deadline.timeout}s", subject=subject) from None
-        try:
-            resp = check_api_response(msg.data)
-        except APIError as exc:
-            if exc.err_code == 10185:
-                from ..base.errors import NotSupportedError
-
-                raise NotSupportedError(f"consumer reset: {exc.description}", feature="consumer reset",
-                                        required_level=level, required_version="2.14") from exc
-            raise
-        return _int_field(resp, "reset_seq"), _consumer_model(resp, "consumer reset")
 
     # -- publishing ------------------------------------------------------------------------
 
@@ -1061,58 +407,7 @@ class JetStream:
         """
         self._async.wait_all(Deadline(timeout))
 
-    # -- counters, atomic batches, schedules (ADR-49/50/51; implemented in jetstream/msgfeatures.py) -------
-
-    def counter(self, subject: str, *, stream: str | None = None) -> Counter:
-        """A distributed counter on ``subject`` (ADR-49; the stream needs ``allow_msg_counter=True``).
-
-        ``counter.add(n)`` returns the new total, ``counter.get()`` reads it; ``stream`` saves
-        looking up the stream that captures ``subject`` on the first read.
-        """
-        from .msgfeatures import Counter
-
-        return Counter(self, subject, stream)
-
-    def batch_publish(self, *, batch_id: str | None = None,
-                      timeout: float | None | Default = DEFAULT) -> BatchPublisher:
-        """An atomic batch (ADR-50; the stream needs ``allow_atomic=True``): all stored or none.
-
-        ``with js.batch_publish() as batch: batch.add(subject, data, ...)`` commits when the
-        block ends normally and sends nothing when it ends with an exception; see
-        :class:`jssync.BatchPublisher`.
-        """
-        from .msgfeatures import BatchPublisher
-
-        return BatchPublisher(self, batch_id=batch_id, timeout=timeout)
-
-    def fast_publisher(self, *, gap: str = "fail", flow: int = 100, max_outstanding_acks: int = 2,
-                       timeout: float | None | Default = DEFAULT,
-                       error_cb: Callable[[BaseException], Any] | None = None) -> FastPublisher:
-        """A fast-ingest batch (ADR-50; nats-server 2.14+, the stream needs ``allow_batched=True``).
-
-        ``with js.fast_publisher() as fp: fp.add(subject, data, ...)`` sends each message
-        at once, paced by the server's flow acks, and ends the batch when the block ends
-        (``fp.ack`` is then its PubAck); see :class:`jssync.FastPublisher`. Nothing is sent
-        here.
-
-        Args:
-            gap: ``"fail"`` (the batch ends at the first lost message: what is stored has
-                no gaps) or ``"ok"`` (the batch goes on; gaps are reported to ``error_cb``).
-            flow: ask for a flow ack every this many messages (1-65535; the server may
-                lower it).
-            max_outstanding_acks: how many flow acks may be outstanding before ``add``
-                waits (1-3).
-            timeout: the default wait of ``add``, ``flush`` and ``close`` (default: the
-                context's timeout).
-            error_cb: called on the worker pool with each gap (gap="ok") and error report.
-
-        Raises:
-            jssync.ValidationError: a bad option.
-        """
-        from .fastpublish import FastPublisher
-
-        return FastPublisher(self, gap=gap, flow=flow, max_outstanding_acks=max_outstanding_acks,
-                             timeout=timeout, error_cb=error_cb)
+    # -- schedules (ADR-51; the headers are built in jetstream/msgfeatures.py) ------------------------
 
     def publish_scheduled(
         self,
@@ -1152,136 +447,9 @@ class JetStream:
         h = schedule_headers(subject, target, at, every, cron, ttl, time_zone, source, headers)
         return self.publish(subject, data, headers=h, timeout=timeout)
 
-    # -- push subscribe (ADR-15; implemented in jetstream/push.py) -----------------------------------
-
-    def subscribe(
-        self,
-        subject: str,
-        durable: str | None = None,
-        queue: str | None = None,
-        stream: str | None = None,
-        consumer: str | None = None,
-        callback: Any = None,
-        manual_ack: bool = False,
-        ordered: bool = False,
-        idle_heartbeat: float | None = None,
-        flow_control: bool = False,
-        config: api.ConsumerConfig | None = None,
-        **options: Any,
-    ) -> JetStreamSubscription:
-        """Subscribe with a push consumer, following the ADR-15 workflow (see :mod:`jssync.jetstream.push`)."""
-        from .push import subscribe
-
-        return subscribe(self, subject, durable=durable, queue=queue, stream=stream, consumer=consumer,
-                         callback=callback, manual_ack=manual_ack, ordered=ordered,
-                         idle_heartbeat=idle_heartbeat, flow_control=flow_control, config=config, **options)
-
-    # -- key-value store (ADR-8; implemented in kv/keyvalue.py) -------------------------------------
-
-    def create_key_value(self, config: Any = None, **params: Unpack[KeyValueParams]) -> KeyValue:
-        """Create a key-value bucket (``bucket=``, ``history=``, ``ttl=``, ...)."""
-        return HOOKS.create_key_value(self, config, **params)
-
-    @overload
-    def key_value(self, bucket: str, *, key_codec: None = None, value_codec: None = None,
-                  timeout: float | None | Default = DEFAULT) -> KeyValue: ...
-
-    @overload
-    def key_value(self, bucket: str, *, key_codec: KeyCodec, value_codec: ValueCodec | None = None,
-                  timeout: float | None | Default = DEFAULT) -> CodecKeyValue: ...
-
-    @overload
-    def key_value(self, bucket: str, *, key_codec: KeyCodec | None = None, value_codec: ValueCodec,
-                  timeout: float | None | Default = DEFAULT) -> CodecKeyValue: ...
-
-    def key_value(self, bucket: str, *, key_codec: KeyCodec | None = None, value_codec: ValueCodec | None = None,
-                  timeout: float | None | Default = DEFAULT) -> KeyValue | CodecKeyValue:
-        """Open an existing key-value bucket (raises jssync.BucketNotFoundError).
-
-        With ``key_codec`` and/or ``value_codec`` (NATS ADR-54; see :mod:`jssync.kv.codecs`),
-        returns a :class:`jssync.CodecKeyValue` whose keys and values go through them.
-        """
-        return HOOKS.key_value(self, bucket, key_codec=key_codec, value_codec=value_codec, timeout=timeout)
-
-    def delete_key_value(self, bucket: str, *, timeout: float | None | Default = DEFAULT) -> bool:
-        """Delete a key-value bucket and its stream."""
-        return HOOKS.delete_key_value(self, bucket, timeout=timeout)
-
-    def update_key_value(self, config: Any = None, **params: Any) -> KeyValue:
-        """Update a bucket's whole configuration (``bucket=``, ``history=``, ...), built as on create.
-
-        Options left out go back to their defaults. Raises jssync.BucketNotFoundError.
-        """
-        return HOOKS.update_key_value(self, config, **params)
-
-    def create_or_update_key_value(self, config: Any = None, **params: Any) -> KeyValue:
-        """Update the bucket, or create it if it does not exist."""
-        return HOOKS.create_or_update_key_value(self, config, **params)
-
-    def key_value_store_names(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
-        """Iterate over the name of every key-value bucket (mirrors included; all pages)."""
-        return HOOKS.key_value_store_names(self, timeout=timeout)
-
-    def key_value_stores(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[KeyValueStatus]:
-        """Iterate over the :class:`jssync.KeyValueStatus` of every key-value bucket (all pages)."""
-        return HOOKS.key_value_stores(self, timeout=timeout)
-
-    # -- object store (ADR-20; implemented in objectstore/objectstore.py) -------------------------------
-
-    def create_object_store(self, config: Any = None, **params: Unpack[ObjectStoreParams]) -> ObjectStore:
-        """Create an object store (``bucket=``, ``ttl=``, ``storage=``, ...)."""
-        return HOOKS.create_object_store(self, config, **params)
-
-    def object_store(self, bucket: str, *, timeout: float | None | Default = DEFAULT) -> ObjectStore:
-        """Open an existing object store (raises jssync.BucketNotFoundError)."""
-        return HOOKS.object_store(self, bucket, timeout=timeout)
-
-    def delete_object_store(self, bucket: str, *, timeout: float | None | Default = DEFAULT) -> bool:
-        """Delete an object store and every object in it."""
-        return HOOKS.delete_object_store(self, bucket, timeout=timeout)
-
-    def object_store_names(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
-        """Iterate over the name of every object store (all pages)."""
-        return HOOKS.object_store_names(self, timeout=timeout)
-
-    def object_stores(self, *, timeout: float | None | Default = DEFAULT) -> Iterator[ObjectStoreStatus]:
-        """Iterate over the status of every object store (all pages)."""
-        return HOOKS.object_stores(self, timeout=timeout)
-
-
-def _subject_filter(subject: str | None) -> dict[str, Any]:
-    """The request body of a stream listing by ``subject`` (None or "": all streams)."""
-    if not subject:
-        return {}
-    validate_subject(subject, "subject filter")
-    return {"subject": subject}
-
-
-def _level(feature: tuple[str, int] | None) -> dict[str, Any]:
-    """``_api``'s ``feature=`` keyword when a request needs an API level, else nothing."""
-    return {} if feature is None else {"feature": feature}
-
 
 def _nonneg(v: Any, what: str) -> int:
     return check_int(v, what, minimum=0)  # an expected sequence: uint64
-
-
-def _stream_model(resp: Any) -> api.StreamInfo:
-    """A StreamInfo from a reply; APIError unless it has a config with a name."""
-    found = source_consumers(resp.get("config")) if isinstance(resp, dict) else None
-    info: api.StreamInfo = _model(api.StreamInfo, resp, "stream info")
-    cfg = getattr(info, "config", None)
-    if not isinstance(cfg, api.StreamConfig) or not isinstance(cfg.name, str) or not cfg.name:
-        raise APIError(None, None, "malformed stream info reply: no stream config with a name")
-    put_back_consumers(cfg, found)  # (nats-py < 2.16 drops a source's consumer)
-    return info
-
-
-def _int_field(resp: dict[str, Any], key: str) -> int:
-    value = resp.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise APIError(None, None, f"malformed API reply: {key!r} is {value!r}, not an integer")
-    return value
 
 
 def _check_retry(attempts: Any, wait: Any) -> None:
@@ -1608,3 +776,17 @@ class _AsyncPublisher:
 
 # Connection.jetstream() (core) builds the context through its hook: core does not import this layer.
 _core_hooks.HOOKS.jetstream = JetStream
+
+
+def context_over(transport: APITransport, conn: Connection | None = None, *, domain: str | None = None,
+                 api_prefix: str | None = None, timeout: float = 5.0) -> JetStream:
+    """A JetStream context whose API requests go through ``transport`` (no I/O here).
+
+    For code and tests that drive the management calls (streams, consumers, KV bucket
+    configuration, the push checks) over another transport, e.g. one playing server replies
+    recorded earlier. Without ``conn`` only the calls that go through the API layer work:
+    publishing, consuming and subscribing need a connection.
+    """
+    js = JetStream(cast("Connection", conn), domain=domain, api_prefix=api_prefix, timeout=timeout)
+    js._transport = transport
+    return js

@@ -50,17 +50,19 @@ STREAM_FIELD_FEATURES: dict[str, str] = {
     "allow_batched": "fast batch publish",
 }
 
-# connection -> {api prefix: (server_id the level was read through, level)}
-_levels: weakref.WeakKeyDictionary[Connection, dict[str, tuple[str, int]]] = weakref.WeakKeyDictionary()
+# connection (or, for a context without one, its API transport) ->
+# {api prefix: (server_id the level was read through, level)}
+_levels: weakref.WeakKeyDictionary[object, dict[str, tuple[str, int]]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
 def api_level(js: JetStream, *, refresh: bool = False, timeout: float | None | Default = DEFAULT) -> int:
     """The API level of the JetStream behind ``js`` (cached per connection and API prefix)."""
-    conn = js.conn
-    server_id = str((conn.server_info or {}).get("server_id", ""))
+    conn: Connection | None = js.conn
+    owner: object = js._transport if conn is None else conn
+    server_id = "" if conn is None else str((conn.server_info or {}).get("server_id", ""))
     with _lock:
-        cached = _levels.get(conn, {}).get(js.prefix)
+        cached = _levels.get(owner, {}).get(js.prefix)
     if cached is not None and not refresh and cached[0] == server_id:
         return cached[1]
     resp = js._api("INFO", None, timeout)
@@ -69,7 +71,7 @@ def api_level(js: JetStream, *, refresh: bool = False, timeout: float | None | D
     if isinstance(level, bool) or not isinstance(level, int) or level < 0:
         level = 0
     with _lock:
-        _levels.setdefault(conn, {})[js.prefix] = (server_id, level)
+        _levels.setdefault(owner, {})[js.prefix] = (server_id, level)
     return level
 
 

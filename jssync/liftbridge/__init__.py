@@ -44,7 +44,6 @@ from ..base.errors import (
     Error,
     NoRespondersError,
     RequestTimeoutError,
-    StreamNameInUseError,
     StreamNotFoundError,
     TimeoutError,
     ValidationError,
@@ -65,7 +64,6 @@ from .codec import (
     HDR_ACK_POLICY,
     HDR_CORRELATION_ID,
     HDR_KEY,
-    META_CREATED,
     META_PARTITION,
     META_PARTITIONS,
     META_STREAM,
@@ -99,6 +97,7 @@ from .codec import (
     unmarshal_message,
     user_headers,
 )
+from .creating import create_error, partition_config
 from .errors import (
     InvalidAckError,
     NoSuchPartitionError,
@@ -384,29 +383,18 @@ class Client:
         created: list[str] = []
         try:
             for p, js_name in enumerate(names):
-                cfg = api.StreamConfig(
-                    name=js_name, subjects=[partition_subject(subject, p)], num_replicas=replication_factor,
-                    storage=_STORAGE[storage],
-                    metadata={META_STREAM: name, META_SUBJECT: subject, META_PARTITION: str(p),
-                              META_PARTITIONS: str(partitions), META_CREATED: token},
-                    **limits,
-                )
+                cfg = partition_config(name, subject, p, partitions, js_name=js_name, storage=storage,
+                                       replication_factor=replication_factor, limits=limits, token=token)
 
                 def _create(d: Deadline, c: api.StreamConfig = cfg) -> None:
                     self._js.create_stream(c, timeout=_rem(d))
 
                 try:
                     self._retry(f"creating stream {js_name!r}", _create, deadline)
-                except StreamNameInUseError as exc:
-                    raise StreamExistsError(exc.code, exc.err_code, f"stream {name!r} already exists "
-                                            f"(JetStream stream {js_name!r}: {exc.description})") from exc
                 except APIError as exc:
-                    if exc.err_code == 10065:
-                        raise APIError(exc.code, exc.err_code,
-                                       f"subject {partition_subject(subject, p)!r} of partition {p} is already "
-                                       "captured by another JetStream stream (JetStream streams cannot share "
-                                       "subjects)") from exc
-                    raise
+                    if (mapped := create_error(exc, name, js_name, subject, p)) is exc:
+                        raise
+                    raise mapped from exc
                 created.append(js_name)
         except BaseException:
             for js_name in created:

@@ -340,7 +340,7 @@ class Subscription:
         """Ask the server to delete a consumer, without waiting (its inactive threshold is the backstop)."""
         if name is None or self._conn.is_closed:
             return
-        self._conn.internal.publish_raw(f"{self._js.prefix}.CONSUMER.DELETE.{self.jetstream_stream}.{name}", b"")
+        self._js._api_nowait(f"CONSUMER.DELETE.{self.jetstream_stream}.{name}")
 
     def _drop_current(self) -> None:
         with self._state_lock:

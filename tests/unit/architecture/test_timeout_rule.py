@@ -14,6 +14,7 @@ import pytest
 
 import jssync
 from jssync.base.deadline import DEFAULT, Default, resolve_timeout
+from jssync.jetstream.apicalls import APIRoom
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -45,7 +46,9 @@ def _timeout_params() -> list[tuple[str, inspect.Parameter, str]]:
             cls = getattr(mod, name)
             if not inspect.isclass(cls):
                 continue
-            for attr, fn in vars(cls).items():
+            # the class's own methods and those of the rooms it is made of (JetStream's)
+            own = [k for k in cls.__mro__ if k is cls or issubclass(k, APIRoom)]
+            for attr, fn in [item for k in own for item in vars(k).items()]:
                 if attr.startswith("_") or not inspect.isfunction(fn) or fn in seen:
                     continue
                 seen.add(fn)
