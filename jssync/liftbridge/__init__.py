@@ -19,6 +19,14 @@ captures exactly ``foo`` (p = 0) or ``foo.p``, has its own leader, and its offse
 JetStream sequences minus one (dense from 0 while nothing is deleted from the middle).
 Stream metadata (``liftbridge.stream``, ``liftbridge.subject``, ``liftbridge.partition``,
 ``liftbridge.partitions``) lets :meth:`Client.fetch_metadata` rebuild the partition map.
+
+The package, one job per module: :class:`Client` here is the facade (the public calls and
+their documentation, the subscriptions it made, close); it hands its work to
+:mod:`.routing` (open check, deadlines, the resilient retry, partition lookups),
+:mod:`.admin` (creating and deleting streams) and :mod:`.publishing` (publishing and acks).
+:mod:`.sub` reads a partition (with :mod:`.consumer`, which makes and remakes its
+consumer, and :mod:`.start`, the start positions); :mod:`.codec` has the headers, messages
+and partitioners, :mod:`.meta` the cluster metadata.
 """
 
 from __future__ import annotations
