@@ -10,13 +10,15 @@ recreating the consumer after a gap.
 Status messages are sorted on the connection's I/O thread in
 :meth:`JetStreamSubscription._deliver`, before anything reaches the user's queue, so that
 a user message costs one string prefix test more than a core message.
+
+Two rooms beside this one: :mod:`.push_checks` (the ADR-15 consumer-configuration checks,
+pure) and :mod:`.push_resets` (the NATS subscriptions by generation and the ordered
+subscription's consumer reset, a base class of :class:`JetStreamSubscription`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import datetime as _dt
 import logging
 import threading
 import time
@@ -32,7 +34,6 @@ from ..base.errors import (
     ConsumerConfigMismatchError,
     ConsumerExistsError,
     ConsumerIsPullBasedError,
-    ConsumerIsPushBasedError,
     ConsumerNotFoundError,
     ConsumerSequenceMismatchError,
     DeliverGroupError,
@@ -50,18 +51,17 @@ from ..base.errors import (
     SubjectMismatchError,
     TimeoutError,
     ValidationError,
-    translating,
 )
 from ..base.status import PushAction, Status, classify, decide_push
-from ..base.times import server_time_or_none
-from ..base.validate import MAX_I64, check_int, check_number
-from ..core import natspy as _natspy
+from ..base.validate import MAX_I64, check_int
 from ..core.hooks import HOOKS as _CORE
 from ..core.msg import Msg
-from ..core.subscription import _END, Subscription, _Inbound
+from ..core.subscription import _END, Subscription
 from .consume.gaps import DELIVER, Gap, GapTracker, Reset
 from .consume.heartbeat import HeartbeatMonitor
 from .consume.runner import HeartbeatTimer
+from .push_checks import _num, _user_config, _wire, check_consumer
+from .push_resets import OrderedResets
 
 if TYPE_CHECKING:
     from ..core.connection import Connection
@@ -91,207 +91,10 @@ __all__ = [
 HEARTBEAT_ALARM_FACTOR = 3.0
 #: Idle heartbeat of ordered subscriptions when none is given.
 ORDERED_HEARTBEAT = 5.0
-#: Pause between attempts to recreate an ordered subscription's consumer.
-_RESET_RETRY_WAIT = 1.0
 
 _ACK_PREFIX = "$JS.ACK."
 
 _monotonic = time.monotonic
-
-
-# -- configuration --------------------------------------------------------------------------
-
-#: Fields the ADR-15 config comparison leaves out: names are looked up by, the deliver
-#: subject may change, and groups and filters have checks of their own.
-_NOT_COMPARED = frozenset({
-    "name", "durable_name", "deliver_subject", "deliver_group", "filter_subject", "filter_subjects",
-    "pause_until",
-})
-
-
-def _num(v: Any, what: str) -> float:
-    return check_number(v, what, unit="seconds")
-
-
-_DEFAULTS = api.ConsumerConfig()
-
-
-def _set_fields(config: api.ConsumerConfig) -> set[str]:
-    """The fields of ``config`` that differ from a plain ``ConsumerConfig()`` (which has a few
-    defaults: deliver all, ack explicit, replay instant)."""
-    return {f.name for f in dataclasses.fields(config)
-            if getattr(config, f.name) is not None and getattr(config, f.name) != getattr(_DEFAULTS, f.name)}
-
-
-def _user_config(config: api.ConsumerConfig | None, options: dict[str, Any], idle_heartbeat: float | None,
-                 flow_control: bool) -> tuple[api.ConsumerConfig, set[str]]:
-    """The configuration the user asked for, and the names of the fields they set."""
-    from .params import _consumer_config
-
-    given = _set_fields(config) if config is not None else set()
-    given |= {k for k, v in options.items() if v is not None}
-    cfg = _consumer_config(config, options)
-    cfg = cfg.evolve()  # a copy: never change the caller's object
-    if idle_heartbeat is not None:
-        hb = _num(idle_heartbeat, "idle_heartbeat")
-        if cfg.idle_heartbeat is not None and cfg.idle_heartbeat != hb:
-            raise ValidationError(f"idle_heartbeat={idle_heartbeat!r} differs from config.idle_heartbeat="
-                             f"{cfg.idle_heartbeat!r}")
-        cfg.idle_heartbeat = hb
-        given.add("idle_heartbeat")
-    elif cfg.idle_heartbeat is not None:
-        _num(cfg.idle_heartbeat, "idle_heartbeat")
-    if not isinstance(flow_control, bool):
-        raise TypeError(f"flow_control must be a bool, got {flow_control!r}")
-    if flow_control:
-        cfg.flow_control = True
-        given.add("flow_control")
-    if cfg.flow_control and not cfg.idle_heartbeat:
-        raise ValidationError("flow_control needs idle_heartbeat: the server requires heartbeats with flow control")
-    if cfg.ack_policy is not None and str(_wire(cfg.ack_policy)) == "flow_control":
-        raise ValidationError(_FLOW_CONTROL_ACKS.format(what="ack_policy 'flow_control'"))
-    if cfg.ack_policy is not None and str(_wire(cfg.ack_policy)) not in ("none", "all", "explicit"):
-        raise ValidationError(f"invalid ack_policy {cfg.ack_policy!r}")
-    return cfg, given
-
-
-_FLOW_CONTROL_ACKS = ("{what} is acknowledged by the flow control replies of a stream sourcing or mirroring "
-                      "it (ADR-60), not by a client subscription, which would acknowledge nothing")
-
-
-def _wire(v: Any) -> Any:
-    return v.value if hasattr(v, "value") else v
-
-
-def _parse_time(v: Any) -> Any:
-    if isinstance(v, _dt.datetime):
-        return v if v.tzinfo else v.replace(tzinfo=_dt.UTC)
-    if isinstance(v, str):
-        return server_time_or_none(v) or v
-    return v
-
-
-def _same(field: str, want: Any, have: Any) -> bool:
-    want = _wire(want)
-    have = _wire(have)
-    if field == "opt_start_time":
-        return bool(_parse_time(want) == _parse_time(have))
-    if field == "metadata":
-        mine = {k: v for k, v in (have or {}).items() if not k.startswith("_nats")}
-        return bool((want or {}) == mine)
-    if field == "sample_freq":
-        return str(want or "").rstrip("%") == str(have or "").rstrip("%")
-    if field == "num_replicas" and not have:
-        return True  # 0: the consumer follows the stream's replicas
-    if not want and not have:
-        return True  # False / 0 / empty and an omitted field
-    if isinstance(want, list) and isinstance(have, list):
-        return [_wire(x) for x in want] == [_wire(x) for x in have]
-    return bool(want == have)
-
-
-def _config_mismatch(user: api.ConsumerConfig, server: dict[str, Any],
-                     given: set[str]) -> tuple[str, Any, Any] | None:
-    """The first field in ``given`` that the user set to a value other than the consumer's, or None."""
-    wire = user.as_dict()
-    for field, want in wire.items():
-        if field not in given or getattr(user, field, None) is None or field in _NOT_COMPARED:
-            continue  # not set by the user (as_dict turns unset durations into 0)
-        have = server.get(field)
-        if not _same(field, want, have):
-            return field, _wire(want), have
-    return None
-
-
-def _raw_info(info: dict[str, Any] | api.ConsumerInfo) -> tuple[dict[str, Any], bool]:
-    if isinstance(info, api.ConsumerInfo):
-        cfg = info.config.as_dict() if info.config is not None else {}
-        return {k: v for k, v in cfg.items() if v is not None}, bool(info.push_bound)
-    return dict(info.get("config") or {}), bool(info.get("push_bound"))
-
-
-def check_consumer(
-    info: dict[str, Any] | api.ConsumerInfo,
-    *,
-    subject: str | None,
-    queue: str | None = None,
-    pull: bool = False,
-    config: api.ConsumerConfig | None = None,
-    compare: set[str] | None = None,
-) -> None:
-    """Run the ADR-15 checks of an existing consumer against the subscription asked for.
-
-    Pure (no I/O). ``info`` is the consumer's info: the raw JSON reply of
-    ``CONSUMER.INFO`` or a :class:`ConsumerInfo`. ``config`` is the configuration asked
-    for; ``compare`` names the fields the user set (default: those of ``config`` that
-    differ from a plain ``ConsumerConfig()``). Only those are compared.
-
-    Raises:
-        SubjectMismatchError: ``subject`` is not the consumer's filter subject.
-        ConsumerIsPullBasedError: a push subscription for a pull consumer.
-        jssync.ConsumerIsPushBasedError: a pull subscription for a push consumer.
-        PushSubscribeError: the consumer's ack policy is ``flow_control`` (ADR-60: only a
-            sourcing stream acknowledges it).
-        DuplicateSubscriptionError: the consumer is push bound and has no deliver group,
-            and this is not a queue subscription.
-        DeliverGroupError: queue group and deliver group do not agree.
-        QueueGroupOptionError: a queue subscription for a consumer with flow control or
-            idle heartbeats.
-        ConsumerConfigMismatchError: a field of ``config`` differs from the consumer's.
-    """
-    cfg, push_bound = _raw_info(info)
-    name = (info.get("name") or cfg.get("durable_name")) if isinstance(info, dict) else info.name
-    if subject:
-        filt = cfg.get("filter_subject") or ""
-        filts = cfg.get("filter_subjects") or []
-        if filt and filt != subject:
-            raise SubjectMismatchError(
-                f"subject {subject!r} does not match the filter subject {filt!r} of consumer {name!r}",
-                subject, filt)
-        if filts and subject not in filts:
-            raise SubjectMismatchError(
-                f"subject {subject!r} is not one of the filter subjects {filts!r} of consumer {name!r}",
-                subject, list(filts))
-    if str(_wire(cfg.get("ack_policy"))) == "flow_control":
-        raise PushSubscribeError(_FLOW_CONTROL_ACKS.format(what=f"consumer {name!r} has ack policy 'flow_control': it"))
-    deliver = cfg.get("deliver_subject") or ""
-    if pull:
-        if deliver:
-            raise ConsumerIsPushBasedError(
-                f"cannot make a pull subscription for push consumer {name!r} (deliver subject {deliver!r})")
-    else:
-        if not deliver:
-            raise ConsumerIsPullBasedError(
-                f"consumer {name!r} is a pull consumer (no deliver subject): a pull subscription is required")
-        group = cfg.get("deliver_group") or None
-        if queue is None:
-            if group:
-                raise DeliverGroupError(
-                    f"cannot make a non queue subscription for consumer {name!r}: it was created for "
-                    f"queue group {group!r}", queue, group)
-            if push_bound:
-                raise DuplicateSubscriptionError(
-                    f"duplicate subscription: consumer {name!r} is already bound to a subscription on "
-                    f"{deliver!r}")
-        else:
-            if not group:
-                raise DeliverGroupError(
-                    f"cannot make a queue subscription in group {queue!r} for consumer {name!r}: it was "
-                    "created without a deliver group", queue, None)
-            if group != queue:
-                raise DeliverGroupError(
-                    f"cannot make a queue subscription in group {queue!r} for consumer {name!r}: it was "
-                    f"created for queue group {group!r}", queue, group)
-            if cfg.get("flow_control"):
-                raise QueueGroupOptionError(
-                    f"consumer {name!r} has flow control, which is not supported with queue groups")
-            if cfg.get("idle_heartbeat"):
-                raise QueueGroupOptionError(
-                    f"consumer {name!r} has idle heartbeats, which are not supported with queue groups")
-    if config is not None:
-        diff = _config_mismatch(config, cfg, _set_fields(config) if compare is None else compare)
-        if diff is not None:
-            raise ConsumerConfigMismatchError(*diff)
 
 
 # -- the subscription ----------------------------------------------------------------------
@@ -319,26 +122,8 @@ class _Raise:
 _DELETE = object()
 
 
-class _PushInbound(_Inbound):
-    """Hands messages of one NATS subscription to the JetStream subscription.
 
-    Each NATS subscription of a JetStream subscription has a generation; after an ordered
-    reset, messages still arriving on the old one are dropped here.
-    """
-
-    __slots__ = ("_gen",)
-
-    def __init__(self, sub: JetStreamSubscription, gen: int) -> None:
-        super().__init__(sub)
-        self._gen = gen
-
-    def put_nowait(self, msg: Msg) -> None:
-        sub = self._sub
-        if sub._tracker.generation == self._gen:  # type: ignore[attr-defined]
-            sub._deliver(msg)
-
-
-class JetStreamSubscription(Subscription):
+class JetStreamSubscription(OrderedResets):
     """A push subscription to a JetStream consumer (ADR-15). Made by :meth:`JetStream.subscribe`.
 
     Read it like a core :class:`jssync.Subscription` (``for msg in sub``,
@@ -575,154 +360,6 @@ class JetStreamSubscription(Subscription):
         timer = self._hb_timer
         if timer is not None:
             timer.stop()
-
-    # -- NATS subscriptions ------------------------------------------------------------------
-
-    async def _nats_subscribe(self, subject: str, queue: str | None, gen: int, fresh: bool) -> Any:
-        """On the loop: subscribe ``subject`` for generation ``gen``.
-
-        ``fresh``: the consumer about to be created starts at consumer sequence 1.
-        """
-        conn = self._conn
-        await conn.internal.sync_pubs()
-        if self._gaps and gen == self._tracker.generation:
-            # a consumer about to be created starts at 1; an existing one: its first message tells
-            self._tracker.last_consumer_seq = 0 if fresh else None
-        with translating():
-            return await _natspy.subscribe(conn.internal.nc, subject, _PushInbound(self, gen), queue)
-
-    def _sub_deadline(self) -> Deadline:
-        return Deadline(None if self._timeout is None else self._timeout + 5.0)
-
-    def _subscribe(self, subject: str, queue: str | None, deadline: Deadline, fresh: bool) -> None:
-        self.subject = subject
-        self._nsub = self._conn.run(self._nats_subscribe(subject, queue, self._tracker.generation, fresh), deadline,
-                                    "subscribe")
-
-    def _unsubscribe_nats(self, nsub: Any, deadline: Deadline) -> None:
-        conn = self._conn
-        if nsub is None or conn.internal.closed:
-            return
-
-        async def _unsub() -> None:
-            if _natspy.sub_closed(nsub) or conn.internal.nc.is_closed:
-                return
-            with translating():
-                await nsub.unsubscribe()
-
-        conn.run(_unsub(), deadline, "unsubscribe")
-
-    # -- ordered resets --------------------------------------------------------------------
-
-    def _request_reset(self, reason: str) -> None:
-        """Recreate the ordered consumer (I/O thread, no wait): the gap tracker started a new
-        generation, so whatever the old consumer still sends is dropped from now on."""
-        with self._reset_lock:
-            if self._closed or self._draining:
-                return
-            log.debug("ordered subscription on %s: reset (%s)", self.stream_name, reason)
-            self._reset_wanted = True
-            if self._reset_running:
-                return
-            self._reset_running = True
-            self._reset_idle.clear()
-        self._conn.internal.pool.submit(self._reset_job)
-
-    def _ready(self) -> None:
-        """subscribe() is done: let resets run (one may be waiting)."""
-        with self._reset_lock:
-            if not self._reset_wanted or self._closed:
-                self._reset_running = False
-                self._reset_idle.set()
-                return
-            self._reset_idle.clear()
-        self._conn.internal.pool.submit(self._reset_job)
-
-    def _wait_reset_idle(self, deadline: Deadline) -> None:
-        """Wait (in slices) until no reset is running, so the current consumer is known."""
-        if not self.ordered or self._conn.internal.pool.in_worker():
-            return  # on the pool, the reset job may be queued behind this thread: do not wait
-        while not self._reset_idle.wait(deadline.slice()):
-            if deadline.expired():
-                return
-
-    def _reset_job(self) -> None:
-        """On the worker pool: reset until it worked or the subscription ended."""
-        failures = 0
-        while True:
-            with self._reset_lock:
-                if self._closed or self._conn.internal.closed or not self._reset_wanted:
-                    self._reset_running = False
-                    self._reset_idle.set()
-                    return
-                self._reset_wanted = False
-                gen = self._tracker.generation
-            try:
-                self._reset_once(gen)
-                failures = 0
-            except Exception as exc:  # noqa: BLE001 - retried, reported once per streak
-                failures += 1
-                if failures == 1:
-                    self._report(exc if isinstance(exc, Error) else JetStreamError(
-                        f"could not reset ordered subscription: {exc}"))
-                else:
-                    log.debug("ordered reset failed again: %s", exc)
-                with self._reset_lock:
-                    self._reset_wanted = True
-                end = _monotonic() + _RESET_RETRY_WAIT
-                while _monotonic() < end and not self._closed and not self._conn.internal.closed:
-                    time.sleep(0.05)
-
-    def _reset_once(self, gen: int) -> None:
-        js = self._js
-        conn = self._conn
-        base = self._ordered_cfg
-        assert base is not None
-        old_nsub = self._nsub
-        old_name = self.consumer_name
-        self._unsubscribe_nats(old_nsub, Deadline(self._timeout))
-        # After a slow consumer drop, wait for room: a new consumer would only overflow again.
-        while self.pending_msgs >= max(1, self._limit // 2):
-            if self._closed or conn.internal.closed:
-                return
-            time.sleep(0.01)
-        deadline = Deadline(self._timeout)
-        inbox = conn.new_inbox()
-        nsub = conn.run(self._nats_subscribe(inbox, None, gen, True), deadline, "subscribe")
-        cfg = base.evolve(deliver_subject=inbox)
-        start = self._tracker.next_stream_seq  # the last stream sequence delivered + 1 (0: none yet)
-        if start > 0:
-            cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-            cfg.opt_start_seq = start
-            cfg.opt_start_time = None
-        try:
-            consumer = js._upsert_consumer(self.stream_name, cfg, "create", deadline.remaining())
-        except BaseException:
-            self._unsubscribe_nats(nsub, Deadline(1.0))
-            raise
-        with self._reset_lock:  # unsubscribe() sets _closed under this lock: install, or clean up
-            closed = self._closed
-            if not closed:
-                self._nsub = nsub
-                self.subject = inbox
-                self.consumer_name = consumer.name
-                self.resets += 1
-        if closed:
-            self._unsubscribe_nats(nsub, Deadline(1.0))
-            self._try_delete(consumer.name)
-            return
-        if self._hb_timer is not None:
-            self._hb_timer.restart()
-        log.debug("ordered subscription reset to consumer %s from stream sequence %s",
-                  consumer.name, cfg.opt_start_seq or cfg.deliver_policy)
-        if old_name and old_name != consumer.name:
-            self._try_delete(old_name)
-
-    def _try_delete(self, name: str) -> None:
-        try:
-            self._js.delete_consumer(self.stream_name, name, timeout=1.0)
-        except Error as exc:
-            log.debug("could not delete old ordered consumer %s: %s", name, exc)
 
     def _on_reconnect(self) -> None:
         # I/O thread: an ordered consumer (memory storage, R1) may not have survived

@@ -9,6 +9,10 @@ stream sequence (the last offset + 1), with jittered waits of 10-500 ms, for up 
 ``resubscribe_wait_time`` seconds. Each message is delivered exactly once, in order.
 A consumer-deleted advisory for its consumer (the stream or the consumer was deleted)
 resubscribes at once, so a deleted stream ends the subscription promptly.
+
+This module reads and hands out the messages (iterator or handler form) and closes the
+subscription; :mod:`.consumer` makes, drops and remakes the consumer, and :mod:`.start`
+turns the start options into a deliver policy.
 """
 
 from __future__ import annotations
@@ -16,158 +20,48 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import logging
-import math
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from nats.js import api
 
 from ..base.deadline import Deadline
 from ..base.errors import (
-    APIError,
     ConnectionClosedError,
     Error,
-    PermissionDeniedError,
     StreamNotFoundError,
     SubscriptionClosedError,
     TimeoutError,
-    ValidationError,
     worth_retrying,
 )
 from ..base.status import PushAction, classify, decide_push
-from ..base.validate import MAX_U64, check_int
 from ..core.workers import SerialLane
 from ..jetstream.consume.gaps import DELIVER, SKIP, GapTracker, Reset
 from ..jetstream.consume.heartbeat import HeartbeatMonitor
-from .codec import Message, StartPosition, message_from, public
+from .codec import Message, message_from, public
+from .consumer import RETRY_MAX, RETRY_MIN, PartitionConsumer, _sleep
 from .errors import NoSuchPartitionError, _Terminal
+from .start import StartSpec, resolve_start
 
 if TYPE_CHECKING:
     from ..core.msg import Msg
     from ..core.subscription import Subscription as CoreSubscription
     from ..jetstream.context import JetStream
 
+__all__ = ["RETRY_MAX", "RETRY_MIN", "Handler", "StartSpec", "Subscription", "resolve_start"]
+
 log = logging.getLogger("jssync")
 
 _ids = itertools.count(1)
 
-#: Jittered wait between resubscribe attempts (the guide: 10 to 500 ms).
-RETRY_MIN = 0.01
-RETRY_MAX = 0.5
 #: Messages handed to the handler lane before the reader waits for it to catch up.
 HANDLER_HIGH_WATER = 1024
 
 Handler = Callable[[Message | None, BaseException | None], Any]
 
 
-@dataclass(frozen=True)
-class StartSpec:
-    """A resolved start position: the JetStream deliver policy and its option."""
-
-    policy: api.DeliverPolicy
-    opt_start_seq: int | None = None
-    opt_start_time: _dt.datetime | None = None
-
-    def describe(self) -> str:
-        if self.opt_start_seq is not None:
-            return f"offset {self.opt_start_seq - 1}"
-        if self.opt_start_time is not None:
-            return f"time {self.opt_start_time.isoformat()}"
-        return str(self.policy.value)
-
-
-def _check_time(t: Any) -> _dt.datetime:
-    if not isinstance(t, _dt.datetime):
-        raise TypeError(f"start_at_time must be a datetime, got {type(t).__name__}")
-    if t.tzinfo is None:
-        raise ValidationError(f"start_at_time must be timezone-aware (e.g. tzinfo=datetime.timezone.utc), got {t!r}")
-    return t.astimezone(_dt.UTC)
-
-
-def _check_delta(d: Any) -> float:
-    if isinstance(d, _dt.timedelta):
-        secs = d.total_seconds()
-    elif isinstance(d, int | float) and not isinstance(d, bool):
-        secs = float(d)
-    else:
-        raise TypeError(f"start_at_time_delta must be a timedelta or seconds, got {type(d).__name__}")
-    if not math.isfinite(secs) or secs < 0:
-        raise ValidationError(f"start_at_time_delta must be a finite duration >= 0, got {d!r}")
-    try:  # the start time it makes must be a datetime (from year 1)
-        _dt.datetime.now(_dt.UTC) - _dt.timedelta(seconds=secs)
-    except OverflowError:
-        raise ValidationError(
-            f"start_at_time_delta reaches back before the year 1, got {d!r}") from None
-    return secs
-
-
-def _check_offset(o: Any) -> int:
-    return check_int(o, "start_at_offset", minimum=0, maximum=MAX_U64 - 1)  # offset + 1 is a uint64 sequence
-
-
-def resolve_start(start_at: Any = None, start_at_offset: Any = None, start_at_time: Any = None,
-                  start_at_time_delta: Any = None) -> StartSpec:
-    """Turn the subscribe start options into a :class:`StartSpec`.
-
-    ``start_at`` is a :class:`StartPosition` (or its name), an offset (int), an aware
-    datetime or a timedelta; ``start_at_offset``/``start_at_time``/``start_at_time_delta``
-    are the Liftbridge-named alternatives. At most one position may be given.
-
-    Raises:
-        ValueError, TypeError: conflicting or bad options, naming the value.
-    """
-    given = [(n, v) for n, v in (("start_at_offset", start_at_offset), ("start_at_time", start_at_time),
-                                 ("start_at_time_delta", start_at_time_delta)) if v is not None]
-    if len(given) > 1:
-        raise ValidationError(f"give one start position, got {', '.join(n for n, _ in given)}")
-    if isinstance(start_at, str) and not isinstance(start_at, StartPosition):
-        if start_at.upper() not in StartPosition.__members__:
-            raise ValidationError(f"start_at must be a StartPosition, got {start_at!r}")
-        start_at = StartPosition[start_at.upper()]
-    if isinstance(start_at, StartPosition):
-        if start_at is StartPosition.OFFSET:
-            if start_at_offset is None:
-                raise ValidationError("start_at=StartPosition.OFFSET needs start_at_offset")
-        elif start_at is StartPosition.TIMESTAMP:
-            if start_at_time is None and start_at_time_delta is None:
-                raise ValidationError("start_at=StartPosition.TIMESTAMP needs start_at_time or start_at_time_delta")
-        elif given:
-            raise ValidationError(f"start_at={start_at.name} conflicts with {given[0][0]}={given[0][1]!r}")
-        else:
-            return {
-                StartPosition.NEW_ONLY: StartSpec(api.DeliverPolicy.NEW),
-                StartPosition.EARLIEST: StartSpec(api.DeliverPolicy.ALL),
-                StartPosition.LATEST: StartSpec(api.DeliverPolicy.LAST),
-            }[start_at]
-    elif start_at is not None:
-        if given:
-            raise ValidationError(f"start_at={start_at!r} conflicts with {given[0][0]}")
-        if isinstance(start_at, _dt.datetime):
-            start_at_time = start_at
-        elif isinstance(start_at, _dt.timedelta):
-            start_at_time_delta = start_at
-        elif isinstance(start_at, int) and not isinstance(start_at, bool):
-            start_at_offset = start_at
-        else:
-            raise TypeError(
-                f"start_at must be a StartPosition, an offset, a datetime or a timedelta, got {start_at!r}"
-            )
-    if start_at_offset is not None:
-        return StartSpec(api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=_check_offset(start_at_offset) + 1)
-    if start_at_time is not None:
-        return StartSpec(api.DeliverPolicy.BY_START_TIME, opt_start_time=_check_time(start_at_time))
-    if start_at_time_delta is not None:
-        secs = _check_delta(start_at_time_delta)
-        when = _dt.datetime.now(_dt.UTC) - _dt.timedelta(seconds=secs)
-        return StartSpec(api.DeliverPolicy.BY_START_TIME, opt_start_time=when)
-    return StartSpec(api.DeliverPolicy.NEW)
-
-
-class Subscription:
+class Subscription(PartitionConsumer):
     """A subscription to one partition of a Liftbridge stream.
 
     Made by :meth:`Client.subscribe`. Without a handler, iterate it (``for msg in sub``,
@@ -264,101 +158,6 @@ class Subscription:
             self._thread = threading.Thread(target=self._read_loop, name=f"jssync-lb-sub-{self._id}", daemon=True)
             self._thread.start()
 
-    def _create(self, deadline: Deadline) -> None:
-        """Subscribe a fresh inbox and create an ephemeral ordered push consumer delivering to it."""
-        conn = self._conn
-        inbox = conn.new_inbox()
-        sub = conn.subscribe(inbox)
-        try:
-            params: dict[str, Any] = dict(
-                deliver_subject=inbox, ack_policy=api.AckPolicy.NONE, flow_control=True,
-                idle_heartbeat=self._hb, mem_storage=True, num_replicas=1,
-                inactive_threshold=max(5.0, 3 * self._hb), replay_policy=api.ReplayPolicy.INSTANT,
-            )
-            start = self._tracker.next_stream_seq
-            if start > 0:
-                params["deliver_policy"] = api.DeliverPolicy.BY_START_SEQUENCE
-                params["opt_start_seq"] = start
-            else:
-                params["deliver_policy"] = self._start.policy
-                if self._start.opt_start_seq is not None:
-                    params["opt_start_seq"] = self._start.opt_start_seq
-                if self._start.opt_start_time is not None:
-                    params["opt_start_time"] = self._start.opt_start_time
-            rem = deadline.remaining()
-            cons = self._js.create_consumer(self.jetstream_stream, timeout=None if rem is None else max(rem, 0.05),
-                                            **params)
-        except BaseException:
-            sub.unsubscribe()
-            raise
-        with self._state_lock:
-            closed = self._closed
-            if not closed:
-                self._sub = sub
-                self._consumer = cons.name
-        if closed:
-            sub.unsubscribe()
-            self._delete_consumer(cons.name)
-            return
-        tracker = self._tracker
-        tracker.last_consumer_seq = 0  # a new consumer starts at consumer sequence 1
-        if tracker.next_stream_seq == 0:
-            delivered = cons.cached_info.delivered
-            tracker.next_stream_seq = (delivered.stream_seq if delivered is not None else 0) + 1
-        self._hb_mon.resumed(time.monotonic())
-
-    def _watch_deletions(self) -> None:
-        """Listen for the server's consumer-deleted advisories on the partition stream.
-
-        A push consumer's deliver subject gets nothing when its consumer or stream is
-        deleted (nats-server 2.15: the heartbeats just stop); the advisory
-        ``$JS.EVENT.ADVISORY.CONSUMER.DELETED.<stream>.<consumer>`` is sent at once. Its
-        callback (on the worker pool) only flags the reader, which resubscribes within a
-        0.1 s slice: the stream is gone (:class:`NoSuchPartitionError`) or a new consumer
-        is made. Without permission to subscribe there, missed heartbeats still notice.
-        """
-        subject = f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{self.jetstream_stream}.*"
-        try:
-            self._advisory = self._conn.subscribe(subject, callback=self._on_consumer_deleted)
-        except PermissionDeniedError as exc:
-            log.debug("jssync.liftbridge: no deletion advisories for %s (%s); heartbeats only", subject, exc)
-
-    def _on_consumer_deleted(self, msg: Msg) -> None:
-        name = msg.subject.rpartition(".")[2]
-        if name and name == self._consumer and not self._closed:
-            self._reset_reason = f"its consumer {name} was deleted (advisory)"
-
-    def _unwatch_deletions(self) -> None:
-        adv, self._advisory = self._advisory, None
-        if adv is not None:
-            try:
-                adv.unsubscribe(timeout=1.0)
-            except Error:
-                pass
-
-    def _delete_consumer(self, name: str | None) -> None:
-        """Ask the server to delete a consumer, without waiting (its inactive threshold is the backstop)."""
-        if name is None or self._conn.is_closed:
-            return
-        self._js._api_nowait(f"CONSUMER.DELETE.{self.jetstream_stream}.{name}")
-
-    def _drop_current(self) -> None:
-        with self._state_lock:
-            sub, name = self._sub, self._consumer
-            self._sub = None
-            self._consumer = None
-        if sub is not None:
-            try:
-                sub.unsubscribe(timeout=1.0)
-            except Error:
-                pass
-        self._delete_consumer(name)
-
-    def _on_reconnect(self) -> None:
-        # on the I/O thread: only flag it; the reader tells the gap tracker and resubscribes
-        if not self._closed:
-            self._reconnected = True
-
     # -- reading -------------------------------------------------------------------------------
 
     def _step(self, deadline: Deadline) -> Message | None:
@@ -454,58 +253,6 @@ class Subscription:
             if type(gone) is Reset:
                 self._reset_reason = gone.reason
         return None
-
-    def _resubscribe(self, deadline: Deadline) -> None:
-        """One resubscribe attempt (after its jittered wait, within ``deadline``)."""
-        now = time.monotonic()
-        if self._reset_reason is not None or self._sub is not None:
-            reason = self._reset_reason or "reset"
-            self._reset_reason = None
-            log.info("jssync.liftbridge: resubscribing to %s partition %d from offset %s: %s", self.stream,
-                     self.partition, (self._tracker.next_stream_seq or 1) - 1, reason)
-            self._drop_current()
-            if self._fail_since is None:
-                self._fail_since = now
-                self._attempt_at = now  # the first attempt goes at once
-            self._last_error = Error(reason)
-        assert self._fail_since is not None
-        if now - self._fail_since > self._resub_wait:
-            last = self._last_error
-            raise _Terminal(TimeoutError(
-                f"could not resubscribe to stream {self.stream!r} partition {self.partition} within "
-                f"resubscribe_wait_time={self._resub_wait}s (last error: {last})"
-            ))
-        if now < self._attempt_at:
-            _sleep(self._attempt_at - now, deadline)
-            if deadline.expired():
-                raise TimeoutError(
-                    f"no message on stream {self.stream!r} partition {self.partition} within {deadline.timeout}s "
-                    "(resubscribing)"
-                )
-            return
-        if self._closed:
-            return
-        self._attempt_at = time.monotonic() + random.uniform(RETRY_MIN, RETRY_MAX)
-        budget = max(0.2, min(self._js.timeout, self._resub_wait - (now - self._fail_since)))
-        rem = deadline.remaining()
-        if rem is not None:
-            budget = min(budget, max(1.0, rem))
-        try:
-            self._create(Deadline(budget))
-            self._resubscribes += 1
-        except StreamNotFoundError as exc:
-            raise _Terminal(NoSuchPartitionError(
-                404, 10059, f"stream {self.stream!r} partition {self.partition} was deleted"
-            )) from exc
-        except ConnectionClosedError as exc:
-            raise _Terminal(exc) from exc
-        except Error as exc:
-            if worth_retrying(exc, timeouts=True):
-                self._last_error = exc
-            elif isinstance(exc, APIError):
-                raise _Terminal(exc) from exc
-            else:
-                raise
 
     # -- iterator form -------------------------------------------------------------------------
 
@@ -726,16 +473,3 @@ def _ack_numbers(reply: str) -> tuple[int, int, _dt.datetime | None] | None:
     except OverflowError:  # a timestamp past year 9999: keep the message, drop the time
         ts = None
     return int(s), int(c), ts
-
-
-def _sleep(seconds: float, deadline: Deadline) -> None:
-    """Sleep ``seconds`` (at most what ``deadline`` leaves), in slices so Ctrl-C gets through."""
-    end = time.monotonic() + seconds
-    while True:
-        left = end - time.monotonic()
-        rem = deadline.remaining()
-        if rem is not None:
-            left = min(left, rem)
-        if left <= 0:
-            return
-        time.sleep(min(left, 0.1))

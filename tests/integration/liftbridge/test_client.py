@@ -203,8 +203,8 @@ def test_resilient_retry(client):
 
     from jssync.base.deadline import Deadline
 
-    assert client._retry("flaky", flaky, Deadline(5)) == "ok" and len(calls) == 3
-    assert all(t <= client._attempt_timeout for t in calls)
+    assert client._routing._retry("flaky", flaky, Deadline(5)) == "ok" and len(calls) == 3
+    assert all(t <= client._routing._attempt_timeout for t in calls)
 
     def refused(deadline):
         calls.append(1)
@@ -212,7 +212,7 @@ def test_resilient_retry(client):
 
     calls.clear()
     with pytest.raises(jssync.APIError):
-        client._retry("refused", refused, Deadline(5))
+        client._routing._retry("refused", refused, Deadline(5))
     assert len(calls) == 1  # not retried
 
     def down(deadline):
@@ -220,7 +220,7 @@ def test_resilient_retry(client):
 
     t = time.monotonic()
     with pytest.raises(jssync.TimeoutError, match="did not succeed within 0.3s"):
-        client._retry("down", down, Deadline(0.3))
+        client._routing._retry("down", down, Deadline(0.3))
     assert time.monotonic() - t < 1.0 * FACTOR
 
 

@@ -23,7 +23,8 @@ PKG = pathlib.Path(__file__).resolve().parents[3] / "jssync"
 ENGINE = {"jetstream/consume/heartbeat.py", "jetstream/consume/gaps.py", "jetstream/consume/runner.py",
           "jetstream/consume/engine.py"}
 #: consumers moved onto the engine: nothing of their own may remain
-CONVERTED = ["jetstream/push.py", "jetstream/ordered.py", "kv/keyvalue.py", "liftbridge/sub.py"]
+CONVERTED = ["jetstream/push.py", "jetstream/push_resets.py", "jetstream/ordered.py", "kv/keyvalue.py",
+             "liftbridge/sub.py", "liftbridge/consumer.py"]
 #: the pull consumers (fetch, next, consume; the ordered consume's base class): on PullEngine
 PULL = ["jetstream/pull.py"]
 
