@@ -16,6 +16,10 @@ How kombu's model maps onto JetStream (docs/celery.md has the long form):
   key-value bucket ``<prefix>_bindings``, so a publisher routes by bindings other processes
   declared (fanout copies reach every bound queue; Celery's remote control works). Each
   connection keeps them in memory, current through a watch of the bucket.
+- A consumed queue has one pull request open at a time (a thread per queue and channel) for
+  the free prefetch room: messages reach the channel as they are stored and ``drain_events``
+  waits for them (no polling, no round trip per message). Cancel and close end that pull and
+  -NAK what it brought and was not delivered. ``basic_get`` asks for one message (no wait).
 - ack, reject, requeue are +ACK, +TERM, -NAK. A message delivered and not acked comes back
   after ``ack_wait`` once its holder is gone; while the holder lives, the transport sends
   +WPI (in progress) for the messages it holds, so a long task is not delivered twice.
@@ -25,9 +29,10 @@ How kombu's model maps onto JetStream (docs/celery.md has the long form):
 Transport options (``transport_options`` / Celery's ``broker_transport_options``):
 ``subject_prefix`` (default ``"kombu"``), ``storage`` (``"file"`` or ``"memory"``),
 ``replicas`` (1), ``ack_wait`` (seconds, 1800), ``max_deliver`` (-1: no limit),
-``max_ack_pending`` (-1: no limit), ``fetch_batch`` (messages per pull, at most the free
-prefetch room; 1), ``keepalive`` (send in-progress for held messages; True),
-``polling_interval`` (seconds between polls of empty queues; 0.1), ``connect_options``
+``max_ack_pending`` (-1: no limit), ``fetch_batch`` (most messages one pull asks for, and
+the most a consumed queue holds received and not delivered; always within the free prefetch
+room; 100), ``keepalive`` (send in-progress for held messages; True), ``polling_interval``
+(accepted for compatibility, unused: consumed queues wait on an open pull), ``connect_options``
 (a dict passed to :func:`jssync.connect`: ``creds``, ``nkeys_seed``, ``token``, ``tls``,
 ``name``, ...).
 
@@ -456,6 +461,7 @@ class Channel(virtual.Channel):
         """Start the pull thread of the consumed ``queue`` (declares the queue if needed; raises
         what that raises)."""
         self._consumer(queue)
+        _ = self.qos  # made here, in the calling thread, before the pull thread reads it
         with self._lock:
             if queue in self._pullers or self.closed:
                 return
@@ -528,15 +534,21 @@ class Channel(virtual.Channel):
             except Error as exc:
                 logger.debug("kombu transport: nak of an undelivered message failed: %s", exc)
             return
+        self._start_keepalive()  # received and not yet delivered is held too
         self._wake()
 
     # -- in progress for held messages --------------------------------------------------------
 
     def _start_keepalive(self) -> None:
+        """Start the in-progress thread once (from the main thread or a pull thread)."""
         if not self.options["keepalive"] or self._keepalive_thread is not None:
             return
-        self._keepalive_thread = threading.Thread(target=self._keepalive, name="jssync-kombu-keepalive", daemon=True)
-        self._keepalive_thread.start()
+        with self._lock:
+            if self._keepalive_thread is not None or self._keepalive_stop.is_set():
+                return
+            thread = self._keepalive_thread = threading.Thread(target=self._keepalive,
+                                                               name="jssync-kombu-keepalive", daemon=True)
+        thread.start()
 
     def _keepalive(self) -> None:
         interval = max(0.2, self.options["ack_wait"] / 3)
