@@ -670,16 +670,17 @@ class _Puller:
                     pause = min(1.0, pause * 2 or 0.05)
                 else:
                     pause = 0.0
-            except _GONE:
+            except _GONE:  # declared again by the next pull; a short pause should that keep failing
                 ch.connection.consumers.pop(self.queue, None)
-                pause = 0.0
+                pause = min(1.0, pause * 2 or 0.05)
             except ConnectionClosedError as exc:
                 self._fail(exc)
                 return
             except Error as exc:
-                if isinstance(exc, ch.connection.channel_errors) and not isinstance(exc, TimeoutError):
+                if not isinstance(exc, ch.connection.connection_errors):  # a channel error: for the caller
                     self._fail(exc)
                     return
+                # a timeout, a reconnect under way, no JetStream answering for now: pull again soon
                 logger.debug("kombu transport: a pull of queue %r failed: %s", self.queue, exc)
                 pause = min(1.0, pause * 2 or 0.05)
             finally:
@@ -691,12 +692,18 @@ class _Puller:
                 ch.connection.wait_event(-1, pause)
 
     def _fail(self, exc: BaseException) -> None:
-        if not self.stopped:
-            logger.warning("kombu transport: the pulls of queue %r stopped: %s", self.queue, exc)
-            self.channel._pull_error = exc
-        with self.channel._lock:
+        """Stop for good: ``exc`` is raised by the next ``drain_events``, and the one after starts
+        a new pull thread (which raises in the caller's thread if the queue cannot be declared)."""
+        ch = self.channel
+        with ch._lock:
+            report = not self.stopped
             self.stopped = True
-        self.channel._wake()
+            if ch._pullers.get(self.queue) is self:
+                del ch._pullers[self.queue]
+        if report:
+            logger.warning("kombu transport: the pulls of queue %r stopped: %s", self.queue, exc)
+            ch._pull_error = exc
+        ch._wake()
 
 
 class _BindingsCache:

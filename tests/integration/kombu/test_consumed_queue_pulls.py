@@ -185,3 +185,27 @@ def test_messages_pulled_and_not_delivered_go_back_at_once(nats_server: NatsServ
         assert first[0].payload == 0
     finally:
         conn.release()
+
+
+def test_a_queue_its_pull_cannot_declare_again_is_reported_by_drain_events_and_then_recovers(
+        nats_server: NatsServer, prefix: str) -> None:
+    queue = Queue("lost", Exchange("lx"), routing_key="lost")
+    _publish(nats_server.url, prefix, queue, [])
+    got: list[Any] = []
+    with _conn(nats_server.url, prefix) as conn:
+        ch = conn.channel()
+        with Consumer(ch, [queue], callbacks=[lambda body, message: (got.append(body), message.ack())]):
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=0.3)  # the queue's pull is open
+            with jssync.connect(nats_server.url) as nc:
+                js = nc.jetstream()
+                js.delete_stream(f"{prefix}_lost")
+                # another stream takes the queue's subject: the queue cannot be declared again
+                js.create_stream(name=f"{prefix}_blocker", subjects=[f"{prefix}.q.lost"])
+            with pytest.raises(jssync.APIError):
+                _drain(conn, lambda: False, timeout=10)
+            with jssync.connect(nats_server.url) as nc:
+                nc.jetstream().delete_stream(f"{prefix}_blocker")
+            _publish(nats_server.url, prefix, queue, ["again"])  # declares the queue again
+            _drain(conn, lambda: got == ["again"])
+        ch.close()
