@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import kombu  # noqa: E402
+import kombu.pools  # noqa: E402
 from kombu import Consumer, Exchange, Producer, Queue  # noqa: E402
 
 from jssync.server import NatsServer, free_port  # noqa: E402
@@ -70,8 +71,8 @@ def noop(i):
 
 
 @contextmanager
-def redis_server() -> Iterator[str]:
-    """A redis-server on 127.0.0.1 at a free port, in a temporary directory; yields its URL."""
+def redis_server() -> Iterator[tuple[str, int]]:
+    """A redis-server on 127.0.0.1 at a free port, in a temporary directory; yields its URL and pid."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-server not found: apt-get install -y redis-server")
@@ -93,7 +94,7 @@ def redis_server() -> Iterator[str]:
             if proc.poll() is not None or time.monotonic() > end:
                 raise SystemExit(f"redis-server did not start (see {tmp}/redis.log)")
             time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield f"redis://127.0.0.1:{port}/0", proc.pid
     finally:
         proc.terminate()
         try:
@@ -107,8 +108,9 @@ def redis_server() -> Iterator[str]:
 class Broker:
     """One transport under test: how kombu and Celery reach it."""
 
-    def __init__(self, name: str, url: str, transport: str | None, options: dict[str, Any]) -> None:
+    def __init__(self, name: str, url: str, transport: str | None, options: dict[str, Any], pid: int) -> None:
         self.name = name
+        self.pid = pid  # the broker server's process
         self.url = url
         self.transport = transport
         self.options = options
@@ -169,8 +171,28 @@ def consume_ack(broker: Broker, count: int, prefetch: int, run: int) -> float:
     return total / took
 
 
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime of ``pid`` and, recursively, its live children (clock ticks); 0 once gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total = int(fields[11]) + int(fields[12])
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except (OSError, IndexError, ValueError):
+        return 0
+    return total + sum(_cpu_ticks(int(c)) for c in children)
+
+
+LOAD: list[tuple[float, float, float]] = []
+#: CPU microseconds per task of the last celery round, per process: worker, broker, sender
+CPU: dict[str, dict[str, list[float]]] = {}
+
+
 def celery_tasks(broker: Broker, tasks: int, pool: str, concurrency: int, run: int) -> float:
-    """Tasks/s through a real ``celery worker``: first send to last run."""
+    """Tasks/s through a real ``celery worker``: first send to last run.
+
+    Also notes in :data:`CPU` the CPU time per task of the worker (with its pool's children),
+    the broker server and this (sending) process, and the share of the time the sends took.
+    """
     from celery import Celery
 
     tmp = Path(tempfile.mkdtemp(prefix="jssync-bench-celery-"))
@@ -194,12 +216,22 @@ def celery_tasks(broker: Broker, tasks: int, pool: str, concurrency: int, run: i
     try:
         sender.send_task("bench_tasks.noop", args=[-1])  # warm up: the worker is up once it ran
         _wait(lambda: runs.stat().st_size >= 1 or worker.poll() is not None, 60, "the worker to start", tmp)
+        tick = os.sysconf("SC_CLK_TCK")
+        w0, b0, s0 = _cpu_ticks(worker.pid), _cpu_ticks(broker.pid), time.process_time()
         start = time.perf_counter()
         for i in range(tasks):
             sender.send_task("bench_tasks.noop", args=[i])
+        sent = time.perf_counter() - start
+        s1 = time.process_time()
         _wait(lambda: runs.stat().st_size >= tasks + 1 or worker.poll() is not None, max(120.0, tasks / 50),
               f"{tasks} tasks to run", tmp)
         took = time.perf_counter() - start
+        w1, b1 = _cpu_ticks(worker.pid), _cpu_ticks(broker.pid)
+        row = CPU.setdefault(broker.name, {})
+        row.setdefault("worker", []).append((w1 - w0) / tick / tasks * 1e6)
+        row.setdefault("broker", []).append((b1 - b0) / tick / tasks * 1e6)
+        row.setdefault("sender", []).append((s1 - s0) / tasks * 1e6)
+        row.setdefault("send share", []).append(sent / took)
         if worker.poll() is not None:
             raise SystemExit(f"{broker.name}: the worker exited; see {tmp}/worker.log")
     finally:
@@ -212,6 +244,11 @@ def celery_tasks(broker: Broker, tasks: int, pool: str, concurrency: int, run: i
                 worker.wait(10)
         sender.pool.force_close_all()
         sender.close()
+        # kombu keeps producer and connection pools per broker URL and options in process-wide
+        # groups (kombu.pools); Celery's send_task takes its producer from there. The next round's
+        # app has the same URL, so without this it would get the pool closed above
+        # ("Acquire on closed pool").
+        kombu.pools.reset()
     shutil.rmtree(tmp, ignore_errors=True)
     return tasks / took
 
@@ -236,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--only", action="append", choices=["publish", "consume_ack", "celery"])
     args = ap.parse_args(argv)
+    LOAD.append(os.getloadavg())
     only = set(args.only or ["publish", "consume_ack", "celery"])
     if "consume_ack" in only:
         only.add("publish")  # consume_ack drains what publish stored
@@ -244,9 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.fetch_batch is not None:
         jssync_options["fetch_batch"] = args.fetch_batch
     results: dict[str, dict[str, list[float]]] = {}
-    with NatsServer(jetstream=True) as nats_server, redis_server() as redis_url:
-        brokers = [Broker("jssync", nats_server.url, "jssync.kombu:Transport", jssync_options),
-                   Broker("redis", redis_url, None, {})]
+    with NatsServer(jetstream=True) as nats_server, redis_server() as (redis_url, redis_pid):
+        brokers = [Broker("jssync", nats_server.url, "jssync.kombu:Transport", jssync_options,
+                          nats_server._proc.pid if nats_server._proc else 0),
+                   Broker("redis", redis_url, None, {}, redis_pid)]
         for run in range(args.runs):
             for broker in brokers:  # both transports in each round: the machine's drift hits both
                 row = results.setdefault(broker.name, {})
@@ -267,6 +306,16 @@ def main(argv: list[str] | None = None) -> int:
         j = statistics.median(results["jssync"][name])
         r = statistics.median(results["redis"][name])
         print(f"{name:<14}{j:>12,.0f}{r:>12,.0f}{j / r:>14.2f}")
+    if CPU:
+        print("Celery CPU per task (us, median; worker with its pool children, broker server, sender) "
+              "and the share of the time the sends took")
+        print(f"{'':<14}{'worker':>10}{'broker':>10}{'sender':>10}{'total':>10}{'send share':>12}")
+        for name, row in CPU.items():
+            med = {k: statistics.median(v) for k, v in row.items()}
+            total = med["worker"] + med["broker"] + med["sender"]
+            print(f"{name:<14}{med['worker']:>10,.0f}{med['broker']:>10,.0f}{med['sender']:>10,.0f}"
+                  f"{total:>10,.0f}{med['send share']:>12.2f}")
+    print(f"load average before and after: {LOAD[0]} / {os.getloadavg()}")
     return 0
 
 

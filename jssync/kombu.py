@@ -16,6 +16,10 @@ How kombu's model maps onto JetStream (docs/celery.md has the long form):
   key-value bucket ``<prefix>_bindings``, so a publisher routes by bindings other processes
   declared (fanout copies reach every bound queue; Celery's remote control works). Each
   connection keeps them in memory, current through a watch of the bucket.
+- A consumed queue has one pull request open at a time (a thread per queue and channel) for
+  the free prefetch room: messages reach the channel as they are stored and ``drain_events``
+  waits for them (no polling, no round trip per message). Cancel and close end that pull and
+  -NAK what it brought and was not delivered. ``basic_get`` asks for one message (no wait).
 - ack, reject, requeue are +ACK, +TERM, -NAK. A message delivered and not acked comes back
   after ``ack_wait`` once its holder is gone; while the holder lives, the transport sends
   +WPI (in progress) for the messages it holds, so a long task is not delivered twice.
@@ -25,9 +29,10 @@ How kombu's model maps onto JetStream (docs/celery.md has the long form):
 Transport options (``transport_options`` / Celery's ``broker_transport_options``):
 ``subject_prefix`` (default ``"kombu"``), ``storage`` (``"file"`` or ``"memory"``),
 ``replicas`` (1), ``ack_wait`` (seconds, 1800), ``max_deliver`` (-1: no limit),
-``max_ack_pending`` (-1: no limit), ``fetch_batch`` (messages per pull, at most the free
-prefetch room; 1), ``keepalive`` (send in-progress for held messages; True),
-``polling_interval`` (seconds between polls of empty queues; 0.1), ``connect_options``
+``max_ack_pending`` (-1: no limit), ``fetch_batch`` (most messages one pull asks for, and
+the most a consumed queue holds received and not delivered; always within the free prefetch
+room; 100), ``keepalive`` (send in-progress for held messages; True), ``polling_interval``
+(accepted for compatibility, unused: consumed queues wait on an open pull), ``connect_options``
 (a dict passed to :func:`jssync.connect`: ``creds``, ``nkeys_seed``, ``token``, ``tls``,
 ``name``, ...).
 
@@ -38,6 +43,8 @@ and kombu's failover switch between ``nats://`` alternates finds this transport.
 
 from __future__ import annotations
 
+import builtins
+import itertools
 import json
 import logging
 import math
@@ -97,7 +104,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "ack_wait": 1800.0,
     "max_deliver": -1,
     "max_ack_pending": -1,
-    "fetch_batch": 1,
+    "fetch_batch": 100,
     "keepalive": True,
     "polling_interval": 0.1,
     "connect_options": {},
@@ -172,6 +179,7 @@ class QoS(virtual.QoS):
         if msg is not None:
             msg.ack()
         super().ack(delivery_tag)
+        self.channel._wake()  # prefetch room: the channel's pulls may ask for more
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         """-NAK (``requeue=True``: delivered again at once) or +TERM (never delivered again)."""
@@ -182,6 +190,7 @@ class QoS(virtual.QoS):
             else:
                 msg.term("rejected by kombu")
         self._quick_ack(delivery_tag)
+        self.channel._wake()
 
     def restore_unacked(self) -> list[tuple[BaseException, Any]]:
         """-NAK every message delivered and not yet acked (channel close, ``basic_recover``)."""
@@ -196,6 +205,7 @@ class QoS(virtual.QoS):
             except Error as exc:
                 errors.append((exc, self._delivered.get(tag)))
         self._delivered.clear()
+        self.channel._wake()
         return errors
 
 
@@ -218,6 +228,13 @@ class Channel(virtual.Channel):
         self._no_ack: set[str] = set()
         self._keepalive_stop = threading.Event()
         self._keepalive_thread: threading.Thread | None = None
+        #: consumed queue -> the thread that keeps a pull request open for it
+        self._pullers: dict[str, _Puller] = {}
+        #: why a pull thread stopped for good; raised by the next drain_events
+        self._pull_error: BaseException | None = None
+        #: delivery tags: unique per channel (and across channels), cheaper than a uuid each
+        self._tag_prefix = f"{uuid.uuid4().hex}."
+        self._tag_seq = itertools.count(1)
 
     # -- names --------------------------------------------------------------------------------
 
@@ -286,32 +303,49 @@ class Channel(virtual.Channel):
             self.js.publish(self.subject(queue), data, ttl=ttl)
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        """The next message of ``queue``; raises ``Empty`` when there is none now (never waits)."""
+        """The next message of ``queue``; raises ``Empty`` when there is none now (never waits).
+
+        A consumed queue (``basic_consume``) is served from what its pull thread received (the
+        thread starts here, on the first call, so a ``basic_qos`` made after ``basic_consume``
+        already bounds its first pull). Any other queue (``basic_get``) is asked for one message
+        with a no-wait pull: a round trip.
+        """
+        if queue in self._active_queues and not self.closed:
+            with self._lock:
+                buf = self._buffers.get(queue)
+                msg = buf.popleft() if buf else None
+                started = queue in self._pullers
+            if not started:
+                self._start_puller(queue)
+            if msg is None:
+                raise Empty()
+            no_ack = queue in self._no_ack
+            if no_ack or not buf:
+                # room for the pull thread: a no_ack queue's buffer counts alone; an acked
+                # queue's delivered message still counts against the prefetch until acked
+                self._wake()
+            return self._payload(msg, settle=no_ack)
         with self._lock:
             buf = self._buffers.setdefault(queue, deque())
-        if not buf:
-            room = self.qos.can_consume_max_estimate()
-            batch = max(1, min(self.options["fetch_batch"], room if room else self.options["fetch_batch"]))
+            msg = buf.popleft() if buf else None
+        if msg is None:
             try:
-                fetched = list(self._consumer(queue).fetch_no_wait(batch))
+                fetched = list(self._consumer(queue).fetch_no_wait(1))
             except (StreamNotFoundError, ConsumerNotFoundError, ConsumerDeletedError, NoRespondersError):
                 # the queue's consumer (or stream) is gone: deleted by someone, or a failover to a
                 # server without it; declare it again (that raises if JetStream itself is not there)
                 self.connection.consumers.pop(queue, None)
-                fetched = list(self._consumer(queue).fetch_no_wait(batch))
-            with self._lock:
-                buf.extend(fetched)
-        with self._lock:
-            if not buf:
+                fetched = list(self._consumer(queue).fetch_no_wait(1))
+            if not fetched:
                 raise Empty()
-            msg = buf.popleft()
+            msg = fetched[0]
         return self._payload(msg, settle=queue in self._no_ack)
 
     def _payload(self, msg: Msg, *, settle: bool) -> dict[str, Any]:
         """kombu's message dict for ``msg``; held for a later ack, or acked now (``settle``)."""
         payload: dict[str, Any] = json.loads(msg.data)
         props = payload.setdefault("properties", {})
-        tag = uuid.uuid4().hex
+        tag = f"{self._tag_prefix}{next(self._tag_seq)}"
         props["delivery_tag"] = tag
         info = props.setdefault("delivery_info", {})
         if msg.metadata.num_delivered > 1:
@@ -338,6 +372,7 @@ class Channel(virtual.Channel):
         result = super().basic_cancel(consumer_tag)
         if queue is not None and queue not in self._active_queues:
             self._no_ack.discard(queue)
+            self._stop_pullers([queue])
         return result
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
@@ -414,13 +449,106 @@ class Channel(virtual.Channel):
         for queue in {q for _rk, _p, q in self.get_table(exchange)}:
             self._put(queue, message, **kwargs)
 
+    # -- pulls for consumed queues -------------------------------------------------------------
+
+    def _wake(self) -> None:
+        """Tell the pull threads and a waiting ``drain_events`` that something changed."""
+        transport = self.connection
+        if transport is not None:
+            transport.wake()
+
+    def _start_puller(self, queue: str) -> None:
+        """Start the pull thread of the consumed ``queue`` (declares the queue if needed; raises
+        what that raises)."""
+        self._consumer(queue)
+        _ = self.qos  # made here, in the calling thread, before the pull thread reads it
+        with self._lock:
+            if queue in self._pullers or self.closed:
+                return
+            puller = self._pullers[queue] = _Puller(self, queue)
+            self._buffers.setdefault(queue, deque())
+        puller.start()
+
+    def _stop_pullers(self, queues: list[str]) -> None:
+        """Stop the pull threads of ``queues``: their open pulls end at once (what those still
+        bring is nak'ed); -NAK what they received and was not delivered. Waits up to 5 s each."""
+        with self._lock:
+            pullers = [p for q in queues if (p := self._pullers.pop(q, None)) is not None]
+        for puller in pullers:
+            puller.stop()
+        for puller in pullers:
+            puller.join(5.0)
+        for puller in pullers:
+            with self._lock:
+                buf = self._buffers.pop(puller.queue, None)
+            for msg in buf or ():
+                try:
+                    msg.nak()
+                except Error as exc:
+                    logger.debug("kombu transport: nak of an undelivered message failed: %s", exc)
+        if pullers:
+            self._wake()
+
+    def _pull_size(self, puller: _Puller) -> int:
+        """How many messages ``puller`` may ask for now (0: none). Called with ``_lock`` held.
+
+        At most ``fetch_batch``. For a queue consumed with acks, messages delivered and not
+        acked, received and not delivered, and asked for and not yet received, of all the
+        channel's queues, stay within ``prefetch_count``, and each queue takes at most its
+        share of it, so an idle queue's open pull does not hold the room of a busy one.
+        A queue consumed with ``no_ack`` (kombu does not count those against the prefetch)
+        has at most ``fetch_batch`` received and not delivered.
+        """
+        batch = int(self.options["fetch_batch"])
+        own = len(self._buffers.get(puller.queue) or ())
+        limit = self.qos.prefetch_count
+        if puller.queue in self._no_ack or not limit:
+            room = batch - own
+            cap = batch
+        else:
+            acked = [p for p in self._pullers.values() if p.queue not in self._no_ack]
+            qos = self.qos
+            unacked = len(qos._delivered) - len(qos._dirty)
+            taken = sum(len(self._buffers.get(p.queue) or ()) + p.reserved for p in acked)
+            share = max(1, -(-limit // max(1, len(acked))))
+            cap = min(batch, share)
+            room = min(limit - unacked - taken, cap - own)
+        if room <= 0:
+            return 0
+        # ask when half the room is free (fewer, larger pulls) or when nothing is left to deliver
+        if own and room < max(1, cap // 2):
+            return 0
+        return room
+
+    def _received(self, puller: _Puller, msg: Msg) -> None:
+        """A message of ``puller``'s open pull arrived: buffer it for delivery (-NAK it when the
+        puller was stopped meanwhile)."""
+        with self._lock:
+            puller.reserved = max(0, puller.reserved - 1)
+            keep = not puller.stopped and self._pullers.get(puller.queue) is puller
+            if keep:
+                self._buffers.setdefault(puller.queue, deque()).append(msg)
+        if not keep:
+            try:
+                msg.nak()
+            except Error as exc:
+                logger.debug("kombu transport: nak of an undelivered message failed: %s", exc)
+            return
+        self._start_keepalive()  # received and not yet delivered is held too
+        self._wake()
+
     # -- in progress for held messages --------------------------------------------------------
 
     def _start_keepalive(self) -> None:
+        """Start the in-progress thread once (from the main thread or a pull thread)."""
         if not self.options["keepalive"] or self._keepalive_thread is not None:
             return
-        self._keepalive_thread = threading.Thread(target=self._keepalive, name="jssync-kombu-keepalive", daemon=True)
-        self._keepalive_thread.start()
+        with self._lock:
+            if self._keepalive_thread is not None or self._keepalive_stop.is_set():
+                return
+            thread = self._keepalive_thread = threading.Thread(target=self._keepalive,
+                                                               name="jssync-kombu-keepalive", daemon=True)
+        thread.start()
 
     def _keepalive(self) -> None:
         interval = max(0.2, self.options["ack_wait"] / 3)
@@ -436,12 +564,14 @@ class Channel(virtual.Channel):
     def basic_qos(self, prefetch_size: int = 0, prefetch_count: int = 0, apply_global: bool = False) -> None:
         """Limit the messages delivered and not acked on this channel (kombu counts them)."""
         self.qos.prefetch_count = prefetch_count
+        self._wake()
 
     def close(self) -> None:
         """Cancel consumers, -NAK what was delivered and not acked or pulled and not delivered."""
         if self.closed:
             return
         self._keepalive_stop.set()
+        self._stop_pullers(list(self._pullers))
         thread = self._keepalive_thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(5.0)
@@ -459,6 +589,121 @@ class Channel(virtual.Channel):
 
 
 _Channel = Channel
+
+#: seconds one pull request of a consumed queue stays open on the server when nothing comes
+PULL_EXPIRES = 5.0
+#: errors of a pull after which the queue is declared again (deleted by someone, or a
+#: failover to a server without it)
+_GONE = (StreamNotFoundError, ConsumerNotFoundError, ConsumerDeletedError, NoRespondersError)
+
+
+class _Puller:
+    """Keeps one pull request open for a consumed queue, so messages reach the channel's buffer
+    as they are stored, without a round trip per message in ``drain_events``.
+
+    The thread asks for as many messages as :meth:`Channel._pull_size` allows (the free
+    prefetch room), waits for room otherwise, and declares the queue again when its stream
+    or consumer went away. An error that will not pass by itself (the connection closed,
+    a channel error) stops it and is raised by the transport's next ``drain_events``;
+    passing ones (a reconnect, a timeout) are retried after a short pause.
+    """
+
+    def __init__(self, channel: Channel, queue: str) -> None:
+        self.channel = channel
+        self.queue = queue
+        #: messages asked for by the open pull and not yet received (guarded by channel._lock)
+        self.reserved = 0
+        self.stopped = False
+        self._pull: Any = None  # the open FetchResult (guarded by channel._lock)
+        self._thread = threading.Thread(target=self._run, name="jssync-kombu-pull", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the open pull at once (what it still brings is nak'ed) and the thread after it."""
+        with self.channel._lock:
+            self.stopped = True
+            pull = self._pull
+        if pull is not None:
+            pull.stop()
+        self.channel._wake()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _wait_for_room(self) -> int:
+        """Block until a pull may ask for messages; returns how many (0: stopped)."""
+        ch = self.channel
+        transport = ch.connection
+        while True:
+            seen = transport.events
+            with ch._lock:
+                if self.stopped:
+                    return 0
+                size = ch._pull_size(self)
+                if size:
+                    self.reserved = size
+                    return size
+            transport.wait_event(seen, 0.5)
+
+    def _run(self) -> None:
+        ch = self.channel
+        pause = 0.0
+        while True:
+            size = self._wait_for_room()
+            if not size:
+                return
+            try:
+                pull = ch._consumer(self.queue).fetch(size, expires=PULL_EXPIRES)
+                with ch._lock:
+                    self._pull = pull
+                    stopped = self.stopped
+                if stopped:
+                    pull.stop()
+                for msg in pull:
+                    ch._received(self, msg)
+                error = pull.error
+                if error is not None and not self.stopped:
+                    logger.debug("kombu transport: a pull of queue %r ended: %s", self.queue, error)
+                    pause = min(1.0, pause * 2 or 0.05)
+                else:
+                    pause = 0.0
+            except _GONE:  # declared again by the next pull; a short pause should that keep failing
+                ch.connection.consumers.pop(self.queue, None)
+                pause = min(1.0, pause * 2 or 0.05)
+            except ConnectionClosedError as exc:
+                self._fail(exc)
+                return
+            except Error as exc:
+                if not isinstance(exc, ch.connection.connection_errors):  # a channel error: for the caller
+                    self._fail(exc)
+                    return
+                # a timeout, a reconnect under way, no JetStream answering for now: pull again soon
+                logger.debug("kombu transport: a pull of queue %r failed: %s", self.queue, exc)
+                pause = min(1.0, pause * 2 or 0.05)
+            finally:
+                with ch._lock:
+                    self._pull = None
+                    self.reserved = 0
+                ch._wake()
+            if pause and not self.stopped:
+                ch.connection.wait_event(-1, pause)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Stop for good: ``exc`` is raised by the next ``drain_events``, and the one after starts
+        a new pull thread (which raises in the caller's thread if the queue cannot be declared)."""
+        ch = self.channel
+        with ch._lock:
+            report = not self.stopped
+            self.stopped = True
+            if ch._pullers.get(self.queue) is self:
+                del ch._pullers[self.queue]
+        if report:
+            logger.warning("kombu transport: the pulls of queue %r stopped: %s", self.queue, exc)
+            ch._pull_error = exc
+        ch._wake()
 
 
 class _BindingsCache:
@@ -620,6 +865,53 @@ class Transport(virtual.Transport):
         self._declare_lock = threading.Lock()
         #: queue -> its durable consumer, for queues declared on this connection
         self.consumers: dict[str, Consumer] = {}
+        #: bumped (and waiters woken) on every arrival, ack, reject, prefetch or pull change
+        self.events = 0
+        self._events_cond = threading.Condition(threading.Lock())
+
+    # -- events: arrivals and freed prefetch room ----------------------------------------------
+
+    def wake(self) -> None:
+        """Count an event and wake every thread waiting in :meth:`wait_event`."""
+        with self._events_cond:
+            self.events += 1
+            self._events_cond.notify_all()
+
+    def wait_event(self, seen: int, timeout: float) -> None:
+        """Block until :attr:`events` differs from ``seen``, at most ``timeout`` s (``seen=-1``:
+        just the pause, ended early only by a wake)."""
+        with self._events_cond:
+            if self.events == seen or seen < 0:
+                self._events_cond.wait(timeout)
+
+    def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
+        """Deliver one message to its consumer's callback; blocks until one is there.
+
+        Messages of consumed queues arrive through each queue's open pull (see
+        :class:`_Puller`), so this waits for an arrival or freed prefetch room instead of
+        polling. Raises ``socket.timeout`` (``TimeoutError``) after ``timeout`` s with nothing to
+        deliver, and what stopped a pull thread for good (the connection closed, a channel error).
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            seen = self.events
+            for channel in self.channels:
+                exc = getattr(channel, "_pull_error", None)
+                if exc is not None:
+                    channel._pull_error = None
+                    raise exc
+            cycle = self.cycle
+            if cycle is None:
+                raise ConnectionClosedError("the kombu transport is closed")
+            try:
+                cycle.get(self._deliver, timeout=timeout)
+                return
+            except Empty:
+                pass
+            left = 0.5 if end is None else min(0.5, end - time.monotonic())
+            if left <= 0:
+                raise builtins.TimeoutError("no message within the timeout")  # socket.timeout
+            self.wait_event(seen, left)
 
     # -- connection ---------------------------------------------------------------------------
 
