@@ -16,7 +16,7 @@ none, ``headers`` a dict (encoded here) or None.
 from __future__ import annotations
 
 from collections import deque
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from ..base.validate import _encode_headers
 
@@ -106,10 +106,15 @@ def parse_reply(buf: bytes, head: bytes, sid: bytes, token: bytes, limit: int = 
         return None  # (a reply line is far shorter than the first peek)
     # MSG: <sid> <size>; HMSG: <sid> <header size> <size> (no reply subject either way)
     parts = buf[tl + 1:i].split(b" ")
-    if len(parts) != (3 if hmsg else 2) or parts[0] != sid or not all(p.isdigit() for p in parts[1:]):
-        return None
+    if hmsg:
+        if len(parts) != 3 or parts[0] != sid or not parts[1].isdigit() or not parts[2].isdigit():
+            return None
+        hn = int(parts[1])
+    else:
+        if len(parts) != 2 or parts[0] != sid or not parts[1].isdigit():
+            return None
+        hn = 0
     n = int(parts[-1])
-    hn = int(parts[1]) if hmsg else 0
     end = i + 4 + n
     if hn > n or end > limit:
         return None
@@ -118,4 +123,39 @@ def parse_reply(buf: bytes, head: bytes, sid: bytes, token: bytes, limit: int = 
     if buf[end - 2:end] != b"\r\n":
         return None
     start = i + 2
-    return Reply(end, int(sid), buf[start:start + hn] if hmsg else None, buf[start + hn:start + n], n)
+    # (tuple.__new__: the same Reply as Reply(...), without NamedTuple's Python-level __new__)
+    return _new_reply(Reply, (end, int(sid), buf[start:start + hn] if hmsg else None, buf[start + hn:start + n],
+                              n, None))
+
+
+_new_reply = tuple.__new__
+
+
+def parse_plain_headers(raw: bytes) -> dict[str, str] | None | Literal[False]:
+    """A header block without a status (``NATS/1.0\\r\\n`` then ``Name: Value`` lines), as nats-py parses it.
+
+    The same dict as nats-py's byte-level parser (``Client._process_headers`` with
+    ``_parse_header_lines``, nats-py 2.15 and 2.16 without ``fast_mail_parser``; a
+    property test compares them), None when it has no field, and False for a block this
+    does not parse (a status line, anything else): the caller then asks
+    nats-py. A name with whitespace in it is skipped, a value decoded with ``replace``.
+    """
+    if raw[8:10] != b"\r\n" or not raw.startswith(b"NATS/1.0"):
+        return False
+    out: dict[str, str] = {}
+    for line in raw[10:].split(b"\r\n"):
+        if not line:
+            continue
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        try:
+            key = name.strip().decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        # (nats-py: skip a name with any str.isspace() character; str.split() splits on
+        # exactly those, so a name has none when it splits into itself)
+        if key and key.split() != [key]:
+            continue
+        out[key] = value.strip().decode("utf-8", "replace")
+    return out or None
