@@ -110,7 +110,9 @@ class Requests:
                 if parked is not None:
                     parked.unpark()
             # (a reply read off the socket above needs no wait)
-            msg = waiter.msg if waiter._done else waiter.wait(deadline, conn, subject)
+            msg = waiter.msg
+            if msg is None and waiter.exc is None:  # (set before _done: nothing to wait for once either is)
+                msg = waiter.wait(deadline, conn, subject)
         finally:
             replies.pop(token, None)
             watches.pop(wkey, None)
@@ -140,8 +142,8 @@ class Requests:
         st = nc.stats
         st["in_msgs"] += 1
         st["in_bytes"] += len(got.data)
-        waiter.set(self._conn._msg_class(subject=f"{self.prefix}{token}", reply="", data=got.data,
-                                   headers=got.headers or None, _client=nc, _sid=got.sid))
+        # (positional: subject, reply, data, headers, _client, _sid)
+        waiter.set(self._conn._msg_class(f"{self.prefix}{token}", "", got.data, got.headers or None, nc, got.sid))
 
     def request_own_inbox(self, subject: str, data: bytes, headers: dict[str, str] | None,
                            timeout: float | None) -> Msg:

@@ -15,6 +15,7 @@ none, ``headers`` a dict (encoded here) or None.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Literal, NamedTuple
 
@@ -94,38 +95,50 @@ def parse_reply(buf: bytes, head: bytes, sid: bytes, token: bytes, limit: int = 
     or None: the next message is something else (other traffic, another reply, a reply
     longer than ``limit``, a malformed line): leave it to the I/O thread's parser.
     """
-    hmsg = buf[:1] == b"H"  # HMSG: a reply with headers (Direct Get, KV, a 503)
-    if hmsg:
-        head = b"H" + head
-    hl = len(head)
-    tl = hl + len(token)
-    if not buf.startswith(head) or buf[hl:tl] != token or buf[tl:tl + 1] != b" ":
-        return None
-    i = buf.find(b"\r\n", tl)
-    if i < 0:
-        return None  # (a reply line is far shorter than the first peek)
-    # MSG: <sid> <size>; HMSG: <sid> <header size> <size> (no reply subject either way)
-    parts = buf[tl + 1:i].split(b" ")
-    if hmsg:
-        if len(parts) != 3 or parts[0] != sid or not parts[1].isdigit() or not parts[2].isdigit():
-            return None
-        hn = int(parts[1])
+    rx = _reply_lines.get((head, sid))
+    if rx is None:
+        rx = _reply_line(head, sid)
+    m = rx.match(buf)
+    if m is None:
+        return None  # another message, a malformed line, or (never, at a first peek) a line not whole
+    tok, size = m.group(1, 2)
+    if tok is None:  # HMSG: a reply with headers (Direct Get, KV, a 503)
+        tok, hsize, size = m.group(3, 4, 5)
+        hn = int(hsize)
+        hmsg = True
     else:
-        if len(parts) != 2 or parts[0] != sid or not parts[1].isdigit():
-            return None
         hn = 0
-    n = int(parts[-1])
-    end = i + 4 + n
+        hmsg = False
+    if tok != token:
+        return None
+    n = int(size)
+    start = m.end()
+    end = start + 2 + n
     if hn > n or end > limit:
         return None
     if len(buf) < end:
         return end
     if buf[end - 2:end] != b"\r\n":
         return None
-    start = i + 2
     # (tuple.__new__: the same Reply as Reply(...), without NamedTuple's Python-level __new__)
     return _new_reply(Reply, (end, int(sid), buf[start:start + hn] if hmsg else None, buf[start + hn:start + n],
                               n, None))
+
+
+#: (head, sid) -> the compiled MSG/HMSG line of a reply on that inbox and subscription.
+_reply_lines: dict[tuple[bytes, bytes], re.Pattern[bytes]] = {}
+
+
+def _reply_line(head: bytes, sid: bytes) -> re.Pattern[bytes]:
+    """The reply line :func:`parse_reply` matches: ``MSG <head><token> <sid> <size>``, or
+    ``HMSG <head><token> <sid> <header size> <size>`` (no reply subject either way; the
+    token is compared after the match, the numbers are ASCII digits)."""
+    if len(_reply_lines) >= 64:
+        _reply_lines.clear()  # (connections gone)
+    h, sd = re.escape(head), re.escape(sid)
+    rx = _reply_lines[(head, sid)] = re.compile(
+        rb"(?:" + h + rb"([^ \r\n]*) " + sd + rb" (\d+)|H" + h + rb"([^ \r\n]*) " + sd + rb" (\d+) (\d+))\r\n")
+    return rx
 
 
 _new_reply = tuple.__new__
