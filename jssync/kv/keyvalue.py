@@ -273,6 +273,25 @@ def _ttl_header(ttl: Any, what: str = "ttl") -> str:
     return f"{int(round(ttl * 1000))}ms"
 
 
+#: ``Nats-Time-Stamp`` text -> its datetime, for the gets of a value read again (bounded).
+_stamps: dict[str, _dt.datetime | None] = {}
+
+
+def _stamp(text: str | None) -> _dt.datetime | None:
+    """``parse_timestamp(text)``, remembered: a key read again and again has the same stamp."""
+    if text is None:
+        return None
+    try:
+        return _stamps[text]
+    except KeyError:
+        pass
+    when = parse_timestamp(text)
+    if len(_stamps) >= 256:
+        _stamps.clear()
+    _stamps[text] = when
+    return when
+
+
 def _operation(headers: dict[str, str] | None) -> KeyValueOp:
     if not headers:
         return KeyValueOp.PUT
@@ -656,8 +675,7 @@ class KeyValue:
                 seq = int(hdrs.get("Nats-Sequence", "0"))
             except ValueError:
                 seq = 0
-            return Entry(self.bucket, key, msg.data, seq, 0, parse_timestamp(hdrs.get("Nats-Time-Stamp")),
-                         _operation(hdrs))
+            return Entry(self.bucket, key, msg.data, seq, 0, _stamp(hdrs.get("Nats-Time-Stamp")), _operation(hdrs))
         missing = False
         try:
             if self._direct:
