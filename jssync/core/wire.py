@@ -147,11 +147,11 @@ _new_reply = tuple.__new__
 def parse_plain_headers(raw: bytes) -> dict[str, str] | None | Literal[False]:
     """A header block without a status (``NATS/1.0\\r\\n`` then ``Name: Value`` lines), as nats-py parses it.
 
-    The same dict as nats-py's byte-level parser (``Client._process_headers`` with
-    ``_parse_header_lines``, nats-py 2.15 and 2.16 without ``fast_mail_parser``; a
-    property test compares them), None when it has no field, and False for a block this
-    does not parse (a status line, anything else): the caller then asks
-    nats-py. A name with whitespace in it is skipped, a value decoded with ``replace``.
+    The same dict as nats-py's own byte-level header parser (nats-py 2.15 and 2.16 without
+    ``fast_mail_parser``; ``natspy.plain_header_lines`` says when that is the one in use;
+    a property test compares them), None when it has no field, and False for a block
+    this does not parse (a status line, anything else): the caller then asks nats-py.
+    A name with whitespace in it is skipped, a value decoded with ``replace``.
     """
     if raw[8:10] != b"\r\n" or not raw.startswith(b"NATS/1.0"):
         return False
