@@ -109,9 +109,10 @@ class Requests:
             finally:
                 if parked is not None:
                     parked.unpark()
-            # (a reply read off the socket above needs no wait)
+            # a reply read off the socket above (or an error already in) needs no wait;
+            # else wait() returns once set()/fail() released the slot's lock
             msg = waiter.msg
-            if msg is None and waiter.exc is None:  # (set before _done: nothing to wait for once either is)
+            if msg is None and waiter.exc is None:
                 msg = waiter.wait(deadline, conn, subject)
         finally:
             replies.pop(token, None)
