@@ -821,7 +821,8 @@ class JetStream:
                                   expected_last_subject_seq, expected_last_msg_id, ttl)
         if h is not None:
             validate_headers(h)
-        data = _check_data(data)
+        if data.__class__ is not bytes:  # (bytes pass without the call)
+            data = _check_data(data)
         size = len(data) if h is None else len(data) + _headers_size(h)
         max_payload = self._conn.max_payload
         if size > max_payload:
