@@ -38,9 +38,8 @@ def parse_server_time(text: str) -> _dt.datetime:
         raise ValidationError(f"bad time {text!r}: not a string")
     s = text.strip()
     m = _TIME.fullmatch(s)
-    bad = ValidationError(f"bad time {text!r}: not an RFC 3339 time such as 2024-05-01T12:00:00Z")
     if m is None and "." in s and not re.search(r"\.\d", s):
-        raise bad  # a fraction without digits (fromisoformat takes it)
+        raise _bad_time(text)  # a fraction without digits (fromisoformat takes it)
     try:
         if m is None:
             when = _dt.datetime.fromisoformat(s)
@@ -53,10 +52,15 @@ def parse_server_time(text: str) -> _dt.datetime:
             when = _dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec),
                                 int((frac or "0")[:6].ljust(6, "0")), tzinfo=tz)
     except ValueError:
-        raise bad from None
+        raise _bad_time(text) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.UTC)
     return when.astimezone(_dt.UTC)
+
+
+def _bad_time(text: str) -> ValidationError:
+    # (made only for a bad time: a good one builds no exception)
+    return ValidationError(f"bad time {text!r}: not an RFC 3339 time such as 2024-05-01T12:00:00Z")
 
 
 def server_time_or_none(value: object) -> _dt.datetime | None:

@@ -375,8 +375,10 @@ class Connection:
         if tracer is not None and tracer.wants():
             return tracer.request(self, subject, data, headers, timeout)
         validate_subject(subject, wildcards=False)
-        validate_headers(headers)
-        data = _check_data(data)
+        if headers is not None:
+            validate_headers(headers)
+        if data.__class__ is not bytes:  # (bytes pass without the call)
+            data = _check_data(data)
         size = len(data) if headers is None else len(data) + _headers_size(headers)
         if size > self._max_payload:
             raise MaxPayloadError(

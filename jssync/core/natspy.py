@@ -37,6 +37,8 @@ import asyncio
 import inspect
 import logging
 import os
+import select
+import selectors
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +55,11 @@ log = logging.getLogger("jssync")
 
 #: The fast paths, in the order ``Connection._fast_paths`` lists them.
 FAST_PATHS = ("pump_buffer", "direct_write", "direct_read", "reply_headers", "wire_header_len", "msg_class")
+
+_EPOLLIN = getattr(select, "EPOLLIN", 1)
+_EPOLLOUT = getattr(select, "EPOLLOUT", 4)
+_EVENT_READ = selectors.EVENT_READ
+_EVENT_WRITE = selectors.EVENT_WRITE
 
 # The names read on nats-py's objects (one place to change when nats-py renames one).
 _PARSER = "_ps"  # Client: the protocol parser
@@ -370,6 +377,18 @@ def header_parser(nc: Any) -> Callable[[bytes], Any] | None:
     return f if inspect.iscoroutinefunction(f) else None
 
 
+def plain_header_lines(nc: Any) -> bool:
+    """True when ``nc`` parses a header block without a status line as ``wire.parse_plain_headers`` does.
+
+    That is nats-py's byte-level parser (``_parse_header_lines``, 2.15 and 2.16), used
+    when ``fast_mail_parser`` is not installed, in ``nc``'s class's own ``_process_headers``.
+    """
+    cls = nats.aio.client.Client
+    return (getattr(nats.aio.client, "parse_email", True) is None
+            and callable(getattr(cls, "_parse_header_lines", None))
+            and getattr(type(nc), "_process_headers", None) is getattr(cls, "_process_headers", False))
+
+
 class HeaderBlock(dict[str, str]):
     """nats-py's parsed headers of one message, plus the block they came in (``block``).
 
@@ -499,7 +518,7 @@ class SocketParker:
     delays what the I/O thread reads: anything left on the socket is reported again at once.
     """
 
-    __slots__ = ("_ep", "_sel", "fd", "_lock", "parked")
+    __slots__ = ("_ep", "_sel", "fd", "_lock", "parked", "_keys")
 
     def __init__(self, sel: Any, ep: Any, fd: int, lock: Any) -> None:
         self._sel = sel
@@ -507,6 +526,8 @@ class SocketParker:
         self.fd = fd
         self._lock = lock
         self.parked = False
+        keys = getattr(sel, "_fd_to_key", None)  # the selector's own fd -> key map (get_key's)
+        self._keys: dict[int, Any] | None = keys if type(keys) is dict else None
 
     def park(self) -> bool:
         """On a caller's thread: the loop stops watching the socket; False if it cannot."""
@@ -520,17 +541,20 @@ class SocketParker:
 
     def unpark(self) -> None:
         """The loop watches the socket again, for what it registered (read; write if pending)."""
-        import select
-        import selectors
-
         with self._lock:
             self.parked = False
-            try:
-                key = self._sel.get_key(self.fd)
-            except (KeyError, ValueError, RuntimeError):
-                return  # unregistered meanwhile (the connection was lost): nothing to give back
-            mask = (select.EPOLLIN if key.events & selectors.EVENT_READ else 0) | (
-                select.EPOLLOUT if key.events & selectors.EVENT_WRITE else 0)
+            keys = self._keys
+            if keys is not None:  # (a dict lookup: get_key costs five Python calls)
+                key = keys.get(self.fd)
+                if key is None:
+                    return  # unregistered meanwhile (the connection was lost), or the selector closed
+            else:
+                try:
+                    key = self._sel.get_key(self.fd)
+                except (KeyError, ValueError, RuntimeError):
+                    return  # unregistered meanwhile (the connection was lost): nothing to give back
+            ev = key.events
+            mask = (_EPOLLIN if ev & _EVENT_READ else 0) | (_EPOLLOUT if ev & _EVENT_WRITE else 0)
             try:
                 self._ep.modify(self.fd, mask)
             except (OSError, ValueError):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable
+from threading import get_ident as _get_ident
 from typing import TYPE_CHECKING, Any
 
 from ..base.deadline import Deadline
@@ -29,6 +30,7 @@ from ..base.errors import (
 )
 from ..base.status import is_no_responders
 from ..base.validate import _headers_size
+from . import loop as _loopmod
 from . import natspy as _natspy
 from . import request_errors as _why
 from . import sockpath as _sockpath
@@ -55,7 +57,8 @@ class Requests:
         self._out = out
         self._perms = perms
         self._check_open = conn._check_open
-        self._in_loop_thread = conn._loop.in_loop_thread
+        self._loop = conn._loop
+        self._loop_ident = conn._loop.thread.ident  # (the I/O thread: started before any connection)
         self._watch = perms.watch
         self._watches = perms.watches
         self._sockpath = out.sockpath
@@ -69,40 +72,51 @@ class Requests:
 
     def request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float | None) -> Msg:
         """``request`` without argument validation (internal callers compose their subjects)."""
-        self._check_open()
+        conn = self._conn
+        loop = self._loop
+        if (conn._closed_error is not None or conn._closed or conn._closing or loop._stopped
+                or loop._generation != _loopmod._fork_generation):
+            self._check_open()  # (raises; written out above: a round trip makes three calls fewer)
         out = self._out
         if out.offline_limit is not None and not self.nc.is_connected:
             out.offline_check(len(data) if headers is None else len(data) + _headers_size(headers), subject)
         if ".CONSUMER.MSG.NEXT." in subject:
             return self.request_own_inbox(subject, data, headers, timeout)
-        if self._in_loop_thread():
+        if _get_ident() == self._loop_ident:
             raise RuntimeError("a blocking jssync call was made on the connection's I/O thread")
         deadline = Deadline(timeout)
         prefix = self.prefix or self.start_mux(deadline)
         token = str(next(self.tokens))
         waiter = _Waiter()
-        self.replies[token] = waiter.set
+        replies = self.replies
+        replies[token] = waiter.set
         wkey = self._watch("publish", subject, waiter.fail)
+        watches = self._watches
         try:
             # Watch the socket only when this is the one request waiting: every caller
             # watching is woken by every reply, so with many threads in requests each
             # reply woke them all (the I/O thread, awake anyway, delivers instead). The
             # watcher parks the socket first: the reply then wakes no I/O thread.
-            solo = self._sockpath.reader is not None and len(self.replies) == 1
-            parked = self._sockpath.park() if solo else None
+            sp = self._sockpath
+            solo = sp.reader is not None and len(replies) == 1
+            parked = sp.park() if solo else None
             try:
                 if self.direct(subject, data, prefix + token, headers):
-                    if solo and len(self.replies) == 1:  # (still alone)
+                    if solo and len(replies) == 1:  # (still alone)
                         self.watch_for_reply(waiter, token, deadline)
                 else:
                     self.enqueue((subject, data, prefix + token, headers), deadline)
             finally:
                 if parked is not None:
                     parked.unpark()
-            msg = waiter.wait(deadline, self._conn, subject)
+            # a reply read off the socket above (or an error already in) needs no wait;
+            # else wait() returns once set()/fail() released the slot's lock
+            msg = waiter.msg
+            if msg is None and waiter.exc is None:
+                msg = waiter.wait(deadline, conn, subject)
         finally:
-            self.replies.pop(token, None)
-            self._watches.pop(wkey, None)
+            replies.pop(token, None)
+            watches.pop(wkey, None)
         if msg is None:
             if waiter.exc is not None:
                 raise PermissionDeniedError(
@@ -129,8 +143,8 @@ class Requests:
         st = nc.stats
         st["in_msgs"] += 1
         st["in_bytes"] += len(got.data)
-        waiter.set(self._conn._msg_class(subject=f"{self.prefix}{token}", reply="", data=got.data,
-                                   headers=got.headers or None, _client=nc, _sid=got.sid))
+        # (positional: subject, reply, data, headers, _client, _sid)
+        waiter.set(self._conn._msg_class(f"{self.prefix}{token}", "", got.data, got.headers or None, nc, got.sid))
 
     def request_own_inbox(self, subject: str, data: bytes, headers: dict[str, str] | None,
                            timeout: float | None) -> Msg:

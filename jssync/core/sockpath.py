@@ -37,12 +37,17 @@ import os
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..base.deadline import Deadline
 from . import natspy as _natspy
-from .wire import Reply, parse_reply
+from .wire import Reply, parse_plain_headers, parse_reply
+
+_MSG_PEEK = socket.MSG_PEEK
+_monotonic = time.monotonic
+_new_reply = tuple.__new__
 
 #: Requests up to this size may be written to the socket by the caller's thread.
 SEND_MAX = 64 * 1024
@@ -124,6 +129,7 @@ class CallerSocket:
         self.head: bytes | None = None  # b"MSG <reply inbox prefix>"
         self.sid: bytes | None = None  # the reply inbox subscription's sid
         self.parker: _natspy.SocketParker | None = None  # takes the socket out of the loop's epoll set
+        self.plain_headers = False  # nats-py parses a header block as wire.parse_plain_headers does
 
     # -- on the I/O thread
 
@@ -176,6 +182,7 @@ class CallerSocket:
                 self.reader = _natspy.install_reader(nc, t, self)
                 if self.reader is not None:
                     self.parker = _natspy.socket_parker(t._loop, sock.fileno(), self.parker)
+            self.plain_headers = _natspy.plain_header_lines(nc)
             self.transport = t
             self.sock = sock
 
@@ -244,30 +251,37 @@ class CallerSocket:
         sfd = sock.fileno()
         if sfd < 0:
             return None  # closed meanwhile
-        wfd = wake_fd()
+        w = _thread_wake()
+        wfd = w.fd
+        poll = w.pollers.get(sfd)  # (this thread's poller of the socket and its eventfd, made once)
+        if poll is None:
+            poll = w.poller(sfd)
         left = deadline.remaining()
-        window = Deadline(WATCH_WINDOW if left is None else min(WATCH_WINDOW, left))
-        poller = select.poll()  # (not select(): no limit on the descriptor's number)
-        poller.register(sfd, select.POLLIN)
-        poller.register(wfd, select.POLLIN)
+        window = WATCH_WINDOW if left is None or left > WATCH_WINDOW else left
+        end = _monotonic() + window
+        ms = window * 1000.0
         waiting.wake_fd = wfd
         try:
             while not waiting._done:
                 try:
-                    ready = poller.poll((window.remaining() or 0.0) * 1000.0)
+                    ready = poll(ms)
                 except OSError:
                     return None
                 if not ready:
                     return None
-                if any(fd == wfd for fd, _ in ready):
-                    try:
-                        os.eventfd_read(wfd)
-                    except BlockingIOError:
-                        pass
-                    except OSError:
+                if len(ready) == 1 and ready[0][0] == sfd:  # (the usual: the socket alone)
+                    if waiting._done:
                         return None
-                    if len(ready) == 1:
-                        continue  # the slot was filled (or an old wake-up): look again
+                    return self.steal(sock, token)
+                try:
+                    os.eventfd_read(wfd)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return None
+                if len(ready) == 1:  # the slot was filled (or an old wake-up): look again
+                    ms = max(0.0, end - _monotonic()) * 1000.0
+                    continue
                 if waiting._done:
                     return None
                 return self.steal(sock, token)
@@ -283,13 +297,15 @@ class CallerSocket:
         tok = token.encode()
         with self.rlock:
             reader = self.reader
-            if reader is None or self.sock is not sock or not self.gate.open(reader()):
+            g = self.gate
+            # (g.open(reader()) written out: a round trip makes one call fewer)
+            if reader is None or self.sock is not sock or not (g.synced and g.fed == g.done and reader()):
                 return None
             try:
-                b = sock.recv(PEEK_FIRST, socket.MSG_PEEK)
+                b = sock.recv(PEEK_FIRST, _MSG_PEEK)
                 got = parse_reply(b, head, sid, tok)
                 if isinstance(got, int) and len(b) == PEEK_FIRST:
-                    b = sock.recv(got, socket.MSG_PEEK)
+                    b = sock.recv(got, _MSG_PEEK)
                     got = parse_reply(b, head, sid, tok)
             except OSError:
                 return None
@@ -299,13 +315,14 @@ class CallerSocket:
                 hdrs = self.parse_headers(got.hdr)
                 if hdrs is None:
                     return None
-                got = got._replace(headers=hdrs)
+                got = _new_reply(Reply, (got.end, got.sid, got.hdr, got.data, got.size, hdrs))
             # consume exactly the peeked message: it is in the socket's buffer, and nobody
             # else reads while we hold the lock
             n = 0
-            while n < got.end:
+            end = got.end
+            while n < end:
                 try:
-                    n += len(sock.recv(got.end - n))
+                    n += len(sock.recv(end - n))
                 except (BlockingIOError, InterruptedError):  # pragma: no cover - cannot happen
                     continue
                 except OSError:
@@ -324,6 +341,10 @@ class CallerSocket:
         parse = self.header_parser
         if parse is None:
             return None
+        if self.plain_headers:
+            hdrs = parse_plain_headers(raw)
+            if hdrs is not False:
+                return hdrs or {}
         coro = parse(raw)
         try:
             coro.send(None)
@@ -340,21 +361,43 @@ class CallerSocket:
 
 _spare_wake_fds: list[tuple[int, int]] = []  # (pid, fd), see _WakeFd
 _getpid = os.getpid  # (kept for __del__ at interpreter shutdown)
+_pid = os.getpid()  # this process's id, kept current in a forked child (no getpid() per call)
+
+
+def _after_fork_in_child() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _WakeFd:
-    """A thread's eventfd (see :meth:`CallerSocket.watch`).
+    """A thread's eventfd (see :meth:`CallerSocket.watch`), and its pollers.
 
     Never closed: the I/O thread may still write to it just after the thread is done with
     it, and a closed number could by then belong to another file. When its thread ends it
-    goes back to ``_spare_wake_fds`` for the next thread.
+    goes back to ``_spare_wake_fds`` for the next thread. ``pollers``: a socket's
+    descriptor -> the ``poll`` method of a poller watching it and this eventfd (made once
+    per socket: a caller's round trip needs no new poller).
     """
 
-    __slots__ = ("fd", "pid")
+    __slots__ = ("fd", "pid", "pollers")
 
     def __init__(self, fd: int | None = None) -> None:
         self.fd: int = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if fd is None else fd
         self.pid = os.getpid()
+        self.pollers: dict[int, Callable[[float], list[tuple[int, int]]]] = {}
+
+    def poller(self, sfd: int) -> Callable[[float], list[tuple[int, int]]]:
+        """A poller of the socket ``sfd`` and this eventfd (not select(): no limit on the numbers)."""
+        if len(self.pollers) >= 8:
+            self.pollers.clear()  # (sockets of connections gone: make them again when needed)
+        p = select.poll()
+        p.register(sfd, select.POLLIN)
+        p.register(self.fd, select.POLLIN)
+        poll = self.pollers[sfd] = p.poll
+        return poll
 
     def __del__(self) -> None:
         try:
@@ -367,10 +410,10 @@ class _WakeFd:
 _tls = threading.local()
 
 
-def wake_fd() -> int:
-    """This thread's eventfd."""
+def _thread_wake() -> _WakeFd:
+    """This thread's :class:`_WakeFd`."""
     w: _WakeFd | None = getattr(_tls, "wake", None)
-    if w is None or w.pid != _getpid():  # first use on this thread, or a forked child
+    if w is None or w.pid != _pid:  # first use on this thread, or a forked child
         if w is not None:
             w.pid = -1  # the parent's: not a spare of this process
         fd = None
@@ -383,7 +426,12 @@ def wake_fd() -> int:
                 if pid == _getpid():
                     fd = spare  # (a parent's spare is dropped: it is shared with the parent)
         w = _tls.wake = _WakeFd(fd)
-    return w.fd
+    return w
+
+
+def wake_fd() -> int:
+    """This thread's eventfd."""
+    return _thread_wake().fd
 
 
 def wake(fd: int) -> None:

@@ -15,8 +15,9 @@ none, ``headers`` a dict (encoded here) or None.
 
 from __future__ import annotations
 
+import re
 from collections import deque
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from ..base.validate import _encode_headers
 
@@ -94,28 +95,80 @@ def parse_reply(buf: bytes, head: bytes, sid: bytes, token: bytes, limit: int = 
     or None: the next message is something else (other traffic, another reply, a reply
     longer than ``limit``, a malformed line): leave it to the I/O thread's parser.
     """
-    hmsg = buf[:1] == b"H"  # HMSG: a reply with headers (Direct Get, KV, a 503)
-    if hmsg:
-        head = b"H" + head
-    hl = len(head)
-    tl = hl + len(token)
-    if not buf.startswith(head) or buf[hl:tl] != token or buf[tl:tl + 1] != b" ":
+    rx = _reply_lines.get((head, sid))
+    if rx is None:
+        rx = _reply_line(head, sid)
+    m = rx.match(buf)
+    if m is None:
+        return None  # another message, a malformed line, or (never, at a first peek) a line not whole
+    tok, size = m.group(1, 2)
+    if tok is None:  # HMSG: a reply with headers (Direct Get, KV, a 503)
+        tok, hsize, size = m.group(3, 4, 5)
+        hn = int(hsize)
+        hmsg = True
+    else:
+        hn = 0
+        hmsg = False
+    if tok != token:
         return None
-    i = buf.find(b"\r\n", tl)
-    if i < 0:
-        return None  # (a reply line is far shorter than the first peek)
-    # MSG: <sid> <size>; HMSG: <sid> <header size> <size> (no reply subject either way)
-    parts = buf[tl + 1:i].split(b" ")
-    if len(parts) != (3 if hmsg else 2) or parts[0] != sid or not all(p.isdigit() for p in parts[1:]):
-        return None
-    n = int(parts[-1])
-    hn = int(parts[1]) if hmsg else 0
-    end = i + 4 + n
+    n = int(size)
+    start = m.end()
+    end = start + 2 + n
     if hn > n or end > limit:
         return None
     if len(buf) < end:
         return end
     if buf[end - 2:end] != b"\r\n":
         return None
-    start = i + 2
-    return Reply(end, int(sid), buf[start:start + hn] if hmsg else None, buf[start + hn:start + n], n)
+    # (tuple.__new__: the same Reply as Reply(...), without NamedTuple's Python-level __new__)
+    return _new_reply(Reply, (end, int(sid), buf[start:start + hn] if hmsg else None, buf[start + hn:start + n],
+                              n, None))
+
+
+#: (head, sid) -> the compiled MSG/HMSG line of a reply on that inbox and subscription.
+_reply_lines: dict[tuple[bytes, bytes], re.Pattern[bytes]] = {}
+
+
+def _reply_line(head: bytes, sid: bytes) -> re.Pattern[bytes]:
+    """The reply line :func:`parse_reply` matches: ``MSG <head><token> <sid> <size>``, or
+    ``HMSG <head><token> <sid> <header size> <size>`` (no reply subject either way; the
+    token is compared after the match, the numbers are ASCII digits)."""
+    if len(_reply_lines) >= 64:
+        _reply_lines.clear()  # (connections gone)
+    h, sd = re.escape(head), re.escape(sid)
+    rx = _reply_lines[(head, sid)] = re.compile(
+        rb"(?:" + h + rb"([^ \r\n]*) " + sd + rb" (\d+)|H" + h + rb"([^ \r\n]*) " + sd + rb" (\d+) (\d+))\r\n")
+    return rx
+
+
+_new_reply = tuple.__new__
+
+
+def parse_plain_headers(raw: bytes) -> dict[str, str] | None | Literal[False]:
+    """A header block without a status (``NATS/1.0\\r\\n`` then ``Name: Value`` lines), as nats-py parses it.
+
+    The same dict as nats-py's own byte-level header parser (nats-py 2.15 and 2.16 without
+    ``fast_mail_parser``; ``natspy.plain_header_lines`` says when that is the one in use;
+    a property test compares them), None when it has no field, and False for a block
+    this does not parse (a status line, anything else): the caller then asks nats-py.
+    A name with whitespace in it is skipped, a value decoded with ``replace``.
+    """
+    if raw[8:10] != b"\r\n" or not raw.startswith(b"NATS/1.0"):
+        return False
+    out: dict[str, str] = {}
+    for line in raw[10:].split(b"\r\n"):
+        if not line:
+            continue
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        try:
+            key = name.strip().decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        # (nats-py: skip a name with any str.isspace() character; str.split() splits on
+        # exactly those, so a name has none when it splits into itself)
+        if key and key.split() != [key]:
+            continue
+        out[key] = value.strip().decode("utf-8", "replace")
+    return out or None

@@ -159,18 +159,24 @@ class JetStream(StreamAdmin, ConsumerAdmin, Factories):
             (the server would close the connection).
         """
         validate_subject(subject, wildcards=False)
-        h = self._pub_headers(headers, msg_id, expected_stream, expected_last_seq,
-                              expected_last_subject_seq, expected_last_msg_id, ttl)
+        if msg_id is None and expected_stream is None and expected_last_seq is None and \
+                expected_last_subject_seq is None and expected_last_msg_id is None and ttl is None:
+            h = headers  # (what _pub_headers returns then, without the call)
+        else:
+            h = self._pub_headers(headers, msg_id, expected_stream, expected_last_seq,
+                                  expected_last_subject_seq, expected_last_msg_id, ttl)
         if h is not None:
             validate_headers(h)
-        data = _check_data(data)
+        if data.__class__ is not bytes:  # (bytes pass without the call)
+            data = _check_data(data)
         size = len(data) if h is None else len(data) + _headers_size(h)
-        if size > self.conn.max_payload:
+        max_payload = self._conn.max_payload
+        if size > max_payload:
             from ..base.errors import MaxPayloadError
 
             raise MaxPayloadError(
                 f"payload of {size} bytes (headers included) on {subject!r} is over the server's max_payload "
-                f"of {self.conn.max_payload} bytes"
+                f"of {max_payload} bytes"
             )
         return data, h
 
@@ -264,14 +270,17 @@ class JetStream(StreamAdmin, ConsumerAdmin, Factories):
                 raise ValidationError("the expected_* checks are reported in the PubAck: they need ack=True")
             self.conn.publish(subject, data, headers=h)
             return None
-        _check_retry(retry_attempts, retry_wait)
-        deadline = Deadline(resolve_timeout(timeout, self.timeout))
+        if not (retry_attempts.__class__ is int and retry_wait.__class__ is float
+                and 0 <= retry_attempts <= 1_000_000 and 0.0 <= retry_wait < math.inf):
+            _check_retry(retry_attempts, retry_wait)  # (the usual values pass without the call)
+        deadline = Deadline(self.timeout if timeout is DEFAULT else resolve_timeout(timeout, self.timeout))
+        request = self._conn.internal.request
         attempt = 0
         while True:
             failed: BaseException | None = None
             try:
                 # _prepare_publish validated everything request() would
-                msg = self.conn.internal.request(subject, data, h, deadline.left())
+                msg = request(subject, data, h, deadline.left())
             except TimeoutError:
                 failed = self._no_pub_ack(subject, deadline.timeout)
             except Error as exc:

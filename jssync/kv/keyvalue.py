@@ -273,6 +273,25 @@ def _ttl_header(ttl: Any, what: str = "ttl") -> str:
     return f"{int(round(ttl * 1000))}ms"
 
 
+#: ``Nats-Time-Stamp`` text -> its datetime, for the gets of a value read again (bounded).
+_stamps: dict[str, _dt.datetime | None] = {}
+
+
+def _stamp(text: str | None) -> _dt.datetime | None:
+    """``parse_timestamp(text)``, remembered: a key read again and again has the same stamp."""
+    if text is None:
+        return None
+    try:
+        return _stamps[text]
+    except KeyError:
+        pass
+    when = parse_timestamp(text)
+    if len(_stamps) >= 256:
+        _stamps.clear()
+    _stamps[text] = when
+    return when
+
+
 def _operation(headers: dict[str, str] | None) -> KeyValueOp:
     if not headers:
         return KeyValueOp.PUT
@@ -601,7 +620,7 @@ class KeyValue:
         return self._stream
 
     def _t(self, timeout: float | None | Default) -> float | None:
-        t = resolve_timeout(timeout, self._js.timeout)
+        t = self._js.timeout if timeout is DEFAULT else resolve_timeout(timeout, self._js.timeout)
         if t is not None and t <= 0:
             raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
         return t
@@ -622,7 +641,8 @@ class KeyValue:
                 marker (a KeyNotFoundError; ``.entry`` holds the marker).
         """
         validate_key(key)
-        check_optional_int(revision, "revision", open_ended=True)
+        if revision is not None:
+            check_optional_int(revision, "revision", open_ended=True)
         entry = self._get(key, revision, self._t(timeout))
         if entry.operation is not KeyValueOp.PUT:
             raise KeyDeletedError(entry, f"key {key!r} was deleted (revision {entry.revision})")
@@ -644,18 +664,18 @@ class KeyValue:
             if failed is not None:  # raised outside the handler: no internal context
                 raise failed
             hdrs = msg.headers
-            err = status_error(msg, f"get of key {key!r} in bucket {self.bucket!r}")
-            if err is not None:
-                if isinstance(err, MessageNotFoundError):
-                    raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}")
-                raise err
+            if not hdrs or (not msg.data and "Status" in hdrs):  # (else status_error gives None)
+                err = status_error(msg, f"get of key {key!r} in bucket {self.bucket!r}")
+                if err is not None:
+                    if isinstance(err, MessageNotFoundError):
+                        raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}")
+                    raise err
             assert hdrs is not None
             try:
                 seq = int(hdrs.get("Nats-Sequence", "0"))
             except ValueError:
                 seq = 0
-            return Entry(self.bucket, key, msg.data, seq, 0, parse_timestamp(hdrs.get("Nats-Time-Stamp")),
-                         _operation(hdrs))
+            return Entry(self.bucket, key, msg.data, seq, 0, _stamp(hdrs.get("Nats-Time-Stamp")), _operation(hdrs))
         missing = False
         try:
             if self._direct:

@@ -317,3 +317,26 @@ def test_a_partial_send_hands_the_rest_to_the_io_thread_in_order(pair: Any) -> N
     scheduled[0]()  # on the I/O thread: the transport writes the rest first
     assert cp.transport.written == [b""]
     assert sent + cp.take_rest() == buf and cp.rest == b""
+
+
+# ----------------------------------------------------------------------------- per-thread eventfds
+
+
+def test_a_forked_child_gets_an_eventfd_of_its_own() -> None:
+    # the parent's eventfd is shared with the child after fork: the child must not watch it
+    parent = wake_fd()
+    assert wake_fd() == parent, "one eventfd per thread, made once"
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            os.write(w, str(wake_fd()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        child = int(os.read(r, 32))
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    assert child != parent

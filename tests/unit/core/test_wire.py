@@ -145,3 +145,59 @@ def test_a_reply_parses_back_and_a_cut_one_asks_for_its_length(token: bytes, dat
 
 def test_a_published_request_is_not_mistaken_for_its_reply() -> None:
     assert parse_reply(encode_one("_INBOX.abc.7", b"x", "r"), HEAD, SID, b"7") is None
+
+
+# ----------------------------------------------------------------------------- header blocks
+
+
+def _natspy_parse(raw: bytes) -> dict[str, str] | None:
+    """nats-py's own parse of a header block (its coroutine, run to completion: no I/O)."""
+    import nats.aio.client
+
+    coro = nats.aio.client.Client()._process_headers(raw)
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("nats-py's header parser waited")
+
+
+_header_bytes = st.binary(max_size=12) | st.sampled_from(
+    [b"Nats-Sequence", b"Nats-Time-Stamp", b" a ", b"a b", b"a\x1cb", b"\x1c", b"", b"\xff", b"K", b"\t",
+     b"v\xc3\xa9", b"\xe9", b" 12 ", b":"])
+
+
+@fuzz
+@given(lines=st.lists(st.tuples(_header_bytes, st.sampled_from([b":", b": ", b":\t", b""]), _header_bytes),
+                      max_size=6),
+       extra=st.sampled_from([b"", b"\r\n", b"\r\n\r\n", b"\r\nbare\r\n"]))
+def test_a_plain_header_block_parses_as_natspy_parses_it(lines: list[tuple[bytes, bytes, bytes]],
+                                                         extra: bytes) -> None:
+    import nats.aio.client
+
+    from jssync.core.wire import parse_plain_headers
+
+    if getattr(nats.aio.client, "parse_email", None) is not None:
+        pytest.skip("fast_mail_parser is installed: nats-py parses headers with it")
+    body = b"".join(k.replace(b"\r\n", b"") + sep + v.replace(b"\r\n", b"") + b"\r\n" for k, sep, v in lines)
+    raw = b"NATS/1.0\r\n" + body + extra
+    assert parse_plain_headers(raw) == _natspy_parse(raw)
+
+
+@pytest.mark.parametrize("raw", [b"NATS/1.0 503\r\n\r\n", b"NATS/1.0 404 No Messages\r\n\r\n",
+                                 b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: 1\r\n\r\n", b"NATS/1.1\r\n"])
+def test_a_header_block_with_a_status_line_is_left_to_natspy(raw: bytes) -> None:
+    from jssync.core.wire import parse_plain_headers
+
+    assert parse_plain_headers(raw) is False
+
+
+def test_the_usual_direct_get_headers_parse_to_their_dict() -> None:
+    from jssync.core.wire import parse_plain_headers
+
+    raw = (b"NATS/1.0\r\nNats-Stream: KV_b\r\nNats-Subject: $KV.b.k\r\nNats-Sequence: 7\r\n"
+           b"Nats-Time-Stamp: 2026-01-01T00:00:00.5Z\r\nNats-Num-Pending: 0\r\n\r\n")
+    assert parse_plain_headers(raw) == _natspy_parse(raw) == {
+        "Nats-Stream": "KV_b", "Nats-Subject": "$KV.b.k", "Nats-Sequence": "7",
+        "Nats-Time-Stamp": "2026-01-01T00:00:00.5Z", "Nats-Num-Pending": "0"}
+    assert parse_plain_headers(b"NATS/1.0\r\n\r\n") is None
