@@ -42,7 +42,7 @@ class APIRoom:
     #: the context's default timeout (seconds)
     timeout: float
     _conn: Connection
-    _transport: APITransport
+    _api_transport: APITransport
 
     @property
     def _context(self) -> JetStream:
@@ -75,7 +75,7 @@ class APIRoom:
         else:
             data = json.dumps(payload).encode()
         headers = None if feature is None else {HDR_REQUIRED_API_LEVEL: str(feature[1])}
-        reply = self._transport.request(f"{self.prefix}.{suffix}", data, headers,
+        reply = self._api_transport.request(f"{self.prefix}.{suffix}", data, headers,
                                         resolve_timeout(timeout, self.timeout))
         try:
             return check_api_response(reply)

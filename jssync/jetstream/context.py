@@ -98,7 +98,7 @@ class JetStream(StreamAdmin, ConsumerAdmin, Factories):
             raise ValidationError(f"max_pending must be >= 1, got {max_pending!r}")
         self.domain = domain
         self._conn = conn
-        self._transport: APITransport = ConnectionTransport(conn)
+        self._api_transport: APITransport = ConnectionTransport(conn)
         self.timeout = timeout
         self.max_pending = max_pending
         self._async = _AsyncPublisher(self)
@@ -797,5 +797,5 @@ def context_over(transport: APITransport, conn: Connection | None = None, *, dom
     publishing, consuming and subscribing need a connection.
     """
     js = JetStream(cast("Connection", conn), domain=domain, api_prefix=api_prefix, timeout=timeout)
-    js._transport = transport
+    js._api_transport = transport
     return js

@@ -59,7 +59,7 @@ _lock = threading.Lock()
 def api_level(js: JetStream, *, refresh: bool = False, timeout: float | None | Default = DEFAULT) -> int:
     """The API level of the JetStream behind ``js`` (cached per connection and API prefix)."""
     conn: Connection | None = js.conn
-    owner: object = js._transport if conn is None else conn
+    owner: object = js._api_transport if conn is None else conn
     server_id = "" if conn is None else str((conn.server_info or {}).get("server_id", ""))
     with _lock:
         cached = _levels.get(owner, {}).get(js.prefix)

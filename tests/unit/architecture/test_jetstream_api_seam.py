@@ -11,7 +11,7 @@ module with :mod:`ast` and fail on any other way of sending an API request:
   pass the part after the prefix to ``js._api`` (or ``js._api_nowait``);
 - ``<conn>.internal.request(...)`` outside the transport, except the publishes whose reply is a
   PubAck (``js.publish``, an atomic batch's commit), which are no API requests;
-- a call of the transport (``._transport.request``) outside the API layer.
+- a call of the transport (``._api_transport.request``) outside the API layer.
 
 Two JetStream subjects under the API prefix are no API requests and are built where they are
 used: the pull requests (``CONSUMER.MSG.NEXT``), answered with the stream's messages, and Direct
@@ -93,7 +93,7 @@ def api_requests_outside_the_seam(root: Path = PACKAGE) -> list[str]:
                 owner = node.func.value.attr
                 if owner == "internal" and rel not in OTHER_REQUESTS:
                     found.append(f"{rel}:{node.lineno}: internal.request outside the transport")
-                if owner == "_transport":
+                if owner == "_api_transport":
                     found.append(f"{rel}:{node.lineno}: the transport called outside the API layer")
     return found
 
@@ -114,7 +114,7 @@ def test_the_seam_check_can_fail(tmp_path: Path) -> None:
         '    conn.internal.request(f"{js.prefix}.STREAM.INFO.{name}", b"", None, 1.0)\n'
         '    conn.request("$JS.API.INFO", b"")\n'
         '    conn.request(f"$JS.hub.API.CONSUMER.INFO.{name}", b"")\n'
-        '    js._transport.request("x", b"", None, 1.0)\n'
+        '    js._api_transport.request("x", b"", None, 1.0)\n'
         '    conn.internal.enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{name}", b"", "", None))\n'
         '    conn.request(f"{js.prefix}.DIRECT.GET.{name}", b"")\n'
         '    return f"{js.prefix}.{name}"\n')
