@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import nats.aio.client
+import nats.errors
 
 from ..base.times import format_server_time, parse_server_time
 
@@ -149,6 +150,7 @@ def install_msg_class(nc: Any, base: type[Msg], conn: Connection) -> tuple[type[
         if extra:
             why = f"nats-py's Msg takes keyword(s) jssync does not know: {', '.join(extra)}"
     if why is None:
+        _install_dispatch(nc, fast)
         return fast, None
     init = base.__init__
 
@@ -160,6 +162,56 @@ def install_msg_class(nc: Any, base: type[Msg], conn: Connection) -> tuple[type[
     tolerant: type[Msg] = type("Msg", (base,), {"__slots__": (), "_conn": conn, "__init__": __init__})
     nc.msg_class = tolerant
     return tolerant, why
+
+
+def _install_dispatch(nc: Any, cls: type[Msg]) -> bool:
+    """Part of the ``msg_class`` fast path: hand a message to a :class:`Receiver` with fewer steps.
+
+    nats-py's ``Client._process_msg`` (a coroutine its parser awaits for every MSG/HMSG)
+    counts it, awaits ``_process_headers`` (also for a message without headers), builds
+    the message through ``_build_message`` with keywords, checks JetStream flow control
+    and ``put_nowait``s it on the subscription's queue. For a subscription whose queue is a
+    :class:`Receiver` and that uses none of the rest (no message limit, no nats-py
+    JetStream state, no old-style request future, no pending limits: what
+    :func:`subscribe` makes) the wrapper installed on this client does the same counting,
+    builds ``cls`` with the same arguments positionally and calls ``put_nowait``; anything
+    else goes to nats-py's own method. Installed only when ``cls`` is what nats-py's
+    ``_build_message`` builds with exactly jssync's keywords. Returns whether it was installed.
+    """
+    orig = getattr(nc, "_process_msg", None)
+    subs = getattr(nc, "_subs", None)
+    stats = getattr(nc, "stats", None)
+    if (not inspect.iscoroutinefunction(orig) or not isinstance(subs, dict) or not isinstance(stats, dict)
+            or "in_msgs" not in stats or "in_bytes" not in stats):
+        return False
+    get = subs.get
+
+    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        sub: Any = get(sid)
+        try:
+            q = sub._pending_queue
+            fast = (isinstance(q, Receiver) and not sub._max_msgs and not sub._jsi and sub._future is None
+                    and sub._pending_bytes_limit <= 0)
+        except AttributeError:  # no subscription (None), or another nats-py's Subscription
+            fast = False
+        if not fast:
+            await orig(sid, subject, reply, data, headers)
+            return
+        n = len(data)
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += n
+        sub._received += 1
+        sub._pending_size += n
+        msg = cls(subject.decode(), reply.decode(), data,
+                  None if headers is None else await nc._process_headers(headers), nc, sid)
+        try:
+            q.put_nowait(msg)
+        except asyncio.QueueFull:  # the receiver dropped it: a slow consumer, as nats-py reports it
+            sub._pending_size -= n
+            await nc._error_cb(nats.errors.SlowConsumerError(subject=msg.subject, reply=msg.reply, sid=sid, sub=sub))
+
+    nc._process_msg = process_msg
+    return True
 
 
 def message_class(nc: Any) -> Any:
