@@ -37,7 +37,7 @@ import asyncio
 import inspect
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import nats.aio.client
@@ -174,9 +174,11 @@ def _install_dispatch(nc: Any, cls: type[Msg]) -> bool:
     :class:`Receiver` and that uses none of the rest (no message limit, no nats-py
     JetStream state, no old-style request future, no pending limits: what
     :func:`subscribe` makes) the wrapper installed on this client does the same counting,
-    builds ``cls`` with the same arguments positionally and calls ``put_nowait``; anything
-    else goes to nats-py's own method. Installed only when ``cls`` is what nats-py's
-    ``_build_message`` builds with exactly jssync's keywords. Returns whether it was installed.
+    builds ``cls`` with the same arguments positionally and calls ``put_nowait``, and returns
+    a future that is done already (no coroutine per message; a message with headers gets
+    one, to await their parsing); anything else goes to nats-py's own method. Installed only
+    when ``cls`` is what nats-py's ``_build_message`` builds with exactly jssync's keywords.
+    Returns whether it was installed.
     """
     orig = getattr(nc, "_process_msg", None)
     subs = getattr(nc, "_subs", None)
@@ -184,9 +186,33 @@ def _install_dispatch(nc: Any, cls: type[Msg]) -> bool:
     if (not inspect.iscoroutinefunction(orig) or not isinstance(subs, dict) or not isinstance(stats, dict)
             or "in_msgs" not in stats or "in_bytes" not in stats):
         return False
+    try:  # what the fast path returns: a future done already, which the parser's await passes at once
+        done = asyncio.get_running_loop().create_future()
+    except RuntimeError:  # pragma: no cover - called off the loop: nats-py's own path stays
+        return False
+    done.set_result(None)
     get = subs.get
 
-    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+    def slow(sub: Any, msg: Msg, n: int, sid: int) -> Awaitable[None]:
+        sub._pending_size -= n  # the receiver dropped it: a slow consumer, as nats-py reports it
+        err = nats.errors.SlowConsumerError(subject=msg.subject, reply=msg.reply, sid=sid, sub=sub)
+        return nc._error_cb(err)  # type: ignore[no-any-return]
+
+    async def with_headers(sub: Any, q: Receiver, sid: int, subject: bytes, reply: bytes, data: bytes,
+                           headers: bytes) -> None:
+        n = len(data)
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += n
+        sub._received += 1
+        sub._pending_size += n
+        msg = cls(subject.decode(), reply.decode(), data, await nc._process_headers(headers), nc, sid)
+        try:
+            q.put_nowait(msg)
+        except asyncio.QueueFull:
+            await slow(sub, msg, n, sid)
+
+    def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> Awaitable[None]:
+        # a plain function: a message without headers is handed over with no coroutine made
         sub: Any = get(sid)
         try:
             q = sub._pending_queue
@@ -195,20 +221,20 @@ def _install_dispatch(nc: Any, cls: type[Msg]) -> bool:
         except AttributeError:  # no subscription (None), or another nats-py's Subscription
             fast = False
         if not fast:
-            await orig(sid, subject, reply, data, headers)
-            return
+            return orig(sid, subject, reply, data, headers)
+        if headers is not None:
+            return with_headers(sub, q, sid, subject, reply, data, headers)
         n = len(data)
         stats["in_msgs"] += 1
         stats["in_bytes"] += n
         sub._received += 1
         sub._pending_size += n
-        msg = cls(subject.decode(), reply.decode(), data,
-                  None if headers is None else await nc._process_headers(headers), nc, sid)
+        msg = cls(subject.decode(), reply.decode(), data, None, nc, sid)
         try:
             q.put_nowait(msg)
-        except asyncio.QueueFull:  # the receiver dropped it: a slow consumer, as nats-py reports it
-            sub._pending_size -= n
-            await nc._error_cb(nats.errors.SlowConsumerError(subject=msg.subject, reply=msg.reply, sid=sid, sub=sub))
+        except asyncio.QueueFull:
+            return slow(sub, msg, n, sid)
+        return done
 
     nc._process_msg = process_msg
     return True
