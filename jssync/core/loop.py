@@ -24,6 +24,8 @@ _fork_generation = 0
 def _after_fork_in_child() -> None:
     global _fork_generation
     _fork_generation += 1
+    for lp in list(_loops):  # every loop made so far belongs to the parent
+        lp.forked = True
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -43,6 +45,8 @@ class IOLoop:
         self.name = name
         self.loop = asyncio.new_event_loop()
         self._generation = _fork_generation
+        #: True in a forked child (set by the fork hook): a plain attribute, read on every ack
+        self.forked = False
         self._stopped = False
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -69,10 +73,6 @@ class IOLoop:
                 self.loop.close()
 
     # -- checks -------------------------------------------------------------------------
-
-    @property
-    def forked(self) -> bool:
-        return self._generation != _fork_generation
 
     def in_loop_thread(self) -> bool:
         return threading.get_ident() == self.thread.ident

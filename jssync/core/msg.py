@@ -202,7 +202,14 @@ class Msg:
             jssync.NotJSMessageError: not a JetStream message (no ``$JS.ACK`` reply; nothing sent).
             jssync.ForkError: called in a forked child on a message the parent received.
         """
-        self._send_ack(_ACK, True)
+        # _send_ack's steps written out (the per-message path of a consume with acks)
+        if self._acked or self._ack_none:
+            return
+        conn = self._conn
+        if HOOKS.tracer is not None or conn._loop.forked or not self.reply.startswith(_JS_ACK_PREFIX):
+            self._send_ack(_ACK, True)  # a span, or what raises
+            return
+        conn._send_ack(self, _ACK, True)
 
     def nak(self, delay: float | None = None) -> None:
         """Negatively acknowledge (-NAK), optionally asking for redelivery after ``delay`` seconds.

@@ -39,10 +39,11 @@ import logging
 import os
 import select
 import selectors
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import nats.aio.client
+import nats.errors
 
 from ..base.times import format_server_time, parse_server_time
 
@@ -156,6 +157,7 @@ def install_msg_class(nc: Any, base: type[Msg], conn: Connection) -> tuple[type[
         if extra:
             why = f"nats-py's Msg takes keyword(s) jssync does not know: {', '.join(extra)}"
     if why is None:
+        _install_dispatch(nc, fast)
         return fast, None
     init = base.__init__
 
@@ -167,6 +169,82 @@ def install_msg_class(nc: Any, base: type[Msg], conn: Connection) -> tuple[type[
     tolerant: type[Msg] = type("Msg", (base,), {"__slots__": (), "_conn": conn, "__init__": __init__})
     nc.msg_class = tolerant
     return tolerant, why
+
+
+def _install_dispatch(nc: Any, cls: type[Msg]) -> bool:
+    """Part of the ``msg_class`` fast path: hand a message to a :class:`Receiver` with fewer steps.
+
+    nats-py's ``Client._process_msg`` (a coroutine its parser awaits for every MSG/HMSG)
+    counts it, awaits ``_process_headers`` (also for a message without headers), builds
+    the message through ``_build_message`` with keywords, checks JetStream flow control
+    and ``put_nowait``s it on the subscription's queue. For a subscription whose queue is a
+    :class:`Receiver` and that uses none of the rest (no message limit, no nats-py
+    JetStream state, no old-style request future, no pending limits: what
+    :func:`subscribe` makes) the wrapper installed on this client does the same counting,
+    builds ``cls`` with the same arguments positionally and calls ``put_nowait``, and returns
+    a future that is done already (no coroutine per message; a message with headers gets
+    one, to await their parsing); anything else goes to nats-py's own method. Installed only
+    when ``cls`` is what nats-py's ``_build_message`` builds with exactly jssync's keywords.
+    Returns whether it was installed.
+    """
+    orig = getattr(nc, "_process_msg", None)
+    subs = getattr(nc, "_subs", None)
+    stats = getattr(nc, "stats", None)
+    if (not inspect.iscoroutinefunction(orig) or not isinstance(subs, dict) or not isinstance(stats, dict)
+            or "in_msgs" not in stats or "in_bytes" not in stats):
+        return False
+    try:  # what the fast path returns: a future done already, which the parser's await passes at once
+        done = asyncio.get_running_loop().create_future()
+    except RuntimeError:  # pragma: no cover - called off the loop: nats-py's own path stays
+        return False
+    done.set_result(None)
+    get = subs.get
+
+    def slow(sub: Any, msg: Msg, n: int, sid: int) -> Awaitable[None]:
+        sub._pending_size -= n  # the receiver dropped it: a slow consumer, as nats-py reports it
+        err = nats.errors.SlowConsumerError(subject=msg.subject, reply=msg.reply, sid=sid, sub=sub)
+        return nc._error_cb(err)  # type: ignore[no-any-return]
+
+    async def with_headers(sub: Any, q: Receiver, sid: int, subject: bytes, reply: bytes, data: bytes,
+                           headers: bytes) -> None:
+        n = len(data)
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += n
+        sub._received += 1
+        sub._pending_size += n
+        msg = cls(subject.decode(), reply.decode(), data, await nc._process_headers(headers), nc, sid)
+        try:
+            q.put_nowait(msg)
+        except asyncio.QueueFull:
+            await slow(sub, msg, n, sid)
+
+    def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> Awaitable[None]:
+        # a plain function: a message without headers is handed over with no coroutine made
+        sub: Any = get(sid)
+        try:
+            q = sub._pending_queue
+            fast = (isinstance(q, Receiver) and not sub._max_msgs and not sub._jsi and sub._future is None
+                    and sub._pending_bytes_limit <= 0)
+        except AttributeError:  # no subscription (None), or another nats-py's Subscription
+            fast = False
+        if not fast:
+            return orig(sid, subject, reply, data, headers)
+        if headers is not None:
+            return with_headers(sub, q, sid, subject, reply, data, headers)
+        n = len(data)
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += n
+        sub._received += 1
+        sub._pending_size += n
+        msg = cls(subject.decode(), reply.decode(), data, None, nc, sid)
+        try:
+            q.put_nowait(msg)
+        except asyncio.QueueFull:
+            return slow(sub, msg, n, sid)
+        return done
+
+    nc._process_msg = process_msg
+    return True
 
 
 def message_class(nc: Any) -> Any:

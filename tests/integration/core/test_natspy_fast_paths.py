@@ -73,3 +73,26 @@ def test_fast_paths_come_back_after_a_reconnect(unique: str) -> None:
             assert _off(nc) == []
         finally:
             nc.close()
+
+
+def test_messages_handed_to_a_subscription_are_counted_and_keep_their_headers(nc: jssync.Connection,
+                                                                              unique: str) -> None:
+    """The msg_class fast path hands each message to a jssync subscription without nats-py's
+    per-message steps: messages with and without headers arrive whole and in order, and the
+    connection's counts go up exactly as nats-py's own path counts them."""
+    sub = nc.subscribe(f"D.{unique}")
+    nc.flush()
+    before = nc.stats
+    sent = []
+    for i in range(40):
+        headers = {"N": str(i), "K": "v"} if i % 3 == 0 else None
+        data = b"x" * i
+        nc.publish(f"D.{unique}", data, headers=headers)
+        sent.append((data, headers))
+    got = [sub.next_msg(timeout=5) for _ in sent]
+    assert [(m.data, m.headers) for m in got] == sent
+    assert all(type(m) is nc._nc.msg_class and m.subject == f"D.{unique}" and m.reply == "" for m in got)
+    after = nc.stats
+    assert after["in_msgs"] - before["in_msgs"] == len(sent)
+    assert after["in_bytes"] - before["in_bytes"] == sum(len(d) for d, _ in sent)
+    sub.unsubscribe()

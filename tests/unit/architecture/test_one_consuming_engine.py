@@ -25,8 +25,12 @@ ENGINE = {"jetstream/consume/heartbeat.py", "jetstream/consume/gaps.py", "jetstr
 #: consumers moved onto the engine: nothing of their own may remain
 CONVERTED = ["jetstream/push.py", "jetstream/push_resets.py", "jetstream/ordered.py", "kv/keyvalue.py",
              "liftbridge/sub.py", "liftbridge/consumer.py"]
-#: the pull consumers (fetch, next, consume; the ordered consume's base class): on PullEngine
-PULL = ["jetstream/pull.py"]
+#: the pull consumers (fetch, next; consume's runner and its state, the ordered consume's base): on PullEngine
+PULL = ["jetstream/pull.py", "jetstream/consume/pulling.py", "jetstream/consume/state.py"]
+#: the other rooms of consume (jetstream/consume/context.py and the modules it is made of)
+CONSUME_ROOMS = ["jetstream/consume/common.py", "jetstream/consume/context.py", "jetstream/consume/ending.py",
+                 "jetstream/consume/intake.py", "jetstream/consume/lane.py", "jetstream/consume/leasing.py",
+                 "jetstream/consume/options.py"]
 
 #: the private state the old hand-written copies kept
 _OLD_STATE = {"_cseq", "_sseq", "_expected", "_next_seq", "_next_start", "_last_seen", "_last_activity",
@@ -82,7 +86,7 @@ def test_no_heartbeat_timer_or_gap_logic_outside_the_engine() -> None:
         rel = path.relative_to(PKG).as_posix()
         if rel in ENGINE:
             continue
-        found += offenders(path.read_text(), rel, rel in CONVERTED or rel in PULL)
+        found += offenders(path.read_text(), rel, rel in CONVERTED or rel in PULL or rel in CONSUME_ROOMS)
     assert found == [], "heartbeat or gap logic outside jssync/jetstream/consume/:\n" + "\n".join(found)
 
 
@@ -99,6 +103,12 @@ def test_pull_consumers_run_the_pull_engine(rel: str) -> None:
     text = (PKG / rel).read_text()
     assert "PullEngine" in text, f"{rel} does not run PullEngine"
     assert "_tick" not in text.replace("_lease_tick", ""), f"{rel} still has heartbeat ticks of its own"
+
+
+@pytest.mark.parametrize("rel", CONSUME_ROOMS)
+def test_consume_rooms_keep_no_heartbeat_ticks(rel: str) -> None:
+    text = (PKG / rel).read_text()
+    assert "_tick" not in text.replace("_lease_tick", ""), f"{rel} has heartbeat ticks of its own"
 
 
 def test_the_patterns_catch_the_old_forms() -> None:

@@ -73,7 +73,8 @@ def test_liftbridge_partition_check():
 
 
 #: The layers whose option checks go through validate.py.
-_LAYERS = ["jetstream/pull.py", "jetstream/consume/engine.py", "jetstream/context.py", "jetstream/priority.py",
+_LAYERS = ["jetstream/pull.py", "jetstream/consume/options.py", "jetstream/consume/engine.py",
+           "jetstream/context.py", "jetstream/priority.py",
            "jetstream/push.py", "jetstream/push_checks.py", "liftbridge/__init__.py", "liftbridge/admin.py",
            "liftbridge/routing.py", "liftbridge/publishing.py", "liftbridge/start.py", "liftbridge/codec.py",
            "core/request_many.py", "kv/keyvalue.py"]
