@@ -14,11 +14,10 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def cli(nats_server, capsys):
+def cli(nats_server):
     def run(*argv: str) -> tuple[int, str, str]:
-        rc = main(["-s", nats_server.url, *argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
+        p = jssync_run(dict(os.environ), "-s", nats_server.url, *argv)
+        return p.returncode, p.stdout, p.stderr
 
     return run
 
@@ -147,8 +146,11 @@ def test_console_script_help():
 # -- the real command, as nats CLI users type it ------------------------
 
 import base64  # noqa: E402
+import io  # noqa: E402
+import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -173,13 +175,54 @@ def env(tmp_path):
     return e
 
 
-def jssync_run(env: dict[str, str], *argv: str, stdin: bytes | None = None,
-               timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def jssync_subprocess(env: dict[str, str], *argv: str, stdin: bytes | None = None,
+                      timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run `python -m jssync ARGV...` as a user would (stdout/stderr as text, stdin as bytes)."""
     p = subprocess.run([sys.executable, "-m", "jssync", *argv], env=env, input=stdin, capture_output=True,
                        timeout=timeout * FACTOR)
     return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(errors="replace"),
                                        p.stderr.decode(errors="replace"))
+
+
+def jssync_run(env: dict[str, str], *argv: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the command as `python -m jssync ARGV...` would, in this process (no interpreter start per call):
+    `env` is the whole environment, ``stdin`` the bytes on standard input (no terminal: empty when None),
+    standard output and error are captured through pipes of their own (no terminal, 80 columns). A run
+    that leaves a thread behind (an unclosed connection) fails the test. The real command runs in the
+    tests that call `jssync_subprocess` or start `python -m jssync` themselves."""
+    out, err = io.BytesIO(), io.BytesIO()
+    fake_in = io.TextIOWrapper(io.BytesIO(stdin or b""), encoding="utf-8")
+    fake_out = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+    fake_err = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True)
+    saved_env = dict(os.environ)
+    saved_std = sys.stdin, sys.stdout, sys.stderr
+    root = logging.getLogger()
+    saved_log = root.handlers[:], root.level
+    threads = set(threading.enumerate())
+    os.environ.clear()
+    os.environ.update({"COLUMNS": "80", **env} if "COLUMNS" not in env else env)
+    sys.stdin, sys.stdout, sys.stderr = fake_in, fake_out, fake_err
+    root.handlers = []  # the command's logging.basicConfig writes to its own stderr, as in its own process
+    try:
+        try:
+            rc = main(list(argv))
+        except SystemExit as exc:  # argparse: --help, usage errors
+            rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        fake_out.flush()
+        fake_err.flush()
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved_std
+        root.handlers, level = saved_log
+        root.setLevel(level)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    left = lambda: [t for t in threading.enumerate() if t not in threads and t.is_alive()]  # noqa: E731
+    try:
+        wait_for(lambda: not left(), 5, what="the threads of the command to end")
+    except AssertionError:
+        raise AssertionError(f"`jssync {' '.join(argv)}` left threads running: {left()}") from None
+    return subprocess.CompletedProcess(["jssync", *argv], rc, out.getvalue().decode(errors="replace"),
+                                       err.getvalue().decode(errors="replace"))
 
 
 def _data(rec: dict) -> bytes:
@@ -310,7 +353,8 @@ def test_pub_file_stdin_takes_binary(env, nats_server, nc):
     sub = nc.subscribe("cli.bin")
     nc.flush()
     # the whole of stdin as one message, bytes unchanged
-    p = jssync_run(env, "pub", "cli.bin", "--file", "-", "--send-on", "eof", "-s", nats_server.url, stdin=BINARY)
+    p = jssync_subprocess(env, "pub", "cli.bin", "--file", "-", "--send-on", "eof", "-s", nats_server.url,
+                          stdin=BINARY)
     assert p.returncode == 0, p.stderr
     assert sub.next_msg(5).data == BINARY
     # one message per line (the default), bytes unchanged
@@ -543,7 +587,7 @@ def test_server_command_port_in_use_is_one_line(env):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        p = jssync_run(env, "server", "--port", str(port))
+        p = jssync_subprocess(env, "server", "--port", str(port))
     assert p.returncode != 0
     assert p.stdout == "", p.stdout
     assert p.stderr.count("\n") == 1, p.stderr

@@ -394,9 +394,16 @@ js.create_object_store(bucket="o", storage="memory", compression=True)
 """
 
 
-def _mypy(snippet_dir: Path, *args: str, env: dict[str, str] | None = None) -> str:
+@pytest.fixture(scope="session")
+def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One mypy cache for the snippet runs of this session: the second run reads the standard library,
+    nats and jssync (same contents, any path) from it; snippet.py is new each time, so checked again."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+def _mypy(snippet_dir: Path, cache: Path, *args: str, env: dict[str, str] | None = None) -> str:
     (snippet_dir / "snippet.py").write_text(_SNIPPET)
-    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", *args, "snippet.py"],
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(cache), *args, "snippet.py"],
                        cwd=snippet_dir, capture_output=True, text=True, timeout=240, env=env)
     return r.stdout + r.stderr
 
@@ -414,14 +421,14 @@ def _assert_typos_flagged(out: str) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_mypy_flags_typos_in_config_keywords(tmp_path):
+def test_mypy_flags_typos_in_config_keywords(tmp_path, mypy_cache):
     env = dict(os.environ, MYPYPATH=str(ROOT))
-    _assert_typos_flagged(_mypy(tmp_path, env=env))
+    _assert_typos_flagged(_mypy(tmp_path, mypy_cache, env=env))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_editable_install_is_visible_to_mypy(tmp_path):
+def test_editable_install_is_visible_to_mypy(tmp_path, mypy_cache):
     """The README's ``pip install -e .``: mypy in that environment finds jssync."""
     src = tmp_path / "src"
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
@@ -431,7 +438,10 @@ def test_editable_install_is_visible_to_mypy(tmp_path):
             (src / f).parent.mkdir(parents=True, exist_ok=True)
             (src / f).write_bytes((ROOT / f).read_bytes())
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    # no pip of its own (ensurepip takes seconds): the system pip, seen through the system site-packages,
+    # installs into the environment of the interpreter that runs it
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
+                   timeout=120)
     py = venv / "bin" / "python"
     r = subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", str(src), "--no-deps"],
                        capture_output=True, text=True, timeout=400)
@@ -439,7 +449,7 @@ def test_editable_install_is_visible_to_mypy(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
     snip = tmp_path / "snip"
     snip.mkdir()
-    _assert_typos_flagged(_mypy(snip, "--python-executable", str(py), env=env))
+    _assert_typos_flagged(_mypy(snip, mypy_cache, "--python-executable", str(py), env=env))
 
 
 def test_enum_like_values_are_checked_before_sending(js, unique):

@@ -1,8 +1,9 @@
 """Load on the core client: many threads at once, nothing lost, no deadlock, memory stable.
 
 - 16 publisher threads and 16 consumers (8 callback subscriptions, 8 iterator threads),
-  plus requesters doing request/reply on the same connections, for
-  ``JSSYNC_LOAD_SECONDS`` (default 60 s; lower it for quick local runs). Each publisher keeps at
+  plus requesters doing request/reply on the same connections, for at least ``MIN_SECONDS`` and
+  ``MESSAGES`` messages, at most ``JSSYNC_LOAD_SECONDS`` (default 60 s; lower it for quick local runs;
+  ``JSSYNC_LOAD_MESSAGES`` raises the count for a longer soak). Each publisher keeps at
   most ``WINDOW`` messages ahead of its consumer, so memory must stay flat: RSS is read
   from /proc/self/status after a warm-up and at the end.
 - A slow core subscriber drops past its pending limit, reports it through ``error_cb``
@@ -27,6 +28,9 @@ from tests.conftest import FACTOR, wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 SECONDS = float(os.environ.get("JSSYNC_LOAD_SECONDS", "60"))
+#: Enough messages that a leak of 100 bytes each grows RSS by ~95 MiB, three times what the RSS check allows.
+MESSAGES = int(os.environ.get("JSSYNC_LOAD_MESSAGES", "1000000"))
+MIN_SECONDS = min(SECONDS, 20.0)
 PAIRS = 16
 WINDOW = int(os.environ.get("JSSYNC_LOAD_WINDOW", "2000"))
 PAYLOAD_PAD = b"." * 120
@@ -132,7 +136,8 @@ def test_sixteen_publishers_and_consumers_nothing_lost(nats_server, unique, reco
         time.sleep(warm)
         warm_rss = rss_mb()
         samples = [warm_rss]
-        while time.monotonic() - t0 < SECONDS and not failures:
+        while time.monotonic() - t0 < SECONDS and not failures and not (
+                time.monotonic() - t0 >= MIN_SECONDS and sum(s.published for s in streams) >= MESSAGES):
             time.sleep(min(1.0, max(0.0, SECONDS - (time.monotonic() - t0))))
             samples.append(rss_mb())
         stop.set()
