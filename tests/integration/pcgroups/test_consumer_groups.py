@@ -30,7 +30,7 @@ class Recorder:
     def handler(self, member: str):
         def on_msg(msg: jssync.Msg) -> None:
             if self.slow_every and int(msg.data) % self.slow_every == 0:
-                time.sleep(0.005)
+                time.sleep(0.005)  # behaviour: the handler is slow
             with self.lock:
                 self.seen.append((member, msg.subject, msg.data))
             msg.ack()
