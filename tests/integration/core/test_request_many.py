@@ -262,7 +262,7 @@ def test_replies_past_max_messages_are_no_slow_consumer(nats_server, unique):
         _responders(nc, subj, 5)
         for _ in range(5):
             rm = nc.request_many(subj, max_wait=2.0, max_messages=1)
-            wait_for(lambda: rm._sub.pending_msgs == 5, 5, what="every reply before the first next()")
+            wait_for(lambda rm=rm: rm._sub.pending_msgs == 5, 5, what="every reply before the first next()")
             assert len(list(rm)) == 1
         nc.flush()
         assert not [e for e in errors if isinstance(e, jssync.SlowConsumerError)], errors
