@@ -43,7 +43,7 @@ def wait_for(cond, timeout: float = 10.0, interval: float = 0.01, what: str = "c
     while time.monotonic() < end:
         if cond():
             return
-        time.sleep(interval)
+        time.sleep(interval)  # poll: wait_for's interval, inside its deadline
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -104,7 +104,7 @@ def _no_leaked_threads() -> Iterator[None]:
         leaked = [t for t in _jssync_threads() if t not in before]
         if not leaked:
             return
-        time.sleep(0.02)
+        time.sleep(0.02)  # poll: for the threads to end, inside the deadline
     pytest.fail(f"test left jssync threads running: {[t.name for t in leaked]}")
 
 

@@ -59,7 +59,7 @@ class _Pipe:
                 if src is None:  # half-open: the upstream side is gone
                     if client_to_server:
                         return
-                    time.sleep(0.05)
+                    time.sleep(0.05)  # poll: the pump checks for closed or a new upstream
                     continue
                 if not self.flowing.wait(0.05) and not self.half_open:
                     continue  # stalled: bytes stay in the kernel buffers, sockets stay open

@@ -100,6 +100,72 @@ def test_the_timing_bound_check_catches_an_unscaled_bound():
     assert unscaled_time_bounds(src) == [3]
 
 
+
+#: The one marker form a sleep in tests/ carries on its line, saying why it is no wait on an event:
+#: ``# nothing happens: <what>`` (the test gives something the chance to happen wrongly, then
+#: asserts it did not), ``# behaviour: <what>`` (the sleep is part of what is under test: a slow
+#: handler, a gap the code must notice, an outage that lasts) or ``# poll: <what>`` (a poll's
+#: interval inside a deadline, as in wait_for).
+_SLEEP_MARKER = r"#\s*(?:nothing happens|behaviour|poll): \S"
+
+
+def unmarked_sleeps(source: str) -> list[int]:
+    """Lines of ``source`` calling ``time.sleep`` (or ``sleep`` imported from ``time``) without the
+    marker comment on the line; also such calls inside strings (the source of a subprocess), where
+    the marker may be a comment in the string's line or after the string."""
+    import io
+    import re
+    import tokenize
+
+    marker = re.compile(_SLEEP_MARKER)
+    in_string = re.compile(r"\b(?:time\.)?sleep\(")
+    toks = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    comments = {t.start[0]: t.string for t in toks if t.type == tokenize.COMMENT}
+    code = [t for t in toks if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE,
+                                              tokenize.INDENT, tokenize.DEDENT)]
+    bare = bool(re.search(r"^\s*from\s+time\s+import\s+.*\bsleep\b", source, re.M))
+    strings = {tokenize.STRING} | ({tokenize.FSTRING_MIDDLE} if hasattr(tokenize, "FSTRING_MIDDLE") else set())
+    calls: list[tuple[int, str]] = []  # (line, the string's text on that line, or "" for code)
+    for i, t in enumerate(code):
+        if t.type == tokenize.NAME and t.string == "sleep" and i + 1 < len(code) and code[i + 1].string == "(":
+            dotted = i >= 2 and code[i - 1].string == "." and code[i - 2].string.endswith("time")
+            if dotted or (bare and (i == 0 or code[i - 1].string != ".")):
+                calls.append((t.start[0], ""))
+        elif t.type in strings:
+            for k, line in enumerate(t.string.split("\n")):
+                if re.search(r"\btime\.sleep\(", line) or (bare and in_string.search(line)):
+                    calls.append((t.start[0] + k, line))
+    return sorted({n for n, text in calls if not marker.search(text) and not marker.search(comments.get(n, ""))})
+
+
+def test_every_sleep_in_the_tests_says_why_it_is_no_wait():
+    """A sleep that waits for something to happen is a wait_for on the condition with a deadline
+    (tests/conftest.py); the sleeps that stay say why on their line (``_SLEEP_MARKER``)."""
+    bad = []
+    for p in sorted((ROOT / "tests").rglob("*.py")):
+        bad += [f"{p.relative_to(ROOT)}:{n}" for n in unmarked_sleeps(p.read_text())]
+    assert not bad, bad
+
+
+def test_the_sleep_check_catches_an_unmarked_sleep():
+    call = "time" + ".sleep("  # spelt in two, so that this file has no such call of its own
+    src = (
+        "import time\n"
+        f"{call}0.3)\n"  # line 2: unmarked
+        f"{call}0.3 * FACTOR)  # nothing happens: no second report\n"
+        f"{call}0.1)  # a comment without the marker\n"  # line 4
+        f"x = 'import time; {call}1)'\n"  # line 5: a subprocess's source, unmarked
+        f"x = 'import time; {call}1)  # behaviour: the callback never returns'\n"
+        f"x = 'import time; {call}1)'  # poll: inside the deadline\n"
+        f"def f():\n    {call}0.01)  # behaviour: the handler is slow\n"
+        f"    _{call}0.01)\n"  # line 10: an alias of the module
+        "    asyncio.sleep(1)\n"  # not a time.sleep
+    )
+    assert unmarked_sleeps(src) == [2, 4, 5, 10]
+    bare = "from time import sleep\nsleep(1)\nsleep(1)  # poll: inside the deadline\nx.sleep(1)\n"
+    assert unmarked_sleeps(bare) == [2]
+
+
 #: Tests of the package as a whole (every layer at once), not of one module: they stay at the top.
 _CROSS_CUTTING = {
     "unit": {"test_parsers_fuzz.py"},

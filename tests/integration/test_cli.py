@@ -124,7 +124,7 @@ def test_sub_command_prints_messages(nats_server, nc):
         while proc.poll() is None and time.monotonic() < end:
             nc.publish("cli.sub", b"ping")
             nc.flush()
-            time.sleep(0.1)
+            time.sleep(0.1)  # poll: publish until the subscriber is up, inside the deadline
         out = proc.communicate(timeout=10)[0]
     finally:
         if proc.poll() is None:
@@ -328,7 +328,7 @@ def _feed(proc: subprocess.Popen[bytes], nc, subject: str, data: bytes, headers=
     while proc.poll() is None and time.monotonic() < end:
         nc.publish(subject, data, headers=headers)
         nc.flush()
-        time.sleep(0.1)
+        time.sleep(0.1)  # poll: publish until the subscriber is up, inside the deadline
     try:
         out, err = proc.communicate(timeout=10)
     finally:

@@ -87,7 +87,7 @@ def _publish_later(nc, subject: str, delay: float = 0.5) -> threading.Thread:
     """Publish one message on ``subject`` ``delay`` seconds from now, from another thread."""
 
     def run() -> None:
-        time.sleep(delay)
+        time.sleep(delay)  # behaviour: the message comes while the call waits
         nc.publish(subject, b"late")
         nc.flush()
 

@@ -26,7 +26,7 @@ def record(msg: jssync.Msg) -> None:
 def slow(msg: jssync.Msg) -> None:
     """Take 0.3 s, then record the message."""
     _log("start", msg)
-    time.sleep(0.3)
+    time.sleep(0.3)  # behaviour: the handler is slow
     _log("handled", msg)
 
 

@@ -26,7 +26,7 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
     while time.monotonic() < end:
         if cond():
             return
-        time.sleep(interval)
+        time.sleep(interval)  # poll: wait_for's interval, inside its deadline
     raise AssertionError(f"timed out waiting for {what}")
 
 

@@ -371,7 +371,7 @@ def test_interpreter_exit_flushes_and_does_not_hang(nats_server, tmp_path):
             "for i in range(1000):\n"
             "    nc.publish('core.exit', b'%d' % i)\n"
             "def cb(m):\n"
-            "    import time; time.sleep(3600)\n"  # a callback that never returns
+            "    import time; time.sleep(3600)\n"  # behaviour: a callback that never returns
             "nc.subscribe('core.exit.cb', callback=cb)\n"
             "nc.publish('core.exit.cb', b'')\n"
             "nc.flush()\n"

@@ -164,7 +164,7 @@ def test_every_waiting_read_ends_with_the_error_when_the_connection_gives_up(pro
             "push subscription iterator": _ends_with(lambda: list(psub)),
         }
         assert len(fetched) == 3
-        time.sleep(0.2 * FACTOR)  # every read is waiting now
+        time.sleep(0.2 * FACTOR)  # behaviour: every read is waiting when the link goes (no event says so)
         _go_down(proxy, ev, nc)
         assert ev.closed.wait(10 * FACTOR), "nats-py did not give up"
         for what, (t, out) in waiting.items():
@@ -176,7 +176,7 @@ def test_every_waiting_read_ends_with_the_error_when_the_connection_gives_up(pro
         assert [type(e) for e in cb_errors] == [jssync.ConnectionClosedError], cb_errors
         wait_for(lambda: ordered.closed, 5, what="the ordered consume to end")
         resets = ordered.resets
-        time.sleep(2.5 * FACTOR)
+        time.sleep(2.5 * FACTOR)  # nothing happens: the ended ordered consume recreates no consumer
         assert ordered.resets == resets, "the ordered consume kept recreating its consumer"
     finally:
         nc.close()
@@ -216,10 +216,10 @@ def test_an_outage_is_reported_once_when_it_starts_and_once_when_it_ends(proxy, 
             ev.reconnected.clear()
             before = len(ev.errors)
             _go_down(proxy, ev, nc)
-            time.sleep(1.5 * FACTOR)  # ~15 failed reconnect attempts
+            time.sleep(1.5 * FACTOR)  # behaviour: the outage lasts ~15 failed reconnect attempts
             proxy.forward()
             assert ev.reconnected.wait(5 * FACTOR)
-            time.sleep(0.2 * FACTOR)
+            time.sleep(0.2 * FACTOR)  # nothing happens: no second report of the outage
             reports = ev.errors[before:]
             assert len(reports) == 1, [f"{type(e).__name__}: {e}" for e in reports]
             assert "disconnected" in str(reports[0]) and "reconnecting" in str(reports[0]), reports[0]
@@ -235,7 +235,7 @@ def test_real_errors_still_reach_error_cb_during_and_after_an_outage(unique):
         ev = Events()
         with jssync.connect(proxy.url, user="u", password="p", reconnect_time_wait=0.1, **ev.kwargs()) as nc:
             _go_down(proxy, ev, nc)
-            time.sleep(0.5 * FACTOR)
+            time.sleep(0.5 * FACTOR)  # behaviour: the outage lasts a few reconnect attempts
             proxy.forward()
             assert ev.reconnected.wait(5 * FACTOR)
             before = len(ev.errors)

@@ -133,12 +133,12 @@ def test_sixteen_publishers_and_consumers_nothing_lost(nats_server, unique, reco
         for t in threads:
             t.start()
         warm = min(3.0, SECONDS / 3)
-        time.sleep(warm)
+        time.sleep(warm)  # behaviour: the load warms up before the first memory sample
         warm_rss = rss_mb()
         samples = [warm_rss]
         while time.monotonic() - t0 < SECONDS and not failures and not (
                 time.monotonic() - t0 >= MIN_SECONDS and sum(s.published for s in streams) >= MESSAGES):
-            time.sleep(min(1.0, max(0.0, SECONDS - (time.monotonic() - t0))))
+            time.sleep(min(1.0, max(0.0, SECONDS - (time.monotonic() - t0))))  # behaviour: the load runs its time
             samples.append(rss_mb())
         stop.set()
         elapsed = time.monotonic() - t0
@@ -260,7 +260,7 @@ def test_busy_callback_subscription_does_not_starve_the_others(nats_server, uniq
         busy_count = [0]
 
         def busy(msg: jssync.Msg) -> None:
-            time.sleep(0.001)
+            time.sleep(0.001)  # behaviour: the handler is busy
             busy_count[0] += 1
             if busy_count[0] == 1000:
                 busy_done.set()

@@ -162,7 +162,7 @@ def test_publishes_during_outage_go_out_after_reconnect(proxy, nats_server, uniq
         assert ev.disconnected.wait(3 * FACTOR)
         for i in range(500):
             nc.publish(f"outage.{unique}", str(i).encode())
-        time.sleep(0.3)  # stay down over a few reconnect attempts
+        time.sleep(0.3 * FACTOR)  # behaviour: stay down over a few reconnect attempts
         t0 = time.monotonic()
         proxy.forward()
         assert ev.reconnected.wait(5 * FACTOR)

@@ -51,7 +51,7 @@ def test_core_publishes_past_2_mib_while_disconnected_all_arrive_in_order(proxy,
         go_down(proxy, ev, nc)
         for i in range(N):
             nc.publish(subject, _payload(i))
-        time.sleep(0.3)  # a few refused reconnect attempts while the messages wait
+        time.sleep(0.3 * FACTOR)  # behaviour: a few refused reconnect attempts while the messages wait
         assert not nc.is_connected
         proxy.forward()
         assert ev.reconnected.wait(5 * FACTOR)
@@ -80,7 +80,7 @@ def test_publish_async_past_2_mib_while_disconnected_all_stored_in_order(proxy, 
             js.publish(f"{name}.x", b"warm-up", msg_id="warm-up")  # the reply inbox exists
             go_down(proxy, ev, nc)
             futs = [js.publish_async(f"{name}.x", _payload(i), msg_id=f"m-{i}") for i in range(N)]
-            time.sleep(0.3)
+            time.sleep(0.3 * FACTOR)  # nothing happens: no publish is acked while the link is down
             assert not nc.is_connected
             assert not any(f.done() for f in futs)
             proxy.forward()
@@ -124,7 +124,7 @@ def test_reconnect_buffer_size_refuses_at_once_and_reports_once(proxy, nats_serv
                 nc.publish(f"{name}.core", _payload(0))
             wait_for(lambda: any(isinstance(e, jssync.ReconnectBufferExceededError) for e in ev.errors), 3,
                      what="the report to error_cb")
-            time.sleep(0.2)
+            time.sleep(0.2 * FACTOR)  # nothing happens: no second report in this outage
             reports = [e for e in ev.errors if isinstance(e, jssync.ReconnectBufferExceededError)]
             assert len(reports) == 1, "one report per outage, not one per message"
             proxy.forward()

@@ -41,7 +41,7 @@ def test_big_publishes_wait_for_room_and_nothing_is_lost(nats_server, monkeypatc
 
         def stall() -> None:
             stalled.set()
-            time.sleep(0.5)
+            time.sleep(0.5)  # behaviour: the I/O thread is busy, so the publish queue fills up
 
         nc._loop.loop.call_soon_threadsafe(stall)
         assert stalled.wait(5)

@@ -62,7 +62,7 @@ def test_stall_does_not_cut_the_first_wait(nc, unique):
     subj = f"rm.{unique}"
 
     def slow(m):
-        time.sleep(0.4)
+        time.sleep(0.4)  # behaviour: the responder is slower than the stall
         m.respond(b"late but first")
 
     nc.subscribe(subj, callback=slow)
@@ -123,7 +123,7 @@ def test_time_between_replies_is_not_counted(nc, unique):
     nc.flush()
     rm = nc.request_many(subj, max_wait=1.0)
     assert next(rm).data == b"1"
-    time.sleep(1.5)  # the application is busy: longer than max_wait in all
+    time.sleep(1.5)  # behaviour: the application is busy longer than max_wait in all
     nc.publish(go, b"")
     assert next(rm).data == b"2"
     rm.close()
@@ -262,7 +262,7 @@ def test_replies_past_max_messages_are_no_slow_consumer(nats_server, unique):
         _responders(nc, subj, 5)
         for _ in range(5):
             rm = nc.request_many(subj, max_wait=2.0, max_messages=1)
-            time.sleep(0.05)  # every reply has arrived before the first next()
+            wait_for(lambda rm=rm: rm._sub.pending_msgs == 5, 5, what="every reply before the first next()")
             assert len(list(rm)) == 1
         nc.flush()
         assert not [e for e in errors if isinstance(e, jssync.SlowConsumerError)], errors

@@ -78,7 +78,7 @@ def test_ack_racing_close_is_either_written_or_raises(nats_server, js, stream):
                 m.ack()
             except jssync.ConnectionClosedError:
                 raised.append(m)
-            time.sleep(0.001)
+            time.sleep(0.001)  # behaviour: the acks are paced, so the close comes in the middle
 
     t = threading.Thread(target=acker)
     t.start()
@@ -168,7 +168,7 @@ def test_in_progress_sync_extends_ack_wait(js, stream):
         m.in_progress_sync(timeout=2)
         assert not m.is_acked  # not terminal
         assert list(c.fetch_no_wait(1)) == []
-        time.sleep(0.25)
+        time.sleep(0.25)  # behaviour: in_progress keeps the message past its ack wait
     m.ack_sync()
     assert c.info().num_ack_pending == 0
 
@@ -254,7 +254,7 @@ def test_ack_next_waits_for_new_messages_up_to_timeout(js, stream):
     x = m2.next(timeout=2)
 
     def later() -> None:
-        time.sleep(0.3)
+        time.sleep(0.3)  # behaviour: the next message comes while ack_next waits
         js.publish(f"{stream.name}.m", b"late")
 
     t = threading.Thread(target=later)

@@ -95,7 +95,7 @@ def retry(fn: Callable[[], T], within: float, what: str) -> T:
         except TRANSIENT as exc:
             if time.monotonic() > end:
                 raise AssertionError(f"{what}: still failing after {within}s: {exc!r}") from exc
-            time.sleep(0.1)  # retry back-off while a leader is elected
+            time.sleep(0.1)  # poll: retry back-off while a leader is elected, inside the deadline
 
 
 def healthy(js: Any, stream: str, replicas: int = 3) -> Callable[[], bool]:
@@ -139,7 +139,7 @@ def move_leader(js: Any, stream: str, to: str, consumer: str | None = None) -> N
         wait_for(lambda: _leader_or_none(current) is not None, timeout=10, interval=0.05, what="a leader")
         if _leader_or_none(current) == to:
             return
-        time.sleep(0.2)  # let the replica catch up before asking again
+        time.sleep(0.2)  # poll: the replica catches up before asking again, inside the deadline
 
 
 def _leader_or_none(current: Callable[[], str | None]) -> str | None:
@@ -218,8 +218,8 @@ def test_leader_killed_during_publish_async(cluster, unique, record_property, cl
 
             def killer() -> None:
                 try:
-                    while acked[0] < PUBLISHES // 3:
-                        time.sleep(0.002)
+                    wait_for(lambda: acked[0] >= PUBLISHES // 3, timeout=30, interval=0.002,
+                             what="a third of the publishes acked")
                     t_kill[0] = time.monotonic()
                     victim.kill()
                     killed.set()
@@ -275,7 +275,7 @@ def test_leader_killed_during_publish_async(cluster, unique, record_property, cl
                         else:
                             todo.append(i)
                     if todo:
-                        time.sleep(0.25)  # back-off while the stream has no leader
+                        time.sleep(0.25)  # poll: back-off while the stream has no leader, inside the deadline
                 assert nc.is_connected
 
             # every PubAck names a distinct sequence of this stream

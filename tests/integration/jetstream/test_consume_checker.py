@@ -104,7 +104,7 @@ def _wait(cond: Any, timeout: float) -> bool:
     while time.monotonic() < end:
         if cond():
             return True
-        time.sleep(0.02)
+        time.sleep(0.02)  # poll: _wait's interval, inside its deadline
     return bool(cond())
 
 
@@ -125,7 +125,7 @@ class _App:
             self.calls += 1
         try:
             if self.slow:
-                time.sleep(0.005)
+                time.sleep(0.005)  # behaviour: the handler is slow
             self.checker.handed(msg, ack=self.ack)
         finally:
             with self.lock:
@@ -264,7 +264,7 @@ class ConsumeChecker(RuleBasedStateMachine):
         calls = cons.app.calls
         if cons.app.running:
             raise CheckFailed(f"a callback is still running after the {cons.form} consume ended ({how})")
-        time.sleep(0.2)
+        time.sleep(0.2 * FACTOR)  # nothing happens: no message after the consume ended
         if cons.app.calls != calls:
             raise CheckFailed(f"the app got messages after the {cons.form} consume ended ({how})")
 
@@ -321,7 +321,7 @@ class ConsumeChecker(RuleBasedStateMachine):
     @precondition(lambda self: self.consume is not None)
     @rule(drain=st.booleans(), after=st.sampled_from([0.0, 0.3]))
     def end_consume(self, drain: bool, after: float) -> None:
-        time.sleep(after)
+        time.sleep(after)  # behaviour: the consume runs a while before it ends
         self._end_consume("drain" if drain else "stop")
         self._probe("consume drain()" if drain else "consume stop()")
 
@@ -363,7 +363,7 @@ class ConsumeChecker(RuleBasedStateMachine):
     @precondition(lambda self: self.push is not None)
     @rule(drain=st.booleans(), after=st.sampled_from([0.0, 0.3]))
     def push_end(self, drain: bool, after: float) -> None:
-        time.sleep(after)
+        time.sleep(after)  # behaviour: the push subscription runs a while before it ends
         sub, app = self.push, self.push_app
         assert app is not None
         self.push = None
@@ -385,7 +385,7 @@ class ConsumeChecker(RuleBasedStateMachine):
         if app.running:
             raise CheckFailed("a push callback is still running after drain() returned")
         calls = app.calls
-        time.sleep(0.2)
+        time.sleep(0.2 * FACTOR)  # nothing happens: no push callback after drain() returned
         if app.calls != calls:
             raise CheckFailed("a push callback ran after drain() returned")
 

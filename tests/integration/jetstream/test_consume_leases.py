@@ -32,7 +32,7 @@ def test_slow_handler_with_default_options_causes_no_redelivery(js, stream, form
     done = threading.Event()
 
     def handle(m):
-        time.sleep(WORK)
+        time.sleep(WORK)  # behaviour: the handler is slow
         runs[m.metadata.sequence.stream] += 1
         m.ack()
         if len(runs) == N:

@@ -520,7 +520,7 @@ def test_connection_drain_lets_the_iterator_hand_over_and_ack_its_buffer(nats_se
 
     def iterate(it):
         for m in it:
-            time.sleep(0.02)  # some work: most of the buffer is still there when the inbox is gone
+            time.sleep(0.02)  # behaviour: the handler works; the inbox goes with most of the buffer left
             try:
                 m.ack()
                 acked.append(m)

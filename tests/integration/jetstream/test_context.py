@@ -383,7 +383,8 @@ def test_publish_async_no_resend_after_its_future_timed_out(nats_server, nc, js,
         wait_for(lambda: 1 in js._async._retries.values(), 5, what="the resend to be scheduled")
         # a busy I/O thread: the sweep and the resend come due together, after the deadline
         blocked = threading.Event()
-        nc._loop.loop.call_soon_threadsafe(lambda: (blocked.set(), time.sleep(1.3)))
+        nc._loop.loop.call_soon_threadsafe(
+            lambda: (blocked.set(), time.sleep(1.3)))  # behaviour: the I/O thread is busy past the deadline
         assert blocked.wait(5)
         with jssync.connect(nats_server.url) as other:  # the stream appears meanwhile
             other.jetstream().create_stream(name=name, subjects=[f"{name}.>"], storage="memory")

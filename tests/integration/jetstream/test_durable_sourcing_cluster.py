@@ -54,7 +54,7 @@ def _publish(js: jssync.JetStream, subject: str, payloads: list[bytes]) -> None:
                 break
             except TRANSIENT:
                 assert time.monotonic() < end, "publish kept failing"
-                time.sleep(0.1)
+                time.sleep(0.1)  # poll: retry back-off, inside the deadline
 
 
 @pytest.mark.parametrize("through", ["server-made consumer", "pre-created consumer"])

@@ -377,7 +377,7 @@ def test_batch_idle_for_ten_seconds_is_dropped_by_the_server(js, unique):
     with _stream(js, name) as st:
         fp = js.fast_publisher()
         fp.add(f"{name}.x", b"1")
-        time.sleep(11)  # the server's fixed idle limit is 10 s (a wait on the server's clock, not ours)
+        time.sleep(11)  # behaviour: past the server's fixed 10 s idle limit (its clock, not ours)
         fp.add(f"{name}.x", b"2")
         with pytest.raises(jssync.APIError) as ei:
             fp.flush(timeout=5 * FACTOR)
@@ -393,7 +393,7 @@ def test_flush_keeps_a_slow_batch_alive(js, unique):
         fp = js.fast_publisher()
         fp.add(f"{name}.x", b"1")
         for _ in range(4):  # 12 s in all, never 10 s without a ping
-            time.sleep(3)
+            time.sleep(3)  # behaviour: a slow batch, each gap under the server's fixed 10 s
             fp.flush()
         fp.add(f"{name}.x", b"2")
         ack = fp.close()

@@ -150,7 +150,7 @@ def test_dedup_window(js, mkstream):
         if not ack.duplicate:
             break
         assert time.monotonic() < end, "the duplicate window never ended"
-        time.sleep(0.1)
+        time.sleep(0.1)  # poll: until the duplicate window ends, inside the deadline
     assert ack.seq == 2
 
 
@@ -182,7 +182,7 @@ def test_deliver_by_start_time(js, mkstream):
     s = st.name
     js.publish(f"{s}.p", b"order 1")
     t1 = st.get_msg(1).time
-    time.sleep(0.05)
+    time.sleep(0.05)  # behaviour: a time gap between the two messages' timestamps
     js.publish(f"{s}.p", b"order 2")
     js.publish(f"{s}.p", b"order 3")
     t2 = st.get_msg(2).time

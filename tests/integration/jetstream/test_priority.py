@@ -88,7 +88,7 @@ def test_pinned_group_exactly_one_receives_then_the_other_takes_over(nats_server
     try:
         publish(js, stream, 30)
         wait_for(lambda: a.count() + b.count() == 30, 15, what="30 messages")
-        time.sleep(0.3 * FACTOR)  # nothing more arrives (no redelivery to the other client)
+        time.sleep(0.3 * FACTOR)  # nothing happens: nothing more arrives (no redelivery to the other client)
         counts = sorted([a.count(), b.count()])
         assert counts == [0, 30], counts
         first, second = (a, b) if a.count() == 30 else (b, a)
@@ -231,7 +231,7 @@ def test_overflow_min_pending(js, stream):
     # after one message 4 are pending (< 5), so the rest of the batch is not served
     res = c.fetch(10, group="jobs", min_pending=5, expires=2.0)
     it = iter(res)
-    time.sleep(0.3 * FACTOR)
+    wait_for(lambda: c.info().num_waiting == 1, 5, what="the overflow pull to wait on the server")
     publish(js, stream, 2, start=3)
     got = [m.data for m in it]
     assert got == [b"0"] and res.error is None
@@ -250,12 +250,12 @@ def test_overflow_consume_takes_over_only_above_min_pending(nats_server, js, str
                       max_messages=5)
     try:
         publish(js, stream, 4)
-        time.sleep(1.5 * FACTOR)  # a whole pull lifetime: 4 pending < 10, nothing is served
+        time.sleep(1.5 * FACTOR)  # nothing happens: a whole pull lifetime, 4 pending < 10, nothing is served
         assert overflow.count() == 0
         publish(js, stream, 8, start=4)  # 12 pending >= 10
         wait_for(lambda: overflow.count() >= 1, 10, what="the overflow client served")
         wait_for(lambda: js.consumer(stream.name, "O").cached_info.num_pending < 10, 10, what="backlog drained")
-        time.sleep(1.5 * FACTOR)
+        time.sleep(1.5 * FACTOR)  # nothing happens: the overflow client stops below min_pending
         # it stops once pending fell below min_pending
         assert js.consumer(stream.name, "O").cached_info.num_pending >= 1
         assert not overflow.errors
@@ -271,7 +271,7 @@ def test_prioritized_lower_priority_served_first(js, stream):
                                priority_groups=["jobs"])
     low = c.fetch(1, group="jobs", priority=5, expires=3.0)
     high = c.fetch(1, group="jobs", priority=0, expires=3.0)
-    time.sleep(0.2 * FACTOR)
+    wait_for(lambda: c.info().num_waiting == 2, 5, what="both pulls to wait on the server")
     publish(js, stream, 1)
     assert [m.data for m in high] == [b"0"]
     publish(js, stream, 1, start=1)

@@ -410,7 +410,7 @@ def test_consume_max_bytes_message_too_big_is_reported_once(js, stream):
     errors: list[BaseException] = []
     with c.consume(max_bytes=200, expires=2, error_cb=errors.append) as it:
         wait_for(lambda: errors, what="the too-big warning")
-        time.sleep(1.5)  # the pulls retry every idle_heartbeat / 2, not in a loop
+        time.sleep(1.5)  # nothing happens: the pulls retry every idle_heartbeat / 2, not in a loop
         assert it.pull_requests <= 6
     assert len(errors) == 1 and isinstance(errors[0], PullRequestError) and errors[0].code == 409
 
@@ -633,7 +633,7 @@ def test_in_progress_extends_ack_wait(js, stream):
     while time.monotonic() < end:
         m.in_progress()
         assert list(c.fetch_no_wait(1)) == []  # not redelivered
-        time.sleep(0.25)
+        time.sleep(0.25)  # behaviour: in_progress keeps the message past its ack wait
     m.in_progress()
     m.ack()
     with pytest.raises(jssync.TimeoutError):

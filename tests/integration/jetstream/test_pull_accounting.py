@@ -178,7 +178,7 @@ def test_next_raises_connection_closed(nats_server, stream):
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.3)
+    wait_for(lambda: c2.info().num_waiting == 1, 5, what="next() to wait on the server")
     nc2.close()
     t.join(10)
     assert box and isinstance(box[0], jssync.ConnectionClosedError), box
@@ -217,7 +217,7 @@ def test_consume_warns_at_twice_the_idle_heartbeat(proxy, nats_server, js, strea
             wait_for(lambda: len(beats) > n, timeout=3 * hb, what="the next heartbeat")
             # a message a little after a heartbeat (the monitor's checks are in step with the
             # heartbeats), then nothing more reaches the client
-            time.sleep(0.1 * hb)
+            time.sleep(0.1 * hb)  # behaviour: the message comes a little after a heartbeat
             publish(js, stream, 1)
             it.next(timeout=5).ack()
             last = time.monotonic()

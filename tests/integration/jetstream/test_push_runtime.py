@@ -182,7 +182,7 @@ def test_drain_deletes_consumer_after_callbacks(js, stream):
 
     def cb(msg):
         seen.append(msg.data)
-        time.sleep(0.01)  # a slow handler, so the drain has work left
+        time.sleep(0.01)  # behaviour: the handler is slow, so the drain has work left
         if len(seen) == 30:
             existed_in_last_callback.append(list(js.consumer_names(name)))
 
@@ -549,7 +549,7 @@ def test_replay_original_paces_messages(js, stream):
     gap = 0.3
     for i in range(3):
         if i:
-            time.sleep(gap)  # publish paced, so the stream holds the original timing
+            time.sleep(gap)  # behaviour: publish paced, so the stream holds the original timing
         js.publish(f"{p}.a", b"%d" % i)
     instant = js.subscribe(f"{p}.a", ack_policy="none")
     original = js.subscribe(f"{p}.a", ack_policy="none", replay_policy="original")

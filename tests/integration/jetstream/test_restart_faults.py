@@ -339,7 +339,7 @@ def test_fetch_loop_through_restarts(server, stream, record_property):
                         why = type(res.error).__name__ if res.error is not None else "ok"
                     except jssync.Error as exc:  # 503 while the server shuts down or starts
                         why = type(exc).__name__
-                        time.sleep(0.05)  # retry back-off, as an application would
+                        time.sleep(0.05)  # poll: retry back-off as an application would, inside the deadline
                     ends[why] = ends.get(why, 0) + 1
                 r.check()
             extra = tally.check()

@@ -535,7 +535,7 @@ def slow(ident):
     _log(f"start {{ident}}")
     if not os.path.exists(marker):
         open(marker, "w").close()
-        time.sleep(120)  # the first run is killed here
+        time.sleep(120)  # behaviour: the first run is killed here
     _log(f"done {{ident}}")
 '''
 
@@ -597,7 +597,7 @@ def test_celery_worker_runs_each_task_exactly_once(nats_server: NatsServer, pref
         for i in range(20):
             sender.send_task("kombu_tasks.record", args=[i])
         wait_for(lambda: len(_lines(tmp_path)) >= 20, timeout=60, interval=0.1, what="20 tasks to run")
-        time.sleep(1 * FACTOR)  # a duplicate would show up now
+        time.sleep(1 * FACTOR)  # nothing happens: a duplicate would show up now
     finally:
         code = _stop(proc)
         _close(sender)
@@ -620,7 +620,7 @@ def test_celery_task_with_acks_late_runs_again_after_its_worker_was_killed(
         second = _worker(tmp_path, "threads", "--concurrency=2")
         wait_for(lambda: "done job" in _lines(tmp_path), timeout=60, interval=0.1,
                  what="the task to run again on the second worker")
-        time.sleep(3 * FACTOR)  # more than one ack wait: nothing else arrives
+        time.sleep(3 * FACTOR)  # nothing happens: more than one ack wait, nothing else arrives
     finally:
         _stop(first, signal.SIGKILL)
         if second is not None:

@@ -95,7 +95,7 @@ def test_stats_counts_requests_errors_and_time(nc, nc2, unique):
     name = f"stats{unique}"
 
     def handler(req: micro.Request) -> None:
-        time.sleep(0.01)
+        time.sleep(0.01)  # behaviour: the handler takes time (processing_time counts it)
         if req.data == b"fail":
             raise RuntimeError("boom")
         if req.data == b"bad":
@@ -135,7 +135,7 @@ def test_stats_counts_requests_errors_and_time(nc, nc2, unique):
         assert ep.num_requests == 5
 
         before = doc["started"]
-        time.sleep(0.01)
+        time.sleep(0.01)  # behaviour: a time gap, so the reset's started is later
         svc.reset()
         st2 = svc.stats()
         assert st2["started"] > before
@@ -241,7 +241,7 @@ def test_drain_finishes_requests_already_received(nc, nc2, unique):
 
     def slow(req: micro.Request) -> None:
         started.set()
-        time.sleep(0.2)
+        time.sleep(0.2)  # behaviour: the handler is slow, so drain has a request to finish
         req.respond(b"done " + req.data)
 
     svc = micro.add_service(nc, name=f"drain{unique}", version="1.0.0")

@@ -46,7 +46,7 @@ with jssync.connect(url) as nc:
     cc = nc.jetstream().consumer(stream, consumer).consume(lambda msg: msg.ack())
     end = time.monotonic() + limit
     while not {"process", "ack"} <= names() and time.monotonic() < end:
-        time.sleep(0.01)
+        time.sleep(0.01)  # poll: for the spans, inside the limit
     cc.stop()
 print(json.dumps([{
     "name": s.name, "kind": s.kind.name, "trace_id": s.context.trace_id, "span_id": s.context.span_id,

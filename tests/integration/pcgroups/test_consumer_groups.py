@@ -30,7 +30,7 @@ class Recorder:
     def handler(self, member: str):
         def on_msg(msg: jssync.Msg) -> None:
             if self.slow_every and int(msg.data) % self.slow_every == 0:
-                time.sleep(0.005)
+                time.sleep(0.005)  # behaviour: the handler is slow
             with self.lock:
                 self.seen.append((member, msg.subject, msg.data))
             msg.ack()
@@ -435,8 +435,8 @@ def test_drain_hands_over_what_was_sent_and_wait_refuses_the_handler(js, partiti
         except RuntimeError as exc:
             problems.append(exc)
 
-    publish_keys(js, partitioned, 50)
     holder["ctx"] = ctx = pcg.static_consume(js, partitioned, "cg", "m1", handler)
+    publish_keys(js, partitioned, 50)  # after: the handler's first call finds the context
     wait_for(lambda: rec.count() >= 50, 30, what="50 messages")
     ctx.drain(timeout=30 * FACTOR)
     assert ctx.closed and ctx.error is None

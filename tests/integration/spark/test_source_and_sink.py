@@ -519,7 +519,7 @@ def test_forced_task_retry_creates_no_duplicates(spark, nats_server, js, unique)
                     st = c.jetstream().stream(name)
                     end = _time.monotonic() + 60
                     while _time.monotonic() < end and st.info().state.messages < 300:
-                        _time.sleep(0.05)
+                        _time.sleep(0.05)  # poll: for 300 stored, inside the deadline
                 raise RuntimeError("injected failure of the first attempt")
 
     try:
@@ -610,9 +610,9 @@ def test_failed_write_says_what_it_stored_and_a_rerun_with_its_prefix_stores_not
         assert int(m.group(1)) >= 600  # the rows before the bad one (the first 600 at least)
         prefix = m.group(2)
         # partition 1 stops publishing: the stream does not grow any more
-        time.sleep(1 * FACTOR)
+        time.sleep(1 * FACTOR)  # behaviour: partition 1's publishes in flight land
         stored = js.stream(name).info().state.messages
-        time.sleep(3 * FACTOR)
+        time.sleep(3 * FACTOR)  # nothing happens: the stream does not grow
         assert js.stream(name).info().state.messages == stored
         assert stored < n - small
         # the corrected rows again, under the same prefix: only the missing ones are stored

@@ -77,12 +77,12 @@ _SIGNAL_DURING_WAIT = textwrap.dedent("""
     from jssync.base.deadline import EXPIRED, wait_get
     signal.pthread_sigmask(signal.SIG_SETMASK, ())  # whatever the parent had
     raw = sys.argv[1] == "raw"
-    signal.signal(signal.SIGUSR1, lambda *_: time.sleep(0.015))  # slower than what is left
+    signal.signal(signal.SIGUSR1, lambda *_: time.sleep(0.015))  # behaviour: a signal handler slower than what is left
     stop = time.monotonic() + 1.0
     def shoot():
         while time.monotonic() < stop:
             os.kill(os.getpid(), signal.SIGUSR1)
-            time.sleep(0.05)
+            time.sleep(0.05)  # behaviour: signals every 50 ms
     threading.Thread(target=shoot, daemon=True).start()
     q = SimpleQueue()
     n = 0
@@ -136,7 +136,7 @@ _CTRL_C_DURING_WAITS = textwrap.dedent("""
         go.wait()
         while time.monotonic() < stop:
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.003)
+            time.sleep(0.003)  # behaviour: a SIGINT every 3 ms
     threading.Thread(target=shoot, daemon=True).start()
     go.set()
     interrupts = 0
