@@ -50,7 +50,7 @@ import ssl
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -1792,13 +1792,14 @@ class _FastRows:
         return hdrs
 
     def publish_all(self, publish: Any, subjects: list[Any] | None, datas: list[Any], default: str | None,
-                    timeout: float, first: int, partition: int) -> Iterator[tuple[int, str, Any]]:
-        """Publish rows of subject and data only; yield ``(row, subject, Future)`` for each.
+                    timeout: float, first: int, partition: int, add: Callable[[tuple[int, str, Any]], None],
+                    every_256: Callable[[int], None]) -> None:
+        """Publish rows of subject and data only, handing ``(row, subject, Future)`` to ``add``.
 
         The same checks, ids and errors as :meth:`headers` plus ``publish``, in one loop:
-        rows are numbered from ``first``. A row is published when the caller asks for its
-        item (the caller looks at PubAcks and stop requests between rows). Raises
-        :class:`SparkWriteError` naming the row.
+        rows are numbered from ``first``, and ``every_256(rows so far)`` is called after
+        each row whose count is a multiple of 256 (the caller looks at PubAcks and stop
+        requests there; it may raise). Raises :class:`SparkWriteError` naming the row.
         """
         subjects_seen = self._subjects
         seen = self._seen
@@ -1807,9 +1808,8 @@ class _FastRows:
         limit = self._max_payload
         derive = self._derive
         row = first
-        for i, d in enumerate(datas):
-            row = first + i
-            subj = (subjects[i] if subjects is not None else None) or default
+        for d in datas:
+            subj = (subjects[row - first] if subjects is not None else None) or default
             if subj is None:
                 raise SparkWriteError(
                     f"row {row} of partition {partition} has no subject (its 'subject' column is null "
@@ -1842,7 +1842,10 @@ class _FastRows:
                 raise SparkWriteError(
                     f"cannot publish row {row} of partition {partition} to {subj!r}: {type(exc).__name__}: {exc}"
                 ) from exc
-            yield row, subj, fut
+            add((row, subj, fut))
+            row += 1
+            if not row & 255:
+                every_256(row)
 
 
 #: The subjects on which the driver's abort stops a write's running tasks:
@@ -2068,6 +2071,15 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
             first_seq = ack.seq if first_seq is None else min(first_seq, ack.seq)
             last_seq = ack.seq if last_seq is None else max(last_seq, ack.seq)
 
+    def look(rows_so_far: int) -> None:
+        # the settled PubAcks now and then (fail early), and the abort's stop request
+        while inflight and inflight[0][2]._state == _FINISHED:
+            settle(inflight.popleft())
+        if stop is not None and stop.requested:
+            assert js is not None
+            _stopped(stop, opts, js, inflight, stored, duplicates, partition, attempt, rows_so_far)
+
+    stop: _StopSignal | None = None
     try:
         js = conn.jetstream(timeout=opts.publish_timeout, max_pending=opts.max_pending)
         stop = _StopSignal(conn, stop_subject(token, batch_id)) if token is not None else None
@@ -2096,15 +2108,8 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
             if headers is None and ids is None and keys is None:
                 # the common batch: subject and data only, one call per row into the publisher
                 first = rows
-                for i, item in enumerate(fast.publish_all(publish, subjects, datas, opts.subject, timeout, first,
-                                                          partition)):
-                    inflight.append(item)
-                    if not (first + i + 1) & 255:  # look at the settled PubAcks now and then: fail early
-                        while inflight and inflight[0][2]._state == _FINISHED:
-                            settle(inflight.popleft())
-                        if stop is not None and stop.requested:
-                            rows = first + i + 1
-                            _stopped(stop, opts, js, inflight, stored, duplicates, partition, attempt, rows)
+                fast.publish_all(publish, subjects, datas, opts.subject, timeout, first, partition, inflight.append,
+                                 look)
                 rows = first + n
                 continue
             for i in range(n):
