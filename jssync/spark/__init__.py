@@ -34,6 +34,9 @@ task ends, so a failed publish fails the task; each message carries a ``Nats-Msg
 (from a column, or derived from the query, batch, partition and the row's content and
 its occurrence count, never its position) so retried tasks and replayed micro-batches
 are de-duplicated by the stream's duplicate window whatever order their rows come in.
+When a write fails, the driver's abort stops the tasks still publishing (a request on
+``_JSSYNC.SPARK.STOP.<write token>.<batch>``, see :func:`stop_tasks`) and waits until
+none of them is connected, so nothing lands after ``save()`` raised.
 
 Everything the executors get (readers, partitions, writers) holds plain option values
 only, never a connection. Needs PySpark 4.2 or newer (``pip install 'jssync[spark]'``)
