@@ -218,6 +218,61 @@ def test_a_stop_request_stops_a_writing_task_which_answers_with_what_it_stored(n
         t.join(30)
 
 
+@pytest.mark.parametrize("streaming", [False, True], ids=["batch", "streaming"])
+def test_the_writers_abort_stops_their_tasks_of_that_batch_only(nats_server, stream, streaming, caplog):
+    """The driver-side abort of a batch writer (micro-batch 0) and of a streaming writer
+    (the micro-batch it is given) stops that batch's running task and logs what it stored;
+    a task of another micro-batch is not stopped."""
+    import threading
+
+    import pyarrow as pa
+
+    name = stream.name
+    opts = jspark.WriteOptions.parse({"servers": nats_server.url, "subject": f"{name}.w"})
+    writer = jspark.JetStreamStreamWriter(opts) if streaming else jspark.JetStreamBatchWriter(opts)
+    batch = 7 if streaming else 0
+    done = threading.Event()
+
+    def batches(tag: str):
+        for i in range(100_000):
+            if done.is_set():
+                return
+            yield pa.RecordBatch.from_arrays([pa.array([f"{tag}{i}.{j}".encode() for j in range(64)])],
+                                             names=["data"])
+            time.sleep(0.001)
+
+    results: dict[str, object] = {}
+
+    def task(tag: str, batch_id: int) -> None:
+        try:
+            results[tag] = jspark.write_batches(opts, batches(tag), "pfx", batch_id, 0, writer.token)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            results[tag] = exc
+
+    this = threading.Thread(target=task, args=("a", batch))
+    other = threading.Thread(target=task, args=("b", batch + 1))
+    this.start()
+    other.start()
+    try:
+        wait_for(lambda: stream.info().state.messages >= 2000, 20, what="rows in the stream")
+        with caplog.at_level("WARNING", logger="jssync.spark"):
+            if streaming:
+                writer.abort([None], batch)
+            else:
+                writer.abort([None])
+        this.join(10 * FACTOR)
+        assert not this.is_alive()
+        assert isinstance(results["a"], jspark.SparkWriteError)
+        assert "stopped publishing: the write was aborted" in str(results["a"])
+        assert "1 task(s) stopped by the abort, partitions [0]" in caplog.text
+        assert other.is_alive()  # another micro-batch's task goes on
+    finally:
+        done.set()
+        this.join(30)
+        other.join(30)
+    assert not isinstance(results["b"], BaseException), results["b"]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
