@@ -34,6 +34,9 @@ task ends, so a failed publish fails the task; each message carries a ``Nats-Msg
 (from a column, or derived from the query, batch, partition and the row's content and
 its occurrence count, never its position) so retried tasks and replayed micro-batches
 are de-duplicated by the stream's duplicate window whatever order their rows come in.
+When a write fails, the driver's abort stops the tasks still publishing (a request on
+``_JSSYNC.SPARK.STOP.<write token>.<batch>``, see :func:`stop_tasks`) and waits until
+none of them is connected, so nothing lands after ``save()`` raised.
 
 Everything the executors get (readers, partitions, writers) holds plain option values
 only, never a connection. Needs PySpark 4.2 or newer (``pip install 'jssync[spark]'``)
@@ -50,7 +53,7 @@ import ssl
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -626,6 +629,11 @@ def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
         lo = hi + 1
     return out
 
+
+#: ``concurrent.futures.Future._state`` of a Future with a result or an exception (CPython
+#: sets ``_result`` / ``_exception`` before it): the writer settles PubAcks without the
+#: Future's lock.
+_FINISHED = "FINISHED"
 
 #: Bytes of the content digest in a derived ``Nats-Msg-Id`` (96 bits: two different rows of
 #: one partition share a digest with odds of about n**2 / 2**97 for n rows).
@@ -1786,13 +1794,161 @@ class _FastRows:
             )
         return hdrs
 
+    def publish_all(self, publish: Any, subjects: list[Any] | None, datas: list[Any], default: str | None,
+                    timeout: float, first: int, partition: int, add: Callable[[tuple[int, str, Any]], None],
+                    every_256: Callable[[int], None]) -> None:
+        """Publish rows of subject and data only, handing ``(row, subject, Future)`` to ``add``.
 
-def _js_or_none(conn: Connection) -> JetStream | None:
-    """``conn.jetstream()``, or None when the connection is closed."""
+        The same checks, ids and errors as :meth:`headers` plus ``publish``, in one loop:
+        rows are numbered from ``first``, and ``every_256(rows so far)`` is called after
+        each row whose count is a multiple of 256 (the caller looks at PubAcks and stop
+        requests there; it may raise). Raises :class:`SparkWriteError` naming the row.
+        """
+        subjects_seen = self._subjects
+        seen = self._seen
+        head = self._head
+        extra = self._extra
+        limit = self._max_payload
+        derive = self._derive
+        row = first
+        for d in datas:
+            subj = (subjects[row - first] if subjects is not None else None) or default
+            if subj is None:
+                raise SparkWriteError(
+                    f"row {row} of partition {partition} has no subject (its 'subject' column is null "
+                    "and option 'subject' is not set)"
+                )
+            if d is None:
+                d = b""
+            try:
+                base = subjects_seen.get(subj)
+                if base is None or not derive:
+                    hdrs = self.headers(subj, d)  # checks the subject, remembers it; the size
+                else:
+                    h = base.copy()
+                    h.update(d)
+                    digest = h.hexdigest()
+                    k = seen.get(digest, 0)
+                    seen[digest] = k + 1
+                    msg_id = f"{head}{digest}.{k}"
+                    if len(d) + len(msg_id) + extra > limit:
+                        from ..base.errors import MaxPayloadError
+
+                        raise MaxPayloadError(
+                            f"payload of {len(d) + len(msg_id) + extra} bytes (headers included) on {subj!r} is "
+                            f"over the server's max_payload of {limit} bytes")
+                    hdrs = {"Nats-Msg-Id": msg_id}
+                fut = publish(subj, d, hdrs, timeout)
+            except SparkWriteError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - bad subject, payload size, closed connection
+                raise SparkWriteError(
+                    f"cannot publish row {row} of partition {partition} to {subj!r}: {type(exc).__name__}: {exc}"
+                ) from exc
+            add((row, subj, fut))
+            row += 1
+            if not row & 255:
+                every_256(row)
+
+
+#: The subjects on which the driver's abort stops a write's running tasks:
+#: ``_JSSYNC.SPARK.STOP.<write token>.<micro-batch>`` (a core NATS request; each task still
+#: publishing answers with what it stored, once it has stopped).
+STOP_SUBJECT_PREFIX = "_JSSYNC.SPARK.STOP"
+
+
+def stop_subject(token: str, batch_id: int) -> str:
+    """The subject on which the abort of write ``token`` (micro-batch ``batch_id``) stops its tasks."""
+    return f"{STOP_SUBJECT_PREFIX}.{token}.{batch_id}"
+
+
+class _StopSignal:
+    """A write task's ear for the driver's abort: a subscription to :func:`stop_subject`.
+
+    The subscription callback (on the connection's worker pool) only records the request;
+    the task's publishing loop polls :attr:`requested` between rows, stops publishing,
+    waits for its PubAcks and answers the request with :meth:`report`. A server that
+    refuses the subscription (permissions) leaves the task without it: it then stops only
+    when Spark kills it.
+    """
+
+    __slots__ = ("requested", "_reply", "_sub", "_conn")
+
+    def __init__(self, conn: Connection, subject: str) -> None:
+        self.requested = False
+        self._reply: str | None = None
+        self._conn = conn
+        self._sub: Any = None
+        try:
+            self._sub = conn.subscribe(subject, callback=self._on_stop)
+        except Exception as exc:  # noqa: BLE001 - permissions: the task goes on without it
+            log.info("jssync.spark: cannot listen for the write's abort on %r (the task stops only when Spark "
+                     "kills it): %s: %s", subject, type(exc).__name__, exc)
+
+    def _on_stop(self, msg: Msg) -> None:
+        self._reply = msg.reply or None
+        self.requested = True
+
+    def report(self, fields: Mapping[str, Any]) -> None:
+        """Answer the abort's request with ``fields`` (JSON); waits up to 2 s for the server to have it."""
+        import json
+
+        if self._reply is None:
+            return
+        try:
+            self._conn.publish(self._reply, json.dumps(dict(fields)).encode())
+            self._conn.flush(timeout=2.0)
+        except Exception as exc:  # noqa: BLE001 - the abort then reports this task as not answering
+            log.info("jssync.spark: cannot answer the write's abort: %s: %s", type(exc).__name__, exc)
+
+
+def stop_tasks(opts: WriteOptions, token: str, batch_id: int) -> tuple[list[dict[str, Any]], bool]:
+    """Stop the tasks of write ``token`` that are still publishing; return ``(reports, gone)``.
+
+    Sends requests on :func:`stop_subject` (from the driver's abort). Every task of the
+    write still publishing stops before its next row, waits for its PubAcks (up to
+    ``min(5, publishTimeout)`` seconds) and answers with ``{"partition", "attempt", "rows",
+    "stored", "duplicates", "unsettled"}``, then closes its connection. The request is
+    repeated until the server says nobody listens any more (no-responders): then every
+    task's connection is closed and the server has read everything they sent (a task Spark
+    killed may have left up to ``maxPending`` rows in its socket, stored meanwhile);
+    ``gone`` says whether that happened within ``min(5, publishTimeout) + 2`` seconds.
+    Never raises: a failure is logged on the ``jssync.spark`` logger and gives the answers
+    received so far.
+    """
+    import json
+
+    from ..base.errors import NoRespondersError
+
+    subject = stop_subject(token, batch_id)
+    out: list[dict[str, Any]] = []
     try:
-        return conn.jetstream()
-    except Exception:  # noqa: BLE001 - only used to count what is in the stream after a failure
-        return None
+        conn = opts.conn.connect("aborter")
+    except Exception as exc:  # noqa: BLE001 - the abort goes on; Spark kills the tasks
+        log.warning("jssync.spark: cannot stop the write's tasks (no connection): %s: %s", type(exc).__name__, exc)
+        return out, False
+    deadline = time.monotonic() + min(5.0, opts.publish_timeout) + 2.0
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return out, False
+            try:
+                with conn.request_many(subject, b"", max_wait=min(left, 0.5), stall=0.2) as replies:
+                    for msg in replies:
+                        try:
+                            rep = json.loads(msg.data)
+                        except ValueError:
+                            continue
+                        if isinstance(rep, dict):
+                            out.append(rep)
+            except NoRespondersError:
+                return out, True  # no task of the write is connected any more
+    except Exception as exc:  # noqa: BLE001 - permissions, a closed connection: Spark kills the tasks
+        log.warning("jssync.spark: cannot stop the write's tasks on %r: %s: %s", subject, type(exc).__name__, exc)
+        return out, False
+    finally:
+        conn.close()
 
 
 def _failed_write_text(cause: str, opts: WriteOptions, js: JetStream | None, inflight: deque[tuple[int, str, Any]],
@@ -1822,17 +1978,72 @@ def _failed_write_text(cause: str, opts: WriteOptions, js: JetStream | None, inf
     return text
 
 
+class _Stopped(Exception):  # noqa: N818 - internal: the task was stopped, not an error of its own
+    """Raised inside :func:`write_batches` when the driver's abort stopped the task."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__("stopped")
+        self.report = report
+
+
+def _stopped(stop: _StopSignal, opts: WriteOptions, js: JetStream, inflight: deque[tuple[int, str, Any]],
+             stored: int, duplicates: int, partition: int, attempt: int, rows: int) -> None:
+    """Stop publishing: wait for the PubAcks in flight, answer the abort, raise :class:`_Stopped`.
+
+    ``stored`` and ``duplicates`` count the PubAcks settled so far; a failed PubAck among
+    those in flight counts as not stored."""
+    try:
+        js.publish_async_completed(timeout=min(5.0, opts.publish_timeout))
+    except Exception:  # noqa: BLE001 - what is left is counted as unsettled
+        pass
+    unsettled = 0
+    while inflight:
+        _row, _subj, fut = inflight.popleft()
+        if not fut.done():
+            unsettled += 1
+        elif fut.exception() is None:
+            if fut.result().duplicate:
+                duplicates += 1
+            else:
+                stored += 1
+    report = {"partition": partition, "attempt": attempt, "rows": rows, "stored": stored,
+              "duplicates": duplicates, "unsettled": unsettled}
+    stop.report(report)
+    raise _Stopped(report)
+
+
+def _stopped_text(exc: _Stopped, opts: WriteOptions, prefix: str, batch_id: int, partition: int) -> str:
+    r = exc.report
+    text = (f"partition {partition} stopped publishing: the write was aborted (another task failed). "
+            f"{r['stored'] + r['duplicates']} row(s) of partition {partition} are in the stream "
+            f"({r['duplicates']} of them were already there)")
+    if r["unsettled"]:
+        text += f"; {r['unsettled']} more were published without a PubAck yet"
+    if opts.derive_msg_id:
+        text += (f". Derived message ids of this write start with '{prefix}.{batch_id}.': write the same rows "
+                 f"again with option msgIdPrefix='{prefix}' within the stream's duplicate window")
+    return text
+
+
 def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch_id: int,
-                  partition: int) -> JetStreamCommitMessage:
+                  partition: int, token: str | None = None, attempt: int = 0) -> JetStreamCommitMessage:
     """Publish every row of ``batches`` (Arrow record batches) and wait for all PubAcks.
 
+    With ``token`` (the write's, from the driver) the task listens on
+    :func:`stop_subject` and stops publishing, before its next row, when the driver's
+    abort asks (:func:`stop_tasks`); it answers with what it stored and fails.
+
     Raises:
-        SparkWriteError: a row could not be published or its PubAck failed; the text also
-            says how many rows of this partition are in the stream (their PubAcks came back,
-            waited for up to 5 s after the failure) and, for derived ids, the id prefix to
-            write the same rows again with (``msgIdPrefix``) so that none is stored twice.
+        SparkWriteError: a row could not be published or its PubAck failed, or the write
+            was aborted; the text also says how many rows of this partition are in the
+            stream (their PubAcks came back, waited for up to 5 s after the failure) and,
+            for derived ids, the id prefix to write the same rows again with
+            (``msgIdPrefix``) so that none is stored twice.
     """
+    import pyarrow as _pa
+
     conn = opts.conn.connect(f"writer-{partition}")
+    js: JetStream | None = None
     rows = 0
     stored = 0  # PubAcks of new messages
     duplicates = 0
@@ -1843,14 +2054,19 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
     def settle(item: tuple[int, str, Any]) -> None:
         nonlocal stored, duplicates, first_seq, last_seq
         row, subj, fut = item
-        try:
-            # done, or its PubAck was taken off the table just now and is being set:
-            # the wait is for that moment only (done() / publish_async_completed said so)
-            ack = fut.result(timeout=5.0)
-        except Exception as exc:  # noqa: BLE001
-            raise SparkWriteError(
-                f"publishing row {row} of partition {partition} to {subj!r} failed: {type(exc).__name__}: {exc}"
-            ) from exc
+        if fut._state == _FINISHED and fut._exception is None:
+            # a PubAck: read without the Future's lock (set_result sets _result before
+            # _state; this was 3 lock round trips a row, about 1 us)
+            ack = fut._result
+        else:
+            try:
+                # done, or its PubAck was taken off the table just now and is being set:
+                # the wait is for that moment only (done() / publish_async_completed said so)
+                ack = fut.result(timeout=5.0)
+            except Exception as exc:  # noqa: BLE001
+                raise SparkWriteError(
+                    f"publishing row {row} of partition {partition} to {subj!r} failed: {type(exc).__name__}: {exc}"
+                ) from exc
         if ack.duplicate:
             duplicates += 1
         else:
@@ -1858,8 +2074,18 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
             first_seq = ack.seq if first_seq is None else min(first_seq, ack.seq)
             last_seq = ack.seq if last_seq is None else max(last_seq, ack.seq)
 
+    def look(rows_so_far: int) -> None:
+        # the settled PubAcks now and then (fail early), and the abort's stop request
+        while inflight and inflight[0][2]._state == _FINISHED:
+            settle(inflight.popleft())
+        if stop is not None and stop.requested:
+            assert js is not None
+            _stopped(stop, opts, js, inflight, stored, duplicates, partition, attempt, rows_so_far)
+
+    stop: _StopSignal | None = None
     try:
         js = conn.jetstream(timeout=opts.publish_timeout, max_pending=opts.max_pending)
+        stop = _StopSignal(conn, stop_subject(token, batch_id)) if token is not None else None
         fast = _FastRows(conn, prefix, batch_id, partition, opts.derive_msg_id)
         publish = js._async.publish  # for rows _FastRows has checked (see there)
         timeout = opts.publish_timeout
@@ -1870,11 +2096,25 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
             n = rb.num_rows
             if n == 0:
                 continue
-            datas = rb.column(cols.data).to_pylist()
+            if stop is not None and stop.requested:
+                _stopped(stop, opts, js, inflight, stored, duplicates, partition, attempt, rows)
+            data_col = rb.column(cols.data)
+            if _pa.types.is_string(data_col.type):  # the UTF-8 bytes as they are: no encode() per row
+                data_col = data_col.cast(_pa.binary())
+            elif _pa.types.is_large_string(data_col.type):
+                data_col = data_col.cast(_pa.large_binary())
+            datas = data_col.to_pylist()
             subjects = rb.column(cols.subject).to_pylist() if cols.subject is not None else None
             headers = rb.column(cols.headers).to_pylist() if cols.headers is not None else None
             ids = rb.column(cols.msg_id).to_pylist() if cols.msg_id is not None else None
             keys = rb.column(cols.key).to_pylist() if cols.key is not None else None
+            if headers is None and ids is None and keys is None:
+                # the common batch: subject and data only, one call per row into the publisher
+                first = rows
+                fast.publish_all(publish, subjects, datas, opts.subject, timeout, first, partition, inflight.append,
+                                 look)
+                rows = first + n
+                continue
             for i in range(n):
                 row = rows
                 rows += 1
@@ -1915,8 +2155,10 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                     ) from exc
                 inflight.append((row, subj, fut))
                 if not rows & 255:  # look at the settled PubAcks now and then: fail early
-                    while inflight and inflight[0][2].done():
+                    while inflight and inflight[0][2]._state == _FINISHED:
                         settle(inflight.popleft())
+                    if stop is not None and stop.requested:
+                        _stopped(stop, opts, js, inflight, stored, duplicates, partition, attempt, rows)
         try:
             js.publish_async_completed(timeout=opts.publish_timeout + 5.0)
         except TimeoutError as exc:
@@ -1926,8 +2168,10 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
             ) from exc
         while inflight:
             settle(inflight.popleft())
+    except _Stopped as exc:
+        raise SparkWriteError(_stopped_text(exc, opts, prefix, batch_id, partition)) from None
     except SparkWriteError as exc:
-        raise SparkWriteError(_failed_write_text(str(exc), opts, _js_or_none(conn), inflight, stored, duplicates,
+        raise SparkWriteError(_failed_write_text(str(exc), opts, js, inflight, stored, duplicates,
                                                  prefix, batch_id, partition)) from exc
     finally:
         conn.close()
@@ -1999,6 +2243,30 @@ def _log_commit(messages: Sequence[Any], what: str) -> None:
     log.info("jssync.spark: %s: %d row(s) published, %d duplicate(s) dropped by the stream", what, rows, dups)
 
 
+def _abort(opts: WriteOptions, token: str, batch_id: int, prefix: str | None, messages: Sequence[Any],
+           what: str) -> str:
+    """Stop the write's running tasks (:func:`stop_tasks`) and log (WARNING) what the write left in
+    the stream besides the failed task's partition (whose error says it); returns that text."""
+    reports, gone = stop_tasks(opts, token, batch_id)
+    done = [m for m in messages if isinstance(m, JetStreamCommitMessage)]
+    finished = sum(m.rows for m in done)
+    stopped = sum(int(r.get("stored", 0)) + int(r.get("duplicates", 0)) for r in reports)
+    unsettled = sum(int(r.get("unsettled", 0)) for r in reports)
+    text = (f"{what} aborted: {finished + stopped} row(s) of the write's other tasks are in the stream "
+            f"({finished} of {len(done)} finished task(s), {stopped} of {len(reports)} task(s) stopped by the "
+            f"abort, partitions {sorted(int(r.get('partition', -1)) for r in reports)}")
+    if unsettled:
+        text += f"; {unsettled} more published without a PubAck yet"
+    text += ("); tasks Spark killed first are not counted" + ("" if gone else
+             ", and some task of the write was still connected when the abort stopped waiting")
+             + "; the failed task's error says what its partition stored")
+    if prefix is not None and opts.derive_msg_id:
+        text += (f". Derived message ids start with '{prefix}.{batch_id}.': write the same rows again with "
+                 f"option msgIdPrefix='{prefix}' within the stream's duplicate window and none is stored twice")
+    log.warning("jssync.spark: %s", text)
+    return text
+
+
 class JetStreamBatchWriter(DataSourceArrowWriter):
     """Batch writes (``df.write.format("jetstream")...save()``)."""
 
@@ -2007,22 +2275,20 @@ class JetStreamBatchWriter(DataSourceArrowWriter):
         #: The first part of derived message ids: made once per write on the driver, so every
         #: task attempt of this write derives the same ids.
         self.prefix = opts.msg_id_prefix or uuid.uuid4().hex[:16]
+        #: Names this write's stop subject (:func:`stop_subject`), made on the driver.
+        self.token = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[Any]) -> JetStreamCommitMessage:
-        partition, _attempt, _ = _task_info()
-        return write_batches(self.opts, iterator, self.prefix, 0, partition)
+        partition, attempt, _ = _task_info()
+        return write_batches(self.opts, iterator, self.prefix, 0, partition, self.token, attempt)
 
     def commit(self, messages: list[Any]) -> None:
         _log_commit(messages, "write")
 
     def abort(self, messages: list[Any]) -> None:
-        done = [m for m in messages if isinstance(m, JetStreamCommitMessage)]
-        rows = sum(m.rows for m in done)
-        hint = (f"; derived ids start with '{self.prefix}.0.': write the same rows again with option "
-                f"msgIdPrefix='{self.prefix}' within the stream's duplicate window and none is stored twice"
-                if self.opts.derive_msg_id else "")
-        log.warning("jssync.spark: write aborted: the %d row(s) of %d finished task(s) stay in the stream, and "
-                    "what the failed tasks stored (their errors say how many)%s", rows, len(done), hint)
+        """Stop the tasks still publishing (each answers once stopped, at most a few seconds) and
+        log what the write stored; never raises (Spark raises the failed task's error)."""
+        _abort(self.opts, self.token, 0, self.prefix, messages, "write")
 
 
 class JetStreamStreamWriter(DataSourceStreamArrowWriter):
@@ -2031,23 +2297,26 @@ class JetStreamStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
         self.fallback_prefix = opts.msg_id_prefix or uuid.uuid4().hex[:16]
+        #: Names this query's stop subjects (:func:`stop_subject`), made on the driver.
+        self.token = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[Any]) -> JetStreamCommitMessage:
-        partition, _attempt, props = _task_info()
+        partition, attempt, props = _task_info()
         prefix = self.opts.msg_id_prefix or props.get("sql.streaming.queryId") or self.fallback_prefix
         batch_raw = props.get("streaming.sql.batchId")
         try:
             batch_id = int(batch_raw) if batch_raw is not None else 0
         except ValueError:
             batch_id = 0
-        return write_batches(self.opts, iterator, prefix, batch_id, partition)
+        return write_batches(self.opts, iterator, prefix, batch_id, partition, self.token, attempt)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         _log_commit(messages, f"micro-batch {batchId}")
 
     def abort(self, messages: list[Any], batchId: int) -> None:
-        log.warning("jssync.spark: micro-batch %s aborted; it is written again (de-duplicated) on replay",
-                    batchId)
+        """Stop the micro-batch's tasks still publishing and log it; it is written again
+        (de-duplicated) on replay."""
+        _abort(self.opts, self.token, batchId, self.opts.msg_id_prefix, messages, f"micro-batch {batchId}")
 
 
 # -- the data source -----------------------------------------------------------------------------

@@ -157,6 +157,122 @@ def test_write_batches_rows_carry_the_derived_ids_and_bad_rows_fail(nats_server,
     assert stream.get_msg(stream.info().state.last_seq).headers is None
 
 
+def test_a_stop_request_stops_a_writing_task_which_answers_with_what_it_stored(nats_server, js, stream):
+    """write_batches outside Spark, fed batch after batch: the abort's stop_tasks stops it before
+    its next row; the task answers with what it stored (the stream's count), fails saying so,
+    and closes its connection, so stop_tasks returns saying no task is connected any more;
+    nothing lands afterwards. With no task running, stop_tasks returns at once."""
+    import threading
+
+    import pyarrow as pa
+
+    name = stream.name
+    opts = jspark.WriteOptions.parse({"servers": nats_server.url, "subject": f"{name}.w"})
+    token = "t" + name
+    published = threading.Event()
+    stopped = threading.Event()
+
+    def batches():
+        for i in range(10_000):
+            yield pa.RecordBatch.from_arrays([pa.array([f"{i}.{j}".encode() for j in range(256)])], names=["data"])
+            published.set()
+            if stopped.is_set():
+                time.sleep(0.01)  # behaviour: rows keep coming; the task must stop by itself
+
+    errors: list[BaseException] = []
+
+    def task() -> None:
+        try:
+            jspark.write_batches(opts, batches(), "pfx", 0, 3, token, 1)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            errors.append(exc)
+
+    t = threading.Thread(target=task)
+    t.start()
+    try:
+        assert published.wait(10 * FACTOR)
+        wait_for(lambda: stream.info().state.messages >= 1000, 10, what="rows in the stream")
+        reports, gone = jspark.stop_tasks(opts, token, 0)
+        stopped.set()
+        t.join(10 * FACTOR)
+        assert not t.is_alive()
+        assert gone
+        assert len(reports) == 1
+        rep = reports[0]
+        assert (rep["partition"], rep["attempt"], rep["duplicates"], rep["unsettled"]) == (3, 1, 0, 0)
+        count = stream.info().state.messages
+        assert rep["stored"] == rep["rows"] == count
+        assert count < 10_000 * 256
+        assert len(errors) == 1 and isinstance(errors[0], jspark.SparkWriteError)
+        assert (f"partition 3 stopped publishing: the write was aborted (another task failed). {count} row(s) of "
+                "partition 3 are in the stream") in str(errors[0])
+        assert "msgIdPrefix='pfx'" in str(errors[0])
+        time.sleep(0.5 * FACTOR)  # nothing happens: the stopped task publishes no more
+        assert stream.info().state.messages == count
+        # nobody listens any more: the server's no-responders answer ends it at once
+        t0 = time.monotonic()
+        assert jspark.stop_tasks(opts, token, 0) == ([], True)
+        assert time.monotonic() - t0 < 2 * FACTOR
+    finally:
+        stopped.set()
+        t.join(30)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["batch", "streaming"])
+def test_the_writers_abort_stops_their_tasks_of_that_batch_only(nats_server, stream, streaming, caplog):
+    """The driver-side abort of a batch writer (micro-batch 0) and of a streaming writer
+    (the micro-batch it is given) stops that batch's running task and logs what it stored;
+    a task of another micro-batch is not stopped."""
+    import threading
+
+    import pyarrow as pa
+
+    name = stream.name
+    opts = jspark.WriteOptions.parse({"servers": nats_server.url, "subject": f"{name}.w"})
+    writer = jspark.JetStreamStreamWriter(opts) if streaming else jspark.JetStreamBatchWriter(opts)
+    batch = 7 if streaming else 0
+    done = threading.Event()
+
+    def batches(tag: str):
+        for i in range(100_000):
+            if done.is_set():
+                return
+            yield pa.RecordBatch.from_arrays([pa.array([f"{tag}{i}.{j}".encode() for j in range(64)])],
+                                             names=["data"])
+            time.sleep(0.001)  # behaviour: a task that keeps writing slowly
+
+    results: dict[str, object] = {}
+
+    def task(tag: str, batch_id: int) -> None:
+        try:
+            results[tag] = jspark.write_batches(opts, batches(tag), "pfx", batch_id, 0, writer.token)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            results[tag] = exc
+
+    this = threading.Thread(target=task, args=("a", batch))
+    other = threading.Thread(target=task, args=("b", batch + 1))
+    this.start()
+    other.start()
+    try:
+        wait_for(lambda: stream.info().state.messages >= 2000, 20, what="rows in the stream")
+        with caplog.at_level("WARNING", logger="jssync.spark"):
+            if streaming:
+                writer.abort([None], batch)
+            else:
+                writer.abort([None])
+        this.join(10 * FACTOR)
+        assert not this.is_alive()
+        assert isinstance(results["a"], jspark.SparkWriteError)
+        assert "stopped publishing: the write was aborted" in str(results["a"])
+        assert "1 task(s) stopped by the abort, partitions [0]" in caplog.text
+        assert other.is_alive()  # another micro-batch's task goes on
+    finally:
+        done.set()
+        this.join(30)
+        other.join(30)
+    assert not isinstance(results["b"], BaseException), results["b"]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -577,13 +693,15 @@ def test_task_retry_with_rows_in_another_order_stores_each_row_once(spark, nats_
         js.delete_stream(name)
 
 
-def test_failed_write_says_what_it_stored_and_a_rerun_with_its_prefix_stores_nothing_twice(
+def test_a_failed_write_stops_the_other_tasks_says_what_it_stored_and_a_rerun_with_its_prefix_stores_nothing_twice(
         spark, nats_server, js, unique):
-    """Partition 0 fails on a bad row (every attempt) while partition 1, far bigger, is still
-    publishing when the job aborts. The error says how many rows of the failed partition
-    are in the stream and the id prefix of the write; nothing lands after ``save()`` raised
-    (Spark kills the other task's Python worker); and a re-run of the corrected rows with
-    that ``msgIdPrefix`` stores each row exactly once."""
+    """Partition 0 fails on a bad row (every attempt) while partition 1 is still publishing
+    when the job fails. Before ``save()`` raises, partition 1 is stopped (by Spark's kill, or
+    by the abort's request on the write's stop subject, answered once stopped) and the abort
+    waits until no task of the write is connected: nothing lands afterwards. The error says
+    exactly how many rows of the failed partition are in the stream (all its PubAcks counted)
+    and the id prefix of the write. A re-run of the corrected rows with that ``msgIdPrefix``
+    stores each row exactly once."""
     import re
 
     from pyspark.errors import PySparkException
@@ -591,36 +709,43 @@ def test_failed_write_says_what_it_stored_and_a_rerun_with_its_prefix_stores_not
     name = f"AB{unique}"
     js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
     url = nats_server.url
-    small, n = 1000, 201_000
+    small, big = 1000, 300_000
+    n = small + big
 
     def rows(bad: bool):
-        # partition 0: ids 0..999, id 600 on a subject no stream captures when bad;
-        # partition 1: ids 1000..200999
-        subject = (f"case when id = 600 then 'NOSTREAM{name}.x' else concat('{name}.', id % 3) end" if bad
+        # partition 0: ids 0..999, id 600 on a wildcard subject when bad (it fails the task at once);
+        # partition 1: ids 300000..599999, still publishing when the job fails
+        subject = (f"case when id = 600 then '{name}.*' else concat('{name}.', id % 3) end" if bad
                    else f"concat('{name}.', id % 3)")
-        return spark.range(0, small, numPartitions=1).union(spark.range(small, n, numPartitions=1)) \
+        return spark.range(0, 2 * big, numPartitions=2).where(f"id < {small} or id >= {big}") \
             .selectExpr(f"{subject} as subject", "cast(id as string) as data")
 
     try:
+        # Arrow batches as big as partition 1: its task has its rows in hand when the job fails
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(big))
         with pytest.raises(PySparkException) as ei:
             rows(True).write.format("jetstream").option("servers", url).option("maxPending", "200").save()
+        at_raise = js.stream(name).info().state.messages
         text = str(ei.value)
         m = re.search(r"(\d+) row\(s\) of partition 0 are in the stream.*msgIdPrefix='([^']+)'", text, re.S)
         assert m, text
-        assert int(m.group(1)) >= 600  # the rows before the bad one (the first 600 at least)
+        failed_part = int(m.group(1))
+        assert failed_part == 600  # the rows before the bad one
         prefix = m.group(2)
-        # partition 1 stops publishing: the stream does not grow any more
-        time.sleep(1 * FACTOR)  # behaviour: partition 1's publishes in flight land
+        # partition 1 was stopped before save() raised, and the abort waited until no task of
+        # the write was connected: the stream does not grow any more
+        time.sleep(3 * FACTOR)  # nothing happens: the stream does not grow after save() raised
         stored = js.stream(name).info().state.messages
-        time.sleep(3 * FACTOR)  # nothing happens: the stream does not grow
-        assert js.stream(name).info().state.messages == stored
-        assert stored < n - small
+        assert stored == at_raise
+        assert failed_part < stored < n
         # the corrected rows again, under the same prefix: only the missing ones are stored
         rows(False).write.format("jetstream").option("servers", url).option("msgIdPrefix", prefix).save()
         assert js.stream(name).info().state.messages == n
-        got = sorted(int(r.data) for r in _read(spark, url, name).select("data").collect())
-        assert got == list(range(n))
+        got = _read(spark, url, name).selectExpr("count(distinct data) as d") \
+            .collect()[0]
+        assert got.d == n
     finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
         js.delete_stream(name)
 
 
