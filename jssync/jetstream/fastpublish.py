@@ -23,13 +23,13 @@ which makes the server resend its last flow ack (a lost ack cannot stall it) and
 quiet batch from being abandoned after 10 s. :meth:`FastPublisher.close` ends the batch
 without storing another message (operation 3, "EOB") and returns the final PubAck.
 
-The pure part (reply subjects, reading the server's messages) is at the top; the
-:class:`FastPublisher` below it does the I/O.
+The pure part (reply subjects, reading the server's messages, the flow window and the
+batch's bookkeeping) is :mod:`jssync.jetstream.fastbatch`; :class:`FastPublisher` here does
+the I/O on top of it (its base class :class:`~jssync.jetstream.fastbatch.FastBatch`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -38,20 +38,20 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from nats.js import api
 
 from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
-from ..base.errors import (
-    APIError,
-    FastPublishGapError,
-    JetStreamError,
-    NoRespondersError,
-    NotSupportedError,
-    TimeoutError,
-    ValidationError,
-    api_error,
-    translating,
-)
-from ..base.status import NO_RESPONDERS, classify
+from ..base.errors import TimeoutError, ValidationError, translating
 from ..core import natspy as _natspy
-from .replies import PubAck, _model
+from .fastbatch import (
+    DEFAULT_FLOW,
+    DEFAULT_MAX_OUTSTANDING_ACKS,
+    OP_APPEND,
+    OP_EOB,
+    OP_PING,
+    OP_START,
+    FastBatch,
+    check_options,
+    parse_reply,
+    reply_subject,
+)
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -60,32 +60,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jssync")
 
-#: The operations of ADR-50's reply subject.
-OP_START, OP_APPEND, OP_COMMIT, OP_EOB, OP_PING = 0, 1, 2, 3, 4
 
-#: Gap modes: "ok" goes on past lost messages, "fail" ends the batch at the first one.
-GAP_MODES = ("ok", "fail")
-
-#: Defaults: ask for a flow ack every 100 messages and allow 2 of them outstanding (ADR-50
-#: calls 2 "generally optimal"); the server may lower the flow for this batch at any time.
-DEFAULT_FLOW = 100
-DEFAULT_MAX_OUTSTANDING_ACKS = 2
-#: ADR-50 keeps the outstanding acks to 1-3 (each stands for ``flow`` messages).
-MAX_OUTSTANDING_ACKS = 3
-#: The flow is a uint16 on the server.
-MAX_FLOW = 65535
 #: The longest time between pings while a call waits (the server drops a batch it hears
 #: nothing of for 10 s).
 PING_MAX = 2.0
-
-
-def reply_subject(prefix: str, seq: int, op: int) -> str:
-    """The reply subject of batch message ``seq`` with operation ``op``.
-
-    ``prefix`` is ``<inbox>.<initial flow>.<gap>.`` (fixed for the batch: the server reads
-    the initial flow and gap mode from every message, for followers that missed the first).
-    """
-    return f"{prefix}{seq}.{op}.$FI"
 
 
 class FastPubAck(NamedTuple):
@@ -101,105 +79,6 @@ class FastPubAck(NamedTuple):
     batch_seq: int
     ack_seq: int
 
-
-class FlowAck(NamedTuple):
-    seq: int
-    msgs: int
-
-
-class Gap(NamedTuple):
-    """Messages ``first_missing`` .. ``seq - 1`` of the batch were lost (a gap report)."""
-
-    first_missing: int
-    seq: int
-
-
-class FlowError(NamedTuple):
-    """Batch message ``seq`` was refused (an error report), e.g. a failed ``expected_*`` check."""
-
-    seq: int
-    error: APIError
-
-
-class Final(NamedTuple):
-    """The batch is over: its PubAck, or the error that ended it."""
-
-    ack: api.PubAck | None
-    error: BaseException | None
-
-
-def parse_reply(data: bytes, headers: dict[str, str] | None) -> FlowAck | Gap | FlowError | Final:
-    """Sort one message the server sent to the batch's inbox (pure).
-
-    A status message (503: no stream captures the subject) and an error reply become a
-    :class:`Final` with the error; anything unreadable too (the batch cannot go on safely).
-    """
-    if headers and not data:
-        st = classify(headers, data, "")
-        if st is not None:
-            if st.code == NO_RESPONDERS:
-                return Final(None, NoRespondersError("no stream captures the fast batch's subject"))
-            return Final(None, api_error(st.code or None, None, st.description or f"status {st.code}"))
-    try:
-        resp = json.loads(data)
-    except (ValueError, TypeError, RecursionError):
-        resp = None
-    if not isinstance(resp, dict):
-        return Final(None, APIError(None, None, f"malformed fast batch reply: {bytes(data[:100])!r}"))
-    kind = resp.get("type")
-    if kind == "ack":
-        seq, msgs = resp.get("seq", -1), resp.get("msgs", -1)
-        if _uint(seq) and _uint(msgs) and msgs > 0:
-            return FlowAck(seq, msgs)
-    elif kind == "gap":
-        first, seq = resp.get("last_seq", -1), resp.get("seq", -1)
-        if _uint(first) and _uint(seq):
-            return Gap(first, seq)
-    elif kind == "err":
-        seq, err = resp.get("seq", -1), resp.get("error")
-        if _uint(seq) and isinstance(err, dict):
-            return FlowError(seq, _api_error(err))
-    elif kind is None:
-        err = resp.get("error")
-        if isinstance(err, dict):
-            return Final(None, _api_error(err))
-        try:
-            return Final(_model(PubAck, resp, "PubAck"), None)
-        except APIError as exc:
-            return Final(None, exc)
-    return Final(None, APIError(None, None, f"malformed fast batch reply: {bytes(data[:100])!r}"))
-
-
-def _uint(v: Any) -> bool:
-    return type(v) is int and v >= 0
-
-
-def _api_error(err: dict[str, Any]) -> APIError:
-    code, err_code = err.get("code"), err.get("err_code")
-    return api_error(code if type(code) is int else None, err_code if type(err_code) is int else None,
-                     str(err.get("description") or "fast batch publish failed"))
-
-
-def window_open(next_seq: int, acked: int, flow: int, max_outstanding_acks: int) -> bool:
-    """May batch message ``next_seq`` be sent, with the server's last flow ack at ``acked``?
-
-    At most ``flow x max_outstanding_acks`` messages beyond the last ack are in flight
-    (ADR-50: wait once ``acked + flow x max_outstanding_acks <= seq`` after sending ``seq``).
-    """
-    return next_seq - acked <= flow * max_outstanding_acks
-
-
-def check_options(gap: Any, flow: Any, max_outstanding_acks: Any) -> None:
-    """Raise ValidationError for a bad ``gap``, ``flow`` or ``max_outstanding_acks`` (pure)."""
-    if gap not in GAP_MODES or not isinstance(gap, str):
-        raise ValidationError(f"gap must be 'ok' (go on past lost messages) or 'fail' (end the batch at the "
-                              f"first lost message), got {gap!r}")
-    if isinstance(flow, bool) or not isinstance(flow, int) or not 1 <= flow <= MAX_FLOW:
-        raise ValidationError(f"flow must be an int from 1 to {MAX_FLOW} (a flow ack every that many "
-                              f"messages), got {flow!r}")
-    if (isinstance(max_outstanding_acks, bool) or not isinstance(max_outstanding_acks, int)
-            or not 1 <= max_outstanding_acks <= MAX_OUTSTANDING_ACKS):
-        raise ValidationError(f"max_outstanding_acks must be 1, 2 or 3 (ADR-50), got {max_outstanding_acks!r}")
 
 
 # -- the publisher (I/O) -----------------------------------------------------------------------
@@ -217,7 +96,7 @@ class _Inbox(_natspy.Receiver):
         self.fp._on_reply(msg.subject, msg.data, msg.headers)
 
 
-class FastPublisher:
+class FastPublisher(FastBatch):
     """A fast-ingest batch (ADR-50): high-rate publishing into one stream, paced by the server.
 
     Made with :meth:`jssync.JetStream.fast_publisher`; use it as a context manager::
@@ -256,8 +135,8 @@ class FastPublisher:
         ack: the final PubAck once the batch ended (``batch_id``; ``seq``: the stream
             sequence of the last message stored; ``batch_size``: the batch's messages up to
             where the server ended it, lost, refused and de-duplicated ones included).
-        gaps: the gap reports received (:class:`Gap`), in order.
-        errors: the error reports received (:class:`FlowError`), in order.
+        gaps: the gap reports received (:class:`~jssync.jetstream.fastbatch.Gap`), in order.
+        errors: the error reports received (:class:`~jssync.jetstream.fastbatch.FlowError`), in order.
         stalls: how many times :meth:`add` waited for the server's flow acks.
     """
 
@@ -272,33 +151,15 @@ class FastPublisher:
             raise ValidationError(f"error_cb must be callable, got {error_cb!r}")
         self._js = js
         self._conn = js.conn
-        self.gap = gap
         self.timeout = resolve_timeout(timeout, js.timeout)
         self._error_cb = error_cb
-        self._initial_flow = flow
-        self._max_acks = max_outstanding_acks
         self._inbox = self._conn.new_inbox()
-        self.batch_id = self._inbox.rsplit(".", 1)[-1]
+        # the batch's state (FastBatch): guarded by _cond (the I/O thread updates it in _on_reply)
+        super().__init__(self._inbox.rsplit(".", 1)[-1], gap, flow, max_outstanding_acks)
         self._prefix = f"{self._inbox}.{flow}.{gap}."
-        # state below: guarded by _cond (the I/O thread updates it in _on_reply)
         self._cond = threading.Condition(threading.Lock())
-        self._state = "new"  # new -> open -> closing -> closed | failed | abandoned
-        self._flow = flow
-        self._sent = 0  # the highest batch sequence sent
-        self._acked = 0  # the highest batch sequence the server acknowledged
-        self._first_reply = False
-        self._pings = 0  # pings sent
-        self._pongs = 0  # replies to pings received
-        self._gap_seen: Gap | None = None
-        self._no_responders = 0  # messages no stream took (a 503 status), after the first
-        self._eob_lost = False  # the end-of-batch marker got a 503: close sends it again
-        self._error: BaseException | None = None  # what ended the batch (raised by the next call)
         self._subject = ""  # the first message's subject: pings and the EOB go there
         self._nsub: Any = None
-        self.ack: api.PubAck | None = None
-        self.gaps: list[Gap] = []
-        self.errors: list[FlowError] = []
-        self.stalls = 0
         self._send_lock = threading.Lock()  # one sender at a time: sequences go out in order
 
     def __repr__(self) -> str:
@@ -620,21 +481,9 @@ class FastPublisher:
         self._conn.internal.enqueue((self._subject, b"", reply_subject(self._prefix, seq, OP_PING), None))
         return n
 
-    def _fits(self) -> bool:
-        """The next message may go (under _cond): the window is open and no gap ends the batch."""
-        if self._gap_seen is not None:  # gap="fail": the server's final PubAck is on its way
-            return False
-        return window_open(self._sent + 1, self._acked, self._flow, self._max_acks)
-
     def _raise_if_over(self) -> None:
         with self._cond:
             self._raise_if_over_locked()
-
-    def _raise_if_over_locked(self) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._state in ("closing", "closed", "abandoned", "failed"):
-            raise ValidationError(f"fast batch {self.batch_id} is {self._state}: nothing more can be added")
 
     def _end(self, state: str) -> None:
         with self._cond:
@@ -661,84 +510,10 @@ class FastPublisher:
     def _on_reply(self, subject: str, data: bytes, headers: dict[str, str] | None) -> None:
         """One message from the server on the batch inbox (I/O thread)."""
         r = parse_reply(data, headers)
-        report: BaseException | None = None
-        op = subject[-5:-4]  # "<seq>.<op>.$FI"
-        if isinstance(r, Final) and isinstance(r.error, NoRespondersError) and op != str(OP_START):
-            # no stream leader took this message (e.g. during a leader election): it is lost like
-            # any other, and the leader that takes the next one reports the gap; not the end
-            with self._cond:
-                self._no_responders += 1
-                if op == str(OP_EOB):
-                    self._eob_lost = True
-                self._cond.notify_all()
-            return
         with self._cond:
-            if op == str(OP_PING):
-                if isinstance(r, Final) and r.error is not None and self._state == "closing":
-                    # a ping that reached the stream after the end-of-batch marker finds no
-                    # batch; on a replicated stream that answer can come before the PubAck,
-                    # which is what close waits for
-                    return
-                self._pongs += 1
-            if isinstance(r, FlowAck):
-                self._first_reply = True
-                if r.seq > self._acked:  # cumulative: an ack covers every earlier one, lost or not
-                    self._acked = r.seq
-                self._flow = min(r.msgs, self._initial_flow)
-            elif isinstance(r, Gap):
-                self.gaps.append(r)
-                if self.gap == "fail":
-                    if self._gap_seen is None:
-                        self._gap_seen = r
-                else:
-                    report = FastPublishGapError(
-                        f"fast batch {self.batch_id}: messages {r.first_missing} to {r.seq - 1} were lost "
-                        "(gap='ok': the batch goes on)", first_missing=r.first_missing, seq=r.seq)
-            elif isinstance(r, FlowError):
-                e = r.error
-                r = FlowError(r.seq, api_error(e.code, e.err_code,
-                                               f"fast batch {self.batch_id} message {r.seq}: {e.description}"))
-                self.errors.append(r)
-                report = r.error
-                if self.gap == "fail" and self._error is None:
-                    self._error = r.error
-            else:
-                self._first_reply = True
-                self._finish(r)
+            over, report = self._take(subject[-5:-4], r)  # "<seq>.<op>.$FI"
             self._cond.notify_all()
         if report is not None:
             self._report(report)
-        if isinstance(r, Final):
+        if over:
             self._unsubscribe()
-
-    def _finish(self, r: Final) -> None:
-        """The batch is over (under _cond): keep its PubAck, and the error that ended it."""
-        if self._state in ("closed", "failed"):
-            return
-        ack, err = r.ack, r.error
-        if ack is not None:
-            self.ack = ack
-        if self._error is not None:  # an error report already ended it (gap="fail")
-            pass
-        elif self._gap_seen is not None:  # gap="fail": the server ended the batch at the gap
-            g = self._gap_seen
-            stored = (f"{ack.batch_size} messages are stored, the last at stream sequence {ack.seq}"
-                      if ack is not None else "the final PubAck was lost")
-            self._error = FastPublishGapError(
-                f"fast batch {self.batch_id}: message {g.first_missing} was lost and the server ended the batch "
-                f"(gap='fail'); {stored}", first_missing=g.first_missing, seq=g.seq, ack=ack)
-        elif ack is not None and ack.batch_id is None and self._sent <= 1:
-            # a plain PubAck for the first message: the server did not take it as a fast batch
-            self._error = NotSupportedError(
-                "fast batch publish needs nats-server 2.14+ (JetStream API level 4): the server stored "
-                "the first message as an ordinary publish", feature="fast batch publish",
-                required_level=4, required_version="2.14")
-        elif isinstance(err, APIError) and err.err_code == 10205:
-            self._error = api_error(err.code, err.err_code,
-                                    f"{err.description}: the stream needs allow_batched=True for fast batch publish")
-        elif err is not None:
-            self._error = err
-        elif self._state != "closing":
-            self._error = JetStreamError(f"fast batch {self.batch_id} was ended by the server after "
-                                         f"{ack.batch_size if ack else '?'} messages")
-        self._state = "failed" if self._error is not None else "closed"

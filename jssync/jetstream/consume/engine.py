@@ -12,8 +12,9 @@ Events: :meth:`PullEngine.start`, :meth:`~PullEngine.pull_sent`, :meth:`~PullEng
 :meth:`~PullEngine.refill`, :meth:`~PullEngine.inbox_swapped`, :meth:`~PullEngine.pin_lost`,
 :meth:`~PullEngine.recreated`.
 
-Actions (each a small immutable object; an event with nothing to do returns the shared
-empty tuple :data:`NOTHING`): :class:`SendPull`, :class:`Nak` (the message just given),
+Actions (each a small immutable object, in :mod:`~jssync.jetstream.consume.actions`; an
+event with nothing to do returns the shared empty tuple :data:`NOTHING`): :class:`SendPull`,
+:class:`Nak` (the message just given),
 :class:`Drop` (the message just given), :class:`NakBuffered`, :class:`Unsubscribe`,
 :class:`End`, :class:`Warn`, :class:`ArmTimer`, :class:`SwapInbox`, :class:`CheckConsumer`,
 :class:`PinLost`, :class:`Recreate`.
@@ -28,7 +29,9 @@ It owns, for ``consume`` (ADR-37 "Consume specification"):
   never asks for fewer bytes than the biggest message seen, see "409 Message Size Exceeds
   MaxBytes");
 * status handling through :func:`jssync.base.status.decide` (the one status table):
-  which statuses end a pull normally, which are warnings, which are terminal;
+  which statuses end a pull normally, which are warnings, which are terminal (all but the
+  plain end of a pull in :mod:`~jssync.jetstream.consume.statuses`, with the single pull's
+  end and the missed heartbeat's error);
 * heartbeats through one :class:`~jssync.jetstream.consume.heartbeat.HeartbeatMonitor`
   (a warning after 2 x idle_heartbeat of silence; the pulls in flight are written off and
   a new one goes out), paused while disconnected;
@@ -62,14 +65,30 @@ touch disjoint counters; every other event goes through one lock of the runner.
 from __future__ import annotations
 
 import itertools
-from enum import Enum
 from typing import Final
 
-from ...base.errors import NoHeartbeatError
 from ...base.status import Action as StatusAction
 from ...base.status import Status, decide, status_error
 from ...base.validate import MAX_I64, check_int, check_number
+from .actions import (
+    NOTHING,
+    Action,
+    ArmTimer,
+    CheckConsumer,
+    Drop,
+    End,
+    EngineState,
+    Nak,
+    NakBuffered,
+    PinLost,
+    Recreate,
+    SendPull,
+    SwapInbox,
+    Unsubscribe,
+    Warn,
+)
 from .heartbeat import HeartbeatMonitor
+from .statuses import end_with, no_heartbeat, single_status, single_tick, start_recreate, status_verdict
 
 __all__ = [
     "NOTHING", "Action", "ArmTimer", "CheckConsumer", "Drop", "End", "EngineState", "Nak", "NakBuffered",
@@ -80,212 +99,7 @@ __all__ = [
 BYTES_ONLY_BATCH = 1_000_000
 #: The heartbeat check runs this many times per idle_heartbeat (a miss is reported 2x to 2.1x late).
 TICKS = 10
-#: A pull refused with a warning or 503 is sent again after min(this, idle_heartbeat / 2) seconds.
-RETRY_PAUSE = 1.0
 
-
-class EngineState(Enum):
-    """Where a :class:`PullEngine` is (see the module docstring)."""
-
-    NEW = 0
-    RUNNING = 1
-    DRAINING = 2
-    STOPPED = 3
-    CLOSED = 4
-
-
-# -- actions ---------------------------------------------------------------------------------
-
-
-class SendPull:
-    """Send one pull request (``CONSUMER.MSG.NEXT``) with these values; it is counted already."""
-
-    __slots__ = ("batch", "max_bytes", "expires", "heartbeat")
-
-    def __init__(self, batch: int, max_bytes: int, expires: float, heartbeat: float) -> None:
-        self.batch = batch
-        self.max_bytes = max_bytes
-        self.expires = expires
-        self.heartbeat = heartbeat
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SendPull) and (self.batch, self.max_bytes, self.expires, self.heartbeat) == (
-            other.batch, other.max_bytes, other.expires, other.heartbeat)
-
-    def __hash__(self) -> int:
-        return hash((self.batch, self.max_bytes, self.expires, self.heartbeat))
-
-    def __repr__(self) -> str:
-        return f"SendPull(batch={self.batch}, max_bytes={self.max_bytes}, expires={self.expires}, " \
-               f"heartbeat={self.heartbeat})"
-
-
-class _Marker:
-    """An action without values (compared by kind)."""
-
-    __slots__ = ()
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self)
-
-    def __hash__(self) -> int:
-        return hash(type(self).__name__)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-
-class Nak(_Marker):
-    """Nak the message just given to :meth:`PullEngine.message` (it arrived after stop)."""
-
-    __slots__ = ()
-
-
-class Drop(_Marker):
-    """Drop the message just given to :meth:`PullEngine.message` (the consume is closed)."""
-
-    __slots__ = ()
-
-
-class NakBuffered(_Marker):
-    """Nak every message in the buffer (stop): the server redelivers them at once."""
-
-    __slots__ = ()
-
-
-class SwapInbox(_Marker):
-    """The pulls in flight were written off but may be alive: send the next ones to a new
-    inbox (what still arrives on the old one goes to ``message``/``status`` with
-    ``written_off=True``); report the outcome with :meth:`PullEngine.inbox_swapped`."""
-
-    __slots__ = ()
-
-
-class CheckConsumer(_Marker):
-    """Ask (off the I/O thread) whether the consumer still exists (after a 503)."""
-
-    __slots__ = ()
-
-
-class PinLost:
-    """423 (pinned_client): the runner forgets the pin id its pulls carried; when it had
-    one, it calls :meth:`PullEngine.pin_lost`. ``description``: the status's."""
-
-    __slots__ = ("description",)
-
-    def __init__(self, description: str = "") -> None:
-        self.description = description
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PinLost)
-
-    def __hash__(self) -> int:
-        return hash("PinLost")
-
-    def __repr__(self) -> str:
-        return f"PinLost({self.description!r})"
-
-
-class Unsubscribe:
-    """Unsubscribe the inbox; ``wait``: first let the pulls in flight finish sending."""
-
-    __slots__ = ("wait",)
-
-    def __init__(self, wait: bool) -> None:
-        self.wait = wait
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Unsubscribe) and other.wait == self.wait
-
-    def __hash__(self) -> int:
-        return hash(("Unsubscribe", self.wait))
-
-    def __repr__(self) -> str:
-        return f"Unsubscribe(wait={self.wait})"
-
-
-class End:
-    """The consume ends: quietly (``error`` None) or with ``error`` (after the buffer,
-    unless the engine was closed or stopped). ``fatal``: the iteration raises ``error``
-    (a single pull's warnings and missed heartbeats are only kept, not raised)."""
-
-    __slots__ = ("error", "fatal")
-
-    def __init__(self, error: BaseException | None, fatal: bool | None = None) -> None:
-        self.error = error
-        self.fatal = error is not None if fatal is None else fatal
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, End) and type(other.error) is type(self.error)
-
-    def __hash__(self) -> int:
-        return hash(("End", type(self.error)))
-
-    def __repr__(self) -> str:
-        return f"End({self.error!r})"
-
-
-class Warn:
-    """Tell the application (error callback / logger); consuming goes on."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Warn) and type(other.error) is type(self.error)
-
-    def __hash__(self) -> int:
-        return hash(("Warn", type(self.error)))
-
-    def __repr__(self) -> str:
-        return f"Warn({self.error!r})"
-
-
-class ArmTimer:
-    """(Re)arm the consume's one timer to call :meth:`PullEngine.tick` at ``at`` (None: cancel it)."""
-
-    __slots__ = ("at",)
-
-    def __init__(self, at: float | None) -> None:
-        self.at = at
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ArmTimer) and other.at == self.at
-
-    def __hash__(self) -> int:
-        return hash(("ArmTimer", self.at))
-
-    def __repr__(self) -> str:
-        return f"ArmTimer({self.at})"
-
-
-class Recreate:
-    """(``recreate`` engines: the ordered consume) the consumer must be made again; when the
-    new one and its inbox are ready, call :meth:`PullEngine.recreated`."""
-
-    __slots__ = ("reason", "error")
-
-    def __init__(self, reason: str, error: BaseException | None = None) -> None:
-        self.reason = reason
-        self.error = error
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Recreate) and other.reason == self.reason
-
-    def __hash__(self) -> int:
-        return hash(("Recreate", self.reason))
-
-    def __repr__(self) -> str:
-        return f"Recreate({self.reason!r})"
-
-
-Action = SendPull | Nak | Drop | NakBuffered | SwapInbox | CheckConsumer | PinLost | Unsubscribe | End | Warn | \
-    ArmTimer | Recreate
-
-#: What an event with nothing to do returns (shared: nothing is allocated).
-NOTHING: Final[tuple[Action, ...]] = ()
 _NAK: Final[tuple[Action, ...]] = (Nak(),)
 _DROP: Final[tuple[Action, ...]] = (Drop(),)
 _CANCEL: Final[tuple[Action, ...]] = (ArmTimer(None),)
@@ -327,7 +141,7 @@ class PullEngine:
         "max_messages", "max_bytes", "thr", "thr_b", "expires", "heartbeat", "stream", "consumer", "recreate",
         "bytes_mode", "state", "paused", "hold", "resetting", "error",
         "req", "req_b", "rx", "rx_b", "disc", "disc_b", "taken_n", "taken_b", "_count", "open", "pulls",
-        "activity", "_last_act", "monitor", "_tick_n", "_retry_at", "big_b", "min_pull_b", "last_pull_b",
+        "activity", "last_act", "monitor", "_tick_n", "retry_at", "big_b", "min_pull_b", "last_pull_b",
         "rx_at_pull", "last_warning", "size_warned", "nr_outage", "_swaps", "single",
     )
 
@@ -379,10 +193,10 @@ class PullEngine:
         self.pulls = 0
         #: anything arrived (messages, statuses, heartbeats): the monitor hears of it at the next tick
         self.activity = 0
-        self._last_act = 0
+        self.last_act = 0
         self.monitor = HeartbeatMonitor(2 * self.heartbeat if self.heartbeat else 1.0, 0.0)
         self._tick_n = 0
-        self._retry_at: float | None = None
+        self.retry_at: float | None = None
         # bytes mode ("409 Message Size Exceeds MaxBytes", not telegraphed): never ask for fewer
         # bytes than the biggest message received needs, nor for fewer than a pull the next
         # message did not fit in (until a message arrives)
@@ -539,12 +353,11 @@ class PullEngine:
         if act is StatusAction.HEARTBEAT:
             return NOTHING
         if self.single:
-            return self._single_status(act, st)
+            return single_status(self, act, st)
         if written_off:  # a pull the counts do not include any more: only the end matters
             if act is StatusAction.TERMINAL:
-                return self._terminal(status_error(st, self.stream, self.consumer))
+                return end_with(self, status_error(st, self.stream, self.consumer))
             return NOTHING
-        state = self.state
         self.open -= 1
         self.disc += pending_msgs
         self.disc_b += pending_bytes
@@ -562,42 +375,12 @@ class PullEngine:
                     return (Warn(status_error(st, self.stream, self.consumer)),)
                 return NOTHING
             return self.refill()
-        if act is StatusAction.TERMINAL:
-            err = status_error(st, self.stream, self.consumer)
-            if self.recreate:
-                return self._recreate("consumer gone", err)
-            return self._terminal(err)
-        if act is StatusAction.NO_RESPONDERS:
-            err = status_error(st, self.stream, self.consumer)
-            if self.recreate:
-                return self._recreate("no responders", err)
-            out: list[Action] = []
-            if not self.nr_outage:
-                self.nr_outage = True
-                out.append(Warn(err))
-            out.extend(self._write_off())
-            if state is _RUNNING:
-                out.append(CheckConsumer())
-            out.extend(self._retry_later(now))
-            return tuple(out)
-        if act is StatusAction.RESET:
-            return (Warn(status_error(st, self.stream, self.consumer)), *self._write_off(), *self.refill())
-        if act is StatusAction.PIN_LOST:
-            return (PinLost(description),)
-        # a warning (409 Exceeded ...) or 400 ended one of the pulls, which one is unknown:
-        # every pull in flight is written off, the next goes out after a pause (it may be refused again)
-        out = []
-        if description != self.last_warning:
-            self.last_warning = description
-            out.append(Warn(status_error(st, self.stream, self.consumer)))
-        out.extend(self._write_off())
-        out.extend(self._retry_later(now))
-        return tuple(out)
+        return status_verdict(self, act, st, now)
 
     def pin_lost(self) -> tuple[Action, ...]:
         """The runner forgot the pin id its pulls carried (after :class:`PinLost`): the pulls
         in flight with it are written off, a new one goes out without an id."""
-        return (*self._write_off(), *self.refill())
+        return (*self.write_off(), *self.refill())
 
     def tick(self, now: float) -> tuple[Action, ...]:
         """The timer fired at ``now``: heartbeat check, retries, a pull when none is in flight.
@@ -606,34 +389,27 @@ class PullEngine:
         if self.paused or self.state is not _RUNNING:
             return NOTHING
         if self.single:
-            return self._single_tick(now)
+            return single_tick(self, now)
         out: list[Action] = []
         act = self.activity
         in_flight = self.in_flight
-        if act != self._last_act or in_flight <= 0 or self.resetting:
-            self._last_act = act
+        if act != self.last_act or in_flight <= 0 or self.resetting:
+            self.last_act = act
             self.monitor.seen(now)
         elif self.monitor.check(now):  # 2 x idle_heartbeat without anything (ADR-37): not terminal
             if self.recreate:
-                err = NoHeartbeatError(
-                    f"no heartbeat from the ordered consumer {self.consumer!r} on stream {self.stream!r} "
-                    f"within {2 * self.heartbeat}s: recreating it")
-            else:
-                err = NoHeartbeatError(
-                    f"no heartbeat or message from consumer {self.consumer!r} on stream {self.stream!r} "
-                    f"within {2 * self.heartbeat}s")
-            if self.recreate:
-                return (*self._recreate("missed heartbeat", err), ArmTimer(self._next_tick(now)))
-            out.append(Warn(err))
-            out.extend(self._write_off())
+                err = no_heartbeat(self)
+                return (*start_recreate(self, "missed heartbeat", err), ArmTimer(self._next_tick(now)))
+            out.append(Warn(no_heartbeat(self)))
+            out.extend(self.write_off())
             in_flight = self.in_flight
         self._tick_n += 1
-        retry = self._retry_at
+        retry = self.retry_at
         if retry is not None:
             if now < retry - 1e-3:
                 out.append(ArmTimer(self._next_tick(now)))  # a refused pull waits its pause out
                 return tuple(out)
-            self._retry_at = None
+            self.retry_at = None
         if self.hold:
             if self._tick_n % (TICKS // 2) == 0:  # retry a message too big for max_bytes every hb / 2
                 self.hold = False
@@ -653,13 +429,13 @@ class PullEngine:
         """The connection is back: the timer reset, the pulls in flight written off, a new pull."""
         self.paused = False
         self.monitor.resumed(now)
-        self._last_act = self.activity
+        self.last_act = self.activity
         if self.state is not _RUNNING:
             return NOTHING
         arm = ArmTimer(self._next_tick(now))
         if self.recreate:
-            return (*self._recreate("reconnected", None), arm)
-        return (*self._write_off(), *self.refill(), arm)
+            return (*start_recreate(self, "reconnected", None), arm)
+        return (*self.write_off(), *self.refill(), arm)
 
     def inbox_swapped(self, ok: bool) -> tuple[Action, ...]:
         """The runner's new inbox is ready (``ok``) or could not be made: the old one stays,
@@ -686,13 +462,13 @@ class PullEngine:
 
     def gap(self) -> tuple[Action, ...]:
         """(recreate engines) the runner's gap tracker found a gap: the consumer is made again."""
-        return self._recreate("gap", None)
+        return start_recreate(self, "gap", None)
 
     def fail(self, error: BaseException) -> tuple[Action, ...]:
         """End the consume with ``error`` after the buffer (e.g. the consumer lookup after a
         503 found it deleted; an ordered consume that cannot make its consumer again)."""
         self.resetting = False
-        return self._terminal(error)
+        return end_with(self, error)
 
     def stop(self) -> tuple[Action, ...]:
         """Stop at once: no more pulls; the buffer and what still arrives is nak'ed."""
@@ -730,38 +506,6 @@ class PullEngine:
             return _FILLED
         return NOTHING
 
-    def _single_status(self, act: StatusAction, st: Status) -> tuple[Action, ...]:
-        """A single pull: any status but a heartbeat is the last thing its request brings."""
-        if act is StatusAction.HEARTBEAT or self.state is not _RUNNING:
-            return NOTHING
-        self.state = _CLOSED
-        self.open -= 1
-        self.disc += st.pending_msgs
-        self.disc_b += st.pending_bytes
-        if act is StatusAction.DONE:
-            return _FILLED
-        err = status_error(st, self.stream, self.consumer)
-        self.error = err
-        fatal = act is StatusAction.ERROR or act is StatusAction.TERMINAL or act is StatusAction.NO_RESPONDERS
-        if act is StatusAction.PIN_LOST:
-            return (PinLost(st.description), End(err, False))
-        return (End(err, fatal),)
-
-    def _single_tick(self, now: float) -> tuple[Action, ...]:
-        if not self.heartbeat:
-            return NOTHING
-        if self.activity != self._last_act:
-            self._last_act = self.activity
-            self.monitor.seen(now)
-            return NOTHING
-        if not self.monitor.check(now):
-            return NOTHING
-        self.state = _CLOSED
-        err = NoHeartbeatError(f"no heartbeat from consumer {self.consumer!r} on stream {self.stream!r} "
-                               f"within {2 * self.heartbeat}s")
-        self.error = err
-        return (End(err, False),)
-
     def _next_tick(self, now: float) -> float:
         return now + self.heartbeat / TICKS
 
@@ -790,14 +534,14 @@ class PullEngine:
         self.rx_at_pull = self.rx
         self.pulls += 1
         self.open += 1
-        self._retry_at = None
+        self.retry_at = None
         return SendPull(batch, max_bytes, self.expires, self.heartbeat)
 
     def _with_pull(self, rest: tuple[Action, ...]) -> tuple[Action, ...]:
         p = self._pull()
         return rest if p is None else (p, *rest)
 
-    def _write_off(self) -> tuple[Action, ...]:
+    def write_off(self) -> tuple[Action, ...]:
         """The pulls in flight count as gone on the server; when one may still be open, the
         next ones go to a new inbox (:class:`SwapInbox`, no pull until :meth:`inbox_swapped`)."""
         alive = self.req - self.rx - self.disc > 0 and self.open > 0
@@ -809,26 +553,3 @@ class PullEngine:
             self.resetting = True
             return (SwapInbox(),)
         return NOTHING
-
-    def _retry_later(self, now: float) -> tuple[Action, ...]:
-        if self.state is not _RUNNING:
-            return NOTHING
-        self._retry_at = now + min(RETRY_PAUSE, self.heartbeat / 2)
-        return NOTHING  # the next ticks (every heartbeat / TICKS) pull once it passed
-
-    def _recreate(self, reason: str, error: BaseException | None) -> tuple[Action, ...]:
-        if self.resetting or self.state is not _RUNNING:
-            return NOTHING
-        self.resetting = True
-        out: tuple[Action, ...] = (Recreate(reason, error),)
-        if reason == "missed heartbeat" and error is not None:
-            out = (Warn(error), *out)
-        return out
-
-    def _terminal(self, err: BaseException) -> tuple[Action, ...]:
-        if (self.state is not _RUNNING and self.state is not _DRAINING) or self.error is not None:
-            return NOTHING
-        self.state = _DRAINING
-        self.error = err
-        return (ArmTimer(None), End(err), Unsubscribe(wait=False))
-

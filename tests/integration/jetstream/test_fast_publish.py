@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import jssync
-from jssync.jetstream.fastpublish import Gap
+from jssync.jetstream.fastbatch import Gap
 from tests.conftest import FACTOR, wait_for
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,8 +1,9 @@
 """STYLE.md section 4: one heartbeat monitor, one gap engine and one pull engine, used by every consumer.
 
 The pure parts live in jssync/jetstream/consume/ (heartbeat.py: HeartbeatMonitor, gaps.py:
-GapTracker, engine.py: PullEngine, which uses the HeartbeatMonitor) and the only code that
-owns a loop timer for them is consume/runner.py. The consumers converted to them must not
+GapTracker, engine.py: PullEngine, which uses the HeartbeatMonitor, with its actions.py and
+statuses.py) and the only code that owns a loop timer for them is consume/runner.py. The
+consumers converted to them must not
 carry a copy of their own: no ``threading.Timer`` (anywhere in the package), no loop timers,
 no "consumer sequence != last + 1" checks, no idle-time arithmetic on the clock, no private
 sequence/activity counters.
@@ -21,7 +22,7 @@ PKG = pathlib.Path(__file__).resolve().parents[3] / "jssync"
 
 #: the engine and its runner: the only places heartbeat and gap logic may live
 ENGINE = {"jetstream/consume/heartbeat.py", "jetstream/consume/gaps.py", "jetstream/consume/runner.py",
-          "jetstream/consume/engine.py"}
+          "jetstream/consume/engine.py", "jetstream/consume/actions.py", "jetstream/consume/statuses.py"}
 #: consumers moved onto the engine: nothing of their own may remain
 CONVERTED = ["jetstream/push.py", "jetstream/push_resets.py", "jetstream/ordered.py", "kv/keyvalue.py",
              "liftbridge/sub.py", "liftbridge/consumer.py"]

@@ -1,11 +1,12 @@
-"""The pure part of the fast-ingest publisher (ADR-50): reply subjects, the server's messages, the window."""
+"""The pure part of the fast-ingest publisher (ADR-50, jssync/jetstream/fastbatch.py): reply subjects,
+the server's messages, the window."""
 
 from __future__ import annotations
 
 import pytest
 
 import jssync
-from jssync.jetstream.fastpublish import (
+from jssync.jetstream.fastbatch import (
     OP_APPEND,
     OP_EOB,
     OP_PING,
