@@ -33,7 +33,7 @@ class _Deadline(Protocol):
 
     def slice(self) -> float: ...
 
-__all__ = ["CAPABILITIES", "LeanFuture", "cancel_requested"]
+__all__ = ["CAPABILITIES", "NOT_SETTLED", "LeanFuture", "cancel_requested", "is_finished", "settled_result"]
 
 
 def _check() -> dict[str, bool]:
@@ -61,6 +61,10 @@ def _check() -> dict[str, bool]:
 
 #: What :func:`_check` found: ``task_must_cancel``, ``lean_future``.
 CAPABILITIES: dict[str, bool] = _check()
+
+
+#: What :func:`settled_result` returns for a Future that has no result to read now.
+NOT_SETTLED: Any = object()
 
 
 def cancel_requested(task: asyncio.Task[Any], cancels_at_start: int) -> bool:
@@ -169,7 +173,28 @@ if CAPABILITIES["lean_future"]:
             if self._cb:
                 self._invoke_callbacks()  # type: ignore[attr-defined]
 
+    def is_finished(fut: concurrent.futures.Future[Any]) -> bool:
+        """True when ``fut`` finished (a result or an exception), read without its lock."""
+        return fut._state == _FINISHED
+
+    def settled_result(fut: concurrent.futures.Future[Any]) -> Any:
+        """``fut``'s result when it finished without an exception, read without its lock (set_result
+        sets the result before the state); :data:`NOT_SETTLED` otherwise (not done, failed, cancelled)."""
+        if fut._state == _FINISHED and fut._exception is None:
+            return fut._result
+        return NOT_SETTLED
+
 else:  # pragma: no cover - an interpreter without those internals
+
+    def is_finished(fut: concurrent.futures.Future[Any]) -> bool:
+        """True when ``fut`` finished (a result or an exception)."""
+        return fut.done() and not fut.cancelled()
+
+    def settled_result(fut: concurrent.futures.Future[Any]) -> Any:
+        """``fut``'s result when it finished without an exception; :data:`NOT_SETTLED` otherwise."""
+        if fut.done() and not fut.cancelled() and fut.exception(0) is None:
+            return fut.result(0)
+        return NOT_SETTLED
 
     class LeanFuture(concurrent.futures.Future[_T]):  # type: ignore[no-redef]
         """A plain Future already RUNNING (``condition`` unused: the internals are missing)."""

@@ -57,6 +57,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from ..base.cpython import NOT_SETTLED, is_finished, settled_result
 from ..base.errors import (
     ConnectionClosedError,
     JetStreamError,
@@ -66,7 +67,7 @@ from ..base.errors import (
 )
 from ..base.times import parse_server_time
 from ..core import natspy as _natspy
-from .errors import DataLossError, SparkWriteError
+from .errors import DataLossError, SparkWriteError, _Stopped
 
 try:
     import pyspark
@@ -629,11 +630,6 @@ def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
         lo = hi + 1
     return out
 
-
-#: ``concurrent.futures.Future._state`` of a Future with a result or an exception (CPython
-#: sets ``_result`` / ``_exception`` before it): the writer settles PubAcks without the
-#: Future's lock.
-_FINISHED = "FINISHED"
 
 #: Bytes of the content digest in a derived ``Nats-Msg-Id`` (96 bits: two different rows of
 #: one partition share a digest with odds of about n**2 / 2**97 for n rows).
@@ -1978,14 +1974,6 @@ def _failed_write_text(cause: str, opts: WriteOptions, js: JetStream | None, inf
     return text
 
 
-class _Stopped(Exception):  # noqa: N818 - internal: the task was stopped, not an error of its own
-    """Raised inside :func:`write_batches` when the driver's abort stopped the task."""
-
-    def __init__(self, report: dict[str, Any]) -> None:
-        super().__init__("stopped")
-        self.report = report
-
-
 def _stopped(stop: _StopSignal, opts: WriteOptions, js: JetStream, inflight: deque[tuple[int, str, Any]],
              stored: int, duplicates: int, partition: int, attempt: int, rows: int) -> None:
     """Stop publishing: wait for the PubAcks in flight, answer the abort, raise :class:`_Stopped`.
@@ -2054,11 +2042,8 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
     def settle(item: tuple[int, str, Any]) -> None:
         nonlocal stored, duplicates, first_seq, last_seq
         row, subj, fut = item
-        if fut._state == _FINISHED and fut._exception is None:
-            # a PubAck: read without the Future's lock (set_result sets _result before
-            # _state; this was 3 lock round trips a row, about 1 us)
-            ack = fut._result
-        else:
+        ack = settled_result(fut)  # a PubAck read without the Future's lock (3 lock round trips a row, ~1 us)
+        if ack is NOT_SETTLED:
             try:
                 # done, or its PubAck was taken off the table just now and is being set:
                 # the wait is for that moment only (done() / publish_async_completed said so)
@@ -2076,7 +2061,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
 
     def look(rows_so_far: int) -> None:
         # the settled PubAcks now and then (fail early), and the abort's stop request
-        while inflight and inflight[0][2]._state == _FINISHED:
+        while inflight and is_finished(inflight[0][2]):
             settle(inflight.popleft())
         if stop is not None and stop.requested:
             assert js is not None
@@ -2155,7 +2140,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                     ) from exc
                 inflight.append((row, subj, fut))
                 if not rows & 255:  # look at the settled PubAcks now and then: fail early
-                    while inflight and inflight[0][2]._state == _FINISHED:
+                    while inflight and is_finished(inflight[0][2]):
                         settle(inflight.popleft())
                     if stop is not None and stop.requested:
                         _stopped(stop, opts, js, inflight, stored, duplicates, partition, attempt, rows)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..base.errors import JetStreamError
 
 
@@ -20,6 +22,14 @@ class DataLossError(JetStreamError):
     first sequence when the range was planned (or when the micro-batch started), and below
     it when the task began to read (removed by the stream's limits, a purge or their age).
     """
+
+
+class _Stopped(Exception):  # noqa: N818 - internal: the task was stopped, not an error of its own
+    """Raised inside :func:`write_batches` when the driver's abort stopped the task."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__("stopped")
+        self.report = report
 
 
 SparkWriteError.__module__ = DataLossError.__module__ = "jssync.spark"  # their public home
