@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import kombu
@@ -21,18 +20,6 @@ from tests.conftest import FACTOR, wait_for
 pytestmark = pytest.mark.timeout(120)
 
 TRANSPORT = "jssync.kombu:Transport"
-
-
-@pytest.fixture
-def prefix(nats_server: NatsServer, unique: str) -> Iterator[str]:
-    """A subject prefix of the test's own; its streams are deleted after the test."""
-    pfx = f"p{unique}"
-    yield pfx
-    with jssync.connect(nats_server.url) as nc:
-        js = nc.jetstream()
-        for name in list(js.stream_names()):
-            if name.startswith(f"{pfx}_") or name == f"KV_{pfx}_bindings":
-                js.delete_stream(name)
 
 
 def _conn(url: str, prefix: str, **options: Any) -> kombu.Connection:

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,18 +27,6 @@ pytestmark = pytest.mark.timeout(180)
 
 ROOT = Path(__file__).resolve().parents[3]
 TRANSPORT = "jssync.kombu:Transport"
-
-
-@pytest.fixture
-def prefix(nats_server: NatsServer, unique: str) -> Iterator[str]:
-    """A subject prefix of the test's own; its streams (queues, bindings) are deleted after the test."""
-    pfx = f"k{unique}"
-    yield pfx
-    with jssync.connect(nats_server.url) as nc:
-        js = nc.jetstream()
-        for name in list(js.stream_names()):
-            if name.startswith(f"{pfx}_") or name == f"KV_{pfx}_bindings":
-                js.delete_stream(name)
 
 
 def _conn(url: str, prefix: str, **options: Any) -> kombu.Connection:

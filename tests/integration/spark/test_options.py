@@ -94,17 +94,7 @@ def test_fail_on_data_loss_streaming(spark, nats_server, js, stream, tmp_path):
         seen.extend(r.seq for r in df.select("seq").collect())
 
     def run(**options):
-        r = (spark.readStream.format("jetstream").option("servers", url).option("stream", name)
-             .option("maxMessagesPerTrigger", "100"))
-        for k, v in options.items():
-            r = r.option(k, v)
-        q = (r.load().writeStream.foreachBatch(collect).option("checkpointLocation", str(ckpt))
-             .trigger(availableNow=True).start())
-        try:
-            q.awaitTermination(120 * FACTOR)
-        except Exception:  # noqa: BLE001 - the failure is looked at through q.exception()
-            pass
-        return q
+        return run_available_now(spark, url, name, ckpt, collect, maxMessagesPerTrigger="100", **options)
 
     q = run()
     assert q.exception() is None and sorted(seen) == list(range(1, 201))
