@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -378,11 +379,13 @@ def _add_global_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("global options (before or after the command)")
     for flags, kw in _GLOBAL_OPTIONS:
         action = g.add_argument(*flags, default=argparse.SUPPRESS, **kw)
-        _GLOBAL_ACTIONS.add(id(action))
+        _GLOBAL_ACTIONS.add(action)
 
 
-#: the argparse actions of the global options (left out of the usage lines)
-_GLOBAL_ACTIONS: set[int] = set()
+#: the argparse actions of the global options (left out of the usage lines); weak, and by
+#: object rather than id(): the id of a dropped parser's action can come back as the id of
+#: another command's own option when main() runs again in the same process
+_GLOBAL_ACTIONS: weakref.WeakSet[argparse.Action] = weakref.WeakSet()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -390,7 +393,7 @@ class _Parser(argparse.ArgumentParser):
     (``--help`` still lists them, in their own group)."""
 
     def _own_actions(self) -> list[argparse.Action]:
-        return [a for a in self._actions if id(a) not in _GLOBAL_ACTIONS]
+        return [a for a in self._actions if a not in _GLOBAL_ACTIONS]
 
     def format_usage(self) -> str:
         formatter = self._get_formatter()

@@ -168,7 +168,7 @@ def test_the_sleep_check_catches_an_unmarked_sleep():
 
 #: Tests of the package as a whole (every layer at once), not of one module: they stay at the top.
 _CROSS_CUTTING = {
-    "unit": {"test_parsers_fuzz.py"},
+    "unit": {"test_cli.py", "test_parsers_fuzz.py"},
     "integration": {
         "test_bad_input.py", "test_cli.py", "test_duration_options.py", "test_errors_typing_and_tracebacks.py",
         "test_examples.py", "test_framework_examples.py", "test_timeout_rule_server.py", "test_unknown_options.py",
