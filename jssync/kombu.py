@@ -467,7 +467,29 @@ class Channel(virtual.Channel):
                 return
             puller = self._pullers[queue] = _Puller(self, queue)
             self._buffers.setdefault(queue, deque())
+            over = self._over_share()
+        for pull in over:  # asked for more than the new share: pull again with it (what it still brings is nak'ed)
+            pull.stop()
         puller.start()
+
+    def _over_share(self) -> list[Any]:
+        """The open pulls of acked queues that asked for more than their share of the prefetch
+        room now (called with ``_lock`` held, after a queue was added or the prefetch count
+        changed): an open pull of an idle queue, made while it was the only one (or before
+        ``basic_qos``), would otherwise hold the other queues' room until it expires."""
+        limit = self.qos.prefetch_count
+        if not limit:
+            return []
+        acked = [p for p in self._pullers.values() if p.queue not in self._no_ack]
+        share = max(1, -(-limit // max(1, len(acked))))
+        pulls = []
+        for p in acked:
+            if p.reserved > share:
+                if p._pull is not None:
+                    pulls.append(p._pull)
+                else:  # its pull is being sent: stopped as soon as it is made
+                    p.resize = True
+        return pulls
 
     def _stop_pullers(self, queues: list[str]) -> None:
         """Stop the pull threads of ``queues``: their open pulls end at once (what those still
@@ -564,6 +586,10 @@ class Channel(virtual.Channel):
     def basic_qos(self, prefetch_size: int = 0, prefetch_count: int = 0, apply_global: bool = False) -> None:
         """Limit the messages delivered and not acked on this channel (kombu counts them)."""
         self.qos.prefetch_count = prefetch_count
+        with self._lock:
+            over = self._over_share()
+        for pull in over:  # asked for more than the new limit allows: pull again within it
+            pull.stop()
         self._wake()
 
     def close(self) -> None:
@@ -614,6 +640,8 @@ class _Puller:
         #: messages asked for by the open pull and not yet received (guarded by channel._lock)
         self.reserved = 0
         self.stopped = False
+        #: the pull being sent asked for more than the share a queue added since allows: stop it
+        self.resize = False
         self._pull: Any = None  # the open FetchResult (guarded by channel._lock)
         self._thread = threading.Thread(target=self._run, name="jssync-kombu-pull", daemon=True)
 
@@ -659,7 +687,8 @@ class _Puller:
                 pull = ch._consumer(self.queue).fetch(size, expires=PULL_EXPIRES)
                 with ch._lock:
                     self._pull = pull
-                    stopped = self.stopped
+                    stopped = self.stopped or self.resize
+                    self.resize = False
                 if stopped:
                     pull.stop()
                 for msg in pull:

@@ -105,7 +105,7 @@ def test_an_idle_queue_does_not_hold_the_prefetch_room_of_a_busy_one(nats_server
         ch.close()
     assert sorted(got) == list(range(6))
     # were the idle queue's open pull (5 s) holding the room, each message would wait for it
-    assert took < 4 * FACTOR
+    assert took < 4 * FACTOR, took
 
 
 def test_a_consumer_waits_for_the_next_message_instead_of_polling(nats_server: NatsServer, prefix: str) -> None:
@@ -196,3 +196,38 @@ def test_a_queue_its_pull_cannot_declare_again_is_reported_by_drain_events_and_t
             _publish(nats_server.url, prefix, queue, ["again"])  # declares the queue again
             _drain(conn, lambda: got == ["again"])
         ch.close()
+
+
+def test_a_queue_consumed_after_an_idle_one_gets_its_share_of_the_room_at_once(
+        nats_server: NatsServer, prefix: str) -> None:
+    """An idle queue's pull, opened while it was the channel's only queue (so with the whole
+    prefetch room), is cut down to its share as soon as a second queue is consumed: the busy
+    queue's messages do not wait for the idle pull to expire (5 s)."""
+    ex = Exchange("cut")
+    idle, busy = Queue("idle", ex, routing_key="idle"), Queue("busy", ex, routing_key="busy")
+    _publish(nats_server.url, prefix, idle, [])
+    _publish(nats_server.url, prefix, busy, list(range(6)))
+    got: list[Any] = []
+
+    def on_message(body: Any, message: Any) -> None:
+        got.append(body)
+        message.ack()
+
+    def waiting(queue: str) -> int:
+        with jssync.connect(nats_server.url) as nc:
+            return int(nc.jetstream().consumer(f"{prefix}_{queue}", prefix).info().num_waiting or 0)
+
+    with _conn(nats_server.url, prefix) as conn:
+        ch = conn.channel()
+        ch.basic_qos(0, 2, False)
+        with Consumer(ch, [idle], callbacks=[on_message]):
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=0.3)  # starts the idle queue's pull thread: the only queue
+            wait_for(lambda: waiting("idle") == 1, timeout=10 * FACTOR, what="the idle queue's open pull")
+            with Consumer(ch, [busy], callbacks=[on_message]):
+                start = time.monotonic()
+                _drain(conn, lambda: len(got) >= 6, timeout=20)
+                took = time.monotonic() - start
+        ch.close()
+    assert sorted(got) == list(range(6))
+    assert took < 4 * FACTOR, took
