@@ -154,8 +154,10 @@ class RowPublisher:
                 m = nxt(0)
                 row = int(m.subject[plen:])
                 ack = match(m.data) if m.headers is None else None
-                if ack is None:
-                    self._slow(m, row)  # may raise RowFailed: the counts so far are kept (finally)
+                if ack is None:  # it counts into the attributes: hand them the counts so far, then take them back
+                    self.stored, self.duplicates, self.first_seq, self.last_seq = stored, dups, lo, hi
+                    self._slow(m, row)  # may raise RowFailed (the finally keeps the same counts)
+                    stored, dups, lo, hi = self.stored, self.duplicates, self.first_seq, self.last_seq
                     continue
                 if pending.pop(row, None) is None:
                     continue  # a second reply (resent after a 503) or a row already failed
