@@ -18,16 +18,21 @@ naming the row.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import SubscriptionClosedError, TimeoutError
 from ..base.status import is_no_responders
-from ..jetstream.replies import _PLAIN_ACK, _parse_pub_ack
+from ..jetstream.replies import _parse_pub_ack
 
 if TYPE_CHECKING:
     from ..core.connection import Connection
     from ..core.msg import Msg
+
+#: A plain PubAck as the server writes it (a duplicate's with a space before ``true``): the
+#: sequence, and whether it is a duplicate. Anything else goes through ``_parse_pub_ack``.
+_PLAIN_ACK = re.compile(rb'\{"stream":"[^"\\]+","seq":(\d+)(,"duplicate": ?true)?\}\Z')
 
 #: Rows per timestamp of the PubAck timeout (the timeout of a row is counted from its chunk's start).
 _CHUNK_SHIFT = 8
@@ -161,11 +166,11 @@ class RowPublisher:
                     continue
                 if pending.pop(row, None) is None:
                     continue  # a second reply (resent after a 503) or a row already failed
-                if ack[3] is not None:
+                if ack[2] is not None:
                     dups += 1
                     continue
                 stored += 1
-                seq = int(ack[2])
+                seq = int(ack[1])
                 if lo is None or seq < lo:
                     lo = seq
                 if hi is None or seq > hi:
@@ -252,10 +257,10 @@ class RowPublisher:
         if ack is None:
             self._slow(first, row)
         elif self.rows.pop(row, None) is not None:
-            if ack[3] is not None:
+            if ack[2] is not None:
                 self.duplicates += 1
             else:
-                seq = int(ack[2])
+                seq = int(ack[1])
                 self.stored += 1
                 self.first_seq = seq if self.first_seq is None else min(self.first_seq, seq)
                 self.last_seq = seq if self.last_seq is None else max(self.last_seq, seq)
