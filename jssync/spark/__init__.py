@@ -29,8 +29,9 @@ fails the query when it is planned.
 Batch reads may end at ``endingTime`` (Kafka's ``endingTimestamp``); ``headersFormat=array``
 gives Kafka's array of key/value structs for ``headers`` (repeated names kept), and the
 sink takes that column too, and a ``key`` column as the last subject token.
-Writes publish every row with ``publish_async`` and wait for all PubAcks before the
-task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
+Writes publish every row with ``publish_async``'s checks and a reply subject of their own
+(``<inbox>.<row>``, PubAcks counted in bulk, see :mod:`jssync.spark.rowpub`) and wait for
+all PubAcks before the task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
 (from a column, or derived from the query, batch, partition and the row's content and
 its occurrence count, never its position) so retried tasks and replayed micro-batches
 are de-duplicated by the stream's duplicate window whatever order their rows come in.
@@ -1707,8 +1708,8 @@ class _FastRows:
     The subject is checked once per distinct subject (a small cache), the derived
     ``Nats-Msg-Id`` is built from a prefix checked once and a digest state per subject
     (the same id as :func:`derive_msg_id`), and the payload plus header block is checked
-    against the server's max_payload; then the row goes straight to the publisher, with
-    the same Future, flow control and PubAck handling as ``publish_async``.
+    against the server's max_payload; then the row goes to the task's
+    :class:`~jssync.spark.rowpub.RowPublisher` (``maxPending`` window, PubAcks counted in bulk).
 
     It also counts the rows of each content digest seen so far in the partition (the
     occurrence part of derived ids): one dict entry per distinct row, about 100 bytes each.
