@@ -159,3 +159,19 @@ def test_a_retried_task_with_derived_ids_stores_every_row_exactly_once(nats_serv
         assert st.info().state.messages == rows
     finally:
         js.delete_stream(name)
+
+
+def test_rows_no_stream_answers_are_sent_again_then_fail_naming_the_first_row(nats_server, unique):
+    """No stream captures the subject: the server answers each row with 503 (no responders);
+    like publish_async, each row is sent twice more (0.25 s and 0.5 s later) before the task
+    fails, naming the first row."""
+    subject = f"N{unique}.x"
+    opts = jspark.WriteOptions.parse({"servers": nats_server.url, "subject": subject})
+    rb = pa.RecordBatch.from_arrays([pa.array([b"a", b"b", b"c"])], names=["data"])
+    t0 = time.monotonic()
+    with pytest.raises(jspark.SparkWriteError) as ei:
+        jspark.write_batches(opts, iter([rb]), "pfx", 0, 0)
+    assert time.monotonic() - t0 >= 0.7  # the two resends' waits
+    text = str(ei.value)
+    assert text.startswith(f"publishing row 0 of partition 0 to {subject!r} failed: NoRespondersError"), text
+    assert "0 row(s) of partition 0 are in the stream" in text
