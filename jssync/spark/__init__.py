@@ -29,8 +29,9 @@ fails the query when it is planned.
 Batch reads may end at ``endingTime`` (Kafka's ``endingTimestamp``); ``headersFormat=array``
 gives Kafka's array of key/value structs for ``headers`` (repeated names kept), and the
 sink takes that column too, and a ``key`` column as the last subject token.
-Writes publish every row with ``publish_async`` and wait for all PubAcks before the
-task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
+Writes publish every row with ``publish_async``'s checks and a reply subject of their own
+(``<inbox>.<row>``, PubAcks counted in bulk, see :mod:`jssync.spark.rowpub`) and wait for
+all PubAcks before the task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
 (from a column, or derived from the query, batch, partition and the row's content and
 its occurrence count, never its position) so retried tasks and replayed micro-batches
 are de-duplicated by the stream's duplicate window whatever order their rows come in.
@@ -52,12 +53,10 @@ import math
 import ssl
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from ..base.cpython import NOT_SETTLED, is_finished, settled_result
 from ..base.errors import (
     ConnectionClosedError,
     JetStreamError,
@@ -68,6 +67,7 @@ from ..base.errors import (
 from ..base.times import parse_server_time
 from ..core import natspy as _natspy
 from .errors import DataLossError, SparkWriteError, _Stopped
+from .rowpub import RowFailed, RowPublisher
 
 try:
     import pyspark
@@ -1708,8 +1708,8 @@ class _FastRows:
     The subject is checked once per distinct subject (a small cache), the derived
     ``Nats-Msg-Id`` is built from a prefix checked once and a digest state per subject
     (the same id as :func:`derive_msg_id`), and the payload plus header block is checked
-    against the server's max_payload; then the row goes straight to the publisher, with
-    the same Future, flow control and PubAck handling as ``publish_async``.
+    against the server's max_payload; then the row goes to the task's
+    :class:`~jssync.spark.rowpub.RowPublisher` (``maxPending`` window, PubAcks counted in bulk).
 
     It also counts the rows of each content digest seen so far in the partition (the
     occurrence part of derived ids): one dict entry per distinct row, about 100 bytes each.
@@ -1790,15 +1790,15 @@ class _FastRows:
             )
         return hdrs
 
-    def publish_all(self, publish: Any, subjects: list[Any] | None, datas: list[Any], default: str | None,
-                    timeout: float, first: int, partition: int, add: Callable[[tuple[int, str, Any]], None],
-                    every_256: Callable[[int], None]) -> None:
-        """Publish rows of subject and data only, handing ``(row, subject, Future)`` to ``add``.
+    def publish_all(self, pub: RowPublisher, subjects: list[Any] | None, datas: list[Any], default: str | None,
+                    first: int, partition: int, every_256: Callable[[int], None]) -> None:
+        """Publish rows of subject and data only through ``pub`` (rows numbered from ``first``).
 
-        The same checks, ids and errors as :meth:`headers` plus ``publish``, in one loop:
-        rows are numbered from ``first``, and ``every_256(rows so far)`` is called after
-        each row whose count is a multiple of 256 (the caller looks at PubAcks and stop
-        requests there; it may raise). Raises :class:`SparkWriteError` naming the row.
+        The same checks, ids and errors as :meth:`headers` plus ``pub.publish``, in one loop:
+        ``every_256(rows so far)`` is called after each row whose count is a multiple of 256
+        (the caller counts PubAcks and looks at stop requests there; it may raise). Waits
+        while ``pub.max_pending`` rows are without a PubAck. Raises :class:`SparkWriteError`
+        naming the row (and :class:`RowFailed` from the PubAcks read while waiting).
         """
         subjects_seen = self._subjects
         seen = self._seen
@@ -1806,7 +1806,12 @@ class _FastRows:
         extra = self._extra
         limit = self._max_payload
         derive = self._derive
+        pending = pub.rows
+        window = pub.max_pending
+        enqueue = pub.enqueue
+        reply = pub.reply_prefix
         row = first
+        pub.mark(first)
         for d in datas:
             subj = (subjects[row - first] if subjects is not None else None) or default
             if subj is None:
@@ -1834,14 +1839,20 @@ class _FastRows:
                             f"payload of {len(d) + len(msg_id) + extra} bytes (headers included) on {subj!r} is "
                             f"over the server's max_payload of {limit} bytes")
                     hdrs = {"Nats-Msg-Id": msg_id}
-                fut = publish(subj, d, hdrs, timeout)
-            except SparkWriteError:
+                if len(pending) >= window:
+                    pub.wait_room()
+                pending[row] = (subj, d, hdrs)
+                if enqueue is not None:
+                    enqueue((subj, d, f"{reply}{row}", hdrs))
+                else:
+                    pub.send(row, subj, d, hdrs)
+            except (SparkWriteError, RowFailed):
                 raise
             except Exception as exc:  # noqa: BLE001 - bad subject, payload size, closed connection
+                pending.pop(row, None)
                 raise SparkWriteError(
                     f"cannot publish row {row} of partition {partition} to {subj!r}: {type(exc).__name__}: {exc}"
                 ) from exc
-            add((row, subj, fut))
             row += 1
             if not row & 255:
                 every_256(row)
@@ -1947,24 +1958,17 @@ def stop_tasks(opts: WriteOptions, token: str, batch_id: int) -> tuple[list[dict
         conn.close()
 
 
-def _failed_write_text(cause: str, opts: WriteOptions, js: JetStream | None, inflight: deque[tuple[int, str, Any]],
-                       stored: int, duplicates: int, prefix: str, batch_id: int, partition: int) -> str:
+def _failed_write_text(cause: str, opts: WriteOptions, pub: RowPublisher | None, prefix: str, batch_id: int,
+                       partition: int) -> str:
     """The text of a failed task's error: the cause, the rows in the stream, how to re-run.
 
-    Waits up to 5 s for the PubAcks still in flight (what the server stores anyway), then
+    Waits up to 5 s for the PubAcks still missing (what the server stores anyway), then
     counts the rows of this partition that are in the stream.
     """
-    if js is not None and inflight:
-        try:
-            js.publish_async_completed(timeout=min(5.0, opts.publish_timeout))
-        except Exception:  # noqa: BLE001 - counted below as not stored
-            pass
-    for _row, _subj, fut in inflight:
-        if fut.done() and fut.exception() is None:
-            if fut.result().duplicate:
-                duplicates += 1
-            else:
-                stored += 1
+    stored = duplicates = 0
+    if pub is not None:
+        pub.settle_quietly(min(5.0, opts.publish_timeout))
+        stored, duplicates = pub.stored, pub.duplicates
     text = (f"{cause}. {stored + duplicates} row(s) of partition {partition} are in the stream "
             f"({duplicates} of them were already there); what the write's other tasks stored stays too")
     if opts.derive_msg_id:
@@ -1974,28 +1978,14 @@ def _failed_write_text(cause: str, opts: WriteOptions, js: JetStream | None, inf
     return text
 
 
-def _stopped(stop: _StopSignal, opts: WriteOptions, js: JetStream, inflight: deque[tuple[int, str, Any]],
-             stored: int, duplicates: int, partition: int, attempt: int, rows: int) -> None:
-    """Stop publishing: wait for the PubAcks in flight, answer the abort, raise :class:`_Stopped`.
+def _stopped(stop: _StopSignal, opts: WriteOptions, pub: RowPublisher, partition: int, attempt: int,
+             rows: int) -> None:
+    """Stop publishing: wait for the PubAcks still missing, answer the abort, raise :class:`_Stopped`.
 
-    ``stored`` and ``duplicates`` count the PubAcks settled so far; a failed PubAck among
-    those in flight counts as not stored."""
-    try:
-        js.publish_async_completed(timeout=min(5.0, opts.publish_timeout))
-    except Exception:  # noqa: BLE001 - what is left is counted as unsettled
-        pass
-    unsettled = 0
-    while inflight:
-        _row, _subj, fut = inflight.popleft()
-        if not fut.done():
-            unsettled += 1
-        elif fut.exception() is None:
-            if fut.result().duplicate:
-                duplicates += 1
-            else:
-                stored += 1
-    report = {"partition": partition, "attempt": attempt, "rows": rows, "stored": stored,
-              "duplicates": duplicates, "unsettled": unsettled}
+    A failed PubAck counts as not stored; a missing one as unsettled."""
+    pub.settle_quietly(min(5.0, opts.publish_timeout))
+    report = {"partition": partition, "attempt": attempt, "rows": rows, "stored": pub.stored,
+              "duplicates": pub.duplicates, "unsettled": pub.pending}
     stop.report(report)
     raise _Stopped(report)
 
@@ -2031,137 +2021,124 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
     import pyarrow as _pa
 
     conn = opts.conn.connect(f"writer-{partition}")
-    js: JetStream | None = None
     rows = 0
-    stored = 0  # PubAcks of new messages
-    duplicates = 0
-    first_seq: int | None = None
-    last_seq: int | None = None
-    inflight: deque[tuple[int, str, Any]] = deque()
-
-    def settle(item: tuple[int, str, Any]) -> None:
-        nonlocal stored, duplicates, first_seq, last_seq
-        row, subj, fut = item
-        ack = settled_result(fut)  # a PubAck read without the Future's lock (3 lock round trips a row, ~1 us)
-        if ack is NOT_SETTLED:
-            try:
-                # done, or its PubAck was taken off the table just now and is being set:
-                # the wait is for that moment only (done() / publish_async_completed said so)
-                ack = fut.result(timeout=5.0)
-            except Exception as exc:  # noqa: BLE001
-                raise SparkWriteError(
-                    f"publishing row {row} of partition {partition} to {subj!r} failed: {type(exc).__name__}: {exc}"
-                ) from exc
-        if ack.duplicate:
-            duplicates += 1
-        else:
-            stored += 1
-            first_seq = ack.seq if first_seq is None else min(first_seq, ack.seq)
-            last_seq = ack.seq if last_seq is None else max(last_seq, ack.seq)
+    pub: RowPublisher | None = None
 
     def look(rows_so_far: int) -> None:
-        # the settled PubAcks now and then (fail early), and the abort's stop request
-        while inflight and is_finished(inflight[0][2]):
-            settle(inflight.popleft())
+        # count the PubAcks received (fail early), and look at the abort's stop request
+        assert pub is not None
+        pub.mark(rows_so_far)
+        pub.poll()
         if stop is not None and stop.requested:
-            assert js is not None
-            _stopped(stop, opts, js, inflight, stored, duplicates, partition, attempt, rows_so_far)
+            _stopped(stop, opts, pub, partition, attempt, rows_so_far)
 
     stop: _StopSignal | None = None
     try:
-        js = conn.jetstream(timeout=opts.publish_timeout, max_pending=opts.max_pending)
-        stop = _StopSignal(conn, stop_subject(token, batch_id)) if token is not None else None
-        fast = _FastRows(conn, prefix, batch_id, partition, opts.derive_msg_id)
-        publish = js._async.publish  # for rows _FastRows has checked (see there)
-        timeout = opts.publish_timeout
-        cols: _Columns4Write | None = None
-        for rb in batches:
-            if cols is None:
-                cols = _write_columns(list(rb.schema.names), opts)
-            n = rb.num_rows
-            if n == 0:
-                continue
-            if stop is not None and stop.requested:
-                _stopped(stop, opts, js, inflight, stored, duplicates, partition, attempt, rows)
-            data_col = rb.column(cols.data)
-            if _pa.types.is_string(data_col.type):  # the UTF-8 bytes as they are: no encode() per row
-                data_col = data_col.cast(_pa.binary())
-            elif _pa.types.is_large_string(data_col.type):
-                data_col = data_col.cast(_pa.large_binary())
-            datas = data_col.to_pylist()
-            subjects = rb.column(cols.subject).to_pylist() if cols.subject is not None else None
-            headers = rb.column(cols.headers).to_pylist() if cols.headers is not None else None
-            ids = rb.column(cols.msg_id).to_pylist() if cols.msg_id is not None else None
-            keys = rb.column(cols.key).to_pylist() if cols.key is not None else None
-            if headers is None and ids is None and keys is None:
-                # the common batch: subject and data only, one call per row into the publisher
-                first = rows
-                fast.publish_all(publish, subjects, datas, opts.subject, timeout, first, partition, inflight.append,
-                                 look)
-                rows = first + n
-                continue
-            for i in range(n):
-                row = rows
-                rows += 1
-                subj = (subjects[i] if subjects is not None else None) or opts.subject
-                if subj is None:
-                    raise SparkWriteError(
-                        f"row {row} of partition {partition} has no subject (its 'subject' column is null "
-                        "and option 'subject' is not set)"
-                    )
-                if keys is not None:
-                    subj = _row_subject(subj, keys[i], row, partition)
-                d = datas[i]
-                if d is None:
-                    d = b""
-                elif isinstance(d, str):
-                    d = d.encode()
-                h = _row_headers(headers[i], row, partition) if headers is not None else None
-                try:
-                    if not h and (ids is None or ids[i] is None):
-                        # the common row: no headers of its own, a derived id (or none)
-                        fut = publish(subj, d, fast.headers(subj, d), timeout)
-                    else:
-                        if ids is not None and ids[i] is not None:
-                            msg_id: str | None = str(ids[i])
-                        elif opts.derive_msg_id:
-                            msg_id = fast.msg_id(subj, d, h)
-                        else:
-                            msg_id = None
-                        if isinstance(h, _HeaderLines):  # a repeated name: publish_async would copy the dict
-                            if msg_id is not None:
-                                h = _HeaderLines([*h.lines, ("Nats-Msg-Id", msg_id)])
-                            fut = publish(subj, d, fast.checked(subj, d, h), timeout)
-                        else:
-                            fut = js.publish_async(subj, d, headers=h, msg_id=msg_id, timeout=timeout)
-                except Exception as exc:  # noqa: BLE001 - bad subject, header, payload size
-                    raise SparkWriteError(
-                        f"cannot publish row {row} of partition {partition} to {subj!r}: {type(exc).__name__}: {exc}"
-                    ) from exc
-                inflight.append((row, subj, fut))
-                if not rows & 255:  # look at the settled PubAcks now and then: fail early
-                    while inflight and is_finished(inflight[0][2]):
-                        settle(inflight.popleft())
-                    if stop is not None and stop.requested:
-                        _stopped(stop, opts, js, inflight, stored, duplicates, partition, attempt, rows)
         try:
-            js.publish_async_completed(timeout=opts.publish_timeout + 5.0)
-        except TimeoutError as exc:
+            js = conn.jetstream(timeout=opts.publish_timeout, max_pending=opts.max_pending)
+            pub = RowPublisher(conn, opts.max_pending, opts.publish_timeout)
+            stop = _StopSignal(conn, stop_subject(token, batch_id)) if token is not None else None
+            fast = _FastRows(conn, prefix, batch_id, partition, opts.derive_msg_id)
+            cols: _Columns4Write | None = None
+            for rb in batches:
+                if cols is None:
+                    cols = _write_columns(list(rb.schema.names), opts)
+                n = rb.num_rows
+                if n == 0:
+                    continue
+                if stop is not None and stop.requested:
+                    _stopped(stop, opts, pub, partition, attempt, rows)
+                data_col = rb.column(cols.data)
+                if _pa.types.is_string(data_col.type):  # the UTF-8 bytes as they are: no encode() per row
+                    data_col = data_col.cast(_pa.binary())
+                elif _pa.types.is_large_string(data_col.type):
+                    data_col = data_col.cast(_pa.large_binary())
+                datas = data_col.to_pylist()
+                subjects = rb.column(cols.subject).to_pylist() if cols.subject is not None else None
+                headers = rb.column(cols.headers).to_pylist() if cols.headers is not None else None
+                ids = rb.column(cols.msg_id).to_pylist() if cols.msg_id is not None else None
+                keys = rb.column(cols.key).to_pylist() if cols.key is not None else None
+                if headers is None and ids is None and keys is None:
+                    # the common batch: subject and data only, one loop over the rows
+                    first = rows
+                    fast.publish_all(pub, subjects, datas, opts.subject, first, partition, look)
+                    rows = first + n
+                    continue
+                pub.mark(rows)
+                for i in range(n):
+                    row = rows
+                    subj = (subjects[i] if subjects is not None else None) or opts.subject
+                    if subj is None:
+                        raise SparkWriteError(
+                            f"row {row} of partition {partition} has no subject (its 'subject' column is null "
+                            "and option 'subject' is not set)"
+                        )
+                    if keys is not None:
+                        subj = _row_subject(subj, keys[i], row, partition)
+                    d = datas[i]
+                    if d is None:
+                        d = b""
+                    elif isinstance(d, str):
+                        d = d.encode()
+                    h = _row_headers(headers[i], row, partition) if headers is not None else None
+                    try:
+                        if not h and (ids is None or ids[i] is None):
+                            # the common row: no headers of its own, a derived id (or none)
+                            hdrs = fast.headers(subj, d)
+                        else:
+                            if ids is not None and ids[i] is not None:
+                                msg_id: str | None = str(ids[i])
+                            elif opts.derive_msg_id:
+                                msg_id = fast.msg_id(subj, d, h)
+                            else:
+                                msg_id = None
+                            if isinstance(h, _HeaderLines):  # a repeated name: every line is sent
+                                if msg_id is not None:
+                                    h = _HeaderLines([*h.lines, ("Nats-Msg-Id", msg_id)])
+                                hdrs = fast.checked(subj, d, h)
+                            else:  # publish_async's checks and headers
+                                d, hdrs = js._prepare_publish(subj, d, h, msg_id, None, None, None, None)
+                    except Exception as exc:  # noqa: BLE001 - bad subject, header, payload size
+                        raise SparkWriteError(
+                            f"cannot publish row {row} of partition {partition} to {subj!r}: "
+                            f"{type(exc).__name__}: {exc}"
+                        ) from exc
+                    try:
+                        pub.publish(row, subj, d, hdrs)
+                    except RowFailed:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - a closed connection
+                        pub.rows.pop(row, None)
+                        raise SparkWriteError(
+                            f"cannot publish row {row} of partition {partition} to {subj!r}: "
+                            f"{type(exc).__name__}: {exc}"
+                        ) from exc
+                    rows += 1
+                    if not rows & 255:  # count the PubAcks now and then: fail early
+                        pub.poll()
+                        if stop is not None and stop.requested:
+                            _stopped(stop, opts, pub, partition, attempt, rows)
+            try:
+                pub.wait_all(opts.publish_timeout + 5.0)
+            except TimeoutError as exc:
+                raise SparkWriteError(
+                    f"partition {partition}: {pub.pending} PubAck(s) still missing after "
+                    f"{opts.publish_timeout + 5.0}s"
+                ) from exc
+        except RowFailed as exc:
+            err = exc.error
             raise SparkWriteError(
-                f"partition {partition}: {js.publish_async_pending()} PubAck(s) still missing after "
-                f"{opts.publish_timeout + 5.0}s"
-            ) from exc
-        while inflight:
-            settle(inflight.popleft())
+                f"publishing row {exc.row} of partition {partition} to {exc.subject!r} failed: "
+                f"{type(err).__name__}: {err}"
+            ) from err
     except _Stopped as exc:
         raise SparkWriteError(_stopped_text(exc, opts, prefix, batch_id, partition)) from None
     except SparkWriteError as exc:
-        raise SparkWriteError(_failed_write_text(str(exc), opts, js, inflight, stored, duplicates,
-                                                 prefix, batch_id, partition)) from exc
+        raise SparkWriteError(_failed_write_text(str(exc), opts, pub, prefix, batch_id, partition)) from exc
     finally:
         conn.close()
-    return JetStreamCommitMessage(partition=partition, rows=rows, duplicates=duplicates, first_seq=first_seq,
-                                  last_seq=last_seq)
+    return JetStreamCommitMessage(partition=partition, rows=rows, duplicates=pub.duplicates,
+                                  first_seq=pub.first_seq, last_seq=pub.last_seq)
 
 
 def _go_duration(seconds: float) -> str:
