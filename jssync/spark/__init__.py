@@ -66,8 +66,8 @@ from ..base.errors import (
 )
 from ..base.times import parse_server_time
 from ..core import natspy as _natspy
-from .errors import DataLossError, SparkWriteError, _Stopped
-from .rowpub import RowFailed, RowPublisher
+from .errors import DataLossError, SparkWriteError, _RowFailed, _Stopped
+from .rowpub import RowPublisher
 
 try:
     import pyspark
@@ -1798,7 +1798,7 @@ class _FastRows:
         ``every_256(rows so far)`` is called after each row whose count is a multiple of 256
         (the caller counts PubAcks and looks at stop requests there; it may raise). Waits
         while ``pub.max_pending`` rows are without a PubAck. Raises :class:`SparkWriteError`
-        naming the row (and :class:`RowFailed` from the PubAcks read while waiting).
+        naming the row (and :class:`_RowFailed` from the PubAcks read while waiting).
         """
         subjects_seen = self._subjects
         seen = self._seen
@@ -1846,7 +1846,7 @@ class _FastRows:
                     enqueue((subj, d, f"{reply}{row}", hdrs))
                 else:
                     pub.send(row, subj, d, hdrs)
-            except (SparkWriteError, RowFailed):
+            except (SparkWriteError, _RowFailed):
                 raise
             except Exception as exc:  # noqa: BLE001 - bad subject, payload size, closed connection
                 pending.pop(row, None)
@@ -2105,7 +2105,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                         ) from exc
                     try:
                         pub.publish(row, subj, d, hdrs)
-                    except RowFailed:
+                    except _RowFailed:
                         raise
                     except Exception as exc:  # noqa: BLE001 - a closed connection
                         pub.rows.pop(row, None)
@@ -2125,7 +2125,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                     f"partition {partition}: {pub.pending} PubAck(s) still missing after "
                     f"{opts.publish_timeout + 5.0}s"
                 ) from exc
-        except RowFailed as exc:
+        except _RowFailed as exc:
             err = exc.error
             raise SparkWriteError(
                 f"publishing row {exc.row} of partition {partition} to {exc.subject!r} failed: "

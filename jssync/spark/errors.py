@@ -32,4 +32,15 @@ class _Stopped(Exception):  # noqa: N818 - internal: the task was stopped, not a
         self.report = report
 
 
+
+class _RowFailed(Exception):  # noqa: N818 - internal, always turned into SparkWriteError
+    """A row's PubAck failed (or did not come in time): ``row``, ``subject``, ``error``."""
+
+    def __init__(self, row: int, subject: str, error: BaseException) -> None:
+        super().__init__(row, subject, error)
+        self.row = row
+        self.subject = subject
+        self.error = error
+
+
 SparkWriteError.__module__ = DataLossError.__module__ = "jssync.spark"  # their public home

@@ -12,7 +12,7 @@ What it keeps of ``publish_async``: at most ``max_pending`` rows without a PubAc
 publish waits, never drops), a PubAck timeout per row (``timeout`` after the row was
 published, measured in chunks of 256 rows), the resends while no stream answers (503,
 ``retry_attempts`` times after ``retry_wait``, 2 x ``retry_wait``, ... within the timeout),
-and the error of a failed PubAck (``_parse_pub_ack``'s), raised as :class:`RowFailed`
+and the error of a failed PubAck (``_parse_pub_ack``'s), raised as :class:`_RowFailed`
 naming the row.
 """
 
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..base.errors import SubscriptionClosedError, TimeoutError
 from ..base.status import is_no_responders
 from ..jetstream.replies import _parse_pub_ack
+from .errors import _RowFailed
 
 if TYPE_CHECKING:
     from ..core.connection import Connection
@@ -36,16 +37,6 @@ _PLAIN_ACK = re.compile(rb'\{"stream":"[^"\\]+","seq":(\d+)(,"duplicate": ?true)
 
 #: Rows per timestamp of the PubAck timeout (the timeout of a row is counted from its chunk's start).
 _CHUNK_SHIFT = 8
-
-
-class RowFailed(Exception):  # noqa: N818 - internal, always turned into SparkWriteError
-    """A row's PubAck failed (or did not come in time): ``row``, ``subject``, ``error``."""
-
-    def __init__(self, row: int, subject: str, error: BaseException) -> None:
-        super().__init__(row, subject, error)
-        self.row = row
-        self.subject = subject
-        self.error = error
 
 
 class RowPublisher:
@@ -108,7 +99,7 @@ class RowPublisher:
         Arrow batch (the start of the row's PubAck timeout); every 256th row marks itself.
 
         Raises:
-            RowFailed: a PubAck read while waiting for room failed.
+            _RowFailed: a PubAck read while waiting for room failed.
             jssync.ConnectionClosedError, jssync.ReconnectBufferExceededError.
         """
         if not row & ((1 << _CHUNK_SHIFT) - 1):
@@ -135,7 +126,7 @@ class RowPublisher:
         """Count the PubAcks received so far, resend what is due, check the oldest row's timeout.
 
         Raises:
-            RowFailed: a PubAck failed, or the oldest row's did not come within the timeout.
+            _RowFailed: a PubAck failed, or the oldest row's did not come within the timeout.
         """
         sub = self._sub
         n = sub.pending_msgs
@@ -161,7 +152,7 @@ class RowPublisher:
                 ack = match(m.data) if m.headers is None else None
                 if ack is None:  # it counts into the attributes: hand them the counts so far, then take them back
                     self.stored, self.duplicates, self.first_seq, self.last_seq = stored, dups, lo, hi
-                    self._slow(m, row)  # may raise RowFailed (the finally keeps the same counts)
+                    self._slow(m, row)  # may raise _RowFailed (the finally keeps the same counts)
                     stored, dups, lo, hi = self.stored, self.duplicates, self.first_seq, self.last_seq
                     continue
                 if pending.pop(row, None) is None:
@@ -198,7 +189,7 @@ class RowPublisher:
             ack = _parse_pub_ack(m)
         except Exception as exc:  # noqa: BLE001 - the row's error
             del self.rows[row]
-            raise RowFailed(row, entry[0], exc) from None
+            raise _RowFailed(row, entry[0], exc) from None
         del self.rows[row]
         if ack.duplicate:
             self.duplicates += 1
@@ -233,7 +224,7 @@ class RowPublisher:
             return
         subject = self.rows.pop(row)[0]
         state = self._conn.internal.link_state()
-        raise RowFailed(row, subject, TimeoutError(
+        raise _RowFailed(row, subject, TimeoutError(
             f"no PubAck for the publish on {subject!r} within the publish timeout of {self.timeout}s"
             + (f": {state}" if state else "")))
 
@@ -270,7 +261,7 @@ class RowPublisher:
         """Wait until at most 3/4 of ``max_pending`` rows are without a PubAck (never drops).
 
         Raises:
-            RowFailed: a PubAck failed or timed out meanwhile.
+            _RowFailed: a PubAck failed or timed out meanwhile.
         """
         self.poll()
         while len(self.rows) > self._low:
@@ -280,7 +271,7 @@ class RowPublisher:
         """Wait until every row has its PubAck, at most ``timeout`` seconds.
 
         Raises:
-            RowFailed: a PubAck failed or a row's timed out meanwhile.
+            _RowFailed: a PubAck failed or a row's timed out meanwhile.
             jssync.TimeoutError: rows are still without a PubAck after ``timeout``.
         """
         deadline = time.monotonic() + timeout
@@ -302,7 +293,7 @@ class RowPublisher:
                 if not self.rows or left <= 0:
                     return
                 self._wait_one(left)
-            except RowFailed:
+            except _RowFailed:
                 continue
             except Exception:  # noqa: BLE001 - a closed connection: what is left stays unsettled
                 return
