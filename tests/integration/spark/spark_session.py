@@ -1,8 +1,11 @@
 """One place that starts the SparkSessions of the Spark test modules.
 
-Each Spark test module starts its own session in a module-scoped fixture and stops it
-at the end of the module: a process has one SparkContext at a time, and the modules use
-different masters (``local[2,3]``; ``local-cluster[2,1,1024]`` in test_spark_cluster.py).
+A process has one SparkContext at a time, and starting one costs seconds (a JVM, a py4j
+gateway): the modules share one session per master for the whole test run
+(``SharedSessions``, the ``spark`` fixture of conftest.py), ``local[2]`` for most of them and
+``local[2,3]`` (task retries) for test_source_and_sink.py. A module that asks for another
+master stops the current session and starts its own; test_local_cluster.py
+(``local-cluster[2,1,1024]``) starts and stops its own with ``start_session``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def start_session(master: str, app: str, **conf: str) -> Any:
     from jssync import spark as jspark
 
     active = SparkContext._active_spark_context
-    if active is not None:  # a session another module forgot to stop
+    if active is not None:  # a session of another master (or one a module forgot to stop)
         active.stop()
     b = (
         SparkSession.builder.master(master)
@@ -44,3 +47,31 @@ def start_session(master: str, app: str, **conf: str) -> Any:
     session.sparkContext.setLogLevel("ERROR")
     jspark.register(session)
     return session
+
+
+class SharedSessions:
+    """The session of the last master asked for, kept across test modules."""
+
+    def __init__(self) -> None:
+        self._master: str | None = None
+        self._session: Any = None
+
+    def get(self, master: str) -> Any:
+        """The running session of ``master``: the one already there if it is still the active
+        one, else a new one (stopping the session of another master)."""
+        from pyspark import SparkContext
+
+        s = self._session
+        if s is not None and self._master == master and SparkContext._active_spark_context is s.sparkContext:
+            return s
+        self._session = start_session(master, "jssync-tests")
+        self._master = master
+        return self._session
+
+    def stop(self) -> None:
+        """Stop the session held, if it is still running."""
+        from pyspark import SparkContext
+
+        s, self._session, self._master = self._session, None, None
+        if s is not None and SparkContext._active_spark_context is s.sparkContext:
+            s.stop()

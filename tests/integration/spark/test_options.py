@@ -12,7 +12,6 @@ import pytest
 
 from tests.conftest import FACTOR, wait_for
 
-from .spark_session import start_session
 from .streaming_query import run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -20,14 +19,20 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 from jssync import spark as jspark  # noqa: E402  (pyspark is a test dependency: never skipped)
 
 
-@pytest.fixture(scope="module")
-def spark():
-    session = start_session("local[2]", "jssync-option-tests",
-                            **{"spark.sql.streaming.noDataProgressEventInterval": "0"})
+@pytest.fixture
+def spark(spark):
+    """The shared ``local[2]`` session with a progress event for every trigger, also one
+    without data (a runtime conf: restored after each test)."""
+    key = "spark.sql.streaming.noDataProgressEventInterval"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "0")
     try:
-        yield session
+        yield spark
     finally:
-        session.stop()
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def _publish(js, subject: str, start: int, n: int) -> None:

@@ -14,20 +14,9 @@ import pytest
 
 from tests.conftest import FACTOR
 
-from .spark_session import start_session
-
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 from jssync import spark as jspark  # noqa: E402  (pyspark is a test dependency: never skipped)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = start_session("local[2]", "jssync-record-field-tests")
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 @pytest.fixture

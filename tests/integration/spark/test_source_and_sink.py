@@ -16,20 +16,15 @@ import pytest
 import jssync
 from tests.conftest import FACTOR, wait_for
 
-from .spark_session import start_session
-
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 from jssync import spark as jspark  # noqa: E402  (pyspark is a test dependency: never skipped)
 
 
 @pytest.fixture(scope="module")
-def spark():
-    session = start_session("local[2,3]", "jssync-tests")
-    try:
-        yield session
-    finally:
-        session.stop()
+def spark(spark_sessions):
+    """The shared ``local[2,3]`` session: tasks may fail and be retried (up to 3 attempts)."""
+    return spark_sessions.get("local[2,3]")
 
 
 def _read(spark, url: str, stream: str, **options):
