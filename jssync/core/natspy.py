@@ -39,6 +39,7 @@ import logging
 import os
 import select
 import selectors
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -442,6 +443,27 @@ def socket_transport(nc: Any) -> tuple[Any, Any, Any]:
     if type(t).__name__ != "_SelectorSocketTransport" or t.is_closing():
         return checked, None, None
     return checked, t, sock
+
+
+def writer_idle(nc: Any, t: Any) -> Callable[[], bool]:
+    """For a caller about to write to the transport ``t`` itself: a check, True when nothing
+    must be written before its message (nats-py's outgoing buffer is empty and it is
+    connected; ``t`` buffers nothing and is not closing).
+
+    One call per request: it reads nats-py's and asyncio's state directly when it is what
+    this knows (asyncio's selector transport keeps its write buffer in ``_buffer``, a
+    bytearray or a deque, and ``_closing``), else it asks their public calls.
+    """
+    connected = nats.aio.client.Client.CONNECTED
+    if (isinstance(getattr(t, "_buffer", None), bytearray | deque) and type(getattr(t, "_closing", None)) is bool
+            and isinstance(getattr(nc, "_pending", None), list) and hasattr(nc, STATUS)):
+        def idle() -> bool:
+            return not nc._pending and nc._status == connected and not t._buffer and not t._closing
+    else:  # pragma: no cover - another asyncio or nats-py
+        def idle() -> bool:
+            return (not nc._pending and nc.is_connected and not t.get_write_buffer_size()
+                    and not t.is_closing())
+    return idle
 
 
 def hook_connection_lost(t: Any, wrap: Callable[[Callable[[Any], None]], Callable[[Any], None]]) -> None:

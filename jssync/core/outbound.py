@@ -439,10 +439,10 @@ class Outbound:
         return True
 
     def send_blocked(self) -> bool:
-        # (under the write lock) something must be written before a caller's message
-        nc = self.nc
+        # (under the write lock) something queued must be written before a caller's message
+        # (what nats-py and the transport hold is the socket path's own check)
         pt = self.task
-        return bool(self.q or _natspy.pending(nc) or not nc.is_connected or (pt is not None and not pt.done()))
+        return bool(self.q or (pt is not None and not pt.done()))
 
     async def sync_pubs(self) -> None:
         """On the loop: wait until every publish queued so far was handed to nats-py.

@@ -5,7 +5,7 @@ sends its message with the reply subject ``<mux prefix><token>``: one wildcard
 subscription, ``<inbox>.*``, made once (:meth:`Requests.start_mux`), receives every reply
 and hands it to the waiter registered under its token, on the I/O thread. When nothing is
 queued before it, the caller writes its request itself and may read the reply off the
-socket (core/sockpath.py, :meth:`Requests.watch_for_reply`). A pull request
+socket (core/sockpath.py, ``CallerSocket.watch``). A pull request
 (``$JS.API.CONSUMER.MSG.NEXT``) is answered with messages on their stream subjects, so it
 uses a subscription of its own instead (:meth:`Requests.request_own_inbox`).
 ``request_many`` is core/request_many.py. A permissions ``-ERR`` on the request's subject
@@ -92,28 +92,43 @@ class Requests:
         replies[token] = waiter.set
         wkey = self._watch("publish", subject, waiter.fail)
         watches = self._watches
+        msg: Msg | None = None
         try:
             # Watch the socket only when this is the one request waiting: every caller
             # watching is woken by every reply, so with many threads in requests each
             # reply woke them all (the I/O thread, awake anyway, delivers instead). The
-            # watcher parks the socket first: the reply then wakes no I/O thread.
+            # watcher parks the socket before it sends (after would be off the round
+            # trip's path, but a send that wakes the server often lets it run first on a
+            # busy machine, and the reply then woke the I/O thread): the reply wakes no
+            # I/O thread.
             sp = self._sockpath
-            solo = sp.reader is not None and len(replies) == 1
-            parked = sp.park() if solo else None
+            p = sp.parker
+            if p is not None and (sp.reader is None or len(replies) != 1 or not p.park()):
+                p = None
+            got = None
             try:
-                if self.direct(subject, data, prefix + token, headers):
-                    if solo and len(replies) == 1:  # (still alone)
-                        self.watch_for_reply(waiter, token, deadline)
-                else:
-                    self.enqueue((subject, data, prefix + token, headers), deadline)
+                sent = self.direct(subject, data, prefix + token, headers)
+                if sent and p is not None and len(replies) == 1:  # (still alone)
+                    got = sp.watch(waiter, token, deadline)
             finally:
-                if parked is not None:
-                    parked.unpark()
-            # a reply read off the socket above (or an error already in) needs no wait;
-            # else wait() returns once set()/fail() released the slot's lock
-            msg = waiter.msg
-            if msg is None and waiter.exc is None:
-                msg = waiter.wait(deadline, conn, subject)
+                if p is not None:
+                    p.unpark()
+            if not sent:
+                self.enqueue((subject, data, prefix + token, headers), deadline)
+            elif got is not None and replies.pop(token, None) is not None:
+                # (the multiplexer's entry decides who delivers the reply: never two threads)
+                nc = self.nc
+                st = nc.stats
+                st["in_msgs"] += 1
+                st["in_bytes"] += len(got.data)
+                # (positional: subject, reply, data, headers, _client, _sid)
+                msg = self._conn._msg_class(f"{prefix}{token}", "", got.data, got.headers or None, nc, got.sid)
+            # a reply read off the socket above (or one or an error already in) needs no
+            # wait; else wait() returns once set()/fail() released the slot's lock
+            if msg is None:
+                msg = waiter.msg
+                if msg is None and waiter.exc is None:
+                    msg = waiter.wait(deadline, conn, subject)
         finally:
             replies.pop(token, None)
             watches.pop(wkey, None)
@@ -128,23 +143,6 @@ class Requests:
         if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
             raise _why.no_responders(subject)
         return msg
-
-    def watch_for_reply(self, waiter: _Waiter, token: str, deadline: Deadline) -> None:
-        """On a caller's thread, right after it wrote its request: watch the socket briefly.
-
-        When the reply is the next thing on the socket, read it here and hand it to
-        ``waiter`` (saves this thread's wake-up by the I/O thread); see ``_sockpath``.
-        """
-        got = self._sockpath.watch(waiter, token, deadline)
-        # the multiplexer's entry decides who delivers the reply (never two threads)
-        if got is None or self.replies.pop(token, None) is None:
-            return
-        nc = self.nc
-        st = nc.stats
-        st["in_msgs"] += 1
-        st["in_bytes"] += len(got.data)
-        # (positional: subject, reply, data, headers, _client, _sid)
-        waiter.set(self._conn._msg_class(f"{self.prefix}{token}", "", got.data, got.headers or None, nc, got.sid))
 
     def request_own_inbox(self, subject: str, data: bytes, headers: dict[str, str] | None,
                            timeout: float | None) -> Msg:

@@ -14,10 +14,11 @@ This module lets the caller skip both when it is safe:
   (:class:`ReadGate`) and the next whole message on the socket is this caller's reply
   (``wire.parse_reply``), the caller consumes exactly those bytes; anything else is left to
   the I/O thread's parser.
-- park: a caller that will watch for its reply first takes the socket out of the I/O
-  loop's epoll set (:meth:`CallerSocket.park`, ``natspy.SocketParker``) and gives it back
-  when its watch ends, so the reply does not also wake the I/O thread (which then only
-  races the caller for the read lock and costs as much CPU as the caller's whole call).
+- park: a caller that will watch for its reply takes the socket out of the I/O loop's
+  epoll set once its request is sent (``CallerSocket.parker``, ``natspy.SocketParker``;
+  core/requests.py) and gives it back when its watch ends, so the reply does not also
+  wake the I/O thread (which then only races the caller for the read lock and costs as
+  much CPU as the caller's whole call).
   Parking is only an optimisation: whatever the caller leaves on the socket, the I/O
   thread reads as soon as the socket is unparked.
 
@@ -183,17 +184,9 @@ class CallerSocket:
                 if self.reader is not None:
                     self.parker = _natspy.socket_parker(t._loop, sock.fileno(), self.parker)
             self.plain_headers = _natspy.plain_header_lines(nc)
+            self.writable = _natspy.writer_idle(nc, t)  # type: ignore[method-assign]
             self.transport = t
             self.sock = sock
-
-    def park(self) -> _natspy.SocketParker | None:
-        """On a caller's thread, before it sends a request whose reply it will watch for:
-        the I/O thread stops watching the socket (it is not woken by the reply); the caller
-        must ``unpark()`` what this returns. None when the path cannot park."""
-        p = self.parker
-        if p is None or self.sock is None or not p.park():
-            return None
-        return p
 
     def take_rest(self) -> bytes:
         """On the I/O thread, under ``wlock``: what a caller's partial send left, to write first."""
@@ -209,6 +202,12 @@ class CallerSocket:
 
     # -- on a caller's thread
 
+    def writable(self) -> bool:
+        """Nothing waits in the transport (``attach`` replaces this with the adapter's check,
+        which also asks whether nats-py holds anything to write and is connected)."""
+        t = self.transport
+        return not t.get_write_buffer_size() and not t.is_closing()
+
     def send(self, buf: bytes, blocked: Callable[[], bool]) -> bool:
         """Send ``buf`` (one whole message) on the socket unless ``blocked()`` or a write is pending.
 
@@ -218,8 +217,7 @@ class CallerSocket:
         """
         with self.wlock:
             sock = self.sock
-            t = self.transport
-            if sock is None or self.rest or blocked() or t.get_write_buffer_size() or t.is_closing():
+            if sock is None or self.rest or blocked() or not self.writable():
                 return False
             try:
                 n = sock.send(buf)
@@ -251,7 +249,9 @@ class CallerSocket:
         sfd = sock.fileno()
         if sfd < 0:
             return None  # closed meanwhile
-        w = _thread_wake()
+        w = getattr(_tls, "wake", None)  # (_thread_wake() written out for the usual case)
+        if w is None or w.pid != _pid:
+            w = _thread_wake()
         wfd = w.fd
         poll = w.pollers.get(sfd)  # (this thread's poller of the socket and its eventfd, made once)
         if poll is None:

@@ -15,7 +15,6 @@ none, ``headers`` a dict (encoded here) or None.
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from typing import Literal, NamedTuple
 
@@ -89,30 +88,44 @@ class Reply(NamedTuple):
 def parse_reply(buf: bytes, head: bytes, sid: bytes, token: bytes, limit: int = PEEK_MAX) -> Reply | int | None:
     """Is the message at the start of ``buf`` the reply ``head + token`` on ``sid``, whole?
 
-    ``buf`` must start at a message boundary. ``head`` is ``b"MSG " + inbox prefix``.
+    ``buf`` must start at a message boundary. ``head`` is ``b"MSG " + inbox prefix``;
+    ``token`` has no space, CR or LF in it. The line is ``MSG <head><token> <sid> <size>``
+    or ``HMSG <head><token> <sid> <header size> <size>`` (no reply subject either way; the
+    numbers are ASCII digits, single spaces between the fields).
     Returns the :class:`Reply`; or, when it is that reply but ``buf`` ends before it
     does, the number of bytes it takes (at most ``limit``: look again with that many);
     or None: the next message is something else (other traffic, another reply, a reply
     longer than ``limit``, a malformed line): leave it to the I/O thread's parser.
     """
-    rx = _reply_lines.get((head, sid))
-    if rx is None:
-        rx = _reply_line(head, sid)
-    m = rx.match(buf)
-    if m is None:
-        return None  # another message, a malformed line, or (never, at a first peek) a line not whole
-    tok, size = m.group(1, 2)
-    if tok is None:  # HMSG: a reply with headers (Direct Get, KV, a 503)
-        tok, hsize, size = m.group(3, 4, 5)
-        hn = int(hsize)
+    # (bytes methods, no regular expression: a third of the instructions per reply)
+    if buf.startswith(head):
+        off = len(head)
+        hmsg = False
+    elif buf[:1] == b"H" and buf.startswith(head, 1):
+        off = len(head) + 1
         hmsg = True
     else:
+        return None  # another message (or, never at a first look, a line cut before the inbox)
+    eol = buf.find(b"\r\n", off)
+    if eol < 0:
+        return None  # the line is not whole (never, at a first look)
+    parts = buf[off:eol].split(b" ")
+    if hmsg:
+        if len(parts) != 4:
+            return None
+        tok, s, hsize, size = parts
+        if tok != token or s != sid or not hsize.isdigit() or not size.isdigit():
+            return None
+        hn = int(hsize)
+    else:
+        if len(parts) != 3:
+            return None
+        tok, s, size = parts
+        if tok != token or s != sid or not size.isdigit():
+            return None
         hn = 0
-        hmsg = False
-    if tok != token:
-        return None
     n = int(size)
-    start = m.end()
+    start = eol + 2
     end = start + 2 + n
     if hn > n or end > limit:
         return None
@@ -123,22 +136,6 @@ def parse_reply(buf: bytes, head: bytes, sid: bytes, token: bytes, limit: int = 
     # (tuple.__new__: the same Reply as Reply(...), without NamedTuple's Python-level __new__)
     return _new_reply(Reply, (end, int(sid), buf[start:start + hn] if hmsg else None, buf[start + hn:start + n],
                               n, None))
-
-
-#: (head, sid) -> the compiled MSG/HMSG line of a reply on that inbox and subscription.
-_reply_lines: dict[tuple[bytes, bytes], re.Pattern[bytes]] = {}
-
-
-def _reply_line(head: bytes, sid: bytes) -> re.Pattern[bytes]:
-    """The reply line :func:`parse_reply` matches: ``MSG <head><token> <sid> <size>``, or
-    ``HMSG <head><token> <sid> <header size> <size>`` (no reply subject either way; the
-    token is compared after the match, the numbers are ASCII digits)."""
-    if len(_reply_lines) >= 64:
-        _reply_lines.clear()  # (connections gone)
-    h, sd = re.escape(head), re.escape(sid)
-    rx = _reply_lines[(head, sid)] = re.compile(
-        rb"(?:" + h + rb"([^ \r\n]*) " + sd + rb" (\d+)|H" + h + rb"([^ \r\n]*) " + sd + rb" (\d+) (\d+))\r\n")
-    return rx
 
 
 _new_reply = tuple.__new__

@@ -224,23 +224,23 @@ def test_close_while_threads_publish_fails_every_future(nats_server, stream):
 
 
 def test_concurrent_requests_leave_the_socket_to_the_io_thread(nats_server, stream, monkeypatch):
-    # A caller watching the socket for its own reply (Connection._watch_for_reply) is
+    # A caller watching the socket for its own reply (CallerSocket.watch) is
     # woken by every reply that arrives; with 16 threads in js.publish each reply woke all
     # of them (about 12 context switches per message). Only a lone request watches now.
     subj = f"{stream.name}.x"
     with jssync.connect(nats_server.url) as nc:
         js = nc.jetstream()
         js.publish(subj, b"warm-up")
-        orig = nc._req.watch_for_reply
+        orig = nc._sockpath.watch
         crowded: list[int] = []
         watched: list[int] = []
 
         def spy(waiter, token, deadline):
             n = len(nc._replies)
             (crowded if n > 1 else watched).append(n)
-            orig(waiter, token, deadline)
+            return orig(waiter, token, deadline)
 
-        monkeypatch.setattr(nc._req, "watch_for_reply", spy)
+        monkeypatch.setattr(nc._sockpath, "watch", spy)
         # A lone request falls back to the I/O thread when the socket is busy at that moment
         # (the pump writing, a PING): under load one try may do so; 20 in a row may not.
         lone = 0

@@ -143,6 +143,38 @@ def test_a_reply_parses_back_and_a_cut_one_asks_for_its_length(token: bytes, dat
     assert parse_reply(wire, HEAD, SID, token, limit=len(wire) - 1) is None
 
 
+def _reference_parse(buf: bytes, token: bytes, limit: int) -> Reply | int | None:
+    """The reply grammar as one regular expression (written here, apart from the parser under test)."""
+    import re
+
+    m = re.match(rb"(?:MSG _INBOX\.abc\.([^ \r\n]*) 3 ([0-9]+)|HMSG _INBOX\.abc\.([^ \r\n]*) 3 ([0-9]+) ([0-9]+))\r\n",
+                 buf)
+    if m is None:
+        return None
+    hmsg = m[1] is None
+    tok, hn, n = (m[3], int(m[4]), int(m[5])) if hmsg else (m[1], 0, int(m[2]))
+    end = m.end() + n + 2
+    if tok != token or hn > n or end > limit:
+        return None
+    if len(buf) < end:
+        return end
+    if buf[end - 2:end] != b"\r\n":
+        return None
+    return Reply(end, 3, buf[m.end():m.end() + hn] if hmsg else None, buf[m.end() + hn:m.end() + n], n)
+
+
+_line_bits = st.sampled_from([b"MSG ", b"HMSG ", b"H", b"_INBOX.abc.", b"_INBOX.abd.", b"7", b"71", b"3", b"4",
+                              b" ", b"  ", b"\r\n", b"\r", b"\n", b"0", b"12", b"x", b"\xff", b"-1"])
+
+
+@fuzz
+@given(st.lists(_line_bits, max_size=12).map(b"".join), st.binary(max_size=30),
+       st.integers(min_value=0, max_value=80))
+def test_any_line_parses_as_the_reply_grammar_says(line: bytes, rest: bytes, limit: int) -> None:
+    for buf in (line, line + rest, b"MSG _INBOX.abc." + line + rest, b"HMSG _INBOX.abc.7 3 " + line + rest):
+        assert parse_reply(buf, HEAD, SID, b"7", limit) == _reference_parse(buf, b"7", limit), buf
+
+
 def test_a_published_request_is_not_mistaken_for_its_reply() -> None:
     assert parse_reply(encode_one("_INBOX.abc.7", b"x", "r"), HEAD, SID, b"7") is None
 
