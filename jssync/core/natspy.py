@@ -542,11 +542,14 @@ def install_reader(nc: Any, t: Any, path: CallerSocket) -> Callable[[], bool] | 
     """Count what the transport ``t`` reads and what nats-py's parser finished with.
 
     The transport's reads go through ``path.rlock`` and are reported to ``path.gate``
-    (``received``); after each parse, ``path.gate.parsed`` learns whether the reader's
-    buffer and the parser are empty with the parser between messages; a parser reset
-    closes the gate. Returns a function telling whether nats-py holds nothing half-read
-    (call it under ``path.rlock``), or None when this nats-py or transport cannot be
-    counted; the path keeps it as ``path.reader``.
+    (``received``); bytes a caller read off the socket that were not its reply
+    (``path.spill``) are handed to nats-py's reader first, as if the transport had read
+    them (also by ``path.feed``, which ``CallerSocket.give_back`` calls); after each
+    parse, ``path.gate.parsed`` learns whether the reader's buffer and the parser are
+    empty with the parser between messages; a parser reset closes the gate. Returns a
+    function telling whether nats-py holds nothing half-read (call it under
+    ``path.rlock``), or None when this nats-py or transport cannot be counted; the path
+    keeps it as ``path.reader``.
     """
     try:
         reader = nc._transport._io_reader
@@ -563,9 +566,17 @@ def install_reader(nc: Any, t: Any, path: CallerSocket) -> Callable[[], bool] | 
     gate = path.gate
     idle_state = _IDLE
     state = _STATE
+    data_received = t.get_protocol().data_received  # (what the transport hands each read to)
 
     def idle() -> bool:
         return not reader._buffer and not ps.buf and getattr(ps, state) == idle_state
+
+    def feed(data: bytes) -> None:
+        # (I/O thread, under rlock) bytes a caller read off the socket that were not its
+        # reply: to nats-py's reader, exactly as if the transport had read them
+        n = len(reader._buffer)
+        data_received(data)
+        gate.received(len(reader._buffer) - n)
 
     def read_ready() -> None:
         # never wait for a caller that is looking at the socket (it may be a signal
@@ -575,12 +586,17 @@ def install_reader(nc: Any, t: Any, path: CallerSocket) -> Callable[[], bool] | 
             return
         try:
             n = len(reader._buffer)
+            spill = path.spill
+            if spill:  # what a caller read before this goes first
+                path.spill = b""
+                data_received(spill)
             orig_read()
             gate.received(len(reader._buffer) - n)
         finally:
             rlock.release()
 
     t._read_ready_cb = read_ready
+    path.feed = feed
     if not getattr(ps, "_jssync_counted", False):
         orig_parse = ps.parse
         orig_reset = ps.reset

@@ -12,8 +12,10 @@ This module lets the caller skip both when it is safe:
 - read: for a few milliseconds the caller watches the socket (:meth:`CallerSocket.watch`);
   when the I/O thread has parsed everything it received up to a message boundary
   (:class:`ReadGate`) and the next whole message on the socket is this caller's reply
-  (``wire.parse_reply``), the caller consumes exactly those bytes; anything else is left to
-  the I/O thread's parser.
+  (``wire.parse_reply``), the caller takes it, in one read of the socket; what that read
+  brought that is not the reply is handed back to nats-py's reader ahead of its next read
+  (:meth:`CallerSocket.give_back`, ``natspy.install_reader``), so the I/O thread's parser
+  sees the stream whole and in order.
 - park: a caller that will watch for its reply takes the socket out of the I/O loop's
   epoll set once its request is sent (``CallerSocket.parker``, ``natspy.SocketParker``;
   core/requests.py) and gives it back when its watch ends, so the reply does not also
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -46,7 +47,6 @@ from ..base.deadline import Deadline
 from . import natspy as _natspy
 from .wire import Reply, parse_plain_headers, parse_reply
 
-_MSG_PEEK = socket.MSG_PEEK
 _monotonic = time.monotonic
 _new_reply = tuple.__new__
 
@@ -54,8 +54,8 @@ _new_reply = tuple.__new__
 SEND_MAX = 64 * 1024
 #: How long a caller that wrote its request itself watches the socket for the reply.
 WATCH_WINDOW = 0.005
-#: Bytes a caller peeks at first when it looks for its reply on the socket (at most
-#: ``PEEK_MAX``, when the reply is longer).
+#: Bytes a caller reads first when it looks for its reply on the socket (then the rest of
+#: a longer reply, up to ``PEEK_MAX``).
 PEEK_FIRST = 4096
 
 
@@ -124,6 +124,8 @@ class CallerSocket:
         self.sock: Any = None
         self.transport: Any = None
         self.rest = b""  # what a partial send left over (the I/O thread writes it first)
+        self.spill = b""  # what a caller read that was not its reply (nats-py's reader gets it first)
+        self.feed: Callable[[bytes], None] | None = None  # I/O thread: bytes to nats-py's reader (natspy)
         self.checked: Any = None  # the transport attach() last looked at
         self.reader: Callable[[], bool] | None = None  # the I/O thread holds nothing half-read
         self.header_parser: Callable[[bytes], Any] | None = None  # nats-py's (a coroutine function)
@@ -145,7 +147,9 @@ class CallerSocket:
             self.transport = None
             self.sock = None
             self.rest = b""  # a remainder belongs to the transport it was cut on
+            self.spill = b""  # ... and what a caller read, to the transport it came from
             self.reader = None
+            self.feed = None
             self.gate.reset()
             try:
                 self.checked, t, sock = _natspy.socket_transport(nc)
@@ -172,6 +176,7 @@ class CallerSocket:
                             self.transport = None
                             self.sock = None
                             self.rest = b""
+                            self.spill = b""  # (the parser starts afresh on the next connection)
                             self.gate.reset()
                     orig_lost(exc)
                 return lost
@@ -187,6 +192,15 @@ class CallerSocket:
             self.writable = _natspy.writer_idle(nc, t)  # type: ignore[method-assign]
             self.transport = t
             self.sock = sock
+
+    def give_back(self) -> None:
+        """On the I/O thread: hand what a caller read that was not its reply to nats-py's
+        reader, ahead of anything read after it (its next socket read does the same first)."""
+        with self.rlock:
+            data, self.spill = self.spill, b""
+            feed = self.feed
+            if data and feed is not None:
+                feed(data)
 
     def take_rest(self) -> bytes:
         """On the I/O thread, under ``wlock``: what a caller's partial send left, to write first."""
@@ -290,7 +304,14 @@ class CallerSocket:
             waiting.wake_fd = -1
 
     def steal(self, sock: Any, token: str) -> Reply | None:
-        """Consume the reply for ``token`` if it is the next whole message on ``sock``."""
+        """Take the reply for ``token`` if it is the next whole message on ``sock``.
+
+        One read: what it brings beyond the reply (or all of it, when the next message is
+        something else, or the reply is not whole yet) is not the caller's: it goes to
+        ``spill``, which the I/O thread hands to nats-py's reader before anything it reads
+        after it (:meth:`give_back`, scheduled here; the I/O thread's socket reads do it
+        first too), and no caller reads the socket until it has.
+        """
         head, sid = self.head, self.sid
         if head is None or sid is None:
             return None
@@ -299,37 +320,44 @@ class CallerSocket:
             reader = self.reader
             g = self.gate
             # (g.open(reader()) written out: a round trip makes one call fewer)
-            if reader is None or self.sock is not sock or not (g.synced and g.fed == g.done and reader()):
+            if (reader is None or self.sock is not sock or self.spill or not (g.synced and g.fed == g.done)
+                    or not reader()):
                 return None
             try:
-                b = sock.recv(PEEK_FIRST, _MSG_PEEK)
-                got = parse_reply(b, head, sid, tok)
-                if isinstance(got, int) and len(b) == PEEK_FIRST:
-                    b = sock.recv(got, _MSG_PEEK)
-                    got = parse_reply(b, head, sid, tok)
-            except OSError:
+                b = sock.recv(PEEK_FIRST)
+            except OSError:  # (nothing there after all, or the socket broke: the I/O thread sees it)
                 return None
-            if not isinstance(got, Reply):
-                return None
-            if got.hdr is not None:
-                hdrs = self.parse_headers(got.hdr)
-                if hdrs is None:
-                    return None
-                got = _new_reply(Reply, (got.end, got.sid, got.hdr, got.data, got.size, hdrs))
-            # consume exactly the peeked message: it is in the socket's buffer, and nobody
-            # else reads while we hold the lock
-            n = 0
-            end = got.end
-            while n < end:
+            if not b:
+                return None  # the server closed the connection: nothing taken, the I/O thread reads the end
+            got = parse_reply(b, head, sid, tok)
+            if isinstance(got, int):  # the reply, longer than one read: take what of it has come
                 try:
-                    n += len(sock.recv(end - n))
-                except (BlockingIOError, InterruptedError):  # pragma: no cover - cannot happen
-                    continue
-                except OSError:
-                    # the socket broke mid-message: the connection is lost anyway
-                    self.gate.reset()
-                    return None
+                    while len(b) < got:
+                        more = sock.recv(got - len(b))
+                        if not more:
+                            break
+                        b += more
+                except OSError:  # (the rest is not here yet: the I/O thread reads it)
+                    pass
+                got = parse_reply(b, head, sid, tok)
+            if isinstance(got, Reply) and got.hdr is not None:
+                hdrs = self.parse_headers(got.hdr)
+                got = None if hdrs is None else _new_reply(Reply, (got.end, got.sid, got.hdr, got.data, got.size,
+                                                                  hdrs))
+            if not isinstance(got, Reply):
+                self._spill(b)
+                return None
+            if got.end < len(b):
+                self._spill(b[got.end:])
         return got
+
+    def _spill(self, data: bytes) -> None:
+        """Under ``rlock``: ``data`` (read off the socket, not the caller's) goes to the I/O thread."""
+        self.spill = data
+        try:
+            self._call_soon(self.give_back)
+        except RuntimeError:  # pragma: no cover - the loop is closing: the connection goes too
+            pass
 
     def parse_headers(self, raw: bytes) -> dict[str, str] | None:
         """nats-py's own header parsing, run to completion here; None if it cannot be.

@@ -11,6 +11,7 @@ slow responders, many threads, a reconnect) falls back to the I/O thread correct
 from __future__ import annotations
 
 import itertools
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -350,3 +351,102 @@ def test_a_parser_reset_stops_direct_reads_until_it_is_between_messages_again(pa
         assert nc.request("dr.reset", str(i).encode(), timeout=5).data == str(i).encode()
     assert nc._sockpath.gate.synced is True
     assert count.taken > 0
+
+
+class _HandBacks:
+    """Counts the reads of a connection's callers that brought bytes not theirs (handed back)."""
+
+    def __init__(self, nc: jssync.Connection) -> None:
+        self.count = 0
+        sp = nc._sockpath
+        orig = sp._spill
+
+        def spy(data: bytes) -> None:
+            self.count += 1
+            orig(data)
+
+        sp._spill = spy  # type: ignore[method-assign]
+
+
+def test_a_reply_read_along_with_other_messages_hands_them_to_the_io_thread_in_order(pair):
+    """The responder publishes to the requester's own subscription just before and after it
+    answers: the caller's one read of the socket brings other messages with (or instead of)
+    its reply; they reach the subscription complete and in order, and every reply is right."""
+    srv, nc = pair
+    got: list[int] = []
+    nc.subscribe("dr.around.data", callback=lambda m: got.append(int(m.data)), pending_msgs_limit=1 << 16)
+    nc.flush()
+    seq = itertools.count()
+
+    def respond(msg: jssync.Msg) -> None:
+        for _ in range(3):
+            srv.publish("dr.around.data", b"%d" % next(seq))
+        msg.respond(msg.data)
+        for _ in range(2):
+            srv.publish("dr.around.data", b"%d" % next(seq))
+
+    srv.subscribe("dr.around", callback=respond)
+    srv.flush()
+    wait_answered(nc, "dr.around")
+    handed = _HandBacks(nc)
+    count = _StealCount(nc)
+    for i in range(200):
+        assert nc.request("dr.around", b"q%d" % i, timeout=5).data == b"q%d" % i
+    srv.flush()
+    sent = next(seq)
+    wait_for(lambda: len(got) == sent, 10, what="every other message")
+    assert got == list(range(sent)), "complete and in order"
+    assert handed.count > 0, "some reads brought messages that were not the caller's"
+    assert count.taken + count.declined > 0
+
+
+def test_bytes_handed_back_reach_the_parser_before_a_disconnect(proxy, nats_server):
+    """A caller read three messages that were not its reply and the I/O thread has not been
+    given them yet when the link drops: its next read (the end of the connection) hands them
+    to nats-py's parser first, so all three are delivered; then the connection reconnects
+    and requests work again (nothing of the old connection reaches the new parser)."""
+    with jssync.connect(proxy.url, reconnect_time_wait=0.05, max_reconnect_attempts=-1) as nc, \
+            jssync.connect(nats_server.url) as srv:
+        echo(srv, "dr.drop.echo")
+        got: list[bytes] = []
+        nc.subscribe("dr.drop.data", callback=lambda m: got.append(m.data))
+        assert nc.request("dr.drop.echo", b"w", timeout=5).data == b"w"  # (the reply inbox is made)
+        sp = nc._sockpath
+        sock = sp.sock
+        held: list[object] = []
+        sp._call_soon = held.append  # type: ignore[method-assign]  # give_back is not run yet
+        parker = sp.parker
+        assert parker is not None and parker.park(), "the I/O thread stops reading the socket"
+        try:
+            for i in range(3):
+                srv.publish("dr.drop.data", b"m%d" % i)
+            srv.flush()
+            # the three messages are on nc's socket (peeked: nothing consumed)
+            wait_for(lambda: _peek(sock).count(b"MSG dr.drop.data") == 3, 10, what="the three messages on the socket")
+            assert sp.steal(sock, "999999") is None, "not the caller's reply"
+            assert sp.spill.count(b"MSG dr.drop.data") == 3 and held == [sp.give_back]
+        finally:
+            parker.unpark()
+        proxy.drop()
+        wait_for(lambda: len(got) == 3, 10, what="the handed-back messages")
+        assert got == [b"m0", b"m1", b"m2"]
+        assert sp.spill == b""
+        del sp._call_soon  # (the instance's own again)
+        wait_for(lambda: nc.is_connected, 20, what="the reconnect")
+        nc.run(_run_held(held), 5)
+        for i in range(20):
+            assert nc.request("dr.drop.echo", b"r%d" % i, timeout=5).data == b"r%d" % i
+        assert sp.sock is not None and sp.sock is not sock, "the caller path is armed on the new connection"
+        assert got == [b"m0", b"m1", b"m2"]
+
+
+def _peek(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(4096, socket.MSG_PEEK)
+    except BlockingIOError:
+        return b""
+
+
+async def _run_held(held: list[object]) -> None:
+    for fn in held:  # on the I/O thread, as it would have run: nothing is left to hand back
+        fn()  # type: ignore[operator]

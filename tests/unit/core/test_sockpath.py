@@ -1,7 +1,8 @@
 """The caller-side socket path (jssync/core/sockpath.py) without a server or the I/O thread.
 
 The protocol decisions (``wire.parse_reply``, :class:`ReadGate`; the encoder is tested in
-test_wire.py) are pure; the shell (:class:`CallerSocket`) is driven over ``socket.socketpair()``: bytes
+test_wire.py) are pure; the shell (:class:`CallerSocket`) is driven over ``socket.socketpair()``
+(what it hands back to the I/O thread is recorded by the fixture's ``feed``): bytes
 written on one end are in the other's buffer when ``sendall`` returns (AF_UNIX), so every
 test is deterministic: no sleeps, no waiting for data to arrive.
 """
@@ -132,6 +133,14 @@ def pair() -> Iterator[tuple[CallerSocket, socket.socket, list[Callable[[], None
     cp.reader = lambda: True  # the I/O thread holds nothing half-read
     cp.head, cp.sid = HEAD, SID
     cp.gate.parsed(0, idle=True)  # ... and has parsed everything it received
+    fed: list[bytes] = []
+
+    def feed(data: bytes) -> None:  # what natspy's feed does: to nats-py's reader, counted as received
+        fed.append(data)
+        cp.gate.received(len(data))
+
+    cp.feed = feed
+    cp.fed = fed  # type: ignore[attr-defined]  # (for io_sees)
     try:
         yield cp, server, scheduled
     finally:
@@ -152,21 +161,55 @@ def left_on(sock: socket.socket) -> bytes:
         out += chunk
 
 
-def test_steal_consumes_exactly_the_reply_and_leaves_what_follows(pair: Any) -> None:
-    cp, server, _ = pair
+def io_sees(cp: CallerSocket, scheduled: list[Callable[[], None]]) -> bytes:
+    """Run what was handed to the I/O thread; then what its reader got and the socket still holds."""
+    for fn in scheduled:
+        fn()
+    scheduled.clear()
+    fed: list[bytes] = cp.fed  # type: ignore[attr-defined]
+    return b"".join(fed) + left_on(cp.sock)
+
+
+def test_steal_takes_the_reply_in_one_read_and_hands_what_follows_to_the_io_thread(pair: Any) -> None:
+    cp, server, scheduled = pair
     after = msg("8", b"next") + b"PING\r\n"
     server.sendall(msg("7", b"mine") + after)
     got = cp.steal(cp.sock, "7")
     assert isinstance(got, Reply) and got.data == b"mine" and got.headers is None
-    assert left_on(cp.sock) == after, "the bytes after the reply are the I/O thread's"
+    assert cp.spill == after and scheduled == [cp.give_back], "the bytes after the reply are the I/O thread's"
+    server.sendall(msg("9", b"later"))
+    assert cp.steal(cp.sock, "9") is None, "no caller reads while handed-back bytes wait"
+    assert io_sees(cp, scheduled) == after + msg("9", b"later"), "the I/O thread sees the stream in order"
+    assert cp.spill == b""
 
 
-def test_steal_leaves_the_socket_alone_when_the_next_message_is_not_the_reply(pair: Any) -> None:
-    cp, server, _ = pair
+def test_steal_hands_everything_back_when_the_next_message_is_not_the_reply(pair: Any) -> None:
+    cp, server, scheduled = pair
     wire = msg("8", b"other") + msg("7", b"mine")
     server.sendall(wire)
     assert cp.steal(cp.sock, "7") is None
-    assert left_on(cp.sock) == wire
+    assert io_sees(cp, scheduled) == wire
+
+
+def test_a_ping_from_the_server_before_the_reply_goes_to_the_io_thread(pair: Any) -> None:
+    cp, server, scheduled = pair
+    wire = b"PING\r\n" + msg("7", b"mine")
+    server.sendall(wire)
+    assert cp.steal(cp.sock, "7") is None
+    assert io_sees(cp, scheduled) == wire
+    assert not cp.gate.open(True), "until nats-py's parser has taken them, no caller reads"
+
+
+def test_what_a_caller_hands_back_is_dropped_with_the_connection_it_came_from(pair: Any) -> None:
+    cp, server, scheduled = pair
+    server.sendall(msg("8", b"other"))
+    assert cp.steal(cp.sock, "7") is None and cp.spill
+    cp.spill = b""  # (what the connection-lost hook does, under the same lock)
+    assert io_sees(cp, scheduled) == b"", "nothing of the old connection reaches the new parser"
+    cp.feed = None  # (a connection being re-armed)
+    cp.spill = b"x"
+    cp.give_back()
+    assert cp.spill == b""
 
 
 @pytest.mark.parametrize("close", ["not-synced", "unparsed-bytes", "half-read", "no-reader", "other-socket"])
@@ -189,38 +232,45 @@ def test_steal_reads_nothing_while_the_io_thread_is_inside_a_message(pair: Any, 
     assert left_on(sock) == wire
 
 
-def test_a_partly_arrived_reply_is_left_until_it_is_whole(pair: Any) -> None:
-    cp, server, _ = pair
-    wire = msg("7", b"y" * 100)
-    server.sendall(wire[:50])
+@pytest.mark.parametrize("cut", [10, 50], ids=["in-the-line", "in-the-payload"])
+def test_a_partly_arrived_reply_goes_to_the_io_thread_whole_and_in_order(pair: Any, cut: int) -> None:
+    cp, server, scheduled = pair
+    wire = msg("7", b"y" * 100) + msg("8", b"after")
+    server.sendall(wire[:cut])
     assert cp.steal(cp.sock, "7") is None
-    server.sendall(wire[50:])
-    got = cp.steal(cp.sock, "7")
-    assert isinstance(got, Reply) and got.data == b"y" * 100
-    assert left_on(cp.sock) == b""
+    server.sendall(wire[cut:])
+    assert cp.steal(cp.sock, "7") is None, "the rest is not at a message boundary: no caller reads it"
+    assert io_sees(cp, scheduled) == wire
 
 
-def test_a_reply_longer_than_the_first_peek_is_read_whole(pair: Any) -> None:
-    cp, server, _ = pair
+def test_a_reply_longer_than_the_first_read_is_read_whole(pair: Any) -> None:
+    cp, server, scheduled = pair
     data = bytes(range(256)) * 40  # 10 KiB
     server.sendall(msg("7", data) + b"PING\r\n")
     got = cp.steal(cp.sock, "7")
     assert isinstance(got, Reply) and got.data == data
-    assert left_on(cp.sock) == b"PING\r\n"
+    assert io_sees(cp, scheduled) == b"PING\r\n"
 
 
-def test_a_reply_over_the_peek_limit_is_the_io_threads(pair: Any) -> None:
-    cp, server, _ = pair
+def test_a_reply_over_the_read_limit_is_the_io_threads(pair: Any) -> None:
+    cp, server, scheduled = pair
     wire = msg("7", b"b" * PEEK_MAX)
     server.setblocking(False)
     n = server.send(wire)  # (whatever fits in the buffer: enough to see the size)
     assert n > PEEK_FIRST
     assert cp.steal(cp.sock, "7") is None
-    assert left_on(cp.sock) == wire[:n]
+    assert io_sees(cp, scheduled) == wire[:n]
+
+
+def test_a_closed_connection_is_left_to_the_io_thread(pair: Any) -> None:
+    cp, server, scheduled = pair
+    server.close()
+    assert cp.steal(cp.sock, "7") is None
+    assert cp.spill == b"" and scheduled == []
 
 
 def test_headers_are_parsed_by_the_given_parser_or_the_reply_is_left(pair: Any) -> None:
-    cp, server, _ = pair
+    cp, server, scheduled = pair
     hdr = b"NATS/1.0\r\nK: v\r\n\r\n"
     seen: list[bytes] = []
 
@@ -240,9 +290,12 @@ def test_headers_are_parsed_by_the_given_parser_or_the_reply_is_left(pair: Any) 
     wire = hmsg("9", hdr, b"e")
     server.sendall(wire)
     assert cp.steal(cp.sock, "9") is None
+    assert io_sees(cp, scheduled) == wire
+    cp.gate.parsed(len(wire), idle=True)  # (nats-py's parser took it)
     cp.header_parser = None  # (a nats-py without its header parser)
+    server.sendall(wire)
     assert cp.steal(cp.sock, "9") is None
-    assert left_on(cp.sock) == wire
+    assert io_sees(cp, scheduled) == wire * 2
 
 
 def test_watch_returns_a_reply_already_waiting(pair: Any) -> None:
@@ -255,11 +308,11 @@ def test_watch_returns_a_reply_already_waiting(pair: Any) -> None:
 
 
 def test_watch_gives_up_when_other_traffic_comes_first(pair: Any) -> None:
-    cp, server, _ = pair
+    cp, server, scheduled = pair
     wire = msg("8", b"other") + msg("7", b"mine")
     server.sendall(wire)
     assert cp.watch(_Waiting(), "7", Deadline(10)) is None
-    assert left_on(cp.sock) == wire
+    assert io_sees(cp, scheduled) == wire
 
 
 def test_watch_stops_once_the_io_thread_filled_the_slot(pair: Any) -> None:
