@@ -628,22 +628,21 @@ class SocketParker:
     round trip whose caller reads its reply itself (core/sockpath.py) would still wake the
     I/O thread for that reply. :meth:`park` tells epoll to report nothing for the socket,
     :meth:`unpark` gives it back the interest asyncio registered (read, and write when a
-    write is pending). Every change the loop makes to its selector goes through the same
-    lock (:func:`socket_parker` wraps the selector's ``register``/``modify``), so a change
+    write is pending: ``mask``, kept current by the selector's wrapped ``register`` and
+    ``modify``). Every change the loop makes to its selector goes through the same lock
+    (:func:`socket_parker` wraps the selector's ``register``/``modify``), so a change
     made while the socket is parked is kept and applied at :meth:`unpark`. Parking only
     delays what the I/O thread reads: anything left on the socket is reported again at once.
     """
 
-    __slots__ = ("_ep", "_sel", "fd", "_lock", "parked", "_keys")
+    __slots__ = ("_ep", "fd", "_lock", "parked", "mask")
 
-    def __init__(self, sel: Any, ep: Any, fd: int, lock: Any) -> None:
-        self._sel = sel
+    def __init__(self, ep: Any, fd: int, lock: Any, mask: int) -> None:
         self._ep = ep
         self.fd = fd
         self._lock = lock
         self.parked = False
-        keys = getattr(sel, "_fd_to_key", None)  # the selector's own fd -> key map (get_key's)
-        self._keys: dict[int, Any] | None = keys if type(keys) is dict else None
+        self.mask = mask  # the epoll events asyncio wants for the socket now
 
     def park(self) -> bool:
         """On a caller's thread: the loop stops watching the socket; False if it cannot."""
@@ -659,22 +658,14 @@ class SocketParker:
         """The loop watches the socket again, for what it registered (read; write if pending)."""
         with self._lock:
             self.parked = False
-            keys = self._keys
-            if keys is not None:  # (a dict lookup: get_key costs five Python calls)
-                key = keys.get(self.fd)
-                if key is None:
-                    return  # unregistered meanwhile (the connection was lost), or the selector closed
-            else:
-                try:
-                    key = self._sel.get_key(self.fd)
-                except (KeyError, ValueError, RuntimeError):
-                    return  # unregistered meanwhile (the connection was lost): nothing to give back
-            ev = key.events
-            mask = (_EPOLLIN if ev & _EVENT_READ else 0) | (_EPOLLOUT if ev & _EVENT_WRITE else 0)
             try:
-                self._ep.modify(self.fd, mask)
+                self._ep.modify(self.fd, self.mask)
             except (OSError, ValueError):
-                pass
+                pass  # unregistered meanwhile (the connection was lost), or the selector closed
+
+
+def _epoll_mask(events: int) -> int:
+    return (_EPOLLIN if events & _EVENT_READ else 0) | (_EPOLLOUT if events & _EVENT_WRITE else 0)
 
 
 def socket_parker(loop: Any, fd: int, old: SocketParker | None = None) -> SocketParker | None:
@@ -701,8 +692,10 @@ def socket_parker(loop: Any, fd: int, old: SocketParker | None = None) -> Socket
 
         def keep_parked(key: Any) -> None:
             for p in parkers:
-                if p.parked and p.fd == key.fd:
-                    ep.modify(key.fd, 0)
+                if p.fd == key.fd:
+                    p.mask = _epoll_mask(key.events)  # (what unpark gives back)
+                    if p.parked:
+                        ep.modify(key.fd, 0)
 
         def modify(fileobj: Any, events: int, data: Any = None) -> Any:
             with lock:
@@ -723,6 +716,10 @@ def socket_parker(loop: Any, fd: int, old: SocketParker | None = None) -> Socket
     lock, parkers = guard
     with lock:
         parkers[:] = [p for p in parkers if p.fd != fd and p is not old]
-        p = SocketParker(sel, ep, fd, lock)
+        try:
+            mask = _epoll_mask(sel.get_key(fd).events)
+        except (KeyError, ValueError, RuntimeError):
+            mask = _EPOLLIN  # (not registered yet: register() sets it)
+        p = SocketParker(ep, fd, lock, mask)
         parkers.append(p)
     return p

@@ -81,3 +81,21 @@ def test_a_parker_for_a_new_socket_replaces_the_old_one(loop_and_pair):
     assert old is not None and new is not None
     sel = loop._selector  # type: ignore[attr-defined]
     assert sel._jssync_park[1] == [new]
+
+
+def test_unpark_gives_back_what_the_loop_wants_now_also_after_changes_made_while_unparked(loop_and_pair):
+    loop, a, b = loop_and_pair
+    loop.add_reader(a.fileno(), lambda: None)
+    parker = natspy.socket_parker(loop, a.fileno())
+    assert parker is not None
+    loop.add_writer(a.fileno(), lambda: None)  # while not parked
+    assert parker.park()
+    assert _ready(loop) == []
+    parker.unpark()
+    assert _ready(loop) == [a.fileno()], "writable again: the pending write's interest came back"
+    loop.remove_writer(a.fileno())
+    assert parker.park()
+    parker.unpark()
+    assert _ready(loop) == [], "read interest only, and nothing to read"
+    b.send(b"x")
+    assert _ready(loop) == [a.fileno()]
