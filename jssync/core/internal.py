@@ -42,7 +42,8 @@ class ConnectionInternal:
 
     Calls (bound methods of the connection or its rooms):
 
-    - ``request(subject, data, headers, timeout) -> Msg``: a request without argument checks.
+    - ``request(subject, data, headers, timeout) -> Msg``: a request without argument checks
+      (``timeout`` a number, None, or the caller's ``Deadline``).
     - ``enqueue(item, deadline=None)``: queue ``(subject, data, reply, headers)`` for the pump.
     - ``publish_raw(subject, data)``: queue a publish without checks (acks, flow control replies).
     - ``send_ack(msg, payload, terminal, reply="") -> bool``: queue an ack and update its state.

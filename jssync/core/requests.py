@@ -70,8 +70,13 @@ class Requests:
         self.replies: dict[str, Callable[[Msg], None]] = {}
         self.tokens: itertools.count[int] = itertools.count(1)
 
-    def request(self, subject: str, data: bytes, headers: dict[str, str] | None, timeout: float | None) -> Msg:
-        """``request`` without argument validation (internal callers compose their subjects)."""
+    def request(self, subject: str, data: bytes, headers: dict[str, str] | None,
+                timeout: float | None | Deadline) -> Msg:
+        """``request`` without argument validation (internal callers compose their subjects).
+
+        ``timeout`` may be the caller's own :class:`Deadline` (js.publish's, spanning its
+        retries: no second one per round trip).
+        """
         conn = self._conn
         loop = self._loop
         if (conn._closed_error is not None or conn._closed or conn._closing or loop._stopped
@@ -80,11 +85,11 @@ class Requests:
         out = self._out
         if out.offline_limit is not None and not self.nc.is_connected:
             out.offline_check(len(data) if headers is None else len(data) + _headers_size(headers), subject)
+        deadline = timeout if isinstance(timeout, Deadline) else Deadline(timeout)
         if ".CONSUMER.MSG.NEXT." in subject:
-            return self.request_own_inbox(subject, data, headers, timeout)
+            return self.request_own_inbox(subject, data, headers, deadline.remaining())
         if _get_ident() == self._loop_ident:
             raise RuntimeError("a blocking jssync call was made on the connection's I/O thread")
-        deadline = Deadline(timeout)
         prefix = self.prefix or self.start_mux(deadline)
         token = str(next(self.tokens))
         waiter = _Waiter()
@@ -138,7 +143,7 @@ class Requests:
                     f"permission denied: the server refused the request's publish to {subject!r}",
                     operation="publish", subject=subject,
                 ) from waiter.exc
-            raise _why.timed_out(subject, timeout, self._conn._link_state())
+            raise _why.timed_out(subject, deadline.timeout, self._conn._link_state())
         hdrs = msg.headers
         if hdrs and not msg.data and is_no_responders(hdrs, msg.data):
             raise _why.no_responders(subject)

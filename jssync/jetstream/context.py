@@ -279,8 +279,9 @@ class JetStream(StreamAdmin, ConsumerAdmin, Factories):
         while True:
             failed: BaseException | None = None
             try:
-                # _prepare_publish validated everything request() would
-                msg = request(subject, data, h, deadline.left())
+                # _prepare_publish validated everything request() would; the deadline spans the
+                # retries (passed as it is: no second Deadline per round trip)
+                msg = request(subject, data, h, deadline)
             except TimeoutError:
                 failed = self._no_pub_ack(subject, deadline.timeout)
             except Error as exc:
