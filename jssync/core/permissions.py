@@ -43,7 +43,7 @@ class PermissionWatch:
         :meth:`unwatch`. Cheap (one dict insert); any thread.
         """
         key = next(self._keys)
-        self.watches[key] = (operation, subject.lower(), fn)
+        self.watches[key] = (operation, subject, fn)  # (compared lowercased in notify: -ERRs are rare)
         return key
 
     def unwatch(self, key: int) -> None:
@@ -59,7 +59,7 @@ class PermissionWatch:
         subject = err.subject.lower()
         taken = False
         for op, subj, fn in list(self.watches.values()):
-            if subj == subject and op == err.operation:
+            if op == err.operation and subj.lower() == subject:
                 taken = True
                 try:
                     fn(err)

@@ -272,7 +272,7 @@ class CallerSocket:
             poll = w.poller(sfd)
         left = deadline.remaining()
         window = WATCH_WINDOW if left is None or left > WATCH_WINDOW else left
-        end = _monotonic() + window
+        end = 0.0  # (when the window ends: looked up only if a poll must be repeated)
         ms = window * 1000.0
         waiting.wake_fd = wfd
         try:
@@ -294,7 +294,10 @@ class CallerSocket:
                 except OSError:
                     return None
                 if len(ready) == 1:  # the slot was filled (or an old wake-up): look again
-                    ms = max(0.0, end - _monotonic()) * 1000.0
+                    now = _monotonic()
+                    if not end:  # (a stale wake-up from an earlier request: the first poll returned at once)
+                        end = now + window
+                    ms = max(0.0, end - now) * 1000.0
                     continue
                 if waiting._done:
                     return None
