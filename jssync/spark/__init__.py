@@ -66,6 +66,19 @@ from ..base.errors import (
 )
 from ..base.times import parse_server_time
 from ..core import natspy as _natspy
+from .aborting import (  # noqa: F401 - importable from here
+    MAX_FAILURES_PROPERTY,
+    STOP_SUBJECT_PREFIX,
+    _StopSignal,
+    failed_write_text,
+    note_max_failures,
+    send_summary,
+    stop_others,
+    stop_subject,
+    stop_tasks,
+    stopped,
+    stopped_text,
+)
 from .errors import DataLossError, SparkWriteError, _RowFailed, _Stopped
 from .rowpub import RowPublisher
 
@@ -1691,6 +1704,15 @@ def _row_subject(subj: str, key: Any, row: int, partition: int) -> str:
     return f"{subj}.{key}"
 
 
+def _max_failures(props: Mapping[str, str | None]) -> int | None:
+    """The attempts a task has (:data:`MAX_FAILURES_PROPERTY`), or None when the driver did not say."""
+    raw = props.get(MAX_FAILURES_PROPERTY)
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        return None
+
+
 def _task_info() -> tuple[int, int, dict[str, str | None]]:
     """``(partition id, attempt number, {local properties we use})`` of the running task."""
     from pyspark import TaskContext
@@ -1698,7 +1720,8 @@ def _task_info() -> tuple[int, int, dict[str, str | None]]:
     tc = TaskContext.get()
     if tc is None:  # pragma: no cover - only outside Spark
         return 0, 0, {}
-    props = {k: tc.getLocalProperty(k) for k in ("sql.streaming.queryId", "streaming.sql.batchId")}
+    props = {k: tc.getLocalProperty(k) for k in ("sql.streaming.queryId", "streaming.sql.batchId",
+                                                 MAX_FAILURES_PROPERTY)}
     return tc.partitionId(), tc.attemptNumber(), props
 
 
@@ -1858,164 +1881,48 @@ class _FastRows:
                 every_256(row)
 
 
-#: The subjects on which the driver's abort stops a write's running tasks:
-#: ``_JSSYNC.SPARK.STOP.<write token>.<micro-batch>`` (a core NATS request; each task still
-#: publishing answers with what it stored, once it has stopped).
-STOP_SUBJECT_PREFIX = "_JSSYNC.SPARK.STOP"
+class _InputFailed(Exception):  # noqa: N818 - internal, always turned into SparkWriteError
+    """The task's input (the Arrow batches Spark hands over) raised ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
 
 
-def stop_subject(token: str, batch_id: int) -> str:
-    """The subject on which the abort of write ``token`` (micro-batch ``batch_id``) stops its tasks."""
-    return f"{STOP_SUBJECT_PREFIX}.{token}.{batch_id}"
-
-
-class _StopSignal:
-    """A write task's ear for the driver's abort: a subscription to :func:`stop_subject`.
-
-    The subscription callback (on the connection's worker pool) only records the request;
-    the task's publishing loop polls :attr:`requested` between rows, stops publishing,
-    waits for its PubAcks and answers the request with :meth:`report`. A server that
-    refuses the subscription (permissions) leaves the task without it: it then stops only
-    when Spark kills it.
-    """
-
-    __slots__ = ("requested", "_reply", "_sub", "_conn")
-
-    def __init__(self, conn: Connection, subject: str) -> None:
-        self.requested = False
-        self._reply: str | None = None
-        self._conn = conn
-        self._sub: Any = None
+def _input(batches: Iterator[Any]) -> Iterator[Any]:
+    """``batches``, with an exception of the input raised as :class:`_InputFailed`."""
+    it = iter(batches)
+    while True:
         try:
-            self._sub = conn.subscribe(subject, callback=self._on_stop)
-        except Exception as exc:  # noqa: BLE001 - permissions: the task goes on without it
-            log.info("jssync.spark: cannot listen for the write's abort on %r (the task stops only when Spark "
-                     "kills it): %s: %s", subject, type(exc).__name__, exc)
-
-    def _on_stop(self, msg: Msg) -> None:
-        self._reply = msg.reply or None
-        self.requested = True
-
-    def report(self, fields: Mapping[str, Any]) -> None:
-        """Answer the abort's request with ``fields`` (JSON); waits up to 2 s for the server to have it."""
-        import json
-
-        if self._reply is None:
+            rb = next(it)
+        except StopIteration:
             return
-        try:
-            self._conn.publish(self._reply, json.dumps(dict(fields)).encode())
-            self._conn.flush(timeout=2.0)
-        except Exception as exc:  # noqa: BLE001 - the abort then reports this task as not answering
-            log.info("jssync.spark: cannot answer the write's abort: %s: %s", type(exc).__name__, exc)
-
-
-def stop_tasks(opts: WriteOptions, token: str, batch_id: int) -> tuple[list[dict[str, Any]], bool]:
-    """Stop the tasks of write ``token`` that are still publishing; return ``(reports, gone)``.
-
-    Sends requests on :func:`stop_subject` (from the driver's abort). Every task of the
-    write still publishing stops before its next row, waits for its PubAcks (up to
-    ``min(5, publishTimeout)`` seconds) and answers with ``{"partition", "attempt", "rows",
-    "stored", "duplicates", "unsettled"}``, then closes its connection. The request is
-    repeated until the server says nobody listens any more (no-responders): then every
-    task's connection is closed and the server has read everything they sent (a task Spark
-    killed may have left up to ``maxPending`` rows in its socket, stored meanwhile);
-    ``gone`` says whether that happened within ``min(5, publishTimeout) + 2`` seconds.
-    Never raises: a failure is logged on the ``jssync.spark`` logger and gives the answers
-    received so far.
-    """
-    import json
-
-    from ..base.errors import NoRespondersError
-
-    subject = stop_subject(token, batch_id)
-    out: list[dict[str, Any]] = []
-    try:
-        conn = opts.conn.connect("aborter")
-    except Exception as exc:  # noqa: BLE001 - the abort goes on; Spark kills the tasks
-        log.warning("jssync.spark: cannot stop the write's tasks (no connection): %s: %s", type(exc).__name__, exc)
-        return out, False
-    deadline = time.monotonic() + min(5.0, opts.publish_timeout) + 2.0
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return out, False
-            try:
-                with conn.request_many(subject, b"", max_wait=min(left, 0.5), stall=0.2) as replies:
-                    for msg in replies:
-                        try:
-                            rep = json.loads(msg.data)
-                        except ValueError:
-                            continue
-                        if isinstance(rep, dict):
-                            out.append(rep)
-            except NoRespondersError:
-                return out, True  # no task of the write is connected any more
-    except Exception as exc:  # noqa: BLE001 - permissions, a closed connection: Spark kills the tasks
-        log.warning("jssync.spark: cannot stop the write's tasks on %r: %s: %s", subject, type(exc).__name__, exc)
-        return out, False
-    finally:
-        conn.close()
-
-
-def _failed_write_text(cause: str, opts: WriteOptions, pub: RowPublisher | None, prefix: str, batch_id: int,
-                       partition: int) -> str:
-    """The text of a failed task's error: the cause, the rows in the stream, how to re-run.
-
-    Waits up to 5 s for the PubAcks still missing (what the server stores anyway), then
-    counts the rows of this partition that are in the stream.
-    """
-    stored = duplicates = 0
-    if pub is not None:
-        pub.settle_quietly(min(5.0, opts.publish_timeout))
-        stored, duplicates = pub.stored, pub.duplicates
-    text = (f"{cause}. {stored + duplicates} row(s) of partition {partition} are in the stream "
-            f"({duplicates} of them were already there); what the write's other tasks stored stays too")
-    if opts.derive_msg_id:
-        text += (f". Derived message ids of this write start with '{prefix}.{batch_id}.': write the same rows "
-                 f"again with option msgIdPrefix='{prefix}' within the stream's duplicate window and none "
-                 "of them is stored twice")
-    return text
-
-
-def _stopped(stop: _StopSignal, opts: WriteOptions, pub: RowPublisher, partition: int, attempt: int,
-             rows: int) -> None:
-    """Stop publishing: wait for the PubAcks still missing, answer the abort, raise :class:`_Stopped`.
-
-    A failed PubAck counts as not stored; a missing one as unsettled."""
-    pub.settle_quietly(min(5.0, opts.publish_timeout))
-    report = {"partition": partition, "attempt": attempt, "rows": rows, "stored": pub.stored,
-              "duplicates": pub.duplicates, "unsettled": pub.pending}
-    stop.report(report)
-    raise _Stopped(report)
-
-
-def _stopped_text(exc: _Stopped, opts: WriteOptions, prefix: str, batch_id: int, partition: int) -> str:
-    r = exc.report
-    text = (f"partition {partition} stopped publishing: the write was aborted (another task failed). "
-            f"{r['stored'] + r['duplicates']} row(s) of partition {partition} are in the stream "
-            f"({r['duplicates']} of them were already there)")
-    if r["unsettled"]:
-        text += f"; {r['unsettled']} more were published without a PubAck yet"
-    if opts.derive_msg_id:
-        text += (f". Derived message ids of this write start with '{prefix}.{batch_id}.': write the same rows "
-                 f"again with option msgIdPrefix='{prefix}' within the stream's duplicate window")
-    return text
+        except Exception as exc:  # noqa: BLE001 - whatever the input raised: the task fails with it
+            raise _InputFailed(exc) from exc
+        yield rb
 
 
 def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch_id: int,
-                  partition: int, token: str | None = None, attempt: int = 0) -> JetStreamCommitMessage:
+                  partition: int, token: str | None = None, attempt: int = 0,
+                  max_failures: int | None = None) -> JetStreamCommitMessage:
     """Publish every row of ``batches`` (Arrow record batches) and wait for all PubAcks.
 
     With ``token`` (the write's, from the driver) the task listens on
     :func:`stop_subject` and stops publishing, before its next row, when the driver's
-    abort asks (:func:`stop_tasks`); it answers with what it stored and fails.
+    abort or a failed task asks (:func:`stop_tasks`); it answers with what it stored and
+    fails. It also keeps what the write's finished tasks announce (see
+    :mod:`jssync.spark.aborting`) and announces its own count when it finishes. When it
+    fails on its last attempt (``attempt + 1 >= max_failures``; None: not known), it first
+    stops the write's other running tasks (up to ``min(5, publishTimeout) + 2`` seconds)
+    so that its error can count what the whole write left in the stream.
 
     Raises:
-        SparkWriteError: a row could not be published or its PubAck failed, or the write
-            was aborted; the text also says how many rows of this partition are in the
-            stream (their PubAcks came back, waited for up to 5 s after the failure) and,
-            for derived ids, the id prefix to write the same rows again with
+        SparkWriteError: a row could not be published or its PubAck failed, the connection
+            closed, the input (``batches``) failed, or the write was aborted; the text also
+            says how many rows of this partition are in the stream (their PubAcks came
+            back, waited for up to 5 s after the failure), how many of the whole write
+            (what the stopped and finished tasks reported; what could not be counted is
+            named) and, for derived ids, the id prefix to write the same rows again with
             (``msgIdPrefix``) so that none is stored twice.
     """
     import pyarrow as _pa
@@ -2030,24 +1937,24 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
         pub.mark(rows_so_far)
         pub.poll()
         if stop is not None and stop.requested:
-            _stopped(stop, opts, pub, partition, attempt, rows_so_far)
+            stopped(stop, opts, pub, partition, attempt, rows_so_far)
 
     stop: _StopSignal | None = None
     try:
         try:
             js = conn.jetstream(timeout=opts.publish_timeout, max_pending=opts.max_pending)
             pub = RowPublisher(conn, opts.max_pending, opts.publish_timeout)
-            stop = _StopSignal(conn, stop_subject(token, batch_id)) if token is not None else None
+            stop = _StopSignal(conn, token, batch_id, partition) if token is not None else None
             fast = _FastRows(conn, prefix, batch_id, partition, opts.derive_msg_id)
             cols: _Columns4Write | None = None
-            for rb in batches:
+            for rb in _input(batches):
                 if cols is None:
                     cols = _write_columns(list(rb.schema.names), opts)
                 n = rb.num_rows
                 if n == 0:
                     continue
                 if stop is not None and stop.requested:
-                    _stopped(stop, opts, pub, partition, attempt, rows)
+                    stopped(stop, opts, pub, partition, attempt, rows)
                 data_col = rb.column(cols.data)
                 if _pa.types.is_string(data_col.type):  # the UTF-8 bytes as they are: no encode() per row
                     data_col = data_col.cast(_pa.binary())
@@ -2117,7 +2024,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                     if not rows & 255:  # count the PubAcks now and then: fail early
                         pub.poll()
                         if stop is not None and stop.requested:
-                            _stopped(stop, opts, pub, partition, attempt, rows)
+                            stopped(stop, opts, pub, partition, attempt, rows)
             try:
                 pub.wait_all(opts.publish_timeout + 5.0)
             except TimeoutError as exc:
@@ -2125,16 +2032,37 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                     f"partition {partition}: {pub.pending} PubAck(s) still missing after "
                     f"{opts.publish_timeout + 5.0}s"
                 ) from exc
+            except _RowFailed:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the connection closed while waiting
+                raise SparkWriteError(
+                    f"partition {partition}: waiting for {pub.pending} PubAck(s) failed: {type(exc).__name__}: {exc}"
+                ) from exc
+            if stop is not None:
+                stop.announce_done({"partition": partition, "attempt": attempt, "rows": rows,
+                                    "stored": pub.stored, "duplicates": pub.duplicates})
         except _RowFailed as exc:
             err = exc.error
             raise SparkWriteError(
                 f"publishing row {exc.row} of partition {partition} to {exc.subject!r} failed: "
                 f"{type(err).__name__}: {err}"
             ) from err
+        except _InputFailed as exc:
+            err = exc.error
+            raise SparkWriteError(
+                f"the input of partition {partition} failed after {rows} row(s): {type(err).__name__}: {err}"
+            ) from err
     except _Stopped as exc:
-        raise SparkWriteError(_stopped_text(exc, opts, prefix, batch_id, partition)) from None
+        raise SparkWriteError(stopped_text(exc, opts, prefix, batch_id, partition)) from None
     except SparkWriteError as exc:
-        raise SparkWriteError(_failed_write_text(str(exc), opts, pub, prefix, batch_id, partition)) from exc
+        others = None
+        if token is not None:
+            final = max_failures is not None and attempt + 1 >= max_failures
+            others = stop_others(conn, stop, opts, token, batch_id, partition, attempt, final)
+        text = failed_write_text(str(exc), opts, pub, prefix, batch_id, partition, others)
+        if others is not None:
+            send_summary(conn, others)
+        raise SparkWriteError(text) from exc
     finally:
         conn.close()
     return JetStreamCommitMessage(partition=partition, rows=rows, duplicates=pub.duplicates,
@@ -2241,8 +2169,9 @@ class JetStreamBatchWriter(DataSourceArrowWriter):
         self.token = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[Any]) -> JetStreamCommitMessage:
-        partition, attempt, _ = _task_info()
-        return write_batches(self.opts, iterator, self.prefix, 0, partition, self.token, attempt)
+        partition, attempt, props = _task_info()
+        return write_batches(self.opts, iterator, self.prefix, 0, partition, self.token, attempt,
+                             _max_failures(props))
 
     def commit(self, messages: list[Any]) -> None:
         _log_commit(messages, "write")
@@ -2270,7 +2199,8 @@ class JetStreamStreamWriter(DataSourceStreamArrowWriter):
             batch_id = int(batch_raw) if batch_raw is not None else 0
         except ValueError:
             batch_id = 0
-        return write_batches(self.opts, iterator, prefix, batch_id, partition, self.token, attempt)
+        return write_batches(self.opts, iterator, prefix, batch_id, partition, self.token, attempt,
+                             _max_failures(props))
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         _log_commit(messages, f"micro-batch {batchId}")
@@ -2353,6 +2283,7 @@ def _default_append() -> None:
         w = orig(self, source)
         if isinstance(source, str) and source.lower() == FORMAT:
             w = w.mode("append")
+            note_max_failures(getattr(self, "_spark", None))
         return w
 
     cast(Any, format)._jssync_append = True  # marks the patched method as ours
@@ -2371,6 +2302,7 @@ def activate(spark: SparkSession) -> None:
     thread. Blocks for one call into the JVM.
     """
     spark.createDataFrame([], "x int")
+    note_max_failures(spark)
 
 
 def register(spark: SparkSession) -> None:
@@ -2382,4 +2314,5 @@ def register(spark: SparkSession) -> None:
     """
     spark.dataSource.register(JetStreamDataSource)
     _default_append()
+    note_max_failures(spark)
 

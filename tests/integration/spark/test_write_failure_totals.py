@@ -1,0 +1,62 @@
+"""What the error of a failed ``jetstream`` write says it left in the stream, on local Spark
+(``local[2]``: one attempt per task, so a task's failure fails the job) against a real nats-server.
+
+The error ``save()`` raises counts the rows of the whole write: the failed task's, those of
+the tasks it stopped, and those of the tasks that had finished; the count equals what the
+stream holds, which does not grow after ``save()`` raised.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.conftest import FACTOR
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+def test_the_error_of_a_failed_write_counts_every_row_of_the_write_in_the_stream(spark, nats_server, js, unique):
+    """Partition 0 (20,000 rows) finishes first; partition 2 starts on its core and fails on a
+    bad row after 600 rows, while partition 1 (400,000 rows in one Arrow batch) is still
+    publishing. The error says how many rows of the whole write are in the stream: exactly
+    what the stream holds, with partition 0 counted as finished and partition 1 as stopped."""
+    from pyspark.errors import PySparkException
+
+    name = f"WT{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+    big = 400_000
+    done_rows, bad_at = 20_000, 600
+
+    # partition 0: ids 0..19999; partition 1: ids big..2*big-1; partition 2: ids 2*big..2*big+999,
+    # id 2*big+600 on a wildcard subject (the task fails on it)
+    df = spark.range(0, 3 * big, numPartitions=3).where(
+        f"id < {done_rows} or (id >= {big} and id < {2 * big + 1000})").selectExpr(
+        f"case when id = {2 * big + bad_at} then '{name}.*' else concat('{name}.', id % 3) end as subject",
+        "cast(id as string) as data")
+    try:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(big))
+        with pytest.raises(PySparkException) as ei:
+            df.write.format("jetstream").option("servers", url).option("maxPending", "200").save()
+        at_raise = js.stream(name).info().state.messages
+        text = str(ei.value)
+        m = re.search(r"(\d+) row\(s\) of this write are in the stream in all \((\d+) of partition (\d), "
+                      r"(\d+) of (\d+) finished task\(s\) \[([\d, ]*)\], (\d+) of (\d+) task\(s\) stopped by this "
+                      r"failure \[([\d, ]*)\]", text)
+        assert m, text
+        total, own, failed, finished, _, finished_parts, stopped, _, stopped_parts = m.groups()
+        time.sleep(2 * FACTOR)  # behaviour: the stream does not grow after save() raised
+        in_stream = js.stream(name).info().state.messages
+        assert in_stream == at_raise
+        assert int(total) == in_stream, text
+        assert (failed, int(own)) == ("2", bad_at)
+        assert (finished_parts, int(finished)) == ("0", done_rows)
+        assert stopped_parts == "1" and 0 < int(stopped) < big
+        assert int(total) == int(own) + int(finished) + int(stopped)
+        assert "msgIdPrefix='" in text
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+        js.delete_stream(name)
