@@ -2059,7 +2059,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
         if token is not None:
             final = max_failures is not None and attempt + 1 >= max_failures
             others = stop_others(conn, stop, opts, token, batch_id, partition, attempt, final)
-        text = failed_write_text(str(exc), opts, pub, prefix, batch_id, partition, others)
+        text = failed_write_text(str(exc), opts, pub, prefix, batch_id, partition, others, attempt)
         if others is not None:
             send_summary(conn, others)
         raise SparkWriteError(text) from exc

@@ -353,7 +353,7 @@ def send_summary(conn: Connection, others: _Others) -> None:
 
 
 def failed_write_text(cause: str, opts: Any, pub: RowPublisher | None, prefix: str, batch_id: int,
-                      partition: int, others: _Others | None = None) -> str:
+                      partition: int, others: _Others | None = None, attempt: int = 0) -> str:
     """The text of a failed task's error: the cause, the rows in the stream, how to re-run.
 
     Waits up to 5 s for the PubAcks still missing (what the server stores anyway), then
@@ -368,6 +368,9 @@ def failed_write_text(cause: str, opts: Any, pub: RowPublisher | None, prefix: s
             f"({duplicates} of them were already there)")
     if others is not None:
         others.whole = whole_write_text(stored + duplicates, partition, others, pending)
+        if attempt and not opts.derive_msg_id and opts.msg_id_column is None:
+            others.whole += (f"; the {attempt} earlier attempt(s) of partition {partition} stored their rows too "
+                             "(without message ids: not counted)")
         text += "; " + others.whole
     else:
         text += "; what the write's other tasks stored stays too"
