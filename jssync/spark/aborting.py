@@ -8,9 +8,10 @@ driver once per write, ``<batch>`` is the micro-batch, 0 for a batch write):
   it heard of finished tasks) and fails. The driver's abort sends it (:func:`stop_tasks`), and
   so does a task whose failure is its last attempt (:func:`stop_others`), before it raises.
 - ``_JSSYNC.SPARK.DONE.<token>.<batch>`` (:func:`done_subject`): a task that finished announces
-  there what it stored, together with the finished tasks it heard of, before it closes its
-  connection. The tasks still running keep these reports (a short-lived record: it lives as
-  long as some task of the write runs), so the failed task's error can count them.
+  there what it stored, together with the last :data:`RELAYED` finished tasks it heard of,
+  before it closes its connection. The tasks still running keep these reports (a
+  short-lived record: it lives as long as some task of the write runs), so the failed
+  task's error can count them.
 
 A task stopped by a failed task waits (a few seconds at most) for the failed task's summary
 of the whole write, so whichever of the two errors Spark reports says the same total.
@@ -48,6 +49,10 @@ DONE_SUBJECT_PREFIX = "_JSSYNC.SPARK.DONE"
 #: (``spark.task.maxFailures``, or what the local master allows); set on the driver by
 #: :func:`note_max_failures`.
 MAX_FAILURES_PROPERTY = "jssync.spark.taskMaxFailures"
+
+#: The finished tasks' reports a finishing task relays in its own (the most recent ones): a
+#: done report stays small however many partitions the write has.
+RELAYED = 64
 
 _LOCAL_FAILURES = re.compile(r"local\[\s*(?:\d+|\*)\s*,\s*(\d+)\s*\]\Z")
 
@@ -122,7 +127,7 @@ class _StopSignal:
     """
 
     __slots__ = ("requested", "_reply", "_summary_to", "_sub", "_done_sub", "_done", "_conn", "_finished",
-                 "_lock", "partition")
+                 "_lock", "partition", "lossy")
 
     def __init__(self, conn: Connection, token: str, batch_id: int, partition: int) -> None:
         self.requested = False
@@ -134,6 +139,8 @@ class _StopSignal:
         self._done_sub: Any = None
         self._lock = threading.Lock()
         self._finished: dict[int, dict[str, Any]] = {}
+        #: Whether a relayed report left out finished tasks (more than :data:`RELAYED`).
+        self.lossy = False
         subject = stop_subject(token, batch_id)
         self._done = done_subject(token, batch_id)
         try:
@@ -165,6 +172,8 @@ class _StopSignal:
             return
         with self._lock:
             _merge(self._finished, [rep])
+            if isinstance(rep, dict) and rep.get("more"):
+                self.lossy = True
 
     def finished(self) -> dict[int, dict[str, Any]]:
         """The finished tasks heard of so far: partition -> report (this partition's excluded)."""
@@ -193,7 +202,7 @@ class _StopSignal:
         try:
             if self._summary_to is not None:
                 summary = self._conn.subscribe(self._summary_to)
-            body = {**fields, "finished": list(self.finished().values())}
+            body = {**fields, "finished": list(self.finished().values()), "lossy": self.lossy}
             self._conn.publish(self._reply, json.dumps(body).encode())
             self._conn.flush(timeout=2.0)
         except Exception as exc:  # noqa: BLE001 - the stopper then reports this task as not answering
@@ -207,7 +216,8 @@ class _StopSignal:
             return
         try:
             self.quiet()
-            body = {**fields, "finished": list(self.finished().values())}
+            heard = list(self.finished().values())
+            body = {**fields, "finished": heard[-RELAYED:], "more": self.lossy or len(heard) > RELAYED}
             self._conn.publish(self._done, json.dumps(body).encode())
             self._conn.flush(timeout=2.0)
         except Exception as exc:  # noqa: BLE001 - the others then do not count this task
@@ -269,10 +279,11 @@ def stop_tasks(opts: Any, token: str, batch_id: int) -> tuple[list[dict[str, Any
 class _Others:
     """What a failed task learned of the write's other tasks (for its error)."""
 
-    __slots__ = ("stopped", "finished", "gone", "asked", "summary_to", "whole")
+    __slots__ = ("stopped", "finished", "gone", "asked", "summary_to", "whole", "lossy")
 
     def __init__(self) -> None:
         self.whole = ""
+        self.lossy = False
         self.stopped: dict[int, dict[str, Any]] = {}
         self.finished: dict[int, dict[str, Any]] = {}
         self.gone = False
@@ -305,9 +316,11 @@ def stop_others(conn: Connection, stop: _StopSignal | None, opts: Any, token: st
             except (TypeError, ValueError):
                 continue
             _merge(others.finished, r.get("finished"))
+            others.lossy = others.lossy or bool(r.get("lossy"))
             old = others.stopped.get(p)
             if p != partition and (old is None or in_stream(r) > in_stream(old)):
                 others.stopped[p] = r
+    others.lossy = others.lossy or stop.lossy
     for p, r in stop.finished().items():
         old = others.finished.get(p)
         if old is None or in_stream(r) > in_stream(old):
@@ -337,6 +350,8 @@ def whole_write_text(own: int, partition: int, others: _Others, own_unsettled: i
         text += "; some task of the write did not stop in time and is not counted"
     text += ("; not counted: tasks Spark killed, and tasks that finished while no other task of the write "
              "was running")
+    if others.lossy:
+        text += f" or long before this failure (a finished task relays the last {RELAYED} it heard of)"
     return text
 
 
@@ -394,10 +409,10 @@ def stopped(stop: _StopSignal, opts: Any, pub: RowPublisher, partition: int, att
     summary = stop.report(report)
     if summary is not None:
         try:
+            from ..base.errors import TimeoutError as _Timeout
+
             deadline = time.monotonic() + min(5.0, opts.publish_timeout) + 3.0
             while time.monotonic() < deadline:
-                from ..base.errors import TimeoutError as _Timeout
-
                 try:
                     m = summary.next_msg(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
                 except _Timeout:

@@ -46,6 +46,10 @@ def test_a_failure_that_stopped_nobody_says_the_running_tasks_are_not_counted():
     assert "tasks still running were not stopped from here and are not counted" in text
     late = aborting.whole_write_text(7, 0, _others(asked=True, gone=False))
     assert "some task of the write did not stop in time and is not counted" in late
+    lossy = _others()
+    lossy.lossy = True
+    assert f"or long before this failure (a finished task relays the last {aborting.RELAYED}" in \
+        aborting.whole_write_text(7, 0, lossy)
 
 
 def test_finished_reports_relayed_by_other_tasks_are_merged_once_per_partition():
