@@ -558,6 +558,12 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
             raise SparkWriteError(
                 f"the input of partition {partition} failed after {rows} row(s): {type(err).__name__}: {err}"
             ) from err
+        except (SparkWriteError, _Stopped):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the connection closed while counting PubAcks, a refused SUB
+            raise SparkWriteError(
+                f"publishing the rows of partition {partition} failed: {type(exc).__name__}: {exc}"
+            ) from exc
     except _Stopped as exc:
         raise SparkWriteError(stopped_text(exc, opts, prefix, batch_id, partition)) from None
     except SparkWriteError as exc:
