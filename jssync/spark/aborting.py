@@ -301,9 +301,10 @@ def stop_others(conn: Connection, stop: _StopSignal | None, opts: Any, token: st
         return others
     if final and stop.listening:
         stop.quiet()  # this task is not one of those to stop
-        others.summary_to = conn.new_inbox()
-        payload = json.dumps({"partition": partition, "attempt": attempt, "summary": others.summary_to}).encode()
         try:
+            others.summary_to = conn.new_inbox()
+            payload = json.dumps({"partition": partition, "attempt": attempt,
+                                  "summary": others.summary_to}).encode()
             reports, others.gone = _collect(conn, stop_subject(token, batch_id), payload,
                                             min(5.0, opts.publish_timeout) + 2.0)
             others.asked = True

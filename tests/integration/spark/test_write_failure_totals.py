@@ -60,3 +60,39 @@ def test_the_error_of_a_failed_write_counts_every_row_of_the_write_in_the_stream
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
         js.delete_stream(name)
+
+
+def test_an_input_that_fails_mid_task_fails_the_write_and_every_row_before_it_is_in_the_stream(
+        spark, nats_server, js, unique):
+    """The query upstream of the sink (a pandas function) raises after handing over 3,000 of
+    its rows: the job fails with that error, and the 3,000 rows are in the stream, no more."""
+    from pyspark.errors import PySparkException
+
+    name = f"WI{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+
+    def breaks_after_3000(batches):
+        import pandas as pd
+
+        pdf = pd.concat(list(batches), ignore_index=True)
+        for lo in range(0, 3000, 1000):
+            yield pdf.iloc[lo:lo + 1000]
+        raise ValueError("the upstream query broke")
+
+    df = spark.range(0, 5000, numPartitions=1).selectExpr(f"concat('{name}.', id % 3) as subject",
+                                                         "cast(id as string) as data")
+    try:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
+        with pytest.raises(PySparkException) as ei:
+            df.mapInPandas(breaks_after_3000, df.schema).write.format("jetstream").option("servers", url).save()
+        text = str(ei.value)
+        assert "the upstream query broke" in text, text
+        time.sleep(2 * FACTOR)  # nothing happens: no row lands after save() raised
+        assert js.stream(name).info().state.messages == 3000
+        m = re.search(r"(\d+) row\(s\) of partition 0 are in the stream", text)
+        if m is not None:  # the sink's own error (when Spark reports it): its count is the stream's
+            assert int(m.group(1)) == 3000, text
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+        js.delete_stream(name)
