@@ -349,8 +349,8 @@ def whole_write_text(own: int, partition: int, others: _Others, own_unsettled: i
                  "retry this task; if the job fails, its abort stops them and logs what they stored)")
     elif not others.gone:
         text += "; some task of the write did not stop in time and is not counted"
-    text += ("; not counted: tasks Spark killed, and tasks that finished while no other task of the write "
-             "was running")
+    text += ("; not counted: tasks Spark killed, and tasks that finished while no running task of the write "
+             "listened yet")
     if others.lossy:
         text += f" or long before this failure (a finished task relays the last {RELAYED} it heard of)"
     return text

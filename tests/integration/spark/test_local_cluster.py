@@ -140,36 +140,22 @@ def test_batch_write_on_two_executors(cluster, nats_server, js, unique):
 
 
 def test_a_failed_write_on_two_executors_counts_every_row_of_the_write_in_its_error(cluster, nats_server, js, unique):
-    """Partition 0 finishes, partition 2 fails on a bad row on both its attempts
-    (``spark.task.maxFailures=2``) while partition 1 is still publishing in the other
-    executor: the last attempt stops partition 1, and the error ``save()`` raises counts
-    the rows of the whole write, exactly what the stream holds."""
-    import re
-
+    """The rows of test_write_failure_totals.py on two executors: partition 3 fails on a bad
+    row on both its attempts (``spark.task.maxFailures=2``) while partition 1 is still
+    publishing in the other executor; the last attempt stops partition 1, and the error
+    ``save()`` raises counts the rows of the whole write, exactly what the stream holds."""
     from pyspark.errors import PySparkException
+
+    from .test_write_failure_totals import _BIG, _check_whole_write_count, _rows
 
     name = f"CF{unique}"
     js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
     url = nats_server.url
-    big, done_rows, bad_at = 400_000, 20_000, 600
-    df = cluster.range(0, 3 * big, numPartitions=3).where(
-        f"id < {done_rows} or (id >= {big} and id < {2 * big + 1000})").selectExpr(
-        f"case when id = {2 * big + bad_at} then '{name}.*' else concat('{name}.', id % 3) end as subject",
-        "cast(id as string) as data")
     try:
-        cluster.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(big))
+        cluster.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(_BIG))
         with pytest.raises(PySparkException) as ei:
-            df.write.format("jetstream").option("servers", url).option("maxPending", "200").save()
-        at_raise = js.stream(name).info().state.messages
-        text = str(ei.value)
-        m = re.search(r"(\d+) row\(s\) of this write are in the stream in all \((\d+) of partition 2, "
-                      r"(\d+) of \d+ finished task\(s\) \[0\], (\d+) of \d+ task\(s\) stopped by this "
-                      r"failure \[1\]", text)
-        assert m, text
-        total, own, finished, stopped = map(int, m.groups())
-        time.sleep(2 * FACTOR)  # nothing happens: the stream does not grow after save() raised
-        assert js.stream(name).info().state.messages == at_raise == total
-        assert (own, finished) == (bad_at, done_rows) and 0 < stopped < big
+            _rows(cluster, name).write.format("jetstream").option("servers", url).option("maxPending", "200").save()
+        _check_whole_write_count(js, name, str(ei.value))
     finally:
         cluster.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
         js.delete_stream(name)

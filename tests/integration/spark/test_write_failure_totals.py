@@ -19,47 +19,55 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 
 def test_the_error_of_a_failed_write_counts_every_row_of_the_write_in_the_stream(spark, nats_server, js, unique):
-    """Partition 0 (20,000 rows) finishes first; partition 2 starts on its core and fails on a
-    bad row after 600 rows, while partition 1 (400,000 rows in one Arrow batch) is still
-    publishing. The error says how many rows of the whole write are in the stream: exactly
-    what the stream holds, with partition 0 counted as finished and partition 1 as stopped."""
+    """Partition 0 has no rows and ends at once; partition 2 (50,000 rows) starts on its core
+    and finishes; partition 3 starts there next and fails on a bad row after 600 rows, while
+    partition 1 (600,000 rows in one Arrow batch) is still publishing. The error says how many
+    rows of the whole write are in the stream: exactly what the stream holds, with partition 2
+    counted as finished and partition 1 as stopped."""
     from pyspark.errors import PySparkException
 
     name = f"WT{unique}"
     js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
     url = nats_server.url
-    big = 400_000
-    done_rows, bad_at = 20_000, 600
-
-    # partition 0: ids 0..19999; partition 1: ids big..2*big-1; partition 2: ids 2*big..2*big+999,
-    # id 2*big+600 on a wildcard subject (the task fails on it)
-    df = spark.range(0, 3 * big, numPartitions=3).where(
-        f"id < {done_rows} or (id >= {big} and id < {2 * big + 1000})").selectExpr(
-        f"case when id = {2 * big + bad_at} then '{name}.*' else concat('{name}.', id % 3) end as subject",
-        "cast(id as string) as data")
     try:
-        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(big))
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(_BIG))
         with pytest.raises(PySparkException) as ei:
-            df.write.format("jetstream").option("servers", url).option("maxPending", "200").save()
-        at_raise = js.stream(name).info().state.messages
-        text = str(ei.value)
-        m = re.search(r"(\d+) row\(s\) of this write are in the stream in all \((\d+) of partition (\d), "
-                      r"(\d+) of (\d+) finished task\(s\) \[([\d, ]*)\], (\d+) of (\d+) task\(s\) stopped by this "
-                      r"failure \[([\d, ]*)\]", text)
-        assert m, text
-        total, own, failed, finished, _, finished_parts, stopped, _, stopped_parts = m.groups()
-        time.sleep(2 * FACTOR)  # behaviour: the stream does not grow after save() raised
-        in_stream = js.stream(name).info().state.messages
-        assert in_stream == at_raise
-        assert int(total) == in_stream, text
-        assert (failed, int(own)) == ("2", bad_at)
-        assert (finished_parts, int(finished)) == ("0", done_rows)
-        assert stopped_parts == "1" and 0 < int(stopped) < big
-        assert int(total) == int(own) + int(finished) + int(stopped)
-        assert "msgIdPrefix='" in text
+            _rows(spark, name).write.format("jetstream").option("servers", url).option("maxPending", "200").save()
+        _check_whole_write_count(js, name, str(ei.value))
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
         js.delete_stream(name)
+
+
+_BIG, _DONE_ROWS, _BAD_AT = 600_000, 50_000, 600
+
+
+def _rows(spark, name: str):
+    """Partition 0: no rows; 1: ids BIG..2*BIG-1; 2: ids 2*BIG..2*BIG+DONE_ROWS-1; 3: ids
+    3*BIG..3*BIG+999, id 3*BIG+BAD_AT on a wildcard subject (the task fails on it)."""
+    b = _BIG
+    return spark.range(0, 4 * b, numPartitions=4).where(
+        f"(id >= {b} and id < {2 * b + _DONE_ROWS}) or (id >= {3 * b} and id < {3 * b + 1000})").selectExpr(
+        f"case when id = {3 * b + _BAD_AT} then '{name}.*' else concat('{name}.', id % 3) end as subject",
+        "cast(id as string) as data")
+
+
+def _check_whole_write_count(js, name: str, text: str) -> None:
+    at_raise = js.stream(name).info().state.messages
+    m = re.search(r"(\d+) row\(s\) of this write are in the stream in all \((\d+) of partition (\d), "
+                  r"(\d+) of \d+ finished task\(s\) \[([\d, ]*)\], (\d+) of \d+ task\(s\) stopped by this "
+                  r"failure \[([\d, ]*)\]", text)
+    assert m, text
+    total, own, failed, finished, finished_parts, stopped, stopped_parts = m.groups()
+    time.sleep(2 * FACTOR)  # nothing happens: the stream does not grow after save() raised
+    in_stream = js.stream(name).info().state.messages
+    assert in_stream == at_raise
+    assert int(total) == in_stream, text
+    assert (failed, int(own)) == ("3", _BAD_AT)
+    assert finished_parts in ("2", "0, 2") and int(finished) == _DONE_ROWS, text
+    assert stopped_parts == "1" and 0 < int(stopped) < _BIG
+    assert int(total) == int(own) + int(finished) + int(stopped)
+    assert "msgIdPrefix='" in text
 
 
 def test_an_input_that_fails_mid_task_fails_the_write_and_every_row_before_it_is_in_the_stream(
