@@ -32,7 +32,6 @@ class _Stopped(Exception):  # noqa: N818 - internal: the task was stopped, not a
         self.report = report
 
 
-
 class _RowFailed(Exception):  # noqa: N818 - internal, always turned into SparkWriteError
     """A row's PubAck failed (or did not come in time): ``row``, ``subject``, ``error``."""
 
@@ -40,6 +39,14 @@ class _RowFailed(Exception):  # noqa: N818 - internal, always turned into SparkW
         super().__init__(row, subject, error)
         self.row = row
         self.subject = subject
+        self.error = error
+
+
+class _InputFailed(Exception):  # noqa: N818 - internal, always turned into SparkWriteError
+    """The task's input (the Arrow batches Spark hands over) raised ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
         self.error = error
 
 

@@ -9,7 +9,7 @@ process, and every task connects to NATS on its own. The executors import ``jssy
 else from the installed package (the editable install in CI); the fixture checks they
 import the same jssync as the driver.
 
-Three tests only (two executor JVMs of 1 GB each), sharing one session.
+Four tests only (two executor JVMs of 1 GB each), sharing one session.
 """
 
 from __future__ import annotations
@@ -136,6 +136,28 @@ def test_batch_write_on_two_executors(cluster, nats_server, js, unique):
         writers = {c["name"] for c in _closed_conns(nats_server, f"cw-{unique}-writer-")}
         assert writers == {f"cw-{unique}-writer-{p}" for p in range(4)}
     finally:
+        js.delete_stream(name)
+
+
+def test_a_failed_write_on_two_executors_counts_every_row_of_the_write_in_its_error(cluster, nats_server, js, unique):
+    """The rows of test_write_failure_totals.py on two executors: partition 3 fails on a bad
+    row on both its attempts (``spark.task.maxFailures=2``) while partition 1 is still
+    publishing in the other executor; the last attempt stops partition 1, and the error
+    ``save()`` raises counts the rows of the whole write, exactly what the stream holds."""
+    from pyspark.errors import PySparkException
+
+    from .test_write_failure_totals import _BIG, _check_whole_write_count, _rows
+
+    name = f"CF{unique}"
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    url = nats_server.url
+    try:
+        cluster.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(_BIG))
+        with pytest.raises(PySparkException) as ei:
+            _rows(cluster, name).write.format("jetstream").option("servers", url).option("maxPending", "200").save()
+        _check_whole_write_count(js, name, str(ei.value))
+    finally:
+        cluster.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
         js.delete_stream(name)
 
 

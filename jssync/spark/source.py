@@ -1,0 +1,125 @@
+"""The ``jetstream`` data source itself, and registering it on a SparkSession."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from ..base.errors import ValidationError
+from .aborting import note_max_failures
+from .options import FORMAT, ReadOptions, WriteOptions
+from .ranges import schema_type
+from .reading import JetStreamBatchReader, JetStreamStreamReader, _check_schema
+from .writing import JetStreamBatchWriter, JetStreamStreamWriter, check_duplicate_window, check_write_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+# -- the data source -----------------------------------------------------------------------------
+
+
+def _plain(options: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+class JetStreamDataSource(DataSource):
+    """The ``jetstream`` format: batch and streaming reads of a stream, batch and streaming writes.
+
+    Register it with :func:`register` (or ``spark.dataSource.register(JetStreamDataSource)``).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        # a bad headersFormat is refused by reader() / streamReader(), naming it
+        fmt = str(_plain(self.options).get("headersformat", "map")).strip().lower()
+        return schema_type("array" if fmt == "array" else "map")
+
+    def reader(self, schema: StructType) -> JetStreamBatchReader:
+        opts = ReadOptions.parse(_plain(self.options))
+        _check_schema(schema, opts.headers_format)
+        return JetStreamBatchReader(opts)
+
+    def streamReader(self, schema: StructType) -> JetStreamStreamReader:
+        opts = ReadOptions.parse(_plain(self.options))
+        _check_schema(schema, opts.headers_format)
+        if opts.ending_time is not None:
+            raise ValidationError(
+                "option 'endingTime' is for batch reads only (as Kafka's endingTimestamp); bound a streaming "
+                "read with option 'endingSequence'")
+        return JetStreamStreamReader(opts)
+
+    def writer(self, schema: StructType, overwrite: bool) -> JetStreamBatchWriter:
+        if overwrite:
+            raise ValidationError(
+                "the jetstream sink only appends: use mode('append') (a stream cannot be overwritten)")
+        opts = WriteOptions.parse(_plain(self.options))
+        check_write_schema(schema, opts)
+        check_duplicate_window(opts)
+        return JetStreamBatchWriter(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> JetStreamStreamWriter:
+        opts = WriteOptions.parse(_plain(self.options))
+        check_write_schema(schema, opts)
+        check_duplicate_window(opts)
+        return JetStreamStreamWriter(opts)
+
+
+def _default_append() -> None:
+    """Make ``df.write.format("jetstream")`` start in append mode (idempotent).
+
+    Spark refuses its default save mode (ErrorIfExists) for Python data sources, and
+    appending is the only thing a stream can do; an explicit ``.mode(...)`` after
+    ``format`` still wins.
+    """
+    import functools
+
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    orig = DataFrameWriter.format
+    if getattr(orig, "_jssync_append", False):
+        return
+
+    @functools.wraps(orig)
+    def format(self: Any, source: str) -> Any:  # noqa: A001 - the method's name
+        w = orig(self, source)
+        if isinstance(source, str) and source.lower() == FORMAT:
+            w = w.mode("append")
+            note_max_failures(getattr(self, "_spark", None))
+        return w
+
+    cast(Any, format)._jssync_append = True  # marks the patched method as ours
+    cast(Any, DataFrameWriter).format = format
+
+
+def activate(spark: SparkSession) -> None:
+    """Make ``spark`` the active session of the calling thread, in Python and in the JVM.
+
+    PySpark 4.3 runs the calls of each Python thread on a JVM thread of its own, and a
+    new thread has no active session there: a ``df.write.format("jetstream")`` (any Python
+    data source) from any thread but the one that created the session fails with
+    ``DATA_SOURCE_NOT_FOUND`` (reads are not affected). Call this first in such a thread.
+    PySpark has no public ``SparkSession.setActiveSession``; this uses ``createDataFrame``
+    (of no rows, no job runs), which makes its session the active one of the calling
+    thread. Blocks for one call into the JVM.
+    """
+    spark.createDataFrame([], "x int")
+    note_max_failures(spark)
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``jetstream`` format on ``spark`` (once per session; again is harmless).
+
+    Also makes ``df.write.format("jetstream")`` default to append mode: Spark's default
+    (ErrorIfExists) is not allowed for Python data sources. Executors import
+    :mod:`jssync.spark` by name, so jssync must be installed where the Python workers run.
+    """
+    spark.dataSource.register(JetStreamDataSource)
+    _default_append()
+    note_max_failures(spark)
