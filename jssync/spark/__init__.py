@@ -1800,6 +1800,8 @@ class _FastRows:
         while ``pub.max_pending`` rows are without a PubAck. Raises :class:`SparkWriteError`
         naming the row (and :class:`_RowFailed` from the PubAcks read while waiting).
         """
+        from itertools import repeat
+
         subjects_seen = self._subjects
         seen = self._seen
         head = self._head
@@ -1812,8 +1814,8 @@ class _FastRows:
         reply = pub.reply_prefix
         row = first
         pub.mark(first)
-        for d in datas:
-            subj = (subjects[row - first] if subjects is not None else None) or default
+        for s, d in zip(subjects if subjects is not None else repeat(None, len(datas)), datas, strict=True):
+            subj = s or default
             if subj is None:
                 raise SparkWriteError(
                     f"row {row} of partition {partition} has no subject (its 'subject' column is null "
@@ -1841,11 +1843,11 @@ class _FastRows:
                     hdrs = {"Nats-Msg-Id": msg_id}
                 if len(pending) >= window:
                     pub.wait_room()
-                pending[row] = (subj, d, hdrs)
+                item = pending[row] = (subj, d, f"{reply}{row}", hdrs)  # (a resend queues it again)
                 if enqueue is not None:
-                    enqueue((subj, d, f"{reply}{row}", hdrs))
+                    enqueue(item)
                 else:
-                    pub.send(row, subj, d, hdrs)
+                    pub.send(item)
             except (SparkWriteError, _RowFailed):
                 raise
             except Exception as exc:  # noqa: BLE001 - bad subject, payload size, closed connection

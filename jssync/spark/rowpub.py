@@ -179,9 +179,10 @@ class RowPublisher:
         self._conn = conn
         self._inbox = conn.new_inbox()
         self._plen = len(self._inbox) + 1
-        #: row -> (subject, data, headers) of every row still without a PubAck (rows are
-        #: added in order; the I/O thread drops a row when its PubAck comes).
-        self.rows: dict[int, tuple[str, bytes, dict[str, str] | None]] = {}
+        #: row -> the row as queued, (subject, data, reply subject, headers), of every row
+        #: still without a PubAck (rows are added in order; the I/O thread drops a row when
+        #: its PubAck comes; a resend queues the same tuple again).
+        self.rows: dict[int, tuple[str, bytes, str, dict[str, str] | None]] = {}
         self._acks = _Acks(self.rows, self._plen)
         subject = self._inbox + ".*"
         # the server's answer to a SUB of the inbox (a refusal raises here); the receiving
@@ -260,15 +261,16 @@ class RowPublisher:
             self._times[row >> _CHUNK_SHIFT] = time.monotonic()
         if len(self.rows) >= self.max_pending:
             self.wait_room()
-        self.rows[row] = (subject, data, headers)
-        self.send(row, subject, data, headers)
+        item = self.rows[row] = (subject, data, f"{self._inbox}.{row}", headers)
+        self.send(item)
 
-    def send(self, row: int, subject: str, data: bytes, headers: dict[str, str] | None) -> None:
-        """Hand a row to the connection (its entry in :attr:`rows` made by the caller)."""
+    def send(self, item: tuple[str, bytes, str, dict[str, str] | None]) -> None:
+        """Hand a row as queued, ``(subject, data, reply subject, headers)``, to the connection
+        (its entry in :attr:`rows` made by the caller)."""
         if self.enqueue is not None:
-            self.enqueue((subject, data, f"{self._inbox}.{row}", headers))
+            self.enqueue(item)
         else:
-            self._conn.publish(subject, data, reply=f"{self._inbox}.{row}", headers=headers)
+            self._conn.publish(item[0], item[1], reply=item[2], headers=item[3])
 
     def mark(self, row: int) -> None:
         """Start the PubAck timeout of row ``row``'s chunk of 256 rows now."""
@@ -339,7 +341,7 @@ class RowPublisher:
             entry = self.rows.get(row)
             if entry is not None:  # not failed meanwhile
                 self.resent += 1
-                self.send(row, *entry)
+                self.send(entry)
 
     def _oldest_overdue(self) -> int | None:
         # rows are added in order and only dropped: the oldest row without a PubAck is the
