@@ -1709,7 +1709,7 @@ class _FastRows:
     ``Nats-Msg-Id`` is built from a prefix checked once and a digest state per subject
     (the same id as :func:`derive_msg_id`), and the payload plus header block is checked
     against the server's max_payload; then the row goes to the task's
-    :class:`~jssync.spark.rowpub.RowPublisher` (``maxPending`` window, PubAcks counted in bulk).
+    :class:`~jssync.spark.rowpub.RowPublisher` (``maxPending`` window, PubAcks counted as they come).
 
     It also counts the rows of each content digest seen so far in the partition (the
     occurrence part of derived ids): one dict entry per distinct row, about 100 bytes each.
