@@ -348,6 +348,14 @@ class RowPublisher:
         # first one at or after the last oldest still in ``rows`` (the I/O thread may drop
         # rows meanwhile, so every step looks whether any is left)
         rows = self.rows
+        if not rows:
+            return None
+        now = time.monotonic()
+        start = self._times.get(self._oldest >> _CHUNK_SHIFT)
+        if start is not None and now < start + self.timeout:
+            # the oldest row waiting is at or after _oldest, and a later chunk's clock
+            # started no earlier: nothing is overdue (no need to look for it)
+            return None
         row = self._oldest
         while row not in rows:
             if not rows:
@@ -356,7 +364,7 @@ class RowPublisher:
             row += 1
         self._oldest = row
         start = self._times.get(row >> _CHUNK_SHIFT)
-        if start is not None and time.monotonic() >= start + self.timeout:
+        if start is not None and now >= start + self.timeout:
             return row
         return None
 
