@@ -468,7 +468,6 @@ def _check_retry(attempts: Any, wait: Any) -> None:
     check_number(wait, "retry_wait", above=None, minimum=0)
 
 
-
 class _PubAckFuture(LeanFuture["PubAck"]):
     """The Future of a publish_async: its done-callbacks never run on the I/O thread.
 
