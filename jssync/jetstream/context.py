@@ -49,6 +49,7 @@ from .params import (  # (validate_name is a name of the context too)
     validate_name,
 )
 from .replies import PubAck, _parse_pub_ack
+from .resend import resend_delay
 from .streamadmin import StreamAdmin
 from .transport import APITransport, ConnectionTransport
 
@@ -468,10 +469,6 @@ def _check_retry(attempts: Any, wait: Any) -> None:
     check_number(wait, "retry_wait", above=None, minimum=0)
 
 
-#: A resend needs at least this long before the publish's deadline for its reply to arrive.
-_RESEND_MARGIN = 0.05
-
-
 class _PubAckFuture(LeanFuture["PubAck"]):
     """The Future of a publish_async: its done-callbacks never run on the I/O thread.
 
@@ -681,8 +678,8 @@ class _AsyncPublisher:
         """On the I/O thread: after a 503, send the message again later; False when out of tries."""
         attempts, wait = entry[5], entry[6]
         n = self._retries.get(tok, 0)
-        delay = wait * (n + 1)
-        if n >= attempts or time.monotonic() + delay + _RESEND_MARGIN >= entry[1]:
+        delay = resend_delay(n, attempts, wait, time.monotonic(), entry[1])
+        if delay is None:
             return False
         self._retries[tok] = n + 1
         conn = self._js.conn

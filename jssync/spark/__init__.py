@@ -30,7 +30,7 @@ Batch reads may end at ``endingTime`` (Kafka's ``endingTimestamp``); ``headersFo
 gives Kafka's array of key/value structs for ``headers`` (repeated names kept), and the
 sink takes that column too, and a ``key`` column as the last subject token.
 Writes publish every row with ``publish_async``'s checks and a reply subject of their own
-(``<inbox>.<row>``, PubAcks counted in bulk, see :mod:`jssync.spark.rowpub`) and wait for
+(``<inbox>.<row>``, PubAcks counted as they come, see :mod:`jssync.spark.rowpub`) and wait for
 all PubAcks before the task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
 (from a column, or derived from the query, batch, partition and the row's content and
 its occurrence count, never its position) so retried tasks and replayed micro-batches
@@ -43,7 +43,7 @@ the tasks still publishing (a request on ``_JSSYNC.SPARK.STOP.<write token>.<bat
 The modules, by job: :mod:`~jssync.spark.options` (option names and parsing),
 :mod:`~jssync.spark.ranges` (a task reading its sequence range), :mod:`~jssync.spark.reading`
 (planning reads, offsets, the readers), :mod:`~jssync.spark.writing` (a task publishing its
-rows, the writers), :mod:`~jssync.spark.rowpub` (PubAcks counted in bulk),
+rows, the writers), :mod:`~jssync.spark.rowpub` (PubAcks counted as they come),
 :mod:`~jssync.spark.aborting` (stopping a failed write's tasks, counting what it left) and
 :mod:`~jssync.spark.source` (the data source, :func:`register`); every name is importable
 from :mod:`jssync.spark` too.

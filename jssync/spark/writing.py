@@ -12,6 +12,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -246,7 +247,7 @@ class _FastRows:
     ``Nats-Msg-Id`` is built from a prefix checked once and a digest state per subject
     (the same id as :func:`derive_msg_id`), and the payload plus header block is checked
     against the server's max_payload; then the row goes to the task's
-    :class:`~jssync.spark.rowpub.RowPublisher` (``maxPending`` window, PubAcks counted in bulk).
+    :class:`~jssync.spark.rowpub.RowPublisher` (``maxPending`` window, PubAcks counted as they come).
 
     It also counts the rows of each content digest seen so far in the partition (the
     occurrence part of derived ids): one dict entry per distinct row, about 100 bytes each.
@@ -349,8 +350,8 @@ class _FastRows:
         reply = pub.reply_prefix
         row = first
         pub.mark(first)
-        for d in datas:
-            subj = (subjects[row - first] if subjects is not None else None) or default
+        for s, d in zip(subjects if subjects is not None else repeat(None, len(datas)), datas, strict=True):
+            subj = s or default
             if subj is None:
                 raise SparkWriteError(
                     f"row {row} of partition {partition} has no subject (its 'subject' column is null "
@@ -378,11 +379,11 @@ class _FastRows:
                     hdrs = {"Nats-Msg-Id": msg_id}
                 if len(pending) >= window:
                     pub.wait_room()
-                pending[row] = (subj, d, hdrs)
+                item = pending[row] = (subj, d, f"{reply}{row}", hdrs)  # (a resend queues it again)
                 if enqueue is not None:
-                    enqueue((subj, d, f"{reply}{row}", hdrs))
+                    enqueue(item)
                 else:
-                    pub.send(row, subj, d, hdrs)
+                    pub.send(item)
             except (SparkWriteError, _RowFailed):
                 raise
             except Exception as exc:  # noqa: BLE001 - bad subject, payload size, closed connection
