@@ -322,11 +322,14 @@ def _subscriber(env: dict[str, str], *argv: str) -> subprocess.Popen[bytes]:
                             stderr=subprocess.PIPE)
 
 
-def _feed(proc: subprocess.Popen[bytes], nc, subject: str, data: bytes, headers=None) -> tuple[str, str]:
-    """Publish until the subscriber process has had enough and exited; its output."""
+def _feed(proc: subprocess.Popen[bytes], nc, subject: str, data: bytes, headers=None,
+          per_tick: int = 1) -> tuple[str, str]:
+    """Publish (``per_tick`` messages every 0.1 s) until the subscriber process has had enough and exited;
+    its output."""
     end = time.monotonic() + 20 * FACTOR
     while proc.poll() is None and time.monotonic() < end:
-        nc.publish(subject, data, headers=headers)
+        for _ in range(per_tick):
+            nc.publish(subject, data, headers=headers)
         nc.flush()
         time.sleep(0.1)  # poll: publish until the subscriber is up, inside the deadline
     try:
@@ -339,14 +342,22 @@ def _feed(proc: subprocess.Popen[bytes], nc, subject: str, data: bytes, headers=
 
 
 def test_sub_shows_headers_and_binary_payloads(env, nats_server, nc):
-    proc = _subscriber(env, "sub", "cli.hdr", "--count", "1", "--wait", "20", "-s", nats_server.url)
-    out, err = _feed(proc, nc, "cli.hdr", b"payload", headers={"Trace-Id": "t-1"})
-    assert proc.returncode == 0, err
-    assert "cli.hdr" in out and "payload" in out and "Trace-Id: t-1" in out
-    proc = _subscriber(env, "sub", "cli.hdr", "--count", "1", "--wait", "20", "--json", "-s", nats_server.url)
-    out, err = _feed(proc, nc, "cli.hdr", BINARY, headers={"Trace-Id": "t-2"})
+    # both subscribers start at once (each on a subject of its own): the second starts while the first is fed
+    text = _subscriber(env, "sub", "cli.hdr", "--count", "1", "--wait", "20", "-s", nats_server.url)
+    as_json = _subscriber(env, "sub", "cli.hdr.json", "--count", "1", "--wait", "20", "--json",
+                          "-s", nats_server.url)
+    try:
+        out, err = _feed(text, nc, "cli.hdr", b"payload", headers={"Trace-Id": "t-1"})
+        assert text.returncode == 0, err
+        assert "cli.hdr" in out and "payload" in out and "Trace-Id: t-1" in out
+        out, err = _feed(as_json, nc, "cli.hdr.json", BINARY, headers={"Trace-Id": "t-2"})
+    finally:
+        for proc in (text, as_json):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     rec = json.loads(out)
-    assert rec["headers"] == {"Trace-Id": "t-2"} and _data(rec) == BINARY and rec["subject"] == "cli.hdr"
+    assert rec["headers"] == {"Trace-Id": "t-2"} and _data(rec) == BINARY and rec["subject"] == "cli.hdr.json"
 
 
 def test_pub_file_stdin_takes_binary(env, nats_server, nc):
@@ -1153,7 +1164,7 @@ def test_bench_reports_rates_and_cleans_up(env, nats_server, js, nc, unique):
     assert p.returncode == 0 and "MSGS/S" in p.stdout and "MB/S" in p.stdout, p.stderr
     # core sub: waits for --msgs messages from someone else
     proc = _subscriber(env, "--json", "bench", "sub", f"{subj}.s", "--msgs", "50", *s)
-    out, err = _feed(proc, nc, f"{subj}.s", b"x" * 10)
+    out, err = _feed(proc, nc, f"{subj}.s", b"x" * 10, per_tick=10)
     assert proc.returncode == 0, err
     assert json.loads(out)[0]["msgs"] == 50
     # JetStream: a stream of its own when none captures the subject, removed at the end
