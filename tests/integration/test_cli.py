@@ -184,9 +184,11 @@ def jssync_subprocess(env: dict[str, str], *argv: str, stdin: bytes | None = Non
                                        p.stderr.decode(errors="replace"))
 
 
-def jssync_run(env: dict[str, str], *argv: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+def jssync_run(env: dict[str, str], *argv: str, stdin: bytes | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run the command as `python -m jssync ARGV...` would, in this process (no interpreter start per call):
     `env` is the whole environment, ``stdin`` the bytes on standard input (no terminal: empty when None),
+    ``cwd`` the working directory of the run (this process's own when None),
     standard output and error are captured through pipes of their own (no terminal, 80 columns). A run
     that leaves a thread behind (an unclosed connection) fails the test. The real command runs in the
     tests that call `jssync_subprocess` or start `python -m jssync` themselves."""
@@ -203,7 +205,10 @@ def jssync_run(env: dict[str, str], *argv: str, stdin: bytes | None = None) -> s
     os.environ.update({"COLUMNS": "80", **env} if "COLUMNS" not in env else env)
     sys.stdin, sys.stdout, sys.stderr = fake_in, fake_out, fake_err
     root.handlers = []  # the command's logging.basicConfig writes to its own stderr, as in its own process
+    saved_cwd = os.getcwd()
     try:
+        if cwd is not None:
+            os.chdir(cwd)
         try:
             rc = main(list(argv))
         except SystemExit as exc:  # argparse: --help, usage errors
@@ -211,6 +216,7 @@ def jssync_run(env: dict[str, str], *argv: str, stdin: bytes | None = None) -> s
         fake_out.flush()
         fake_err.flush()
     finally:
+        os.chdir(saved_cwd)
         sys.stdin, sys.stdout, sys.stderr = saved_std
         root.handlers, level = saved_log
         root.setLevel(level)
@@ -1118,12 +1124,10 @@ def test_obj_commands_store_read_list_and_delete_objects(env, nats_server, js, u
         assert r.returncode == 0 and r.stdout == src.read_bytes()
         work = tmp_path / "cwd"
         work.mkdir()
-        r = subprocess.run([sys.executable, "-m", "jssync", "obj", "get", bucket, "photo.bin", *s], env=env,
-                           cwd=work, capture_output=True, timeout=60 * FACTOR)
-        assert r.returncode == 0 and (work / "photo.bin").read_bytes() == src.read_bytes(), r.stderr
-        r = subprocess.run([sys.executable, "-m", "jssync", "obj", "get", bucket, "photo.bin", *s], env=env,
-                           cwd=work, capture_output=True, text=True, timeout=60 * FACTOR)
-        assert r.returncode == 1 and "exists" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        p = jssync_run(env, "obj", "get", bucket, "photo.bin", *s, cwd=work)
+        assert p.returncode == 0 and (work / "photo.bin").read_bytes() == src.read_bytes(), p.stderr
+        p = jssync_run(env, "obj", "get", bucket, "photo.bin", *s, cwd=work)
+        assert p.returncode == 1 and "exists" in p.stderr and len(p.stderr.strip().splitlines()) == 1
         # watch: the objects there, then stops after --count
         p = jssync_run(env, "obj", "watch", bucket, "--count", "2", *s)
         assert p.returncode == 0 and "photo.bin" in p.stdout and "copy/two" in p.stdout, p.stderr
