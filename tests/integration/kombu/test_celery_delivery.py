@@ -212,9 +212,7 @@ def test_a_warm_shutdown_mid_flow_hands_the_rest_to_the_next_worker_exactly_once
     """A rolling restart: the first worker is stopped (SIGTERM, Celery's warm shutdown) while
     tasks are queued and prefetched; what it received and did not start goes back to the queue
     (-NAK on channel close) and the second worker runs it. Nothing failed: exactly once."""
-    # what a stop hands over is the worker's prefetch window (16 or 32 tasks), whatever the total:
-    # 1,500 leave over a thousand queued when the first worker stops
-    count = min(TASKS, 1500)
+    count = min(TASKS, 3000)
     options = {"subject_prefix": prefix}
     runs = _write_app(tmp_path, nats_server.url, options)
     sender = _sender(nats_server.url, options)
