@@ -612,6 +612,9 @@ def test_celery_remote_control_reaches_the_worker(nats_server: NatsServer, prefi
             replies[:] = sender.control.ping(timeout=1.0 * FACTOR)
             return bool(replies)
 
+        # each ping waits its whole timeout for replies: ping once the worker says it is ready, not before
+        wait_for(lambda: " ready." in (tmp_path / "worker.log").read_text(), timeout=60, interval=0.05,
+                 what="the worker ready")
         wait_for(pinged, timeout=60, interval=0.1, what="a pong from the worker")
     finally:
         code = _stop(proc)
