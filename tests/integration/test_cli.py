@@ -184,9 +184,11 @@ def jssync_subprocess(env: dict[str, str], *argv: str, stdin: bytes | None = Non
                                        p.stderr.decode(errors="replace"))
 
 
-def jssync_run(env: dict[str, str], *argv: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+def jssync_run(env: dict[str, str], *argv: str, stdin: bytes | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run the command as `python -m jssync ARGV...` would, in this process (no interpreter start per call):
     `env` is the whole environment, ``stdin`` the bytes on standard input (no terminal: empty when None),
+    ``cwd`` the working directory of the run (this process's own when None),
     standard output and error are captured through pipes of their own (no terminal, 80 columns). A run
     that leaves a thread behind (an unclosed connection) fails the test. The real command runs in the
     tests that call `jssync_subprocess` or start `python -m jssync` themselves."""
@@ -203,7 +205,10 @@ def jssync_run(env: dict[str, str], *argv: str, stdin: bytes | None = None) -> s
     os.environ.update({"COLUMNS": "80", **env} if "COLUMNS" not in env else env)
     sys.stdin, sys.stdout, sys.stderr = fake_in, fake_out, fake_err
     root.handlers = []  # the command's logging.basicConfig writes to its own stderr, as in its own process
+    saved_cwd = os.getcwd()
     try:
+        if cwd is not None:
+            os.chdir(cwd)
         try:
             rc = main(list(argv))
         except SystemExit as exc:  # argparse: --help, usage errors
@@ -211,6 +216,7 @@ def jssync_run(env: dict[str, str], *argv: str, stdin: bytes | None = None) -> s
         fake_out.flush()
         fake_err.flush()
     finally:
+        os.chdir(saved_cwd)
         sys.stdin, sys.stdout, sys.stderr = saved_std
         root.handlers, level = saved_log
         root.setLevel(level)
@@ -322,11 +328,14 @@ def _subscriber(env: dict[str, str], *argv: str) -> subprocess.Popen[bytes]:
                             stderr=subprocess.PIPE)
 
 
-def _feed(proc: subprocess.Popen[bytes], nc, subject: str, data: bytes, headers=None) -> tuple[str, str]:
-    """Publish until the subscriber process has had enough and exited; its output."""
+def _feed(proc: subprocess.Popen[bytes], nc, subject: str, data: bytes, headers=None,
+          per_tick: int = 1) -> tuple[str, str]:
+    """Publish (``per_tick`` messages every 0.1 s) until the subscriber process has had enough and exited;
+    its output."""
     end = time.monotonic() + 20 * FACTOR
     while proc.poll() is None and time.monotonic() < end:
-        nc.publish(subject, data, headers=headers)
+        for _ in range(per_tick):
+            nc.publish(subject, data, headers=headers)
         nc.flush()
         time.sleep(0.1)  # poll: publish until the subscriber is up, inside the deadline
     try:
@@ -339,14 +348,22 @@ def _feed(proc: subprocess.Popen[bytes], nc, subject: str, data: bytes, headers=
 
 
 def test_sub_shows_headers_and_binary_payloads(env, nats_server, nc):
-    proc = _subscriber(env, "sub", "cli.hdr", "--count", "1", "--wait", "20", "-s", nats_server.url)
-    out, err = _feed(proc, nc, "cli.hdr", b"payload", headers={"Trace-Id": "t-1"})
-    assert proc.returncode == 0, err
-    assert "cli.hdr" in out and "payload" in out and "Trace-Id: t-1" in out
-    proc = _subscriber(env, "sub", "cli.hdr", "--count", "1", "--wait", "20", "--json", "-s", nats_server.url)
-    out, err = _feed(proc, nc, "cli.hdr", BINARY, headers={"Trace-Id": "t-2"})
+    # both subscribers start at once (each on a subject of its own): the second starts while the first is fed
+    text = _subscriber(env, "sub", "cli.hdr", "--count", "1", "--wait", "20", "-s", nats_server.url)
+    as_json = _subscriber(env, "sub", "cli.hdr.json", "--count", "1", "--wait", "20", "--json",
+                          "-s", nats_server.url)
+    try:
+        out, err = _feed(text, nc, "cli.hdr", b"payload", headers={"Trace-Id": "t-1"})
+        assert text.returncode == 0, err
+        assert "cli.hdr" in out and "payload" in out and "Trace-Id: t-1" in out
+        out, err = _feed(as_json, nc, "cli.hdr.json", BINARY, headers={"Trace-Id": "t-2"})
+    finally:
+        for proc in (text, as_json):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     rec = json.loads(out)
-    assert rec["headers"] == {"Trace-Id": "t-2"} and _data(rec) == BINARY and rec["subject"] == "cli.hdr"
+    assert rec["headers"] == {"Trace-Id": "t-2"} and _data(rec) == BINARY and rec["subject"] == "cli.hdr.json"
 
 
 def test_pub_file_stdin_takes_binary(env, nats_server, nc):
@@ -1107,12 +1124,10 @@ def test_obj_commands_store_read_list_and_delete_objects(env, nats_server, js, u
         assert r.returncode == 0 and r.stdout == src.read_bytes()
         work = tmp_path / "cwd"
         work.mkdir()
-        r = subprocess.run([sys.executable, "-m", "jssync", "obj", "get", bucket, "photo.bin", *s], env=env,
-                           cwd=work, capture_output=True, timeout=60 * FACTOR)
-        assert r.returncode == 0 and (work / "photo.bin").read_bytes() == src.read_bytes(), r.stderr
-        r = subprocess.run([sys.executable, "-m", "jssync", "obj", "get", bucket, "photo.bin", *s], env=env,
-                           cwd=work, capture_output=True, text=True, timeout=60 * FACTOR)
-        assert r.returncode == 1 and "exists" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        p = jssync_run(env, "obj", "get", bucket, "photo.bin", *s, cwd=work)
+        assert p.returncode == 0 and (work / "photo.bin").read_bytes() == src.read_bytes(), p.stderr
+        p = jssync_run(env, "obj", "get", bucket, "photo.bin", *s, cwd=work)
+        assert p.returncode == 1 and "exists" in p.stderr and len(p.stderr.strip().splitlines()) == 1
         # watch: the objects there, then stops after --count
         p = jssync_run(env, "obj", "watch", bucket, "--count", "2", *s)
         assert p.returncode == 0 and "photo.bin" in p.stdout and "copy/two" in p.stdout, p.stderr
@@ -1153,7 +1168,7 @@ def test_bench_reports_rates_and_cleans_up(env, nats_server, js, nc, unique):
     assert p.returncode == 0 and "MSGS/S" in p.stdout and "MB/S" in p.stdout, p.stderr
     # core sub: waits for --msgs messages from someone else
     proc = _subscriber(env, "--json", "bench", "sub", f"{subj}.s", "--msgs", "50", *s)
-    out, err = _feed(proc, nc, f"{subj}.s", b"x" * 10)
+    out, err = _feed(proc, nc, f"{subj}.s", b"x" * 10, per_tick=10)
     assert proc.returncode == 0, err
     assert json.loads(out)[0]["msgs"] == 50
     # JetStream: a stream of its own when none captures the subject, removed at the end

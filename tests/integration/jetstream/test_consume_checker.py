@@ -231,18 +231,18 @@ class ConsumeChecker(RuleBasedStateMachine):
         limit = PROBE + (max(self.last_fault, self.pull_taint) + ACK_WAIT + 2.0 - time.monotonic()
                          if tainted or long else 0)
         end = time.monotonic() + max(PROBE, limit)
-        info = None
         while True:
-            try:
-                for m in self.consumer.fetch(100, expires=0.3):
-                    self.handed(m)
-            except jssync.Error:
-                pass
+            # nothing pending and nothing waiting for an ack: nothing to pull (no fetch waits out its expiry)
             info = self._info(self.cname)
             if info.num_ack_pending == 0 and info.num_pending == 0:
                 return
             if time.monotonic() > end:
                 break
+            try:
+                for m in self.consumer.fetch(100, expires=0.3):
+                    self.handed(m)
+            except jssync.Error:
+                pass
         if info.num_ack_pending:
             raise CheckFailed(
                 f"after {where}: {info.num_ack_pending} message(s) of {self.cname} still wait for an ack "

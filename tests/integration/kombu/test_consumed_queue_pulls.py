@@ -9,32 +9,15 @@ import threading
 import time
 from typing import Any
 
-import kombu
 import pytest
 from kombu import Consumer, Exchange, Producer, Queue
 
 import jssync
 from jssync.server import NatsServer
 from tests.conftest import FACTOR, wait_for
+from tests.integration.kombu.conftest import drain_until, kombu_conn
 
 pytestmark = pytest.mark.timeout(120)
-
-TRANSPORT = "jssync.kombu:Transport"
-
-
-def _conn(url: str, prefix: str, **options: Any) -> kombu.Connection:
-    return kombu.Connection(url, transport=TRANSPORT, transport_options={"subject_prefix": prefix, **options})
-
-
-def _drain(conn: kombu.Connection, until: Any, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout * FACTOR
-    while not until():
-        if time.monotonic() > end:
-            raise AssertionError("timed out draining events")
-        try:
-            conn.drain_events(timeout=0.2)
-        except TimeoutError:
-            pass
 
 
 def _ack_pending(url: str, prefix: str, queue: str) -> int:
@@ -45,7 +28,7 @@ def _ack_pending(url: str, prefix: str, queue: str) -> int:
 
 
 def _publish(url: str, prefix: str, queue: Queue, bodies: list[Any]) -> None:
-    with _conn(url, prefix) as conn:
+    with kombu_conn(url, prefix) as conn:
         ch = conn.channel()
         queue(ch).declare()
         producer = Producer(ch)
@@ -59,11 +42,11 @@ def test_a_consumer_never_holds_more_than_its_prefetch_count_on_the_server(
     queue = Queue("held", Exchange("hx"), routing_key="held")
     _publish(nats_server.url, prefix, queue, list(range(20)))
     got: list[Any] = []
-    with _conn(nats_server.url, prefix) as conn:  # fetch_batch at its default, above the prefetch
+    with kombu_conn(nats_server.url, prefix) as conn:  # fetch_batch at its default, above the prefetch
         ch = conn.channel()
         with Consumer(ch, [queue], callbacks=[lambda body, message: got.append(message)]) as consumer:
             consumer.qos(prefetch_count=3)  # after consume, as kombu programs do
-            _drain(conn, lambda: len(got) >= 3)
+            drain_until(conn, lambda: len(got) >= 3)
             with pytest.raises(TimeoutError):
                 conn.drain_events(timeout=1 * FACTOR)
             assert len(got) == 3
@@ -74,7 +57,7 @@ def test_a_consumer_never_holds_more_than_its_prefetch_count_on_the_server(
                     if not m.acknowledged:
                         m.ack()
                 seen = len(got)
-                _drain(conn, lambda: len(got) > seen)  # noqa: B023 - read at once
+                drain_until(conn, lambda: len(got) > seen)  # noqa: B023 - read at once
                 assert _ack_pending(nats_server.url, prefix, "held") <= 3
             for m in got:
                 if not m.acknowledged:
@@ -95,12 +78,12 @@ def test_an_idle_queue_does_not_hold_the_prefetch_room_of_a_busy_one(nats_server
         got.append(body)
         message.ack()
 
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         ch = conn.channel()
         with Consumer(ch, [idle, busy], callbacks=[on_message]) as consumer:
             consumer.qos(prefetch_count=2)
             start = time.monotonic()
-            _drain(conn, lambda: len(got) >= 6, timeout=20)
+            drain_until(conn, lambda: len(got) >= 6, timeout=20)
             took = time.monotonic() - start
         ch.close()
     assert sorted(got) == list(range(6))
@@ -113,7 +96,7 @@ def test_a_consumer_waits_for_the_next_message_instead_of_polling(nats_server: N
     _publish(nats_server.url, prefix, queue, [])
     got: list[Any] = []
     # a polling consumer would sleep polling_interval (here longer than the drain) between polls
-    with _conn(nats_server.url, prefix, polling_interval=60.0) as conn:
+    with kombu_conn(nats_server.url, prefix, polling_interval=60.0) as conn:
         ch = conn.channel()
         with Consumer(ch, [queue], callbacks=[lambda body, message: (got.append(body), message.ack())]):
             with pytest.raises(TimeoutError):
@@ -138,13 +121,13 @@ def test_messages_pulled_and_not_delivered_go_back_at_once(nats_server: NatsServ
     queue = Queue("back", Exchange("bx"), routing_key="back")
     _publish(nats_server.url, prefix, queue, list(range(5)))
     first: list[Any] = []
-    conn = _conn(nats_server.url, prefix, ack_wait=600.0)
+    conn = kombu_conn(nats_server.url, prefix, ack_wait=600.0)
     try:
         ch = conn.channel()
         consumer = Consumer(ch, [queue], callbacks=[lambda body, message: first.append(message)])
         consumer.consume()
         consumer.qos(prefetch_count=10)
-        _drain(conn, lambda: len(first) >= 1)
+        drain_until(conn, lambda: len(first) >= 1)
         wait_for(lambda: _ack_pending(nats_server.url, prefix, "back") == 5, timeout=5,
                  what="the rest to be pulled into the buffer")
         first[0].ack()
@@ -163,10 +146,10 @@ def test_messages_pulled_and_not_delivered_go_back_at_once(nats_server: NatsServ
             got.append(body)
             message.ack()
 
-        with _conn(nats_server.url, prefix, ack_wait=600.0) as other:
+        with kombu_conn(nats_server.url, prefix, ack_wait=600.0) as other:
             och = other.channel()
             with Consumer(och, [queue], callbacks=[on_message]):
-                _drain(other, lambda: len(got) >= 7, timeout=15)
+                drain_until(other, lambda: len(got) >= 7, timeout=15)
             och.close()
         assert sorted(got) == [1, 2, 3, 4, 5, 6, 7]
         assert first[0].payload == 0
@@ -179,7 +162,7 @@ def test_a_queue_its_pull_cannot_declare_again_is_reported_by_drain_events_and_t
     queue = Queue("lost", Exchange("lx"), routing_key="lost")
     _publish(nats_server.url, prefix, queue, [])
     got: list[Any] = []
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         ch = conn.channel()
         with Consumer(ch, [queue], callbacks=[lambda body, message: (got.append(body), message.ack())]):
             with pytest.raises(TimeoutError):
@@ -190,11 +173,11 @@ def test_a_queue_its_pull_cannot_declare_again_is_reported_by_drain_events_and_t
                 # another stream takes the queue's subject: the queue cannot be declared again
                 js.create_stream(name=f"{prefix}_blocker", subjects=[f"{prefix}.q.lost"])
             with pytest.raises(jssync.APIError):
-                _drain(conn, lambda: False, timeout=10)
+                drain_until(conn, lambda: False, timeout=10)
             with jssync.connect(nats_server.url) as nc:
                 nc.jetstream().delete_stream(f"{prefix}_blocker")
             _publish(nats_server.url, prefix, queue, ["again"])  # declares the queue again
-            _drain(conn, lambda: got == ["again"])
+            drain_until(conn, lambda: got == ["again"])
         ch.close()
 
 
@@ -217,7 +200,7 @@ def test_a_queue_consumed_after_an_idle_one_gets_its_share_of_the_room_at_once(
         with jssync.connect(nats_server.url) as nc:
             return int(nc.jetstream().consumer(f"{prefix}_{queue}", prefix).info().num_waiting or 0)
 
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         ch = conn.channel()
         ch.basic_qos(0, 2, False)
         with Consumer(ch, [idle], callbacks=[on_message]):
@@ -226,7 +209,7 @@ def test_a_queue_consumed_after_an_idle_one_gets_its_share_of_the_room_at_once(
             wait_for(lambda: waiting("idle") == 1, timeout=10 * FACTOR, what="the idle queue's open pull")
             with Consumer(ch, [busy], callbacks=[on_message]):
                 start = time.monotonic()
-                _drain(conn, lambda: len(got) >= 6, timeout=20)
+                drain_until(conn, lambda: len(got) >= 6, timeout=20)
                 took = time.monotonic() - start
         ch.close()
     assert sorted(got) == list(range(6))

@@ -22,15 +22,11 @@ from kombu import Consumer, Exchange, Producer, Queue
 import jssync
 from jssync.server import NatsServer, free_port
 from tests.conftest import FACTOR, wait_for
+from tests.integration.kombu.conftest import TRANSPORT, drain_until, kombu_conn
 
 pytestmark = pytest.mark.timeout(180)
 
 ROOT = Path(__file__).resolve().parents[3]
-TRANSPORT = "jssync.kombu:Transport"
-
-
-def _conn(url: str, prefix: str, **options: Any) -> kombu.Connection:
-    return kombu.Connection(url, transport=TRANSPORT, transport_options={"subject_prefix": prefix, **options})
 
 
 def _stored(server: NatsServer, stream: str) -> int:
@@ -38,19 +34,8 @@ def _stored(server: NatsServer, stream: str) -> int:
         return nc.jetstream().stream(stream).info().state.messages
 
 
-def _drain(conn: kombu.Connection, until: Any, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout * FACTOR
-    while not until():
-        if time.monotonic() > end:
-            raise AssertionError("timed out draining events")
-        try:
-            conn.drain_events(timeout=0.2)
-        except TimeoutError:
-            pass
-
-
 def test_connect_and_declare_a_queue_as_a_work_queue_stream(nats_server: NatsServer, prefix: str) -> None:
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         conn.connect()
         assert conn.connected
         assert conn.transport.driver_name == "jssync"
@@ -77,11 +62,11 @@ def test_a_failed_connect_raises_one_of_the_connection_errors() -> None:
 
 def test_a_bad_transport_option_is_refused_by_name(nats_server: NatsServer) -> None:
     with pytest.raises(jssync.ValidationError, match="ack_wait"):
-        _conn(nats_server.url, "kbad", ack_wait=-1).connect()
+        kombu_conn(nats_server.url, "kbad", ack_wait=-1).connect()
 
 
 def test_simple_queue_round_trip_with_headers_and_empty(nats_server: NatsServer, prefix: str) -> None:
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         q = conn.SimpleQueue("work")
         q.put({"n": 1}, headers={"trace": "abc"})
         msg = q.get(timeout=5 * FACTOR)
@@ -95,7 +80,7 @@ def test_simple_queue_round_trip_with_headers_and_empty(nats_server: NatsServer,
 
 
 def test_simple_buffer_delivers_with_headers(nats_server: NatsServer, prefix: str) -> None:
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         buf = conn.SimpleBuffer("buf")
         buf.put("hello", headers={"k": "v"})
         msg = buf.get(timeout=5 * FACTOR)
@@ -105,7 +90,7 @@ def test_simple_buffer_delivers_with_headers(nats_server: NatsServer, prefix: st
 
 def test_a_no_ack_consumer_settles_on_receipt(nats_server: NatsServer, prefix: str) -> None:
     """SimpleBuffer consumes with no_ack: a message taken is acked, never delivered again."""
-    with _conn(nats_server.url, prefix, ack_wait=1.0, keepalive=False) as conn:
+    with kombu_conn(nats_server.url, prefix, ack_wait=1.0, keepalive=False) as conn:
         buf = conn.SimpleBuffer("noack")
         buf.put("once")
         assert buf.get(timeout=5 * FACTOR).payload == "once"
@@ -128,7 +113,7 @@ def test_direct_topic_and_fanout_exchanges_route_across_connections(nats_server:
     queues = [Queue("dq", direct, routing_key="rk"), Queue("tq", topic, routing_key="orders.#"),
               Queue("f1", fanout), Queue("f2", fanout)]
     got: list[tuple[str, Any]] = []
-    with _conn(nats_server.url, prefix) as consumer_conn, _conn(nats_server.url, prefix) as producer_conn:
+    with kombu_conn(nats_server.url, prefix) as consumer_conn, kombu_conn(nats_server.url, prefix) as producer_conn:
         ch = consumer_conn.channel()
         for q in queues:
             q(ch).declare()
@@ -145,7 +130,7 @@ def test_direct_topic_and_fanout_exchanges_route_across_connections(nats_server:
             message.ack()
 
         with Consumer(ch, queues, callbacks=[on_message]):
-            _drain(consumer_conn, lambda: len(got) >= 4)
+            drain_until(consumer_conn, lambda: len(got) >= 4)
             with pytest.raises(TimeoutError):
                 consumer_conn.drain_events(timeout=0.5)
         sizes = {q.name: q(ch).queue_declare(passive=True).message_count for q in queues}
@@ -182,7 +167,7 @@ def _in_another_process(tmp_path: Path, url: str, prefix: str, action: str) -> N
 def test_bindings_made_and_removed_in_another_process_are_seen_by_a_publisher(
         nats_server: NatsServer, prefix: str, tmp_path: Path) -> None:
     """The publisher keeps the bindings in a cache a key-value watch keeps current."""
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         ch = conn.channel()
         early = Queue("early", Exchange("bx", "direct"), routing_key="k")(ch)
         early.declare()
@@ -206,7 +191,7 @@ def test_bindings_made_and_removed_in_another_process_are_seen_by_a_publisher(
 
 def test_a_publish_through_an_exchange_does_not_read_the_bindings_bucket_each_time(
         nats_server: NatsServer, prefix: str) -> None:
-    with _conn(nats_server.url, prefix) as conn, jssync.connect(nats_server.url) as spy:
+    with kombu_conn(nats_server.url, prefix) as conn, jssync.connect(nats_server.url) as spy:
         ch = conn.channel()
         queue = Queue("cached", Exchange("cx2", "topic"), routing_key="a.#")(ch)
         queue.declare()
@@ -226,7 +211,7 @@ def test_a_publish_through_an_exchange_does_not_read_the_bindings_bucket_each_ti
 
 
 def test_ack_reject_and_requeue(nats_server: NatsServer, prefix: str) -> None:
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         q = conn.SimpleQueue("ackq")
         for i in range(3):
             q.put(i)
@@ -250,7 +235,7 @@ def test_ack_reject_and_requeue(nats_server: NatsServer, prefix: str) -> None:
 
 def test_prefetch_count_limits_unacked_deliveries(nats_server: NatsServer, prefix: str) -> None:
     got: list[Any] = []
-    with _conn(nats_server.url, prefix, fetch_batch=10) as conn:
+    with kombu_conn(nats_server.url, prefix, fetch_batch=10) as conn:
         ch = conn.channel()
         queue = Queue("pf", Exchange("pfx"), routing_key="pf")
         queue(ch).declare()
@@ -259,15 +244,15 @@ def test_prefetch_count_limits_unacked_deliveries(nats_server: NatsServer, prefi
             producer.publish(i, exchange="pfx", routing_key="pf")
         with Consumer(ch, [queue], callbacks=[lambda body, message: got.append(message)]) as consumer:
             consumer.qos(prefetch_count=2)
-            _drain(conn, lambda: len(got) >= 2)
+            drain_until(conn, lambda: len(got) >= 2)
             with pytest.raises(TimeoutError):
                 conn.drain_events(timeout=1 * FACTOR)  # two unacked: no third
             assert len(got) == 2
             got[0].ack()
-            _drain(conn, lambda: len(got) >= 3)
+            drain_until(conn, lambda: len(got) >= 3)
             for m in got[1:]:
                 m.ack()
-            _drain(conn, lambda: len(got) >= 5)
+            drain_until(conn, lambda: len(got) >= 5)
             for m in got[3:]:
                 m.ack()
         assert sorted(m.payload for m in got) == [0, 1, 2, 3, 4]
@@ -275,7 +260,7 @@ def test_prefetch_count_limits_unacked_deliveries(nats_server: NatsServer, prefi
 
 
 def test_ack_from_another_thread(nats_server: NatsServer, prefix: str) -> None:
-    with _conn(nats_server.url, prefix, ack_wait=2.0, keepalive=False) as conn:
+    with kombu_conn(nats_server.url, prefix, ack_wait=2.0, keepalive=False) as conn:
         q = conn.SimpleQueue("threads")
         q.put("x")
         msg = q.get(timeout=5 * FACTOR)
@@ -290,7 +275,7 @@ def test_ack_from_another_thread(nats_server: NatsServer, prefix: str) -> None:
 
 
 def test_unacked_message_is_delivered_again_after_ack_wait(nats_server: NatsServer, prefix: str) -> None:
-    with _conn(nats_server.url, prefix, ack_wait=1.0, keepalive=False) as conn:
+    with kombu_conn(nats_server.url, prefix, ack_wait=1.0, keepalive=False) as conn:
         q = conn.SimpleQueue("lost")
         q.put("job")
         first = q.get(timeout=5 * FACTOR)
@@ -302,7 +287,7 @@ def test_unacked_message_is_delivered_again_after_ack_wait(nats_server: NatsServ
 
 
 def test_held_messages_are_kept_in_progress(nats_server: NatsServer, prefix: str) -> None:
-    with _conn(nats_server.url, prefix, ack_wait=1.0) as conn:
+    with kombu_conn(nats_server.url, prefix, ack_wait=1.0) as conn:
         q = conn.SimpleQueue("held")
         q.put("long task")
         msg = q.get(timeout=5 * FACTOR)
@@ -313,7 +298,7 @@ def test_held_messages_are_kept_in_progress(nats_server: NatsServer, prefix: str
 
 
 def test_message_ttl_per_message_and_per_queue(nats_server: NatsServer, prefix: str) -> None:
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         q = conn.SimpleQueue("ttl")
         q.put("short", expiration=1)
         q.put("long")
@@ -334,7 +319,7 @@ def test_message_ttl_per_message_and_per_queue(nats_server: NatsServer, prefix: 
 
 
 def test_purge_delete_and_counts(nats_server: NatsServer, prefix: str) -> None:
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         ch = conn.channel()
         queue = Queue("counted", Exchange("cx"), routing_key="c")(ch)
         queue.declare()
@@ -373,7 +358,7 @@ def test_jssync_and_nats_url_schemes_name_the_transport_after_the_import(nats_se
 
 
 def test_priority_is_carried_but_delivery_keeps_the_stream_order(nats_server: NatsServer, prefix: str) -> None:
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         q = conn.SimpleQueue("prio")
         q.put("low", priority=0)
         q.put("high", priority=9)
@@ -389,7 +374,7 @@ def test_a_channel_error_is_raised_at_once_and_keeps_the_connection(nats_server:
     """kombu's ensure() reconnects only on the transport's recoverable connection errors: a
     message too big for the server (jssync.MaxPayloadError, a channel error) is raised as is,
     on the same connection, not after a reconnect and a second try."""
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         q = conn.SimpleQueue("big")
         nc = conn.transport._nc
         assert nc is not None
@@ -409,7 +394,7 @@ def test_kombu_publish_retry_carries_a_publish_over_a_broker_restart(prefix: str
     out (jssync.TimeoutError after the 5 s API timeout, a connection error); kombu closes that
     connection (its buffered publish goes with it) and makes a new one to the restarted server."""
     with NatsServer(jetstream=True) as server:
-        with _conn(server.url, prefix, connect_options={"reconnect_time_wait": 60.0}) as conn:
+        with kombu_conn(server.url, prefix, connect_options={"reconnect_time_wait": 60.0}) as conn:
             ch = conn.channel()
             queue = Queue("rs", Exchange("rs"), routing_key="rs")(ch)
             queue.declare()
@@ -439,7 +424,7 @@ def test_kombu_publish_retry_carries_a_publish_over_a_broker_restart(prefix: str
 
 def test_a_consumer_deleted_by_someone_else_is_made_again_by_the_next_poll(nats_server: NatsServer,
                                                                              prefix: str) -> None:
-    with _conn(nats_server.url, prefix) as conn:
+    with kombu_conn(nats_server.url, prefix) as conn:
         q = conn.SimpleQueue("recreated")
         q.put(1)
         q.get(timeout=5 * FACTOR).ack()
@@ -456,7 +441,7 @@ def test_failover_to_a_second_server(prefix: str) -> None:
     with NatsServer(jetstream=True) as a, NatsServer(jetstream=True) as b:
         dead = f"nats://127.0.0.1:{free_port()}"
         # the first URL is down: the second one serves
-        with _conn(f"{dead};{b.url}", prefix, connect_options={"reconnect_time_wait": 0.1}) as conn:
+        with kombu_conn(f"{dead};{b.url}", prefix, connect_options={"reconnect_time_wait": 0.1}) as conn:
             q = conn.SimpleQueue("fo")
             q.put("on b")
             msg = q.get(timeout=5 * FACTOR)
@@ -464,13 +449,13 @@ def test_failover_to_a_second_server(prefix: str) -> None:
             msg.ack()
             q.close()
         # one kombu host with comma-separated URLs: jssync tries each
-        with _conn(f"{dead},{b.url}", prefix) as conn:
+        with kombu_conn(f"{dead},{b.url}", prefix) as conn:
             q = conn.SimpleQueue("fo")
             q.put("comma")
             assert q.get(timeout=5 * FACTOR).payload == "comma"
             q.close()
         # connected to a, a stops: the connection moves to b and the queue is made there again
-        with _conn(f"{a.url};{b.url}", prefix, connect_options={"reconnect_time_wait": 0.1}) as conn:
+        with kombu_conn(f"{a.url};{b.url}", prefix, connect_options={"reconnect_time_wait": 0.1}) as conn:
             q = conn.SimpleQueue("fo2")
             q.put("on a")
             q.get(timeout=5 * FACTOR).ack()
@@ -627,6 +612,9 @@ def test_celery_remote_control_reaches_the_worker(nats_server: NatsServer, prefi
             replies[:] = sender.control.ping(timeout=1.0 * FACTOR)
             return bool(replies)
 
+        # each ping waits its whole timeout for replies: ping once the worker says it is ready, not before
+        wait_for(lambda: " ready." in (tmp_path / "worker.log").read_text(), timeout=60, interval=0.05,
+                 what="the worker ready")
         wait_for(pinged, timeout=60, interval=0.1, what="a pong from the worker")
     finally:
         code = _stop(proc)
