@@ -21,6 +21,10 @@ EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if p.name not in S
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_runs(path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if path.name.startswith("spark"):  # the JVM flags of the Spark tests' JVMs (pyspark reads this at launch)
+        from tests.integration.spark.spark_session import JVM_OPTIONS
+
+        env["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options '{JVM_OPTIONS}' pyspark-shell"
     proc = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

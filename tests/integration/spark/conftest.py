@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from .spark_session import SharedSessions
+from .spark_session import MASTER, SharedSessions
 
 
 @pytest.fixture(scope="session")
@@ -21,5 +21,5 @@ def spark_sessions() -> Iterator[SharedSessions]:
 
 @pytest.fixture(scope="module")
 def spark(spark_sessions: SharedSessions) -> Any:
-    """The shared ``local[2]`` session (a module may override this fixture for another master)."""
-    return spark_sessions.get("local[2]")
+    """The shared ``local[2,3]`` session (``MASTER``; a module may override this fixture for another master)."""
+    return spark_sessions.get(MASTER)

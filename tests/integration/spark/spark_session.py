@@ -1,10 +1,12 @@
 """One place that starts the SparkSessions of the Spark test modules.
 
 A process has one SparkContext at a time, and starting one costs seconds (a JVM, a py4j
-gateway): the modules share one session per master for the whole test run
-(``SharedSessions``, the ``spark`` fixture of conftest.py), ``local[2]`` for most of them and
-``local[2,3]`` (task retries) for test_source_and_sink.py. A module that asks for another
-master stops the current session and starts its own; test_local_cluster.py
+gateway), and each new SparkContext's first ``jetstream`` job seconds more (its Python
+workers start and import pyarrow and jssync): the modules share one session for the whole
+test run (``SharedSessions``, the ``spark`` fixture of conftest.py), all of them on
+``MASTER``, ``local[2,3]``: two threads, and up to three attempts per task, as a cluster
+retries a failed task (test_source_and_sink.py forces retries). A module that asks for
+another master stops the current session and starts its own; test_local_cluster.py
 (``local-cluster[2,1,1024]``) starts and stops its own with ``start_session``.
 """
 
@@ -15,6 +17,16 @@ import sys
 from typing import Any
 
 import jssync
+
+#: JVM flags of the test JVMs (driver, local-cluster executors, subprocess drivers): the client
+#: compiler only and the serial collector. The test JVMs live for seconds to minutes on a
+#: machine of 2 cores, where the C2 compiler threads and the parallel collector's threads
+#: took CPU from the work itself (local-cluster's start took half as long again without
+#: them). They change how fast the JVM runs Spark, never what it does.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+#: The master of the session the modules share.
+MASTER = "local[2,3]"
 
 
 def jssync_root() -> str:
@@ -40,6 +52,9 @@ def start_session(master: str, app: str, **conf: str) -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        # the driver's flags count when this process starts its JVM (its first session)
+        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+        .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
     )
     for k, v in conf.items():
         b = b.config(k, v)

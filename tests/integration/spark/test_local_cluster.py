@@ -72,7 +72,7 @@ def test_batch_read_on_two_executors(cluster, nats_server, js, unique):
     name = f"CR{unique}"
     js.create_stream(name=name, subjects=[f"{name}.*"], storage="memory")
     try:
-        n = 20_000
+        n = 4_000  # the 4 tasks on 2 executors are the point here, not the count (the 100k read's)
         for i in range(n):
             js.publish_async(f"{name}.{'ab'[i % 2]}", f"m{i}".encode(), headers={"i": str(i)} if i % 100 == 0 else None)
         js.publish_async_completed(timeout=60)

@@ -21,7 +21,7 @@ from jssync import spark as jspark  # noqa: E402  (pyspark is a test dependency:
 
 @pytest.fixture
 def spark(spark):
-    """The shared ``local[2]`` session with a progress event for every trigger, also one
+    """The shared session with a progress event for every trigger, also one
     without data (a runtime conf: restored after each test)."""
     key = "spark.sql.streaming.noDataProgressEventInterval"
     before = spark.conf.get(key, None)

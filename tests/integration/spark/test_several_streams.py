@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import FACTOR, wait_for
 
-from .spark_session import jssync_root
+from .spark_session import JVM_OPTIONS, jssync_root
 from .streaming_query import run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -134,9 +134,10 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 from pyspark.sql import SparkSession
 from jssync.spark import register
 
-url, names, out, ckpt = sys.argv[1:5]
+url, names, out, ckpt, jvm_options = sys.argv[1:6]
 spark = (SparkSession.builder.master("local[2]").appName("killed-driver").config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+         .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
+         .config("spark.driver.extraJavaOptions", jvm_options).getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
 register(spark)
 q = (spark.readStream.format("jetstream").option("servers", url).option("streams", names)
@@ -163,7 +164,7 @@ def test_streaming_read_of_several_streams_after_a_killed_driver_is_exactly_once
     script.write_text(textwrap.dedent(_KILLED_DRIVER))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([jssync_root(), env.get("PYTHONPATH", "")])
-    proc = subprocess.Popen([sys.executable, str(script), url, f"{a},{b}", out, ckpt], env=env,
+    proc = subprocess.Popen([sys.executable, str(script), url, f"{a},{b}", out, ckpt, JVM_OPTIONS], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     commits = tmp_path / "ckpt" / "commits"
     try:
