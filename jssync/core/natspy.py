@@ -628,21 +628,28 @@ class SocketParker:
     round trip whose caller reads its reply itself (core/sockpath.py) would still wake the
     I/O thread for that reply. :meth:`park` tells epoll to report nothing for the socket,
     :meth:`unpark` gives it back the interest asyncio registered (read, and write when a
-    write is pending: ``mask``, kept current by the selector's wrapped ``register`` and
-    ``modify``). Every change the loop makes to its selector goes through the same lock
+    write is pending: the mask of its fd in ``masks``, which the selector's wrapped
+    ``register`` and ``modify`` keep current for every fd, so a parker replaced after a
+    reconnect (the new socket may reuse the fd) still gives back what the loop wants now).
+    Every change the loop makes to its selector goes through the same lock
     (:func:`socket_parker` wraps the selector's ``register``/``modify``), so a change
     made while the socket is parked is kept and applied at :meth:`unpark`. Parking only
     delays what the I/O thread reads: anything left on the socket is reported again at once.
     """
 
-    __slots__ = ("_ep", "fd", "_lock", "parked", "mask")
+    __slots__ = ("_ep", "fd", "_lock", "parked", "_masks")
 
-    def __init__(self, ep: Any, fd: int, lock: Any, mask: int) -> None:
+    def __init__(self, ep: Any, fd: int, lock: Any, masks: dict[int, int]) -> None:
         self._ep = ep
         self.fd = fd
         self._lock = lock
         self.parked = False
-        self.mask = mask  # the epoll events asyncio wants for the socket now
+        self._masks = masks  # fd -> the epoll events asyncio wants for it now (shared per selector)
+
+    @property
+    def mask(self) -> int:
+        """The epoll events asyncio wants for the socket now (what :meth:`unpark` gives back)."""
+        return self._masks.get(self.fd, _EPOLLIN)
 
     def park(self) -> bool:
         """On a caller's thread: the loop stops watching the socket; False if it cannot."""
@@ -659,7 +666,7 @@ class SocketParker:
         with self._lock:
             self.parked = False
             try:
-                self._ep.modify(self.fd, self.mask)
+                self._ep.modify(self.fd, self._masks.get(self.fd, _EPOLLIN))
             except (OSError, ValueError):
                 pass  # unregistered meanwhile (the connection was lost), or the selector closed
 
@@ -688,14 +695,14 @@ def socket_parker(loop: Any, fd: int, old: SocketParker | None = None) -> Socket
 
         lock = threading.Lock()
         parkers: list[SocketParker] = []
+        masks: dict[int, int] = {}
         orig_modify, orig_register = sel.modify, sel.register
 
         def keep_parked(key: Any) -> None:
+            masks[key.fd] = _epoll_mask(key.events)  # (what unpark gives back)
             for p in parkers:
-                if p.fd == key.fd:
-                    p.mask = _epoll_mask(key.events)  # (what unpark gives back)
-                    if p.parked:
-                        ep.modify(key.fd, 0)
+                if p.parked and p.fd == key.fd:
+                    ep.modify(key.fd, 0)
 
         def modify(fileobj: Any, events: int, data: Any = None) -> Any:
             with lock:
@@ -711,15 +718,15 @@ def socket_parker(loop: Any, fd: int, old: SocketParker | None = None) -> Socket
 
         sel.modify = modify  # type: ignore[method-assign]
         sel.register = register  # type: ignore[method-assign]
-        guard = (lock, parkers)
+        guard = (lock, parkers, masks)
         setattr(sel, "_jssync_park", guard)  # noqa: B010 - once per selector
-    lock, parkers = guard
+    lock, parkers, masks = guard
     with lock:
         parkers[:] = [p for p in parkers if p.fd != fd and p is not old]
         try:
-            mask = _epoll_mask(sel.get_key(fd).events)
+            masks[fd] = _epoll_mask(sel.get_key(fd).events)
         except (KeyError, ValueError, RuntimeError):
-            mask = _EPOLLIN  # (not registered yet: register() sets it)
-        p = SocketParker(ep, fd, lock, mask)
+            pass  # (not registered yet: register() sets it)
+        p = SocketParker(ep, fd, lock, masks)
         parkers.append(p)
     return p

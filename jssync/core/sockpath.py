@@ -36,6 +36,7 @@ place only while it wins clearly on ``js.publish`` and request/reply.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import threading
@@ -195,12 +196,25 @@ class CallerSocket:
 
     def give_back(self) -> None:
         """On the I/O thread: hand what a caller read that was not its reply to nats-py's
-        reader, ahead of anything read after it (its next socket read does the same first)."""
-        with self.rlock:
+        reader, ahead of anything read after it (its next socket read does the same first).
+
+        Never waits for ``rlock``: a caller holding it may be a thread stopped in a signal
+        handler that itself waits for the I/O thread; then this tries again 1 ms later.
+        """
+        rlock = self.rlock
+        if not rlock.acquire(False):
+            try:
+                asyncio.get_running_loop().call_later(0.001, self.give_back)
+            except RuntimeError:  # pragma: no cover - not on a running loop: the socket read does it
+                pass
+            return
+        try:
             data, self.spill = self.spill, b""
             feed = self.feed
             if data and feed is not None:
                 feed(data)
+        finally:
+            rlock.release()
 
     def take_rest(self) -> bytes:
         """On the I/O thread, under ``wlock``: what a caller's partial send left, to write first."""
@@ -326,27 +340,32 @@ class CallerSocket:
             if (reader is None or self.sock is not sock or self.spill or not (g.synced and g.fed == g.done)
                     or not reader()):
                 return None
-            try:
-                b = sock.recv(PEEK_FIRST)
-            except OSError:  # (nothing there after all, or the socket broke: the I/O thread sees it)
-                return None
-            if not b:
-                return None  # the server closed the connection: nothing taken, the I/O thread reads the end
-            got = parse_reply(b, head, sid, tok)
-            if isinstance(got, int):  # the reply, longer than one read: take what of it has come
+            b = b""
+            try:  # (whatever stops this midway, Ctrl-C included: what was read goes to the I/O thread)
                 try:
-                    while len(b) < got:
-                        more = sock.recv(got - len(b))
-                        if not more:
-                            break
-                        b += more
-                except OSError:  # (the rest is not here yet: the I/O thread reads it)
-                    pass
+                    b = sock.recv(PEEK_FIRST)
+                except OSError:  # (nothing there after all, or the socket broke: the I/O thread sees it)
+                    return None
+                if not b:
+                    return None  # the server closed the connection: nothing taken, the I/O thread reads the end
                 got = parse_reply(b, head, sid, tok)
-            if isinstance(got, Reply) and got.hdr is not None:
-                hdrs = self.parse_headers(got.hdr)
-                got = None if hdrs is None else _new_reply(Reply, (got.end, got.sid, got.hdr, got.data, got.size,
-                                                                  hdrs))
+                if isinstance(got, int):  # the reply, longer than one read: take what of it has come
+                    try:
+                        while (n := len(b)) < got:
+                            b += sock.recv(got - n)
+                            if len(b) == n:
+                                break
+                    except OSError:  # (the rest is not here yet: the I/O thread reads it)
+                        pass
+                    got = parse_reply(b, head, sid, tok)
+                if isinstance(got, Reply) and got.hdr is not None:
+                    hdrs = self.parse_headers(got.hdr)
+                    got = None if hdrs is None else _new_reply(Reply, (got.end, got.sid, got.hdr, got.data,
+                                                                      got.size, hdrs))
+            except BaseException:
+                if b:
+                    self._spill(b)
+                raise
             if not isinstance(got, Reply):
                 self._spill(b)
                 return None

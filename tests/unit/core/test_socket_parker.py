@@ -99,3 +99,22 @@ def test_unpark_gives_back_what_the_loop_wants_now_also_after_changes_made_while
     assert _ready(loop) == [], "read interest only, and nothing to read"
     b.send(b"x")
     assert _ready(loop) == [a.fileno()]
+
+
+def test_a_replaced_parker_unparks_to_what_the_loop_wants_for_the_fd_now(loop_and_pair):
+    """After a reconnect the new socket may reuse the old fd: a caller that parked the old
+    socket's parker and unparks it after the loop registered a pending write on the new one
+    must not drop that write interest (the loop would never be told the socket is writable)."""
+    loop, a, _b = loop_and_pair
+    fd = a.fileno()
+    loop.add_reader(fd, lambda: None)
+    old = natspy.socket_parker(loop, fd)
+    assert old is not None and old.park()
+    loop.remove_reader(fd)  # the connection is lost ...
+    loop.add_reader(fd, lambda: None)  # ... and the new socket got the same fd
+    new = natspy.socket_parker(loop, fd, old)
+    assert new is not None and not new.parked
+    loop.add_writer(fd, lambda: None)  # a write waits on the new connection
+    old.unpark()  # the caller of the old connection finishes
+    assert _ready(loop) == [fd], "the pending write is still reported"
+    loop.remove_writer(fd)

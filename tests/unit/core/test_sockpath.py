@@ -9,8 +9,11 @@ test is deterministic: no sleeps, no waiting for data to arrive.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -393,3 +396,64 @@ def test_a_forked_child_gets_an_eventfd_of_its_own() -> None:
         os.close(r)
         os.waitpid(pid, 0)
     assert child != parent
+
+
+def test_a_caller_stopped_midway_hands_what_it_read_to_the_io_thread(pair: Any) -> None:
+    """Ctrl-C (or any exception) while the caller looks at what it read: the bytes are not lost."""
+    cp, server, scheduled = pair
+    hdr = b"NATS/1.0\r\nK: v\r\n\r\n"
+    wire = hmsg("7", hdr, b"mine") + msg("8", b"other")
+
+    async def interrupted(raw: bytes) -> dict[str, str]:
+        raise KeyboardInterrupt
+
+    cp.header_parser = interrupted
+    server.sendall(wire)
+    with pytest.raises(KeyboardInterrupt):
+        cp.steal(cp.sock, "7")
+    assert io_sees(cp, scheduled) == wire, "everything read goes to nats-py's reader, in order"
+
+
+def test_give_back_never_waits_for_a_caller_holding_the_read_lock(pair: Any) -> None:
+    """The I/O thread tries again later instead of waiting (the holder may be a stopped thread)."""
+    cp, server, scheduled = pair
+    after = msg("8", b"next")
+    server.sendall(msg("7", b"mine") + after)
+    assert isinstance(cp.steal(cp.sock, "7"), Reply)
+    held = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with cp.rlock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        assert held.wait(10)
+        loop = asyncio.new_event_loop()
+        try:
+            started = time.monotonic()
+            loop.run_until_complete(_call(cp.give_back))
+            assert time.monotonic() - started < 1.0, "give_back returned at once"
+            assert cp.fed == [] and cp.spill == after  # type: ignore[attr-defined]
+            release.set()
+            t.join(10)
+            loop.run_until_complete(_until(lambda: bool(cp.fed)))  # type: ignore[attr-defined]  # (the retry)
+        finally:
+            loop.close()
+    finally:
+        release.set()
+        t.join(10)
+    assert cp.fed == [after] and cp.spill == b""  # type: ignore[attr-defined]
+
+
+async def _call(fn: Callable[[], None]) -> None:
+    fn()
+
+
+async def _until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond() and time.monotonic() < end:
+        await asyncio.sleep(0.001)  # poll: the loop runs its timers meanwhile
