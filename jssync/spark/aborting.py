@@ -3,13 +3,16 @@
 Every write task listens on two core NATS subjects of its write (``<token>`` is made by the
 driver once per write, ``<batch>`` is the micro-batch, 0 for a batch write):
 
-- ``_JSSYNC.SPARK.STOP.<token>.<batch>`` (:func:`stop_subject`): a request there stops the
-  task before its next row; it waits for its PubAcks, answers with what it stored (and what
-  it heard of finished tasks) and fails. The driver's abort sends it (:func:`stop_tasks`), and
-  so does a task whose failure is its last attempt (:func:`stop_others`), before it raises.
+- ``_JSSYNC.SPARK.STOP.<token>.<batch>`` (:func:`stop_subject`): a request there is
+  acknowledged at once and stops the task before its next row (it looks every 256 rows and
+  before each Arrow batch); it waits for its PubAcks, answers with what it stored (and what
+  it heard of finished tasks) and fails. All requests of one stopper carry one reply
+  address, read for the whole collect, so a late answer is still counted. The driver's
+  abort sends it (:func:`stop_tasks`), and so does a task whose failure is its last
+  attempt (:func:`stop_others`), before it raises.
 - ``_JSSYNC.SPARK.DONE.<token>.<batch>`` (:func:`done_subject`): a task that finished announces
   there what it stored, together with the last :data:`RELAYED` finished tasks it heard of,
-  before it closes its connection. The tasks still running keep these reports (a
+  before it stops listening for stop requests and closes its connection. The tasks still running keep these reports (a
   short-lived record: it lives as long as some task of the write runs), so the failed
   task's error can count them.
 
@@ -325,15 +328,17 @@ def _collect(conn: Connection, subject: str, payload: bytes, seconds: float) -> 
 def stop_tasks(opts: Any, token: str, batch_id: int) -> tuple[list[dict[str, Any]], bool]:
     """Stop the tasks of write ``token`` that are still publishing; return ``(reports, gone)``.
 
-    Sends requests on :func:`stop_subject` (from the driver's abort). Every task of the
-    write still publishing stops before its next row, waits for its PubAcks (up to
-    ``min(5, publishTimeout)`` seconds) and answers with ``{"partition", "attempt", "rows",
-    "stored", "duplicates", "unsettled", "finished"}``, then stops listening. The request is
-    repeated until the server says nobody listens any more (no-responders): then every
-    task has stopped publishing or closed its connection, and the server has read
-    everything they sent (a task Spark killed may have left up to ``maxPending`` rows in its
-    socket, stored meanwhile); ``gone`` says whether that happened within
-    ``min(5, publishTimeout) + 2`` seconds. Never raises: a failure is logged on the
+    Sends requests on :func:`stop_subject` (from the driver's abort), all with one reply
+    address. Every task of the write still publishing acknowledges at once, stops before its
+    next row, waits for its PubAcks (up to ``min(5, publishTimeout)`` seconds) and answers
+    with ``{"partition", "attempt", "rows", "stored", "duplicates", "unsettled", "finished"}``,
+    then stops listening; one that finished meanwhile answers with its done report (marked
+    ``"done"``). The request is repeated until the server says nobody listens any more
+    (no-responders) and every task that acknowledged has answered: then every task has
+    stopped publishing or closed its connection, and the server has read everything they
+    sent (a task Spark killed may have left up to ``maxPending`` rows in its socket, stored
+    meanwhile); ``gone`` says whether that happened within ``min(5, publishTimeout) + 2``
+    seconds. Never raises: a failure is logged on the
     ``jssync.spark`` logger and gives the answers received so far.
     """
     subject = stop_subject(token, batch_id)

@@ -40,9 +40,9 @@ def test_a_task_whose_answer_comes_after_it_stopped_listening_is_counted_by_the_
         def task() -> None:
             try:
                 wait_for(lambda: stop.requested, timeout=10 * FACTOR, what="the stop request")
-                time.sleep(0.6)  # settling its PubAcks outlasts one request's reply window
+                time.sleep(0.6)  # behaviour: settling its PubAcks outlasts a request's reply window
                 stop.quiet()
-                time.sleep(0.6)  # the stopper's next requests find nobody listening
+                time.sleep(0.6)  # behaviour: the stopper's next requests find nobody listening
                 stop.report(_report(1, 30))
             except BaseException as exc:  # noqa: BLE001 - reported by the test
                 errors.append(exc)
@@ -71,7 +71,7 @@ def test_a_task_that_finishes_while_a_failed_task_stops_the_write_counts_as_fini
             try:
                 # the stop request came after its last row: it finishes instead of stopping
                 wait_for(lambda: other.requested, timeout=10 * FACTOR, what="the stop request")
-                time.sleep(0.6)
+                time.sleep(0.6)  # behaviour: it ends its last PubAck wait after the request came
                 other.announce_done({"partition": 2, "attempt": 0, "rows": 12, "stored": 12, "duplicates": 0})
             except BaseException as exc:  # noqa: BLE001 - reported by the test
                 errors.append(exc)
