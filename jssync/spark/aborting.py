@@ -246,6 +246,21 @@ class _StopSignal:
             log.info("jssync.spark: cannot answer the write's abort: %s: %s", type(exc).__name__, exc)
         return summary
 
+    def decline(self) -> None:
+        """Tell every stopper that asked that this task failed on its own (``{"partition",
+        "attempt", "failed": true}``: it is not counted, its own error says what it stored),
+        so that none waits for its answer. Waits up to 2 s for the server to have it. Never raises."""
+        if not self._replies:
+            return
+        body = json.dumps({"partition": self.partition, "attempt": self.attempt, "failed": True}).encode()
+        try:
+            for reply in list(self._replies):
+                self._conn.publish(reply, body)
+            self._conn.flush(timeout=2.0)
+        except Exception as exc:  # noqa: BLE001 - the stopper then says some task did not stop in time
+            log.info("jssync.spark: cannot tell the write's abort that this task failed: %s: %s",
+                     type(exc).__name__, exc)
+
     def announce_done(self, fields: Mapping[str, Any]) -> None:
         """Tell the write's running tasks what this finished task stored (with the finished tasks
         it heard of), answer any stopper that asked meanwhile with the same report (marked
@@ -279,7 +294,8 @@ def _collect(conn: Connection, subject: str, payload: bytes, seconds: float) -> 
     All requests carry the address of one reply inbox, subscribed for the whole collect, so
     an answer that comes at any time before the end is counted. The acknowledgements
     (``{"ack": true, ...}``) are not among the answers; an answer marked ``"done"`` is a
-    task that finished instead of stopping."""
+    task that finished instead of stopping, one marked ``"failed"`` a task that failed on its
+    own (:meth:`_StopSignal.decline`)."""
     from ..base.errors import TimeoutError as _Timeout
     from ..base.status import is_no_responders
 
@@ -372,6 +388,8 @@ def abort_counts(finished: Mapping[int, int],
             p = int(r.get("partition", -1))
         except (TypeError, ValueError):
             continue
+        if r.get("failed"):  # it failed on its own: its own error counts it
+            continue
         if r.get("done"):
             done[p] = max(done.get(p, 0), in_stream(r))
             continue
@@ -425,6 +443,8 @@ def stop_others(conn: Connection, stop: _StopSignal | None, opts: Any, token: st
                 continue
             _merge(others.finished, r.get("finished"))
             others.lossy = others.lossy or bool(r.get("lossy") or r.get("more"))
+            if r.get("failed"):  # it failed on its own: its own error counts it
+                continue
             if r.get("done"):  # it finished instead of stopping
                 _merge(others.finished, [{k: v for k, v in r.items() if k not in ("done", "more")}])
                 continue

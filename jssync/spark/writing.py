@@ -571,6 +571,8 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
         raise SparkWriteError(stopped_text(exc, opts, prefix, batch_id, partition)) from None
     except SparkWriteError as exc:
         others = None
+        if stop is not None:
+            stop.decline()  # a stopper that asked meanwhile does not wait for this task
         if token is not None:
             final = max_failures is not None and attempt + 1 >= max_failures
             if pub is not None and final:

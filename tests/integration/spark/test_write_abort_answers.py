@@ -104,3 +104,31 @@ def test_a_task_that_finishes_without_a_stop_request_during_the_collect_is_count
         failed.close()
     assert others.gone
     assert {p: aborting.in_stream(r) for p, r in others.finished.items()} == {3: 7}
+
+
+def test_a_task_that_failed_on_its_own_after_a_stop_request_does_not_hold_up_the_abort(nats_server, unique):
+    opts = _opts(nats_server.url)
+    conn = opts.conn.connect("writer-5")
+    errors: list[BaseException] = []
+    try:
+        stop = aborting._StopSignal(conn, unique, 0, 5)
+
+        def task() -> None:
+            try:
+                # a bad row fails it before it looks at the request again
+                wait_for(lambda: stop.requested, timeout=10 * FACTOR, what="the stop request")
+                stop.decline()
+                stop.quiet()
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+
+        t = threading.Thread(target=task)
+        t.start()
+        reports, gone = aborting.stop_tasks(opts, unique, 0)
+        t.join(timeout=10 * FACTOR)
+    finally:
+        conn.close()
+    assert not errors
+    assert gone  # it did not wait for an answer that never comes
+    assert [(r["partition"], r.get("failed")) for r in reports] == [(5, True)]
+    assert aborting.abort_counts({}, reports) == ({}, {})
