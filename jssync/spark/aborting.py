@@ -129,14 +129,15 @@ class _StopSignal:
     loop polls :attr:`requested` between rows, stops publishing, waits for its PubAcks and
     answers every stopper that asked with :meth:`report` (or, when it finished meanwhile,
     with its done report from :meth:`announce_done`). The finished tasks' reports are
-    queued on a subscription without callback and read by :meth:`finished`, so a report
-    the connection received before a later reply is always counted. A server that refuses
+    merged by their subscription's callback as they come; :meth:`finished` first waits
+    (1 s at most) until the callback has merged every report the connection received
+    before the call, so a report that came before a later reply is always counted. A server that refuses
     the subscriptions (permissions) leaves the task without them: it then stops only when
     Spark kills it, and its error counts only its own partition.
     """
 
     __slots__ = ("requested", "_replies", "_summary_to", "_sub", "_done_sub", "_done", "_conn", "_finished",
-                 "_lock", "partition", "attempt", "lossy")
+                 "_lock", "partition", "attempt", "lossy", "_heard")
 
     #: The stoppers a task answers at most (the failed task's and the driver's are two).
     MAX_STOPPERS = 8
@@ -152,12 +153,13 @@ class _StopSignal:
         self._done_sub: Any = None
         self._lock = threading.Lock()
         self._finished: dict[int, dict[str, Any]] = {}
+        self._heard = 0  # DONE reports merged (or found unreadable) by the callback
         #: Whether a relayed report left out finished tasks (more than :data:`RELAYED`).
         self.lossy = False
         subject = stop_subject(token, batch_id)
         self._done = done_subject(token, batch_id)
         try:
-            self._done_sub = conn.subscribe(self._done)
+            self._done_sub = conn.subscribe(self._done, callback=self._on_done)
             self._sub = conn.subscribe(subject, callback=self._on_stop)
         except Exception as exc:  # noqa: BLE001 - permissions: the task goes on without it
             log.info("jssync.spark: cannot listen for the write's abort on %r (the task stops only when Spark "
@@ -185,35 +187,35 @@ class _StopSignal:
                 log.debug("jssync.spark: cannot acknowledge the write's abort: %s: %s", type(exc).__name__, exc)
         self.requested = True
 
-    def _drain_done(self) -> None:
-        # called with self._lock held: the DONE reports the connection has received so far
-        from ..base.errors import TimeoutError as _Timeout
+    def _on_done(self, msg: Msg) -> None:
+        try:
+            rep = json.loads(msg.data)
+        except ValueError:
+            rep = None
+            log.debug("jssync.spark: ignoring a finished task's report that is not JSON on %r", self._done)
+        with self._lock:
+            self._heard += 1
+            if rep is not None:
+                _merge(self._finished, [rep])
+                if isinstance(rep, dict) and rep.get("more"):
+                    self.lossy = True
 
+    def _caught_up(self, seconds: float = 1.0) -> None:
+        # the DONE reports the connection received before this call have all been merged
+        # (the callback runs on the worker pool, after the I/O thread delivered them)
         sub = self._done_sub
         if sub is None:
             return
-        while True:
-            try:
-                msg = sub.next_msg(timeout=0)
-            except _Timeout:
-                return
-            except Exception as exc:  # noqa: BLE001 - a closed connection or subscription: nothing more comes
-                log.debug("jssync.spark: cannot read the finished tasks' reports: %s: %s", type(exc).__name__, exc)
-                return
-            try:
-                rep = json.loads(msg.data)
-            except ValueError:
-                log.debug("jssync.spark: ignoring a finished task's report that is not JSON on %r", self._done)
-                continue
-            _merge(self._finished, [rep])
-            if isinstance(rep, dict) and rep.get("more"):
-                self.lossy = True
+        target = sub.delivered
+        deadline = time.monotonic() + seconds
+        while self._heard < target and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def finished(self) -> dict[int, dict[str, Any]]:
         """The finished tasks heard of so far (every report the connection received before this
         call): partition -> report (this partition's excluded)."""
+        self._caught_up()
         with self._lock:
-            self._drain_done()
             return {p: dict(r) for p, r in self._finished.items() if p != self.partition}
 
     def quiet(self) -> None:
