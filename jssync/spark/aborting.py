@@ -481,8 +481,9 @@ def whole_write_text(own: int, partition: int, others: _Others, own_unsettled: i
                  "retry this task; if the job fails, its abort stops them and logs what they stored)")
     elif not others.gone:
         text += "; some task of the write did not stop in time and is not counted"
-    text += ("; not counted: tasks Spark killed, and tasks that finished while no running task of the write "
-             "listened yet")
+    text += ("; not counted: tasks Spark killed, tasks that failed on their own, what earlier attempts of "
+             "other partitions stored beyond their last attempt, and tasks that finished while no running task "
+             "of the write listened yet")
     if others.lossy:
         text += f" or long before this failure (a finished task relays the last {RELAYED} it heard of)"
     return text
