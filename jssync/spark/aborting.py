@@ -3,13 +3,16 @@
 Every write task listens on two core NATS subjects of its write (``<token>`` is made by the
 driver once per write, ``<batch>`` is the micro-batch, 0 for a batch write):
 
-- ``_JSSYNC.SPARK.STOP.<token>.<batch>`` (:func:`stop_subject`): a request there stops the
-  task before its next row; it waits for its PubAcks, answers with what it stored (and what
-  it heard of finished tasks) and fails. The driver's abort sends it (:func:`stop_tasks`), and
-  so does a task whose failure is its last attempt (:func:`stop_others`), before it raises.
+- ``_JSSYNC.SPARK.STOP.<token>.<batch>`` (:func:`stop_subject`): a request there is
+  acknowledged at once and stops the task before its next row (it looks every 256 rows and
+  before each Arrow batch); it waits for its PubAcks, answers with what it stored (and what
+  it heard of finished tasks) and fails. All requests of one stopper carry one reply
+  address, read for the whole collect, so a late answer is still counted. The driver's
+  abort sends it (:func:`stop_tasks`), and so does a task whose failure is its last
+  attempt (:func:`stop_others`), before it raises.
 - ``_JSSYNC.SPARK.DONE.<token>.<batch>`` (:func:`done_subject`): a task that finished announces
   there what it stored, together with the last :data:`RELAYED` finished tasks it heard of,
-  before it closes its connection. The tasks still running keep these reports (a
+  before it stops listening for stop requests and closes its connection. The tasks still running keep these reports (a
   short-lived record: it lives as long as some task of the write runs), so the failed
   task's error can count them.
 
@@ -89,8 +92,9 @@ def note_max_failures(spark: Any) -> None:
         sc = spark.sparkContext
         n = task_max_failures(str(sc.master), spark.conf.get("spark.task.maxFailures", None))
         sc.setLocalProperty(MAX_FAILURES_PROPERTY, str(n))
-    except Exception:  # noqa: BLE001 - Spark Connect, a stopped session: the tasks then do not know
-        return
+    except Exception as exc:  # noqa: BLE001 - Spark Connect, a stopped session: the tasks then do not know
+        log.debug("jssync.spark: cannot tell the write's tasks how many attempts they have: %s: %s",
+                  type(exc).__name__, exc)
 
 
 def in_stream(report: Mapping[str, Any]) -> int:
@@ -119,26 +123,37 @@ def _merge(into: dict[int, dict[str, Any]], reports: Any) -> None:
 class _StopSignal:
     """A write task's ear for the write's stop requests and its finished tasks' reports.
 
-    Subscription callbacks (on the connection's worker pool) only record; the task's
-    publishing loop polls :attr:`requested` between rows, stops publishing, waits for its
-    PubAcks and answers the request with :meth:`report`. A server that refuses the
-    subscriptions (permissions) leaves the task without them: it then stops only when
+    The stop subscription's callback (on the connection's worker pool) records the request
+    and acknowledges it at once (``{"ack": true, "partition", "attempt"}`` to the request's
+    reply address), so the stopper knows whose answer to wait for; the task's publishing
+    loop polls :attr:`requested` between rows, stops publishing, waits for its PubAcks and
+    answers every stopper that asked with :meth:`report` (or, when it finished meanwhile,
+    with its done report from :meth:`announce_done`). The finished tasks' reports are
+    merged by their subscription's callback as they come; :meth:`finished` first waits
+    (1 s at most) until the callback has merged every report the connection received
+    before the call, so a report that came before a later reply is always counted. A server that refuses
+    the subscriptions (permissions) leaves the task without them: it then stops only when
     Spark kills it, and its error counts only its own partition.
     """
 
-    __slots__ = ("requested", "_reply", "_summary_to", "_sub", "_done_sub", "_done", "_conn", "_finished",
-                 "_lock", "partition", "lossy")
+    __slots__ = ("requested", "_replies", "_summary_to", "_sub", "_done_sub", "_done", "_conn", "_finished",
+                 "_lock", "partition", "attempt", "lossy", "_heard")
 
-    def __init__(self, conn: Connection, token: str, batch_id: int, partition: int) -> None:
+    #: The stoppers a task answers at most (the failed task's and the driver's are two).
+    MAX_STOPPERS = 8
+
+    def __init__(self, conn: Connection, token: str, batch_id: int, partition: int, attempt: int = 0) -> None:
         self.requested = False
         self.partition = partition
-        self._reply: str | None = None
+        self.attempt = attempt
+        self._replies: list[str] = []
         self._summary_to: str | None = None
         self._conn = conn
         self._sub: Any = None
         self._done_sub: Any = None
         self._lock = threading.Lock()
         self._finished: dict[int, dict[str, Any]] = {}
+        self._heard = 0  # DONE reports merged (or found unreadable) by the callback
         #: Whether a relayed report left out finished tasks (more than :data:`RELAYED`).
         self.lossy = False
         subject = stop_subject(token, batch_id)
@@ -162,21 +177,44 @@ class _StopSignal:
             req = {}
         if isinstance(req, dict) and isinstance(req.get("summary"), str):
             self._summary_to = req["summary"]
-        self._reply = msg.reply or None
+        reply = msg.reply or None
+        if reply is not None and reply not in self._replies and len(self._replies) < self.MAX_STOPPERS:
+            self._replies.append(reply)
+            try:
+                self._conn.publish(reply, json.dumps({"ack": True, "partition": self.partition,
+                                                      "attempt": self.attempt}).encode())
+            except Exception as exc:  # noqa: BLE001 - a closed connection: the stopper does not wait for us
+                log.debug("jssync.spark: cannot acknowledge the write's abort: %s: %s", type(exc).__name__, exc)
         self.requested = True
 
     def _on_done(self, msg: Msg) -> None:
         try:
             rep = json.loads(msg.data)
         except ValueError:
-            return
+            rep = None
+            log.debug("jssync.spark: ignoring a finished task's report that is not JSON on %r", self._done)
         with self._lock:
-            _merge(self._finished, [rep])
-            if isinstance(rep, dict) and rep.get("more"):
-                self.lossy = True
+            self._heard += 1
+            if rep is not None:
+                _merge(self._finished, [rep])
+                if isinstance(rep, dict) and rep.get("more"):
+                    self.lossy = True
+
+    def _caught_up(self, seconds: float = 1.0) -> None:
+        # the DONE reports the connection received before this call have all been merged
+        # (the callback runs on the worker pool, after the I/O thread delivered them)
+        sub = self._done_sub
+        if sub is None:
+            return
+        target = sub.delivered
+        deadline = time.monotonic() + seconds
+        while self._heard < target and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def finished(self) -> dict[int, dict[str, Any]]:
-        """The finished tasks heard of so far: partition -> report (this partition's excluded)."""
+        """The finished tasks heard of so far (every report the connection received before this
+        call): partition -> report (this partition's excluded)."""
+        self._caught_up()
         with self._lock:
             return {p: dict(r) for p, r in self._finished.items() if p != self.partition}
 
@@ -189,76 +227,136 @@ class _StopSignal:
         try:
             sub.unsubscribe(timeout=2.0)
             self._conn.flush(timeout=2.0)
-        except Exception:  # noqa: BLE001 - a closed connection listens to nothing
-            pass
+        except Exception as exc:  # noqa: BLE001 - a closed connection listens to nothing
+            log.debug("jssync.spark: cannot stop listening for the write's abort: %s: %s", type(exc).__name__, exc)
 
     def report(self, fields: Mapping[str, Any]) -> Any:
-        """Answer the stop request with ``fields`` and the finished tasks heard of (JSON); waits
+        """Answer the stop requests with ``fields`` and the finished tasks heard of (JSON); waits
         up to 2 s for the server to have it. Returns the subscription on which the failed task
-        that asked sends its summary (None when the driver asked)."""
-        if self._reply is None:
+        that asked sends its summary (None when only the driver asked)."""
+        if not self._replies:
             return None
         summary = None
         try:
             if self._summary_to is not None:
                 summary = self._conn.subscribe(self._summary_to)
-            body = {**fields, "finished": list(self.finished().values()), "lossy": self.lossy}
-            self._conn.publish(self._reply, json.dumps(body).encode())
+            body = json.dumps({**fields, "finished": list(self.finished().values()), "lossy": self.lossy}).encode()
+            for reply in list(self._replies):
+                self._conn.publish(reply, body)
             self._conn.flush(timeout=2.0)
         except Exception as exc:  # noqa: BLE001 - the stopper then reports this task as not answering
             log.info("jssync.spark: cannot answer the write's abort: %s: %s", type(exc).__name__, exc)
         return summary
 
+    def decline(self) -> None:
+        """Tell every stopper that asked that this task failed on its own (``{"partition",
+        "attempt", "failed": true}``: it is not counted, its own error says what it stored),
+        so that none waits for its answer. Waits up to 2 s for the server to have it. Never raises."""
+        if not self._replies:
+            return
+        body = json.dumps({"partition": self.partition, "attempt": self.attempt, "failed": True}).encode()
+        try:
+            for reply in list(self._replies):
+                self._conn.publish(reply, body)
+            self._conn.flush(timeout=2.0)
+        except Exception as exc:  # noqa: BLE001 - the stopper then says some task did not stop in time
+            log.info("jssync.spark: cannot tell the write's abort that this task failed: %s: %s",
+                     type(exc).__name__, exc)
+
     def announce_done(self, fields: Mapping[str, Any]) -> None:
         """Tell the write's running tasks what this finished task stored (with the finished tasks
-        it heard of); waits up to 2 s for the server to have it. Never raises."""
+        it heard of), answer any stopper that asked meanwhile with the same report (marked
+        ``"done"``), and only then stop listening for stop requests: a stopper that hears
+        nobody listens any more has received this report before. Waits up to 2 s for the
+        server to have it (and 2 s more for the unsubscription). Never raises."""
         if self._done_sub is None:
             return
         try:
-            self.quiet()
             heard = list(self.finished().values())
             body = {**fields, "finished": heard[-RELAYED:], "more": self.lossy or len(heard) > RELAYED}
             self._conn.publish(self._done, json.dumps(body).encode())
+            if self._replies:
+                answer = json.dumps({**body, "done": True}).encode()
+                for reply in list(self._replies):
+                    self._conn.publish(reply, answer)
             self._conn.flush(timeout=2.0)
         except Exception as exc:  # noqa: BLE001 - the others then do not count this task
             log.info("jssync.spark: cannot announce the task's end: %s: %s", type(exc).__name__, exc)
+        self.quiet()
+
+
+#: Seconds between two stop requests of one collect (until nobody listens).
+_REQUEST_EVERY = 0.25
 
 
 def _collect(conn: Connection, subject: str, payload: bytes, seconds: float) -> tuple[list[dict[str, Any]], bool]:
-    """Send stop requests on ``subject`` until nobody listens; ``(answers, nobody listens)``."""
-    from ..base.errors import NoRespondersError
+    """Send stop requests on ``subject`` until nobody listens and every task that acknowledged
+    one has answered; ``(answers, all of that happened within seconds)``.
 
-    out: list[dict[str, Any]] = []
-    deadline = time.monotonic() + seconds
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return out, False
+    All requests carry the address of one reply inbox, subscribed for the whole collect, so
+    an answer that comes at any time before the end is counted. The acknowledgements
+    (``{"ack": true, ...}``) are not among the answers; an answer marked ``"done"`` is a
+    task that finished instead of stopping, one marked ``"failed"`` a task that failed on its
+    own (:meth:`_StopSignal.decline`)."""
+    from ..base.errors import TimeoutError as _Timeout
+    from ..base.status import is_no_responders
+
+    answers: dict[tuple[int, int], dict[str, Any]] = {}
+    acked: set[tuple[int, int]] = set()
+    nobody = False
+    inbox = conn.new_inbox()
+    sub = conn.subscribe(inbox)
+    try:
+        deadline = time.monotonic() + seconds
+        next_request = 0.0
+        while True:
+            now = time.monotonic()
+            if nobody and acked <= answers.keys():
+                return list(answers.values()), True
+            if now >= deadline:
+                return list(answers.values()), False
+            if not nobody and now >= next_request:
+                conn.publish(subject, payload, reply=inbox)
+                next_request = now + _REQUEST_EVERY
+            wait = deadline - now if nobody else min(deadline, next_request) - now
+            try:
+                msg = sub.next_msg(timeout=max(0.0, min(0.1, wait)))
+            except _Timeout:
+                continue
+            if is_no_responders(msg.headers, msg.data):
+                nobody = True  # no task of the write listens any more
+                continue
+            try:
+                rep = json.loads(msg.data)
+                key = (int(rep.get("partition", -1)), int(rep.get("attempt", 0)))
+            except (ValueError, TypeError, AttributeError):
+                log.debug("jssync.spark: ignoring an answer to the write's abort that is not a report on %r", subject)
+                continue
+            if rep.get("ack"):
+                acked.add(key)
+            elif key not in answers or rep.get("done"):  # a done report wins over a stopped one
+                answers[key] = rep
+    finally:
         try:
-            with conn.request_many(subject, payload, max_wait=min(left, 0.5), stall=0.2) as replies:
-                for msg in replies:
-                    try:
-                        rep = json.loads(msg.data)
-                    except ValueError:
-                        continue
-                    if isinstance(rep, dict):
-                        out.append(rep)
-        except NoRespondersError:
-            return out, True  # no task of the write listens any more
+            sub.unsubscribe(timeout=2.0)
+        except Exception as exc:  # noqa: BLE001 - a closed connection listens to nothing
+            log.debug("jssync.spark: cannot remove the abort's reply inbox: %s: %s", type(exc).__name__, exc)
 
 
 def stop_tasks(opts: Any, token: str, batch_id: int) -> tuple[list[dict[str, Any]], bool]:
     """Stop the tasks of write ``token`` that are still publishing; return ``(reports, gone)``.
 
-    Sends requests on :func:`stop_subject` (from the driver's abort). Every task of the
-    write still publishing stops before its next row, waits for its PubAcks (up to
-    ``min(5, publishTimeout)`` seconds) and answers with ``{"partition", "attempt", "rows",
-    "stored", "duplicates", "unsettled", "finished"}``, then stops listening. The request is
-    repeated until the server says nobody listens any more (no-responders): then every
-    task has stopped publishing or closed its connection, and the server has read
-    everything they sent (a task Spark killed may have left up to ``maxPending`` rows in its
-    socket, stored meanwhile); ``gone`` says whether that happened within
-    ``min(5, publishTimeout) + 2`` seconds. Never raises: a failure is logged on the
+    Sends requests on :func:`stop_subject` (from the driver's abort), all with one reply
+    address. Every task of the write still publishing acknowledges at once, stops before its
+    next row, waits for its PubAcks (up to ``min(5, publishTimeout)`` seconds) and answers
+    with ``{"partition", "attempt", "rows", "stored", "duplicates", "unsettled", "finished"}``,
+    then stops listening; one that finished meanwhile answers with its done report (marked
+    ``"done"``). The request is repeated until the server says nobody listens any more
+    (no-responders) and every task that acknowledged has answered: then every task has
+    stopped publishing or closed its connection, and the server has read everything they
+    sent (a task Spark killed may have left up to ``maxPending`` rows in its socket, stored
+    meanwhile); ``gone`` says whether that happened within ``min(5, publishTimeout) + 2``
+    seconds. Never raises: a failure is logged on the
     ``jssync.spark`` logger and gives the answers received so far.
     """
     subject = stop_subject(token, batch_id)
@@ -274,6 +372,35 @@ def stop_tasks(opts: Any, token: str, batch_id: int) -> tuple[list[dict[str, Any
         return [], False
     finally:
         conn.close()
+
+
+def abort_counts(finished: Mapping[int, int],
+                 reports: list[dict[str, Any]]) -> tuple[dict[int, int], dict[int, dict[str, Any]]]:
+    """Merge what the driver's abort knows, once per partition: ``finished`` (partition -> rows in
+    the stream, from the commit messages of the tasks that finished) and the ``reports`` of
+    :func:`stop_tasks`. A finished report (a commit message, or an answer marked ``"done"``)
+    wins over a stopped one of the same partition (a speculative copy, another attempt); of
+    several stopped reports of one partition the one with the most rows in the stream counts
+    (with message ids, a later attempt's duplicates are the earlier attempt's rows).
+    Returns ``(finished: partition -> rows, stopped: partition -> report)``."""
+    done = dict(finished)
+    stopped: dict[int, dict[str, Any]] = {}
+    for r in reports:
+        try:
+            p = int(r.get("partition", -1))
+        except (TypeError, ValueError):
+            continue
+        if r.get("failed"):  # it failed on its own: its own error counts it
+            continue
+        if r.get("done"):
+            done[p] = max(done.get(p, 0), in_stream(r))
+            continue
+        old = stopped.get(p)
+        if old is None or in_stream(r) > in_stream(old):
+            stopped[p] = r
+    for p in done:
+        stopped.pop(p, None)
+    return done, stopped
 
 
 class _Others:
@@ -317,7 +444,12 @@ def stop_others(conn: Connection, stop: _StopSignal | None, opts: Any, token: st
             except (TypeError, ValueError):
                 continue
             _merge(others.finished, r.get("finished"))
-            others.lossy = others.lossy or bool(r.get("lossy"))
+            others.lossy = others.lossy or bool(r.get("lossy") or r.get("more"))
+            if r.get("failed"):  # it failed on its own: its own error counts it
+                continue
+            if r.get("done"):  # it finished instead of stopping
+                _merge(others.finished, [{k: v for k, v in r.items() if k not in ("done", "more")}])
+                continue
             old = others.stopped.get(p)
             if p != partition and (old is None or in_stream(r) > in_stream(old)):
                 others.stopped[p] = r
@@ -349,8 +481,9 @@ def whole_write_text(own: int, partition: int, others: _Others, own_unsettled: i
                  "retry this task; if the job fails, its abort stops them and logs what they stored)")
     elif not others.gone:
         text += "; some task of the write did not stop in time and is not counted"
-    text += ("; not counted: tasks Spark killed, and tasks that finished while no running task of the write "
-             "listened yet")
+    text += ("; not counted: tasks Spark killed, tasks that failed on their own, what earlier attempts of "
+             "other partitions stored beyond their last attempt, and tasks that finished while no running task "
+             "of the write listened yet")
     if others.lossy:
         text += f" or long before this failure (a finished task relays the last {RELAYED} it heard of)"
     return text
@@ -364,8 +497,9 @@ def send_summary(conn: Connection, others: _Others) -> None:
     try:
         conn.publish(others.summary_to, others.whole.encode())
         conn.flush(timeout=2.0)
-    except Exception:  # noqa: BLE001 - their errors then say only their own partition
-        pass
+    except Exception as exc:  # noqa: BLE001 - their errors then say only their own partition
+        log.info("jssync.spark: cannot send the whole write's count to the stopped tasks: %s: %s",
+                 type(exc).__name__, exc)
 
 
 def failed_write_text(cause: str, opts: Any, pub: RowPublisher | None, prefix: str, batch_id: int,
@@ -420,8 +554,9 @@ def stopped(stop: _StopSignal, opts: Any, pub: RowPublisher, partition: int, att
                     continue
                 report["whole"] = m.data.decode(errors="replace")
                 break
-        except Exception:  # noqa: BLE001 - a closed connection: the error says only this partition
-            pass
+        except Exception as exc:  # noqa: BLE001 - a closed connection: the error says only this partition
+            log.info("jssync.spark: partition %d did not get the failed task's count of the whole write: %s: %s",
+                     partition, type(exc).__name__, exc)
     raise _Stopped(report)
 
 

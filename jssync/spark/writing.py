@@ -29,7 +29,9 @@ from ..base.errors import (
 from .aborting import (
     MAX_FAILURES_PROPERTY,
     _StopSignal,
+    abort_counts,
     failed_write_text,
+    in_stream,
     send_summary,
     stop_others,
     stop_tasks,
@@ -451,7 +453,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
         try:
             js = conn.jetstream(timeout=opts.publish_timeout, max_pending=opts.max_pending)
             pub = RowPublisher(conn, opts.max_pending, opts.publish_timeout)
-            stop = _StopSignal(conn, token, batch_id, partition) if token is not None else None
+            stop = _StopSignal(conn, token, batch_id, partition, attempt) if token is not None else None
             fast = _FastRows(conn, prefix, batch_id, partition, opts.derive_msg_id)
             cols: _Columns4Write | None = None
             for rb in _input(batches):
@@ -569,8 +571,13 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
         raise SparkWriteError(stopped_text(exc, opts, prefix, batch_id, partition)) from None
     except SparkWriteError as exc:
         others = None
+        if stop is not None:
+            stop.decline()  # a stopper that asked meanwhile does not wait for this task
         if token is not None:
             final = max_failures is not None and attempt + 1 >= max_failures
+            if pub is not None and final:
+                # its own PubAcks first: the tasks it stops wait for its summary only so long
+                pub.settle_quietly(min(5.0, opts.publish_timeout))
             others = stop_others(conn, stop, opts, token, batch_id, partition, attempt, final)
         text = failed_write_text(str(exc), opts, pub, prefix, batch_id, partition, others, attempt)
         if others is not None:
@@ -651,13 +658,14 @@ def _abort(opts: WriteOptions, token: str, batch_id: int, prefix: str | None, me
     """Stop the write's running tasks (:func:`stop_tasks`) and log (WARNING) what the write left in
     the stream besides the failed task's partition (whose error says it); returns that text."""
     reports, gone = stop_tasks(opts, token, batch_id)
-    done = [m for m in messages if isinstance(m, JetStreamCommitMessage)]
-    finished = sum(m.rows for m in done)
-    stopped = sum(int(r.get("stored", 0)) + int(r.get("duplicates", 0)) for r in reports)
-    unsettled = sum(int(r.get("unsettled", 0)) for r in reports)
+    done_by, stopped_by = abort_counts(
+        {m.partition: m.rows for m in messages if isinstance(m, JetStreamCommitMessage)}, reports)
+    finished = sum(done_by.values())
+    stopped = sum(in_stream(r) for r in stopped_by.values())
+    unsettled = sum(int(r.get("unsettled", 0)) for r in stopped_by.values())
     text = (f"{what} aborted: {finished + stopped} row(s) of the write's other tasks are in the stream "
-            f"({finished} of {len(done)} finished task(s), {stopped} of {len(reports)} task(s) stopped by the "
-            f"abort, partitions {sorted(int(r.get('partition', -1)) for r in reports)}")
+            f"({finished} of {len(done_by)} finished task(s), {stopped} of {len(stopped_by)} task(s) stopped by the "
+            f"abort, partitions {sorted(stopped_by)}")
     if unsettled:
         text += f"; {unsettled} more published without a PubAck yet"
     text += ("); tasks Spark killed first are not counted" + ("" if gone else

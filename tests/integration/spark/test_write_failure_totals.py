@@ -1,5 +1,6 @@
 """What the error of a failed ``jetstream`` write says it left in the stream, on local Spark
-(``local[2]``: one attempt per task, so a task's failure fails the job) against a real nats-server.
+(the shared ``local[2,3]`` session: two threads, three attempts per task, so the job fails with
+a task's third failed attempt) against a real nats-server.
 
 The error ``save()`` raises counts the rows of the whole write: the failed task's, those of
 the tasks it stopped, and those of the tasks that had finished; the count equals what the
@@ -20,8 +21,11 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 def test_the_error_of_a_failed_write_counts_every_row_of_the_write_in_the_stream(spark, nats_server, js, unique):
     """Partition 0 has no rows and ends at once; partition 2 (50,000 rows) starts on its core
-    and finishes; partition 3 starts there next and fails on a bad row after 600 rows, while
-    partition 1 (600,000 rows in one Arrow batch) is still publishing. The error says how many
+    and finishes; partition 3 starts there next and fails on a bad row after 600 rows, three
+    times (Spark's retries publish the same 600 rows again: with derived message ids they are
+    duplicates, counted once), while partition 1 (600,000 rows in one Arrow batch, at most 200
+    PubAcks missing) is still publishing: it outlasts the 50,000 rows of partition 2 and the
+    three attempts of 600 rows on the other core by far (and the test checks it was stopped). The error says how many
     rows of the whole write are in the stream: exactly what the stream holds, with partition 2
     counted as finished and partition 1 as stopped."""
     from pyspark.errors import PySparkException

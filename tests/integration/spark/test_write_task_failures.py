@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-import time
 
 import pytest
 
@@ -51,7 +50,7 @@ def _causes(exc: BaseException) -> list[type]:
 
 
 def test_a_connection_closed_while_waiting_for_pubacks_fails_with_a_spark_write_error_that_counts_the_stored_rows(
-        nats_server, nc, unique):
+        nats_server, nc, unique, monkeypatch):
     """No stream captures the subject: the test answers the first 30 rows itself (through the
     real server) and none after; once every row is out, the task's connection closes while it
     waits for the other PubAcks."""
@@ -73,6 +72,16 @@ def test_a_connection_closed_while_waiting_for_pubacks_fails_with_a_spark_write_
                                                names=["data"])])
     result: list[object] = []
     _OPENED.clear()
+    publishers: list[jspark.rowpub.RowPublisher] = []
+
+    class _Seen(jspark.rowpub.RowPublisher):
+        """The task's real publisher, kept where the test can read its counts."""
+
+        def __init__(self, *a, **kw) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*a, **kw)
+            publishers.append(self)
+
+    monkeypatch.setattr(jspark.writing, "RowPublisher", _Seen)
 
     def task() -> None:
         try:
@@ -89,7 +98,8 @@ def test_a_connection_closed_while_waiting_for_pubacks_fails_with_a_spark_write_
         for i, reply in enumerate(replies):
             nc.publish(reply, json.dumps({"stream": "FAKE", "seq": i + 1}, separators=(",", ":")).encode())
         nc.flush()
-        time.sleep(0.3 * FACTOR)  # behaviour: the task counts them while it waits for the rest
+        wait_for(lambda: len(publishers) == 1 and publishers[0].stored == answered, 10 * FACTOR,
+                 what="the task counted the PubAcks answered")
         assert len(_OPENED) == 1
         _OPENED[0].close()  # type: ignore[attr-defined]
         t.join(20 * FACTOR)

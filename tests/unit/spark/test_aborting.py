@@ -62,3 +62,28 @@ def test_finished_reports_relayed_by_other_tasks_are_merged_once_per_partition()
     ])
     assert {p: aborting.in_stream(r) for p, r in into.items()} == {0: 5, 1: 10}
     assert "finished" not in into[1]
+
+
+def test_the_drivers_abort_counts_a_finished_partition_once_even_when_a_copy_of_it_was_stopped():
+    reports = [
+        {"partition": 1, "attempt": 1, "stored": 40, "duplicates": 0, "unsettled": 2},  # speculative copy
+        {"partition": 2, "attempt": 0, "stored": 5, "duplicates": 0, "unsettled": 0},
+        {"partition": 3, "attempt": 0, "rows": 9, "stored": 9, "duplicates": 0, "done": True},  # finished meanwhile
+        {"partition": 3, "attempt": 1, "stored": 4, "duplicates": 0, "unsettled": 0},
+    ]
+    finished, stopped = aborting.abort_counts({1: 100, 0: 8}, reports)
+    assert finished == {0: 8, 1: 100, 3: 9}
+    assert sorted(stopped) == [2]
+    assert aborting.in_stream(stopped[2]) == 5
+
+
+def test_the_drivers_abort_counts_a_partition_stopped_in_two_attempts_once_with_the_larger_count():
+    reports = [
+        {"partition": 4, "attempt": 0, "stored": 30, "duplicates": 0, "unsettled": 0},
+        {"partition": 4, "attempt": 1, "stored": 10, "duplicates": 30, "unsettled": 1},
+    ]
+    finished, stopped = aborting.abort_counts({}, reports)
+    assert finished == {}
+    assert list(stopped) == [4]
+    assert stopped[4]["attempt"] == 1
+    assert aborting.in_stream(stopped[4]) == 40
