@@ -262,14 +262,72 @@ class _FetchState(_natspy.Receiver):
         self.q.put(_END)
 
 
+class _AbandonedFetch:
+    """An abandoned fetch whose inbox is being drained, among the connection's open
+    subscriptions until it is: ``close`` and ``drain`` wait for it (its naks go out
+    before the socket closes; a message the server sent before the UNSUB is not lost)."""
+
+    __slots__ = ("_conn", "_state", "_done")
+
+    def __init__(self, conn: Connection, state: _FetchState) -> None:
+        self._conn = conn
+        self._state = state
+        self._done = threading.Event()
+
+    def register(self) -> None:
+        """Join the connection's open subscriptions (any thread; skipped, logged, when the
+        lock is held for a second: a finalizer run by the collector inside the lock's holder)."""
+        internal = self._conn.internal
+        if internal.subs_lock.acquire(timeout=1.0):
+            try:
+                internal.subs.add(self)  # type: ignore[arg-type]  # closed/drained with the connection
+            finally:
+                internal.subs_lock.release()
+        else:  # pragma: no cover - needs the collector inside the lock
+            log.debug("an abandoned fetch's drain is not waited for by close")
+
+    def finished(self) -> None:
+        """The inbox is drained (or the connection ended): nothing to wait for (any thread)."""
+        self._done.set()
+        internal = self._conn.internal
+        if internal.subs_lock.acquire(timeout=1.0):
+            try:
+                internal.subs.discard(self)  # type: ignore[arg-type]
+            finally:
+                internal.subs_lock.release()
+
+    def _wait(self, deadline: Deadline) -> bool:
+        while not self._done.wait(deadline.slice()):
+            if deadline.expired():
+                return False
+        return True
+
+    def _before_close(self, deadline: Deadline, drain: bool) -> None:
+        """``Connection.close``/``drain``: wait (until ``deadline``) for the naks to go out."""
+        self._wait(deadline)
+
+    def drain(self, timeout: float | None = None) -> None:
+        """``Connection.drain``: wait up to ``timeout`` for the drain; raises TimeoutError."""
+        if not self._wait(Deadline(timeout)):
+            st = self._state
+            raise TimeoutError(f"the stopped fetch from {st.consumer!r} on stream {st.stream!r} "
+                               "did not hand back its messages in time")
+
+    def _end(self, error: Error | None = None) -> None:
+        """The connection closed: nothing more can be nak'ed."""
+        self.finished()
+
+
 def _abandon_inbox(conn: Connection, box: _Inbox, state: _FetchState) -> None:
     """Give up an inbox whose pull request may still be open on the server (any thread).
 
     What is queued and not taken, and whatever still arrives until the server processed
     the UNSUB, is nak'ed (redelivered at once, never left for AckWait): the inbox is
     drained (UNSUB, PING/PONG, removal), not dropped, so nothing on the wire is lost.
+    Closing the connection meanwhile waits for that (:class:`_AbandonedFetch`).
     """
     state.abandon()
+    pending = _AbandonedFetch(conn, state)
 
     async def _drain() -> None:
         state.nak_queued()  # on the I/O thread: no message is being queued meanwhile
@@ -281,11 +339,13 @@ def _abandon_inbox(conn: Connection, box: _Inbox, state: _FetchState) -> None:
         finally:
             _natspy.set_sub_queue(box.nsub, _DISCARD)
             state.nak_queued()
+            pending.finished()
 
     try:
         conn.internal.loop.check()
     except Error:  # the connection is gone: nothing can be nak'ed
         return
+    pending.register()
     _on_loop(conn, _drain)
 
 

@@ -510,6 +510,27 @@ def test_stop_naks_buffered_messages(js, stream):
     wait_for(lambda: c.info().num_ack_pending == 0, what="nothing left unacked")
 
 
+def test_a_fetch_stopped_then_its_connection_closed_at_once_hands_back_every_message(nats_server, js, stream):
+    """stop() promises the naks of what the pull still brings; a close right after it waits
+    for them, so messages on the wire when the socket would have closed are not left for
+    ack_wait (here 10 minutes): another client gets them all at once."""
+    publish(js, stream, 1000, size=1000)
+    c = durable(stream, ack_wait=600)
+    nc = jssync.connect(nats_server.url)
+    try:
+        res = nc.jetstream().consumer(stream.name, "D").fetch(1000)
+        next(res).ack()
+        res.stop()
+    finally:
+        nc.close()
+    got = 0
+    for m in c.fetch(999, expires=5 * FACTOR):
+        got += 1
+        m.ack()
+    assert got == 999
+    wait_for(lambda: c.info().num_ack_pending == 0, what="nothing left unacked")
+
+
 def test_drain_delivers_buffered_messages(js, stream):
     publish(js, stream, 20)
     c = durable(stream)

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.timeout(int(max(300, TASKS / 25) * FACTOR))
 
 _APP = '''
 import os
+import time
 from celery import Celery
 
 app = Celery("kombu_runs", broker={url!r})
@@ -44,21 +45,29 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
 )
 RUNS = {runs!r}
+GATE, GATE_FROM = {gate!r}, {gate_from!r}
 
 
 @app.task(name="kombu_runs.record")
 def record(ident):
+    if GATE_FROM is not None and ident >= GATE_FROM:  # held until the test opens the gate
+        while not os.path.exists(GATE):
+            time.sleep(0.005)  # poll: for the gate file, which the test creates
     # one write of one short line to a file opened for appending: whole lines, from any process
     with open(RUNS, "a") as f:
         f.write(f"{{ident}} {{os.getpid()}}\\n")
 '''
 
 
-def _write_app(tmp_path: Path, url: str, options: dict[str, Any], acks_late: bool = False) -> Path:
+def _write_app(tmp_path: Path, url: str, options: dict[str, Any], acks_late: bool = False,
+               gate_from: int | None = None) -> Path:
+    """The Celery app of the workers; tasks from ``gate_from`` on wait until the file
+    ``tmp_path / "gate"`` exists before they record their run."""
     runs = tmp_path / "runs.txt"
     runs.touch()
     (tmp_path / "kombu_runs.py").write_text(_APP.format(url=url, options=options, runs=str(runs),
-                                                        acks_late=acks_late))
+                                                        acks_late=acks_late, gate=str(tmp_path / "gate"),
+                                                        gate_from=gate_from))
     return runs
 
 
@@ -214,7 +223,11 @@ def test_a_warm_shutdown_mid_flow_hands_the_rest_to_the_next_worker_exactly_once
     (-NAK on channel close) and the second worker runs it. Nothing failed: exactly once."""
     count = min(TASKS, 3000)
     options = {"subject_prefix": prefix}
-    runs = _write_app(tmp_path, nats_server.url, options)
+    # the tasks from a twentieth on wait for a gate, opened once the warm shutdown took hold:
+    # a worker runs a few thousand of these no-op tasks a second, faster than they are sent
+    # on a quiet machine, so without the gate the first worker could run them all
+    held = count // 20
+    runs = _write_app(tmp_path, nats_server.url, options, gate_from=held)
     sender = _sender(nats_server.url, options)
     first = _worker(tmp_path, *pool)
     code = -1
@@ -222,11 +235,16 @@ def test_a_warm_shutdown_mid_flow_hands_the_rest_to_the_next_worker_exactly_once
     try:
         for i in range(count):
             sender.send_task("kombu_runs.record", args=[i])
-        # stopped early in the flow: on a quiet machine a worker runs a few thousand of these
-        # no-op tasks a second, and a warm shutdown takes a moment to stop taking them, so a
-        # stop after a quarter of them sometimes found none left for the second worker
-        wait_for(lambda: sum(_runs(runs).values()) >= count // 20, timeout=120, interval=0.01,
-                 what="the first tasks to run")
+        wait_for(lambda: sum(_runs(runs).values()) >= held, timeout=120, interval=0.01,
+                 what="the tasks before the gate to run")
+        first.send_signal(signal.SIGTERM)  # warm shutdown: stop taking tasks, finish those started
+        wait_for(lambda: "Warm shutdown" in (tmp_path / "worker.log").read_text(errors="replace"),
+                 timeout=30, interval=0.01, what="the warm shutdown to start")
+        (tmp_path / "gate").touch()
+        try:
+            first.wait(60 * FACTOR)
+        except subprocess.TimeoutExpired:
+            pass
         assert _stop(first) == 0, (tmp_path / "worker.log").read_text()[-5000:]
         stopped_at = sum(_runs(runs).values())
         assert stopped_at < count, "every task ran before the first worker stopped"
