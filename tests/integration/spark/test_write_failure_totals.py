@@ -69,7 +69,9 @@ def _check_whole_write_count(js, name: str, text: str) -> None:
     assert int(total) == in_stream, text
     assert (failed, int(own)) == ("3", _BAD_AT)
     assert finished_parts in ("2", "0, 2") and int(finished) == _DONE_ROWS, text
-    assert stopped_parts == "1" and 0 < int(stopped) < _BIG
+    # partition 1 is stopped mid-write; on two executors its Python worker may still be starting
+    # when partition 3 fails its last attempt, so it may have stored nothing yet
+    assert stopped_parts == "1" and 0 <= int(stopped) < _BIG
     assert int(total) == int(own) + int(finished) + int(stopped)
     assert "msgIdPrefix='" in text
 
