@@ -588,7 +588,8 @@ def keep_header_blocks(nc: Any) -> bool:
 
 
 def parser_needed(nc: Any) -> int:
-    """While nats-py hands a message over: the MSG/HMSG line's total size (headers + payload)."""
+    """While a message with headers is handed over: its HMSG line's total size (headers + payload;
+    set by nats-py's parse step, and by ``wire.msg_parser`` where that one is installed)."""
     n: int = getattr(nc, _PARSER).needed
     return n
 

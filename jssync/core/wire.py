@@ -5,9 +5,11 @@ Every PUB/HPUB line jssync puts on a socket is built here, and every queued mess
 buffer and the I/O thread's direct write of a small burst. A caller's own write of a
 request (core/outbound.py ``try_direct_send`` --> core/sockpath.py) uses
 :func:`encode_one`: the same bytes as a burst of one (a property test checks it), without
-the burst's per-call cost. The only MSG/HMSG line jssync parses itself is a request's
-reply read by its caller off the socket (:func:`parse_reply`); every other message is
-parsed by nats-py. (SUB, UNSUB and PING are written by nats-py.)
+the burst's per-call cost. jssync parses MSG/HMSG itself in two places: a request's reply
+read by its caller off the socket (:func:`parse_reply`), and, on the I/O thread, every
+message nats-py's reader gets (:func:`msg_parser`, the ``msg_parse`` fast path that
+core/natspy.py installs on nats-py's parser: every other protocol line, and anything
+unusual, is still parsed by nats-py). (SUB, UNSUB and PING are written by nats-py.)
 
 A queued message is the tuple ``(subject, data, reply, headers)``: ``reply`` ``""`` for
 none, ``headers`` a dict (encoded here) or None.
