@@ -179,6 +179,7 @@ class Connection:
         nc = nats.aio.client.Client()
         why = _natspy.check(nc)
         self._msg_class, why["msg_class"] = _natspy.install_msg_class(nc, Msg, self)
+        why["msg_parse"] = _natspy.install_msg_parser(nc)  # (after install_msg_class: it hands over to its dispatch)
         out = self._out
         out.caps = _natspy.warn_disabled(why)
         out.sockpath.header_parser = _natspy.header_parser(nc) if out.caps["reply_headers"] else None

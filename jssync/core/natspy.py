@@ -23,6 +23,8 @@ The fast paths (the names ``Connection._fast_paths`` reports):
 - ``msg_class``: nats-py builds every message as the connection's ``Msg`` subclass with
   exactly the keywords jssync knows; when nats-py passes one more, the class installed
   instead takes (and ignores) any further keyword (:func:`install_msg_class`).
+- ``msg_parse``: the I/O thread's parse step for MSG/HMSG is jssync's (``wire.msg_parser``),
+  every other protocol line still nats-py's parser's (:func:`install_msg_parser`).
 
 Besides these the adapter holds the accesses jssync cannot do without (a subscription's
 message queue, which only a :class:`Receiver` replaces, UNSUB without removing the
@@ -47,6 +49,7 @@ import nats.aio.client
 import nats.errors
 
 from ..base.times import format_server_time, parse_server_time
+from . import wire as _wire
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -56,7 +59,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("jssync")
 
 #: The fast paths, in the order ``Connection._fast_paths`` lists them.
-FAST_PATHS = ("pump_buffer", "direct_write", "direct_read", "reply_headers", "wire_header_len", "msg_class")
+FAST_PATHS = ("pump_buffer", "direct_write", "direct_read", "reply_headers", "wire_header_len", "msg_class",
+              "msg_parse")
 
 _EPOLLIN = getattr(select, "EPOLLIN", 1)
 _EPOLLOUT = getattr(select, "EPOLLOUT", 4)
@@ -244,8 +248,64 @@ def _install_dispatch(nc: Any, cls: type[Msg]) -> bool:
             return slow(sub, msg, n, sid)
         return done
 
+    process_msg._jssync_done = done  # type: ignore[attr-defined]  # (what install_msg_parser compares with)
     nc._process_msg = process_msg
     return True
+
+
+#: nats-py's MSG and HMSG line patterns (nats/protocol/parser.py, 2.15 and 2.16): the lines
+#: :func:`wire.msg_parser <jssync.core.wire.msg_parser>` reads the same way.
+_MSG_RE = "\\AMSG\\s+([^\\s]+)\\s+([^\\s]+)\\s+(([^\\s]+)[^\\S\r\n]+)?(\\d+)\r\n"
+_HMSG_RE = "\\AHMSG\\s+([^\\s]+)\\s+([^\\s]+)\\s+(([^\\s]+)[^\\S\r\n]+)?([\\d]+)\\s+(\\d+)\r\n"
+
+
+def install_msg_parser(nc: Any) -> str | None:
+    """The ``msg_parse`` fast path: ``nc``'s parser hands MSG/HMSG over through ``wire.msg_parser``.
+
+    nats-py's parse step matches a regular expression per protocol line, keeps each
+    message's fields in a dict, copies its payload twice and awaits ``_process_msg`` for
+    every message. The step installed on ``nc``'s parser instead (on this client only;
+    before :func:`install_reader` counts it, which then wraps it) walks each read with
+    ``bytes.find``/``split`` and calls ``_process_msg`` (as installed now: jssync's
+    dispatch when :func:`install_msg_class` put it there) awaiting only what is not done
+    already; PING, PONG, +OK, -ERR, INFO, anything unusual and a message nats-py's own
+    step started go to nats-py's step, and ``reset`` stays nats-py's. Only on the parser
+    this was checked against: nats-py's ``Parser`` with its MSG/HMSG patterns, states and
+    fields as in 2.15-2.16. Returns None once installed, else why not (nothing changed).
+    """
+    try:
+        import nats.protocol.parser as npp
+
+        ps = getattr(nc, _PARSER)
+        pm = nc._process_msg
+    except (ImportError, AttributeError) as exc:
+        return f"nats-py has no parser to take over ({exc})"
+    if getattr(ps, "_jssync_msg_parse", False):
+        return None
+    if (type(ps) is not getattr(npp, "Parser", None) or getattr(getattr(npp, "MSG_RE", None), "pattern", None)
+            != _MSG_RE.encode() or getattr(getattr(npp, "HMSG_RE", None), "pattern", None) != _HMSG_RE.encode()
+            or getattr(npp, "CRLF_SIZE", None) != 2):
+        return "nats-py's protocol parser is not the one jssync's MSG/HMSG step was checked against"
+    idle = getattr(npp, "AWAITING_CONTROL_LINE", None)
+    if (_IDLE is None or idle != _IDLE or getattr(ps, _STATE, None) != idle or _STATE != "state"
+            or not isinstance(getattr(ps, "buf", None), bytearray) or not isinstance(getattr(ps, "needed", None), int)):
+        return f"nats-py's parser has no {_STATE!r}, 'buf' or 'needed' as jssync knows them"
+    if not inspect.iscoroutinefunction(getattr(ps, "parse", None)) or not callable(pm):
+        return "nats-py's parser has no coroutine parse, or its client no _process_msg"
+    try:
+        if len(inspect.signature(pm).parameters) != 5:
+            return "nats-py's _process_msg does not take (sid, subject, reply, data, headers)"
+    except (TypeError, ValueError):  # pragma: no cover - no signature to look at
+        return "nats-py's _process_msg has no signature to check"
+    done = getattr(pm, "_jssync_done", None)
+    ps.parse = _wire.msg_parser(ps, ps.parse, pm, done if done is not None else object(), idle)
+    ps._jssync_msg_parse = True
+    return None
+
+
+def msg_parser_installed(nc: Any) -> bool:
+    """True when ``nc``'s parser hands MSG/HMSG over through jssync's step (:func:`install_msg_parser`)."""
+    return bool(getattr(getattr(nc, _PARSER, None), "_jssync_msg_parse", False))
 
 
 def message_class(nc: Any) -> Any:
@@ -528,7 +588,8 @@ def keep_header_blocks(nc: Any) -> bool:
 
 
 def parser_needed(nc: Any) -> int:
-    """While nats-py hands a message over: the MSG/HMSG line's total size (headers + payload)."""
+    """While a message with headers is handed over: its HMSG line's total size (headers + payload;
+    set by nats-py's parse step, and by ``wire.msg_parser`` where that one is installed)."""
     n: int = getattr(nc, _PARSER).needed
     return n
 

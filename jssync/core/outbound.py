@@ -411,6 +411,8 @@ class Outbound:
         - ``msg_class``: nats-py builds every message as this connection's ``Msg`` subclass
           with exactly the keywords jssync knows (else through a constructor that also
           takes, and ignores, keywords a newer nats-py passes).
+        - ``msg_parse``: the I/O thread parses MSG/HMSG with jssync's step (``wire.msg_parser``),
+          not nats-py's regular expressions; nats-py's parser keeps every other line.
         """
         nc = self.nc
         return {
@@ -420,6 +422,7 @@ class Outbound:
             "reply_headers": self.sockpath.header_parser is not None,
             "wire_header_len": self.caps["wire_header_len"],
             "msg_class": self.caps["msg_class"] and _natspy.message_class(nc) is self._conn._msg_class,
+            "msg_parse": self.caps["msg_parse"] and _natspy.msg_parser_installed(nc),
         }
 
     def try_direct_send(self, subject: str, data: bytes, reply: str, headers: dict[str, str] | None) -> bool:

@@ -5,9 +5,11 @@ Every PUB/HPUB line jssync puts on a socket is built here, and every queued mess
 buffer and the I/O thread's direct write of a small burst. A caller's own write of a
 request (core/outbound.py ``try_direct_send`` --> core/sockpath.py) uses
 :func:`encode_one`: the same bytes as a burst of one (a property test checks it), without
-the burst's per-call cost. The only MSG/HMSG line jssync parses itself is a request's
-reply read by its caller off the socket (:func:`parse_reply`); every other message is
-parsed by nats-py. (SUB, UNSUB and PING are written by nats-py.)
+the burst's per-call cost. jssync parses MSG/HMSG itself in two places: a request's reply
+read by its caller off the socket (:func:`parse_reply`), and, on the I/O thread, every
+message nats-py's reader gets (:func:`msg_parser`, the ``msg_parse`` fast path that
+core/natspy.py installs on nats-py's parser: every other protocol line, and anything
+unusual, is still parsed by nats-py). (SUB, UNSUB and PING are written by nats-py.)
 
 A queued message is the tuple ``(subject, data, reply, headers)``: ``reply`` ``""`` for
 none, ``headers`` a dict (encoded here) or None.
@@ -16,7 +18,8 @@ none, ``headers`` a dict (encoded here) or None.
 from __future__ import annotations
 
 from collections import deque
-from typing import Literal, NamedTuple
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Literal, NamedTuple, Protocol
 
 from ..base.validate import _encode_headers
 
@@ -169,3 +172,140 @@ def parse_plain_headers(raw: bytes) -> dict[str, str] | None | Literal[False]:
             continue
         out[key] = value.strip().decode("utf-8", "replace")
     return out or None
+
+
+# ----------------------------------------------------------------------------- the I/O thread's messages
+
+
+class ParserState(Protocol):
+    """The protocol parser whose step :func:`msg_parser` takes over (nats-py's, through core/natspy.py)."""
+
+    buf: bytearray  #: what it holds of a line or message not yet whole (a new object after a reset)
+    state: int  #: where it is: between messages (``idle``) or inside one
+    needed: int  #: the total size of the HMSG being handed over (headers + payload)
+
+
+#: The per-message hand-over: ``(sid, subject, reply, payload, header block or None)``; it returns
+#: something to await (``done``: nothing to wait for).
+Dispatch = Callable[[int, bytes, bytes, bytes, "bytes | None"], Awaitable[None]]
+
+_MSG = b"MSG"
+_HMSG = b"HMSG"
+#: The other lines a server sends; :func:`msg_parser` hands each alone to the parser it stands in for.
+_OTHER_LINES = frozenset({b"PING", b"PONG", b"+OK", b"-ERR", b"INFO"})
+
+
+def msg_parser(ps: ParserState, other: Callable[[bytes], Awaitable[None]], dispatch: Dispatch, done: object,
+               idle: int) -> Callable[[bytes], Coroutine[Any, Any, None]]:
+    """A parse step for the bytes a connection reads: MSG/HMSG here, every other line by ``other``.
+
+    ``ps`` is the parser ``other`` (its parse step) works on and ``idle`` its state between
+    messages. The step returned takes each read in turn, as ``other`` would: it walks the
+    bytes with ``find``/``split`` and hands every whole MSG/HMSG (single spaces or other ASCII
+    whitespace between its fields, as the server writes them) to ``dispatch`` with no
+    coroutine per message (it awaits only what is not ``done``: a message with headers, a
+    subscription jssync does not own). What ``other`` must see goes to it: a PING, PONG,
+    +OK, -ERR or INFO line alone (then on here), anything else from that line on (an
+    unknown or malformed line: ``other`` parses or refuses it, so its errors are its own),
+    and every read while ``other`` is inside a message it started. A line or message not
+    yet whole waits in ``ps.buf`` from its first byte, with ``ps.state`` between messages
+    (what ``other`` itself keeps there for a cut line), until enough bytes came for it.
+    ``ps.needed`` is the HMSG's total size while it is handed over (``natspy.parser_needed``).
+    A reset of ``ps`` (``ps.buf`` a new object) while something was awaited drops the rest
+    of the read, as ``other`` does. Raises what ``other`` and ``dispatch`` raise; what was
+    not parsed then stays in ``ps.buf``.
+    """
+    need = 0  # how long the message waiting in ps.buf is (0: not known yet)
+
+    async def parse(data: bytes = b"") -> None:
+        nonlocal need
+        buf = ps.buf
+        if buf or ps.state != idle:
+            if ps.state != idle:  # inside a message the other parser started: it finishes it
+                need = 0
+                await other(data)
+                return
+            buf += data
+            if len(buf) < need:
+                return  # (a large message arriving in pieces: no copy until it is whole)
+            data = bytes(buf)
+            buf.clear()
+        need = 0
+        size = len(data)
+        find = data.find
+        pos = 0
+        try:
+            while pos < size:
+                eol = find(b"\r\n", pos)
+                if eol < 0:
+                    break  # the line is not whole yet
+                args = data[pos:eol].split()
+                n = len(args)
+                op = args[0] if n else b""
+                if op == _MSG and (n == 4 or n == 5):
+                    if n == 4:
+                        _, subject, sid, ln = args
+                        reply = b""
+                    else:
+                        _, subject, sid, reply, ln = args
+                    start = eol + 2
+                    try:
+                        end = start + int(ln)
+                        s = int(sid)
+                    except ValueError:  # not numbers where numbers go: the other parser's to refuse
+                        end = -1
+                    if end >= start:
+                        if end + 2 > size:
+                            need = end + 2 - pos
+                            break  # the payload is not whole yet
+                        pos = end + 2
+                        r = dispatch(s, subject, reply, data[start:end], None)
+                        if r is not done:
+                            await r
+                            if ps.buf is not buf:
+                                return  # reset meanwhile: the rest belongs to the old connection
+                        continue
+                elif op == _HMSG and (n == 5 or n == 6):
+                    if n == 5:
+                        _, subject, sid, hl, ln = args
+                        reply = b""
+                    else:
+                        _, subject, sid, reply, hl, ln = args
+                    start = eol + 2
+                    try:
+                        mid = start + int(hl)
+                        total = int(ln)
+                        s = int(sid)
+                    except ValueError:
+                        mid = total = -1
+                    end = start + total
+                    if start <= mid <= end:
+                        if end + 2 > size:
+                            need = end + 2 - pos
+                            break
+                        pos = end + 2
+                        ps.needed = total
+                        r = dispatch(s, subject, reply, data[mid:end], data[start:mid] if mid > start else None)
+                        if r is not done:
+                            await r
+                            if ps.buf is not buf:
+                                return
+                        continue
+                if op in _OTHER_LINES:
+                    line = data[pos:eol + 2]
+                    pos = eol + 2
+                    await other(line)
+                    if ps.buf is not buf:
+                        return
+                    if not buf and ps.state == idle:
+                        continue
+                # anything else (or a line the other parser read differently): it parses the rest
+                rest = data[pos:]
+                pos = size
+                await other(rest)
+                return
+        finally:
+            if pos < size and ps.buf is buf:
+                buf += data[pos:]  # (a message not yet whole; or what an error left unparsed)
+
+    return parse

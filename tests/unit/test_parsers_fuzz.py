@@ -8,6 +8,7 @@ cannot change the shape of an API subject).
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import os
@@ -24,6 +25,7 @@ from jssync.base.jsack import NotJSMessageError, parse_ack_subject
 from jssync.base.status import Action, Status, classify, decide
 from jssync.base.validate import _encode_headers, validate_headers, validate_subject
 from jssync.jetstream.context import validate_name
+from tests.unit.core.test_wire import feed_both, msg_frame
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -398,3 +400,43 @@ def test_pub_ack_fast_path_matches_the_json_path(name, seq, duplicate, domain, a
     got = _parse_pub_ack(_Reply(data))
     assert (got.stream, got.seq, got.domain) == (name, seq, domain)
     assert bool(got.duplicate) == bool(duplicate)
+
+
+# -- the I/O thread's MSG/HMSG step (core/wire.py msg_parser) against nats-py's parser ----------
+
+_proto_tokens = st.text(alphabet=string.ascii_letters + string.digits + "._-$>*", min_size=1,
+                        max_size=12).map(str.encode)
+_proto_payloads = st.one_of(
+    st.binary(max_size=200),
+    st.sampled_from([b"", b"\r\n", b"MSG a 1 3\r\nabc\r\n", b"HMSG x 2 4 4\r\n", b"PING\r\n", b"\r\n\r\n"]),
+    st.integers(min_value=1000, max_value=5000).map(lambda n: b"MSG \r\n" * (n // 6)),
+)
+_proto_headers = st.one_of(
+    st.just(None),
+    st.sampled_from([b"NATS/1.0\r\n\r\n", b"NATS/1.0 404 No Messages\r\n\r\n", b"NATS/1.0 100 Idle Heartbeat\r\n\r\n",
+                     b"NATS/1.0\r\nNats-Msg-Id: MSG 1 2\r\nX: \r\n\r\n"]),
+    st.binary(min_size=1, max_size=40),  # (the parser does not read the block: any bytes)
+)
+
+
+@st.composite
+def _proto_frames(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from(["msg", "msg", "msg", "ping", "pong", "ok", "err", "info"]))
+    if kind == "msg":
+        reply = draw(st.one_of(st.just(b""), _proto_tokens))
+        return msg_frame(draw(_proto_tokens), draw(st.integers(1, 10**6)), reply, draw(_proto_payloads),
+                         draw(_proto_headers), draw(st.sampled_from([b" ", b" ", b"\t", b"  "])))
+    return {"ping": b"PING\r\n", "pong": b"PONG\r\n", "ok": b"+OK\r\n",
+            "err": b"-ERR 'Stale Connection'\r\n", "info": b'INFO {"server_id":"S","max_payload":1048576}\r\n'}[kind]
+
+
+@fuzz
+@given(st.lists(_proto_frames(), min_size=1, max_size=25).map(b"".join), st.data())
+def test_msg_parser_hands_over_what_natspy_does_for_any_cut_of_any_stream(stream: bytes, data: st.DataObject) -> None:
+    """Any stream of MSG/HMSG/PING/PONG/+OK/-ERR/INFO, cut into reads anywhere: after every read
+    jssync's step has handed over the same messages and lines as nats-py's parser (message
+    with headers: with the same ``needed``), and both agree on whether they are between messages."""
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(stream)), max_size=12))))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    old, new = asyncio.run(feed_both(chunks))
+    assert new.events == old.events

@@ -42,6 +42,13 @@ def _renamed_parser_state(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(_natspy, "_STATE", "stage")
 
 
+def _changed_msg_pattern(mp: pytest.MonkeyPatch) -> None:
+    # a nats-py whose MSG line pattern reads differently (here: the same lines, written another way)
+    import nats.protocol.parser as npp
+
+    mp.setattr(npp, "MSG_RE", re.compile(npp.MSG_RE.pattern.replace(rb"[^\s]+", rb"\S+")))
+
+
 def _no_caller_socket(mp: pytest.MonkeyPatch) -> None:
     mp.setenv("JSSYNC_NO_CALLER_SOCKET", "1")  # the bench's switch: the I/O thread owns the socket
 
@@ -49,8 +56,9 @@ def _no_caller_socket(mp: pytest.MonkeyPatch) -> None:
 CASES = {
     "no_caller_socket": (_no_caller_socket, {"direct_write", "direct_read"}),
     "new_msg_keyword": (_new_msg_keyword, {"msg_class"}),
-    "renamed_parser": (_renamed_parser, {"direct_read", "wire_header_len"}),
-    "renamed_parser_state": (_renamed_parser_state, {"direct_read"}),
+    "changed_msg_pattern": (_changed_msg_pattern, {"msg_parse"}),
+    "renamed_parser": (_renamed_parser, {"direct_read", "wire_header_len", "msg_parse"}),
+    "renamed_parser_state": (_renamed_parser_state, {"direct_read", "msg_parse"}),
 }
 
 

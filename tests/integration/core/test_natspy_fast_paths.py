@@ -20,7 +20,8 @@ from tests.conftest import echo, wait_answered
 pytestmark = pytest.mark.timeout(60)
 
 #: the shortcuts a plain TCP connection on Linux must have (a new one is added here too)
-EXPECTED = {"pump_buffer", "direct_write", "direct_read", "reply_headers", "wire_header_len", "msg_class"}
+EXPECTED = {"pump_buffer", "direct_write", "direct_read", "reply_headers", "wire_header_len", "msg_class",
+            "msg_parse"}
 
 
 def _off(nc: jssync.Connection) -> list[str]:

@@ -2,14 +2,18 @@
 
 Checked against a reader of the protocol written here independently of the code under test:
 every burst the encoder builds reads back as the same messages in the same order, and every
-reply line parses back to its payload and headers.
+reply line parses back to its payload and headers. The I/O thread's MSG/HMSG step
+(``msg_parser``) is checked against nats-py's own parser, fed the same reads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import string
 from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -233,3 +237,231 @@ def test_the_usual_direct_get_headers_parse_to_their_dict() -> None:
         "Nats-Stream": "KV_b", "Nats-Subject": "$KV.b.k", "Nats-Sequence": "7",
         "Nats-Time-Stamp": "2026-01-01T00:00:00.5Z", "Nats-Num-Pending": "0"}
     assert parse_plain_headers(b"NATS/1.0\r\n\r\n") is None
+
+
+# -- the I/O thread's MSG/HMSG step (msg_parser), against nats-py's own parser ------------------
+
+
+class Recorder:
+    """A stand-in for nats-py's client as its parser sees it: records what the parser hands over.
+
+    A message with headers is recorded with the parser's ``needed`` at that moment (what
+    ``natspy.parser_needed`` reads while a message is handed over).
+    """
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+        self.ps: Any = None
+
+    def msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        ev: tuple[Any, ...] = ("MSG", sid, bytes(subject), bytes(reply), bytes(data))
+        if headers is not None:
+            ev += (bytes(headers), self.ps.needed)
+        self.events.append(ev)
+
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        self.msg(sid, subject, reply, data, headers)
+
+    async def _process_ping(self) -> None:
+        self.events.append(("PING",))
+
+    async def _process_pong(self) -> None:
+        self.events.append(("PONG",))
+
+    async def _process_err(self, err: str) -> None:
+        self.events.append(("ERR", err))
+
+    async def _process_info(self, info: dict[str, Any]) -> None:
+        self.events.append(("INFO", info))
+
+
+def natspy_step() -> tuple[Recorder, Any, Callable[[bytes], Awaitable[None]]]:
+    """nats-py's own parser on a :class:`Recorder`: ``(recorder, parser, parse step)``."""
+    from nats.protocol.parser import Parser
+
+    rec = Recorder()
+    rec.ps = ps = Parser(rec)
+    return rec, ps, ps.parse
+
+
+def jssync_step(awaited: Callable[[int], bool] = lambda sid: sid % 3 == 0
+                ) -> tuple[Recorder, Any, Callable[[bytes], Awaitable[None]]]:
+    """``msg_parser`` over a nats-py parser on a :class:`Recorder` (on a running loop).
+
+    Its dispatch returns the done future, except for the sids ``awaited`` picks: for those it
+    returns a coroutine (as jssync's dispatch does for a message with headers, and nats-py's
+    own ``_process_msg`` for a subscription jssync does not own), which the step must await.
+    """
+    from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
+
+    from jssync.core.wire import msg_parser
+
+    rec = Recorder()
+    rec.ps = ps = Parser(rec)
+    done = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+
+    def dispatch(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> Awaitable[None]:
+        if awaited(sid):
+            return rec._process_msg(sid, subject, reply, data, headers)
+        rec.msg(sid, subject, reply, data, headers)
+        return done
+
+    return rec, ps, msg_parser(ps, ps.parse, dispatch, done, AWAITING_CONTROL_LINE)
+
+
+def parser_idle(ps: Any) -> bool:
+    """What ``natspy.install_reader``'s idle check asks of the parser: nothing half-read."""
+    from nats.protocol.parser import AWAITING_CONTROL_LINE
+
+    return not ps.buf and ps.state == AWAITING_CONTROL_LINE
+
+
+async def feed_both(chunks: list[bytes], whole: bool = True) -> tuple[Recorder, Recorder]:
+    """Feed ``chunks`` to nats-py's parser and to ``msg_parser``; after each, both handed over
+    the same things and agree on whether they are between messages (at the end, when the
+    chunks make up ``whole`` messages, both are)."""
+    old, old_ps, old_parse = natspy_step()
+    new, new_ps, new_parse = jssync_step()
+    for i, chunk in enumerate(chunks):
+        await old_parse(chunk)
+        await new_parse(chunk)
+        assert new.events == old.events, f"after chunk {i}"
+        assert parser_idle(new_ps) == parser_idle(old_ps), f"after chunk {i}"
+    assert parser_idle(new_ps) or not whole
+    return old, new
+
+
+def msg_frame(subject: bytes, sid: int, reply: bytes, data: bytes, hdr: bytes | None = None,
+              sep: bytes = b" ") -> bytes:
+    """A MSG (HMSG with ``hdr``) as the server writes it (``sep`` between the fields)."""
+    fields = [subject, str(sid).encode()] + ([reply] if reply else [])
+    if hdr is None:
+        return b"MSG" + sep + sep.join([*fields, str(len(data)).encode()]) + b"\r\n" + data + b"\r\n"
+    sizes = [str(len(hdr)).encode(), str(len(hdr) + len(data)).encode()]
+    return b"HMSG" + sep + sep.join(fields + sizes) + b"\r\n" + hdr + data + b"\r\n"
+
+
+_HDR = b"NATS/1.0\r\nNats-Msg-Id: 7\r\n\r\n"
+_STATUS = b"NATS/1.0 404 No Messages\r\n\r\n"
+#: One of everything a server sends a client, with payloads that look like protocol lines.
+_STREAM = b"".join([
+    b'INFO {"server_id":"S","max_payload":1048576}\r\n',
+    msg_frame(b"_INBOX.a.1", 5, b"$JS.ACK.S.C.1.1.1.1700000000000000000.0", b"x" * 128),
+    msg_frame(b"a", 6, b"", b"MSG a 6 3\r\nabc\r\n"),
+    b"PING\r\n",
+    msg_frame(b"_INBOX.a.1", 5, b"$JS.ACK.S.C.1.2.2.1700000000000000000.0", b"with \r\n inside", _HDR),
+    msg_frame(b"_INBOX.a.1", 5, b"", b"", _STATUS),
+    b"+OK\r\n",
+    msg_frame(b"b", 9, b"r", b""),
+    msg_frame(b"c", 12, b"", b"HMSG c 12 4 4\r\n\r\n", b"NATS/1.0\r\n\r\n"),
+    b"PONG\r\n",
+    b"-ERR 'Permissions Violation for Subscription to \"x\"'\r\n",
+    msg_frame(b"d", 3, b"", b"tabs", sep=b"\t"),
+    msg_frame(b"e", 4, b"r", b"hdr", _HDR, sep=b"  "),
+])
+
+
+def test_every_message_and_line_reaches_the_client_as_natspy_hands_it_over() -> None:
+    async def run() -> None:
+        old, new = await feed_both([_STREAM])
+        assert [e[0] for e in new.events] == ["INFO", "MSG", "MSG", "PING", "MSG", "MSG", "MSG", "MSG", "PONG",
+                                              "ERR", "MSG", "MSG"]
+        assert new.events[2] == ("MSG", 6, b"a", b"", b"MSG a 6 3\r\nabc\r\n")
+        assert new.events[4][4:] == (b"with \r\n inside", _HDR, len(_HDR) + len(b"with \r\n inside"))
+
+    asyncio.run(run())
+
+
+def test_a_stream_cut_at_any_byte_gives_the_same_messages() -> None:
+    async def run() -> None:
+        for cut in range(1, len(_STREAM)):
+            await feed_both([_STREAM[:cut], _STREAM[cut:]])
+        await feed_both([_STREAM[i:i + 1] for i in range(len(_STREAM))])  # a byte per read
+
+    asyncio.run(run())
+
+
+def test_a_large_message_in_many_reads_is_handed_over_once_whole() -> None:
+    async def run() -> None:
+        big = bytes(range(256)) * 1024  # 256 KiB, with CR, LF and "MSG" inside
+        stream = msg_frame(b"big", 1, b"", big) + msg_frame(b"big", 1, b"r", big, _HDR) + b"PING\r\n"
+        chunks = [stream[i:i + 65536] for i in range(0, len(stream), 65536)]
+        _, new = await feed_both(chunks)
+        assert [e[4] == big for e in new.events[:2]] == [True, True] and new.events[2] == ("PING",)
+
+    asyncio.run(run())
+
+
+def test_a_message_natspy_started_is_finished_by_natspy() -> None:
+    from nats.protocol.parser import AWAITING_MSG_PAYLOAD, Parser
+
+    async def run() -> None:
+        rec, ps, parse = jssync_step()
+        await Parser.parse(ps, b"MSG a 1 3\r\nab")  # nats-py's own step read the line: it is inside the payload
+        assert ps.state == AWAITING_MSG_PAYLOAD
+        await parse(b"c\r\nMSG a 1 1\r\nd\r\n")
+        assert rec.events == [("MSG", 1, b"a", b"", b"abc"), ("MSG", 1, b"a", b"", b"d")]
+        assert parser_idle(ps)
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("line", [b"MSG a 1 x\r\n", b"MSG a 1 -3\r\n", b"HMSG a 1 9 3\r\n", b"HMSG a b 1 3\r\n",
+                                  b"NOPE\r\n", b"MSG a\r\n"])
+def test_a_malformed_line_is_natspys_to_refuse(line: bytes) -> None:
+    from nats.errors import ProtocolError
+
+    async def run() -> None:
+        old, old_ps, old_parse = natspy_step()
+        new, new_ps, new_parse = jssync_step()
+        data = msg_frame(b"ok", 1, b"", b"1") + line + msg_frame(b"ok", 1, b"", b"2")
+        with pytest.raises(ProtocolError):
+            await old_parse(data)
+        with pytest.raises(ProtocolError):
+            await new_parse(data)
+        assert new.events == old.events  # (nats-py hands over an HMSG whose header is longer than it first)
+        assert new.events[0] == ("MSG", 1, b"ok", b"", b"1") and ("MSG", 1, b"ok", b"", b"2") not in new.events
+
+    asyncio.run(run())
+
+
+def test_a_reset_while_a_message_is_awaited_drops_the_rest_of_the_read() -> None:
+    async def run() -> None:
+        rec, ps, parse = jssync_step(awaited=lambda sid: sid == 2)
+        orig = rec._process_msg
+
+        async def reset_on_two(sid: int, *args: Any) -> None:
+            await orig(sid, *args)
+            ps.reset()  # (nats-py resets its parser when the connection is lost)
+
+        rec._process_msg = reset_on_two  # type: ignore[method-assign]
+        await parse(msg_frame(b"a", 1, b"", b"1") + msg_frame(b"a", 2, b"", b"2") + msg_frame(b"a", 3, b"", b"3"))
+        assert [e[1] for e in rec.events] == [1, 2] and parser_idle(ps)
+        await parse(msg_frame(b"a", 4, b"", b"4"))  # the new connection's first message
+        assert [e[1] for e in rec.events] == [1, 2, 4]
+
+    asyncio.run(run())
+
+
+def test_what_a_failed_hand_over_leaves_unparsed_stays_in_the_parser() -> None:
+    async def run() -> None:
+        rec, ps, parse = jssync_step(awaited=lambda sid: False)
+        rest = msg_frame(b"a", 3, b"", b"3")
+        failing = True
+
+        def dispatch_fails(*args: Any) -> None:
+            nonlocal failing
+            if failing:
+                failing = False
+                raise RuntimeError("receiver failed")
+            Recorder.msg(rec, *args)
+
+        rec.msg = dispatch_fails  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError):
+            await parse(msg_frame(b"a", 1, b"", b"1") + rest)
+        assert bytes(ps.buf) == rest
+        await parse(b"")
+        assert rec.events == [("MSG", 3, b"a", b"", b"3")] and parser_idle(ps)
+
+    asyncio.run(run())

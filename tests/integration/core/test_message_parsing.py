@@ -1,0 +1,85 @@
+"""The I/O thread's MSG/HMSG parse step (core/wire.py ``msg_parser``, the ``msg_parse`` fast path).
+
+Against a real server: consumed, fetched and subscribed messages (with and without headers,
+payloads split across socket reads, payloads that hold CR LF and protocol lines) arrive whole,
+in order and with their headers. nats-py's own MSG/HMSG patterns are swapped for ones that
+match nothing while the messages flow, so every message must have gone through jssync's step.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import nats.protocol.parser as npp
+import pytest
+
+import jssync
+from jssync.core import natspy as _natspy
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+#: Payloads that are hard on a parser: empty, protocol lines inside, and larger than a socket read.
+PAYLOADS = [b"", b"x" * 128, b"MSG a 1 3\r\nabc\r\n", b"\r\n", b"HMSG b 2 4 4\r\nPING\r\n",
+            bytes(range(256)) * 800, b"y" * 300_000]
+
+
+def _sent(i: int) -> tuple[bytes, dict[str, str] | None]:
+    data = PAYLOADS[i % len(PAYLOADS)] + str(i).encode()
+    return data, ({"N": str(i), "K": "MSG x 1 2"} if i % 2 else None)
+
+
+def _only_jssync_parses(monkeypatch: pytest.MonkeyPatch, nc: jssync.Connection) -> None:
+    assert nc._fast_paths()["msg_parse"] and _natspy.msg_parser_installed(nc.internal.nc)
+    never = re.compile(b"(?!)")  # nats-py would wait forever on a MSG/HMSG line it was handed
+    monkeypatch.setattr(npp, "MSG_RE", never)
+    monkeypatch.setattr(npp, "HMSG_RE", never)
+
+
+def test_consumed_messages_arrive_whole_through_jssyncs_parse_step(nc: jssync.Connection, js: Any, stream: Any,
+                                                                  unique: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = [_sent(i) for i in range(60)]
+    for data, headers in sent:
+        js.publish(f"S{unique}.m", data, headers=headers)
+    c = stream.create_consumer(durable_name="D", ack_policy="explicit")
+    _only_jssync_parses(monkeypatch, nc)
+    got = []
+    with c.consume() as it:  # all defaults
+        for m in it:
+            got.append((m.data, m.headers))
+            m.ack()
+            if len(got) == 30:
+                break
+    for m in c.fetch(10, max_bytes=4 << 20, expires=5):  # (bytes counted: the header block's size is read)
+        got.append((m.data, m.headers))
+        m.ack()
+    with c.consume(max_bytes=2 << 20) as it:
+        for m in it:
+            got.append((m.data, m.headers))
+            m.ack()
+            if len(got) == len(sent):
+                break
+    assert got[:30] == sent[:30]  # (then the stopped consume's unhanded messages come back, nak'd)
+    assert sorted(got, key=repr) == sorted(sent, key=repr)
+    wait_for(lambda: c.info().num_ack_pending == 0, what="every message acked")
+
+
+def test_subscribed_messages_arrive_whole_through_jssyncs_parse_step(nc: jssync.Connection, unique: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    sub = nc.subscribe(f"P.{unique}")
+    nc.flush()
+    _only_jssync_parses(monkeypatch, nc)
+    before = nc.stats
+    sent = [_sent(i) for i in range(40)]
+    for data, headers in sent:
+        nc.publish(f"P.{unique}", data, headers=headers)
+    got = [sub.next_msg(timeout=10) for _ in sent]
+    assert [(m.data, m.headers) for m in got] == sent
+    assert all(m.subject == f"P.{unique}" for m in got)
+    after = nc.stats
+    assert after["in_msgs"] - before["in_msgs"] == len(sent)
+    assert after["in_bytes"] - before["in_bytes"] == sum(len(d) for d, _ in sent)
+    nc.flush()  # (its PONG is another line the step hands to nats-py's parser)
+    sub.unsubscribe()
