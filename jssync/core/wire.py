@@ -213,7 +213,10 @@ def msg_parser(ps: ParserState, other: Callable[[bytes], Awaitable[None]], dispa
     ``ps.needed`` is the HMSG's total size while it is handed over (``natspy.parser_needed``).
     A reset of ``ps`` (``ps.buf`` a new object) while something was awaited drops the rest
     of the read, as ``other`` does. Raises what ``other`` and ``dispatch`` raise; what was
-    not parsed then stays in ``ps.buf``.
+    not parsed then stays in ``ps.buf``. Reads are ``bytes`` (what nats-py's readers hand
+    over). Slightly more lenient than ``other``: fields are split on any ASCII whitespace
+    and numbers read by ``int()``, so a few lines nats-py refuses (a trailing space before
+    CR LF, ``+5`` or ``1_0`` as a size) are read here; no server writes them.
     """
     need = 0  # how long the message waiting in ps.buf is (0: not known yet)
 
