@@ -187,10 +187,13 @@ def _install_dispatch(nc: Any, cls: type[Msg]) -> bool:
     JetStream state, no old-style request future, no pending limits: what
     :func:`subscribe` makes) the wrapper installed on this client does the same counting,
     builds ``cls`` with the same arguments positionally and calls ``put_nowait``, and returns
-    a future that is done already (no coroutine per message; a message with headers gets
-    one, to await their parsing); anything else goes to nats-py's own method. Installed only
-    when ``cls`` is what nats-py's ``_build_message`` builds with exactly jssync's keywords.
-    Returns whether it was installed.
+    a future that is done already (no coroutine per message). A header block without a
+    status line is parsed on the spot by ``wire.parse_plain_headers`` when that gives what
+    nats-py's own parser gives (:func:`plain_header_lines`) and nobody wrapped this client's
+    parser (:func:`keep_header_blocks`); any other block (a status: heartbeats, 404/408)
+    gets a coroutine, to await nats-py's parse. Anything else goes to nats-py's own method.
+    Installed only when ``cls`` is what nats-py's ``_build_message`` builds with exactly
+    jssync's keywords. Returns whether it was installed.
     """
     orig = getattr(nc, "_process_msg", None)
     subs = getattr(nc, "_subs", None)
@@ -204,6 +207,9 @@ def _install_dispatch(nc: Any, cls: type[Msg]) -> bool:
         return False
     done.set_result(None)
     get = subs.get
+    # a header block without a status parsed here, while this client's parser is nats-py's own
+    plain = _wire.parse_plain_headers if plain_header_lines(nc) else None
+    own = nc.__dict__  # (keep_header_blocks puts its wrapper here)
 
     def slow(sub: Any, msg: Msg, n: int, sid: int) -> Awaitable[None]:
         sub._pending_size -= n  # the receiver dropped it: a slow consumer, as nats-py reports it
@@ -234,14 +240,20 @@ def _install_dispatch(nc: Any, cls: type[Msg]) -> bool:
             fast = False
         if not fast:
             return orig(sid, subject, reply, data, headers)
+        hdr: dict[str, str] | None = None
         if headers is not None:
-            return with_headers(sub, q, sid, subject, reply, data, headers)
+            if plain is None or "_process_headers" in own:
+                return with_headers(sub, q, sid, subject, reply, data, headers)
+            parsed = plain(headers)
+            if parsed is False:  # a status line, or a block only nats-py reads
+                return with_headers(sub, q, sid, subject, reply, data, headers)
+            hdr = parsed
         n = len(data)
         stats["in_msgs"] += 1
         stats["in_bytes"] += n
         sub._received += 1
         sub._pending_size += n
-        msg = cls(subject.decode(), reply.decode(), data, None, nc, sid)
+        msg = cls(subject.decode(), reply.decode(), data, hdr, nc, sid)
         try:
             q.put_nowait(msg)
         except asyncio.QueueFull:

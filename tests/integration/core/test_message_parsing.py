@@ -83,3 +83,46 @@ def test_subscribed_messages_arrive_whole_through_jssyncs_parse_step(nc: jssync.
     assert after["in_bytes"] - before["in_bytes"] == sum(len(d) for d, _ in sent)
     nc.flush()  # (its PONG is another line the step hands to nats-py's parser)
     sub.unsubscribe()
+
+
+def test_a_plain_header_block_is_parsed_without_natspys_header_coroutine(nc: jssync.Connection, js: Any,
+                                                                         stream: Any, unique: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A header block without a status line is parsed on the I/O thread's step itself (the same
+    dict nats-py's parser makes); a status (here a pull's idle heartbeats) still goes to nats-py's
+    parser; a client whose parser keeps the raw blocks (the Spark source's ``includeHeaders``)
+    still gets them."""
+    import nats.aio.client
+
+    calls: list[bytes] = []
+    natspy_parse = nats.aio.client.Client._process_headers
+
+    async def counted(self: Any, raw: bytes) -> Any:
+        calls.append(raw)
+        return await natspy_parse(self, raw)
+
+    monkeypatch.setattr(nats.aio.client.Client, "_process_headers", counted)
+    sent = [(b"%d" % i, {"N": str(i), "Nats-Msg-Id": f"m{i}", "Odd": " spaced  value "}) for i in range(50)]
+    for data, headers in sent:
+        js.publish(f"S{unique}.m", data, headers=headers)
+    c = stream.create_consumer(durable_name="D", ack_policy="explicit")
+    got = []
+    with c.consume() as it:
+        for m in it:
+            got.append((m.data, m.headers))
+            m.ack()
+            if len(got) == len(sent):
+                break
+    assert got == [(d, {**h, "Odd": "spaced  value"}) for d, h in sent]
+    assert calls == []  # none of them needed nats-py's header parser
+    # a pull that waits with heartbeats: its status messages are nats-py's to parse
+    assert list(c.fetch(1, expires=1.5, idle_heartbeat=0.5)) == []
+    assert calls and all(b"100" in raw or b"408" in raw or b"404" in raw for raw in calls)
+    # the raw blocks kept: the wrapper on this client is used, not the step's own parse
+    assert _natspy.keep_header_blocks(nc.internal.nc)
+    sub = nc.subscribe(f"B.{unique}")
+    nc.publish(f"B.{unique}", b"x", headers={"A": "1"})
+    m = sub.next_msg(timeout=10)
+    assert m.headers == {"A": "1"} and isinstance(m.headers, _natspy.HeaderBlock)
+    assert m.headers.block.startswith(b"NATS/1.0\r\nA: 1\r\n")
+    sub.unsubscribe()
