@@ -50,8 +50,9 @@ GATE, GATE_FROM = {gate!r}, {gate_from!r}
 
 @app.task(name="kombu_runs.record")
 def record(ident):
-    if GATE_FROM is not None and ident >= GATE_FROM:  # held until the test opens the gate
-        while not os.path.exists(GATE):
+    if GATE_FROM is not None and ident >= GATE_FROM:  # held until the test opens the gate (5 min at most)
+        end = time.monotonic() + 300
+        while not os.path.exists(GATE) and time.monotonic() < end:
             time.sleep(0.005)  # poll: for the gate file, which the test creates
     # one write of one short line to a file opened for appending: whole lines, from any process
     with open(RUNS, "a") as f:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -25,6 +26,20 @@ def _opts(url: str) -> SimpleNamespace:
     return SimpleNamespace(conn=ConnectOptions(servers=url), publish_timeout=5.0)
 
 
+def _start_task(body: Callable[[], None], errors: list[BaseException]) -> threading.Thread:
+    """Play a running task in a thread; what ``body`` raises goes to ``errors`` (the test asserts it empty)."""
+
+    def run() -> None:
+        try:
+            body()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
 def _report(partition: int, stored: int) -> dict:
     return {"partition": partition, "attempt": 0, "rows": stored, "stored": stored, "duplicates": 0,
             "unsettled": 0}
@@ -38,17 +53,13 @@ def test_a_task_whose_answer_comes_after_it_stopped_listening_is_counted_by_the_
         stop = aborting._StopSignal(conn, unique, 0, 1)
 
         def task() -> None:
-            try:
-                wait_for(lambda: stop.requested, timeout=10 * FACTOR, what="the stop request")
-                time.sleep(0.6)  # behaviour: settling its PubAcks outlasts a request's reply window
-                stop.quiet()
-                time.sleep(0.6)  # behaviour: the stopper's next requests find nobody listening
-                stop.report(_report(1, 30))
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                errors.append(exc)
+            wait_for(lambda: stop.requested, timeout=10 * FACTOR, what="the stop request")
+            time.sleep(0.6)  # behaviour: settling its PubAcks outlasts a request's reply window
+            stop.quiet()
+            time.sleep(0.6)  # behaviour: the stopper's next requests find nobody listening
+            stop.report(_report(1, 30))
 
-        t = threading.Thread(target=task)
-        t.start()
+        t = _start_task(task, errors)
         reports, gone = aborting.stop_tasks(opts, unique, 0)
         t.join(timeout=10 * FACTOR)
     finally:
@@ -68,16 +79,12 @@ def test_a_task_that_finishes_while_a_failed_task_stops_the_write_counts_as_fini
         other = aborting._StopSignal(finishing, unique, 0, 2)
 
         def task() -> None:
-            try:
-                # the stop request came after its last row: it finishes instead of stopping
-                wait_for(lambda: other.requested, timeout=10 * FACTOR, what="the stop request")
-                time.sleep(0.6)  # behaviour: it ends its last PubAck wait after the request came
-                other.announce_done({"partition": 2, "attempt": 0, "rows": 12, "stored": 12, "duplicates": 0})
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                errors.append(exc)
+            # the stop request came after its last row: it finishes instead of stopping
+            wait_for(lambda: other.requested, timeout=10 * FACTOR, what="the stop request")
+            time.sleep(0.6)  # behaviour: it ends its last PubAck wait after the request came
+            other.announce_done({"partition": 2, "attempt": 0, "rows": 12, "stored": 12, "duplicates": 0})
 
-        t = threading.Thread(target=task)
-        t.start()
+        t = _start_task(task, errors)
         others = aborting.stop_others(failed, own, opts, unique, 0, 0, 0, True)
         t.join(timeout=10 * FACTOR)
     finally:
@@ -114,16 +121,12 @@ def test_a_task_that_failed_on_its_own_after_a_stop_request_does_not_hold_up_the
         stop = aborting._StopSignal(conn, unique, 0, 5)
 
         def task() -> None:
-            try:
-                # a bad row fails it before it looks at the request again
-                wait_for(lambda: stop.requested, timeout=10 * FACTOR, what="the stop request")
-                stop.decline()
-                stop.quiet()
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                errors.append(exc)
+            # a bad row fails it before it looks at the request again
+            wait_for(lambda: stop.requested, timeout=10 * FACTOR, what="the stop request")
+            stop.decline()
+            stop.quiet()
 
-        t = threading.Thread(target=task)
-        t.start()
+        t = _start_task(task, errors)
         reports, gone = aborting.stop_tasks(opts, unique, 0)
         t.join(timeout=10 * FACTOR)
     finally:
