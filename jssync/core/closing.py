@@ -4,8 +4,9 @@
 accepted, then takes the close lock (the ack lock: an ack either raised or is in the queue
 that close writes), hands the queue to the socket, closes nats-py and tears the threads
 down. ``drain`` drains every subscription and consume first, and waits (within its
-timeout) for a reconnect so that what was published goes out. At interpreter exit every
-open connection is closed with a 2 s limit.
+timeout) for a reconnect so that what was published goes out; the consumes' drains are
+all started first, so that they run together (100 idle consumes drain in well under 2 s,
+not 0.5 s each). At interpreter exit every open connection is closed with a 2 s limit.
 """
 
 from __future__ import annotations
@@ -43,7 +44,15 @@ def drain(conn: Connection, timeout: float | None) -> None:
     with conn._subs_lock:
         subs = list(conn._subs)
     left: list[str] = []
-    for sub in subs:
+    for sub in subs:  # every consume starts its drain now: they run together (each waits >= 0.5 s)
+        start: Callable[[], None] | None = getattr(sub, "_drain_start", None)
+        if start is None:
+            continue
+        try:
+            start()
+        except Error as exc:
+            conn._report_error(exc)
+    for sub in subs:  # then each is waited for (those started above are over or nearly)
         try:
             sub.drain(timeout=deadline.remaining())
         except TimeoutError as exc:

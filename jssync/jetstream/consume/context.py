@@ -100,6 +100,11 @@ class ConsumeContext(Intake, PullRunner, LeaseKeeper, Ending, CallbackLane):
             while not ev.wait(deadline.slice()):
                 deadline.check("consume drain")
 
+    def _drain_start(self) -> None:
+        """``nc.drain()``: start this consume's drain without waiting (its ``drain(timeout)``
+        waits for it next), so that the consumes of a connection drain together."""
+        self.drain()
+
     @property
     def closed(self) -> bool:
         """True once no more messages are handed to the application: stopped (iterator: at
