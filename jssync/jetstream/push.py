@@ -62,6 +62,7 @@ from .consume.heartbeat import HeartbeatMonitor
 from .consume.runner import HeartbeatTimer
 from .push_checks import _num, _user_config, _wire, check_consumer
 from .push_resets import OrderedResets
+from .push_watch import PushWatch
 
 if TYPE_CHECKING:
     from ..core.connection import Connection
@@ -123,7 +124,7 @@ _DELETE = object()
 
 
 
-class JetStreamSubscription(OrderedResets):
+class JetStreamSubscription(PushWatch, OrderedResets):
     """A push subscription to a JetStream consumer (ADR-15). Made by :meth:`JetStream.subscribe`.
 
     Read it like a core :class:`jssync.Subscription` (``for msg in sub``,
@@ -164,6 +165,7 @@ class JetStreamSubscription(OrderedResets):
     ) -> None:
         super().__init__(conn, deliver_subject, queue, callback, pending_msgs_limit)
         self._js = js
+        self._init_watch()  # leases, the deleted-consumer check (push_watch.py)
         self.stream_name = stream
         self.consumer_name: str | None = None
         self.created_consumer = False
@@ -241,13 +243,19 @@ class JetStreamSubscription(OrderedResets):
     def _deliver(self, msg: Msg) -> None:
         mon = self._hb_mon
         if mon is not None:
-            mon.seen(_monotonic())
+            now = _monotonic()
+            mon.seen(now)
+            check = self._check_mon
+            if check is not None:
+                check.seen(now)
         if msg.reply.startswith(_ACK_PREFIX):
             self._ack_fence = msg.reply
             if self._ack_none:
                 msg._ack_none = True
             if not self._gaps:
                 self._accept(msg)
+                if self._lease_wait is not None:
+                    self._hold(msg)
                 return
             try:
                 seq = msg.metadata.sequence
@@ -266,6 +274,8 @@ class JetStreamSubscription(OrderedResets):
             if act is not DELIVER and not self._act(act):
                 return  # a reset (or passed over): the new consumer sends it again
             Subscription._deliver(self, msg)
+            if self._lease_wait is not None:
+                self._hold(msg)
             return
         hdrs = msg.headers
         if hdrs is not None and not msg.data and "Status" in hdrs:
@@ -360,6 +370,7 @@ class JetStreamSubscription(OrderedResets):
         timer = self._hb_timer
         if timer is not None:
             timer.stop()
+        self._stop_check()
 
     def _on_reconnect(self) -> None:
         # I/O thread: an ordered consumer (memory storage, R1) may not have survived
@@ -384,6 +395,7 @@ class JetStreamSubscription(OrderedResets):
         except Exception as exc:  # noqa: BLE001 - the callback's failure goes to the error callback
             log.debug("callback of JetStream subscription %s raised", self.subject, exc_info=True)
             self._report(exc)
+            self._release(item)
             return  # not acked: the server redelivers it after ack_wait
         if self._auto_ack:
             try:
@@ -430,6 +442,12 @@ class JetStreamSubscription(OrderedResets):
             if t is _Raise:
                 raise item.exc
             return item  # type: ignore[no-any-return]
+
+    def _ended_error(self) -> Error:
+        """What reading past the end raises: why the subscription ended by itself (its consumer
+        or stream is gone), else the connection's close error or SubscriptionClosedError."""
+        gone = self._gone_error()
+        return gone if gone is not None else super()._ended_error()
 
     def _end(self, error: Error | None = None) -> None:
         with self._reset_lock:
@@ -747,6 +765,8 @@ def subscribe(
     if hb:
         sub.heartbeat_alarm = heartbeat_alarm or HEARTBEAT_ALARM_FACTOR * hb
         sub._start_alarm()
+        sub._start_check()
+    sub._start_leases()
     if ordered:
         conn.internal.reconnect_listeners.append(sub._on_reconnect)
     sub._ready()
@@ -761,7 +781,10 @@ def _register(sub: JetStreamSubscription) -> None:
 
 def _apply_consumer(sub: JetStreamSubscription, cfg: dict[str, Any]) -> None:
     """Take what the subscription needs from the consumer's (wire) configuration."""
-    sub._ack_none = _wire(cfg.get("ack_policy")) == "none"
+    policy = _wire(cfg.get("ack_policy"))
+    sub._ack_none = policy == "none"
+    wait = cfg.get("ack_wait")
+    sub._use_leases(policy == "explicit", wait / 1e9 if wait else None)
     hb = cfg.get("idle_heartbeat")
     sub.idle_heartbeat = hb / 1e9 if hb else None
 
@@ -811,6 +834,9 @@ def _create(sub: JetStreamSubscription, js: JetStream, stream: str, name: str | 
         return
     sub.consumer_name = created.name  # for an ephemeral, the name the server gave it
     sub.created_consumer = True
+    ack_wait = created.cached_info.config.ack_wait
+    if sub._lease_wait is not None and ack_wait:
+        sub._lease_wait = float(ack_wait)  # the server's (its default when not given)
 
 
 def _lost_race(sub: JetStreamSubscription, js: JetStream, stream: str, name: str, subject: str,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from nats.js import api
 
 from ..base.deadline import Deadline
-from ..base.errors import Error, JetStreamError, translating
+from ..base.errors import Error, JetStreamError, StreamNotFoundError, translating
 from ..core import natspy as _natspy
 from ..core.msg import Msg
 from ..core.subscription import Subscription, _Inbound
@@ -78,6 +78,7 @@ class OrderedResets(Subscription):
     _ordered_cfg: api.ConsumerConfig | None
     _timeout: float | None
     _report: Callable[[Exception], None]
+    _gone: Callable[[Error], None]
 
     # -- NATS subscriptions ------------------------------------------------------------------
 
@@ -163,6 +164,12 @@ class OrderedResets(Subscription):
             try:
                 self._reset_once(gen)
                 failures = 0
+            except StreamNotFoundError as exc:  # nothing left to read: the subscription ends
+                with self._reset_lock:
+                    self._reset_running = False
+                    self._reset_idle.set()
+                self._gone(exc)
+                return
             except Exception as exc:  # noqa: BLE001 - retried, reported once per streak
                 failures += 1
                 if failures == 1:

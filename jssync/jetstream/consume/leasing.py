@@ -12,24 +12,62 @@ message it buffers to ``_fresh``.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from ...base.errors import Error
 from ...core.msg import Msg
 from ..leases import MAX_EXTENSION, Lease, check_period, plan_leases
 from .engine import EngineState
+from .runner import LoopTimer
 from .state import FRESH_PRUNE_AT, ConsumeState
 
-__all__ = ["LeaseKeeper"]
+if TYPE_CHECKING:
+    from ...core.loop import IOLoop
+
+__all__ = ["LeaseKeeper", "Leasing"]
 
 log = logging.getLogger("jssync")
 
 
-def _terminally_acked(msg: Msg) -> bool:
-    return bool(msg._acked)
+class Leasing:
+    """The lease manager: renews the leases of the messages held (I/O thread).
 
+    One for every reader that holds JetStream messages with explicit acks: the pull
+    consume (:class:`LeaseKeeper`) and the push subscription
+    (:class:`jssync.JetStreamSubscription`). The holder sets the fields below (the
+    consumer's ``ack_wait`` in ``_lease_wait``, None: no leases), appends each message it
+    buffers to ``_fresh`` (calling :meth:`_prune_fresh` when it reaches ``_fresh_cap``), starts
+    :meth:`_lease_tick` on the I/O loop once, and says in :meth:`_leases_over` when no
+    message it holds needs a lease any more.
+    """
 
-class LeaseKeeper(ConsumeState):
-    """Renews the leases of the messages held (I/O thread)."""
+    _lease_wait: float | None
+    _lease_timer: LoopTimer
+    _fresh: list[Msg]
+    _fresh_cap: int
+    _leases: list[Lease]
+    _lease_stamp: float
+
+    def _init_leases(self, loop: IOLoop, ack_wait: float | None) -> None:
+        """Set up the fields (``ack_wait``: the consumer's, seconds; None or <= 0: no leases)."""
+        self._lease_wait = ack_wait if ack_wait is not None and ack_wait > 0 else None
+        self._lease_timer = LoopTimer(loop, self._lease_tick)
+        self._fresh = []
+        self._fresh_cap = FRESH_PRUNE_AT
+        self._leases = []
+        self._lease_stamp = 0.0
+
+    def _leases_over(self) -> bool:
+        """True once nothing held needs a lease (the reader is done, or the connection closed)."""
+        raise NotImplementedError
+
+    def _lease_holder(self) -> str:
+        """What holds the leases, for the log (``stream/consumer``)."""
+        raise NotImplementedError
+
+    def _lease_done(self, msg: Msg) -> bool:
+        """Whether ``msg`` needs no lease any more (I/O thread): a terminal ack was sent."""
+        return bool(msg._acked)
 
     def _prune_fresh(self) -> None:
         """Drop the acked messages from the ones received since the last lease check (I/O thread).
@@ -54,7 +92,7 @@ class LeaseKeeper(ConsumeState):
         :func:`plan_leases` says is due.
         """
         ack_wait = self._lease_wait
-        if ack_wait is None or self._closed.is_set() or self._eng.state is EngineState.CLOSED:
+        if ack_wait is None or self._leases_over():
             self._fresh = []
             self._leases = []
             return
@@ -68,11 +106,11 @@ class LeaseKeeper(ConsumeState):
             self._fresh_cap = FRESH_PRUNE_AT
             leases.extend(Lease(m, stamp) for m in fresh if not m._acked)
         if leases:
-            plan = plan_leases(leases, now, ack_wait, MAX_EXTENSION, _terminally_acked)
+            plan = plan_leases(leases, now, ack_wait, MAX_EXTENSION, self._lease_done)
             self._leases = plan.keep
             if plan.expired:
-                log.warning("consume %s/%s: %d message(s) held %ss without a terminal ack: "
-                            "their ack wait is no longer extended", self.stream, self.consumer,
+                log.warning("%s: %d message(s) held %ss without a terminal ack: "
+                            "their ack wait is no longer extended", self._lease_holder(),
                             plan.expired, MAX_EXTENSION)
             for lease in plan.extend:
                 try:
@@ -82,3 +120,13 @@ class LeaseKeeper(ConsumeState):
                     return
                 lease.renewed = now
         self._lease_timer.after(check_period(ack_wait))
+
+
+class LeaseKeeper(Leasing, ConsumeState):
+    """The pull consume's leases (its fields are set up by ``ConsumeState``)."""
+
+    def _leases_over(self) -> bool:
+        return self._closed.is_set() or self._eng.state is EngineState.CLOSED
+
+    def _lease_holder(self) -> str:
+        return f"consume {self.stream}/{self.consumer}"

@@ -84,7 +84,7 @@ class ConsumeState:
         self._lock = threading.Lock()  # every engine event but the per-message ones
         # the engine's one timer (heartbeat checks, retries) and the lease checks' timer
         self._timer = LoopTimer(conn.internal.loop, self._on_timer)
-        self._lease_timer = LoopTimer(conn.internal.loop, self._lease_tick)
+        self._lease_timer: LoopTimer = LoopTimer(conn.internal.loop, self._lease_tick)
         # subscriptions of inboxes whose pull requests were written off, with the time each is
         # drained at (their requests have expired by then; I/O thread)
         self._old: list[tuple[Any, float]] = []
@@ -113,11 +113,11 @@ class ConsumeState:
         self._sent_pin: str | None = None
         # leases (see jetstream/leases.py; I/O thread only): the consumer's ack_wait when
         # acks count, the messages received since the last lease check, the leases watched
-        self._lease_wait = ack_wait if not ack_none and ack_wait is not None and ack_wait > 0 else None
+        self._lease_wait: float | None = ack_wait if not ack_none and ack_wait is not None and ack_wait > 0 else None
         self._fresh: list[Msg] = []
-        self._fresh_cap = FRESH_PRUNE_AT
+        self._fresh_cap: int = FRESH_PRUNE_AT
         self._leases: list[Lease] = []
-        self._lease_stamp = 0.0
+        self._lease_stamp: float = 0.0
 
     @property
     def _state(self) -> EngineState:
