@@ -137,6 +137,14 @@ class JetStreamSubscription(PushWatch, OrderedResets):
     (iterator form). :meth:`unsubscribe` and :meth:`drain` delete the consumer only when
     this subscription created it. Thread-safe.
 
+    With the explicit ack policy, every message held (buffered, or in the callback) and not
+    yet acked, nak'ed or terminated gets a ``+WPI`` whenever half ``ack_wait`` passed, for at
+    most 600 s (the pull consume's lease manager, see :mod:`.push_watch`). With an idle
+    heartbeat, a consumer or stream deleted ends the subscription after 2x the idle
+    heartbeat of silence: :class:`jssync.ConsumerNotFoundError` /
+    :class:`jssync.StreamNotFoundError`, raised by :meth:`next_msg` once the buffer was read,
+    reported to the error callback.
+
     Attributes:
         stream_name: the stream.
         consumer_name: the consumer (for ephemerals, the name the server gave it).
@@ -147,6 +155,7 @@ class JetStreamSubscription(PushWatch, OrderedResets):
         heartbeat_alarm: seconds without traffic before the alarm, or None.
         alarms: how many heartbeat alarms were raised.
         resets: how many times an ordered subscription recreated its consumer.
+        error: why the subscription ended by itself (its consumer or stream is gone), or None.
     """
 
     def __init__(

@@ -153,8 +153,8 @@ class PushWatch(Leasing):
 
     def _on_silence(self) -> None:
         """I/O thread: no message or heartbeat for twice the idle heartbeat: ask the server."""
-        if self.is_closed or self._checking:
-            return
+        if self.is_closed or self._checking or not self._conn.is_connected:
+            return  # (disconnected: the heartbeats stop for that reason; the alarm tells)
         self._checking = True
         try:
             self._conn.internal.pool.submit(self._look_up)
