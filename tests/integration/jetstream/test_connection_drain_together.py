@@ -70,3 +70,35 @@ def test_drain_of_many_consumes_hands_over_what_they_hold(nats_server, js, strea
     for i in range(n_consumes):
         info = js.consumer(stream.name, f"H{i}").info()
         assert info.num_ack_pending == 0 and info.num_pending == 0, (i, info.num_ack_pending, info.num_pending)
+
+
+def test_drain_naks_what_unread_iterator_consumes_hold(nats_server, js, stream):
+    """Iterator consumes nobody reads any more: nc.drain() finishes at once for all of them
+    together, and what they held is nak'ed, so it is delivered again at once elsewhere."""
+    n_consumes, per = 20, 5
+    for i in range(n_consumes):
+        stream.create_consumer(durable_name=f"I{i}", ack_policy="explicit", ack_wait=60,
+                               filter_subject=f"{stream.name}.i{i}")
+        for j in range(per):
+            js.publish_async(f"{stream.name}.i{i}", b"%d" % j)
+    js.publish_async_completed(20)
+    nc2 = jssync.connect(nats_server.url)
+    try:
+        js2 = nc2.jetstream()
+        its = [js2.consumer(stream.name, f"I{i}").consume() for i in range(n_consumes)]
+        wait_for(lambda: all(js.consumer(stream.name, f"I{i}").info().num_ack_pending == per
+                             for i in range(n_consumes)), timeout=10, what="every message delivered")
+        start = time.monotonic()
+        nc2.drain(timeout=30 * FACTOR)
+        took = time.monotonic() - start
+        assert took < 2 * FACTOR, f"drain took {took:.2f}s"
+        assert all(it.closed for it in its)
+    finally:
+        nc2.close()
+    for i in range(n_consumes):  # nak'ed: here again at once (ack_wait is 60 s)
+        c = js.consumer(stream.name, f"I{i}")
+        got = list(c.fetch(per, expires=5 * FACTOR))
+        assert len(got) == per, (i, len(got))
+        for m in got:
+            assert m.metadata.num_delivered == 2
+            m.ack_sync()

@@ -85,3 +85,28 @@ def test_a_slow_reader_causes_no_redelivery_with_default_options(js, stream):
     finally:
         sub.unsubscribe()
 
+
+
+def test_a_message_held_past_the_maximum_extension_is_redelivered(js, unique, monkeypatch):
+    """The leases end MAX_EXTENSION after the receipt: a message the reader holds without
+    acking is then redelivered as usual (here with the maximum lowered to 3 s)."""
+    from jssync.jetstream.consume import leasing
+
+    monkeypatch.setattr(leasing, "MAX_EXTENSION", 3.0)
+    name = f"X{unique}"
+    js.create_stream(name=name, subjects=[f"x{unique}.*"], storage="memory")
+    try:
+        js.publish(f"x{unique}.m", b"held")
+        sub = js.subscribe(f"x{unique}.m", durable="D", ack_wait=1.0)
+        try:
+            first = sub.next_msg(timeout=5 * FACTOR)
+            start = time.monotonic()
+            again = sub.next_msg(timeout=10 * FACTOR)  # not acked: renewed for 3 s, then redelivered
+            took = time.monotonic() - start
+            assert again.metadata.num_delivered == 2 and again.data == first.data
+            assert took >= 3.0 - 0.5, f"redelivered after {took:.1f}s: its lease was not kept"
+            again.ack()
+        finally:
+            sub.unsubscribe()
+    finally:
+        js.delete_stream(name)
