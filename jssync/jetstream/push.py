@@ -140,7 +140,7 @@ class JetStreamSubscription(PushWatch, OrderedResets):
     With the explicit ack policy, every message held (buffered, or in the callback) and not
     yet acked, nak'ed or terminated gets a ``+WPI`` whenever half ``ack_wait`` passed, for at
     most 600 s (the pull consume's lease manager, see :mod:`.push_watch`). With an idle
-    heartbeat, a consumer or stream deleted ends the subscription after 2x the idle
+    heartbeat, a consumer or stream deleted ends the subscription after 1.5x the idle
     heartbeat of silence: :class:`jssync.ConsumerNotFoundError` /
     :class:`jssync.StreamNotFoundError`, raised by :meth:`next_msg` once the buffer was read,
     reported to the error callback.

@@ -9,14 +9,14 @@ A base of :class:`jssync.JetStreamSubscription` (not used alone), two jobs:
   receipt: the lease manager of the pull consume (:class:`~.consume.leasing.Leasing`), the
   same code. The I/O thread appends each message it buffers (:meth:`PushWatch._hold`).
 * **A consumer (or stream) deleted.** The server sends nothing to a push subscription
-  when its consumer or stream is deleted; the heartbeats just stop. So once twice the idle
+  when its consumer or stream is deleted; the heartbeats just stop. So once 1.5 x the idle
   heartbeat passed without a message or a heartbeat, the subscription asks the server
   (``CONSUMER.INFO``, on the worker pool, one at a time); when the answer is
   :class:`jssync.ConsumerNotFoundError` or :class:`jssync.StreamNotFoundError`, the
   subscription ends with it: the iterator raises it once the buffered messages were read
-  (as the pull consume does), the callback form reports it to the error callback. An
-  ordered subscription recreates a deleted consumer (its alarm does), and ends only when
-  its stream is gone.
+  (as the ordered pull consume does with StreamNotFoundError), the callback form reports it
+  to the error callback. An ordered subscription recreates a deleted consumer at once (it
+  would at its heartbeat alarm), and ends only when its stream is gone.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..base.errors import ConsumerNotFoundError, Error, StreamNotFoundError
 from ..core.msg import Msg
+from .consume.gaps import GapTracker
 from .consume.heartbeat import HeartbeatMonitor
 from .consume.leasing import Leasing
 from .consume.runner import HeartbeatTimer
@@ -37,8 +38,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jssync")
 
-#: Without a message or heartbeat for this many idle heartbeats, the consumer is looked up.
-CHECK_FACTOR = 2.0
+#: Without a message or heartbeat for this many idle heartbeats (one heartbeat missed), the
+#: consumer is looked up.
+CHECK_FACTOR = 1.5
 #: The server's default ack wait (seconds): the lease period until the consumer's is known.
 SERVER_ACK_WAIT = 30.0
 
@@ -55,6 +57,7 @@ class PushWatch(Leasing):
     idle_heartbeat: float | None
     created_consumer: bool
     _timeout: float | None
+    _tracker: GapTracker
 
     if TYPE_CHECKING:
 
@@ -64,6 +67,7 @@ class PushWatch(Leasing):
         def is_closed(self) -> bool: ...
         def _report(self, exc: Exception) -> None: ...
         def unsubscribe(self, timeout: float | None = 5.0) -> None: ...
+        def _act(self, act: object) -> bool: ...
 
     def _init_watch(self) -> None:
         self._init_leases(self._conn.internal.loop, None)
@@ -152,7 +156,7 @@ class PushWatch(Leasing):
             timer.restart()
 
     def _on_silence(self) -> None:
-        """I/O thread: no message or heartbeat for twice the idle heartbeat: ask the server."""
+        """I/O thread: no message or heartbeat for 1.5x the idle heartbeat: ask the server."""
         if self.is_closed or self._checking or not self._conn.is_connected:
             return  # (disconnected: the heartbeats stop for that reason; the alarm tells)
         self._checking = True
@@ -165,6 +169,7 @@ class PushWatch(Leasing):
         """On the worker pool: end the subscription when its consumer or stream is gone."""
         try:
             name = self.consumer_name
+            gen = self._tracker.generation
             if name is None or self.is_closed:
                 return
             try:
@@ -172,12 +177,18 @@ class PushWatch(Leasing):
             except StreamNotFoundError as exc:
                 self._gone(exc)
             except ConsumerNotFoundError as exc:
-                if not self.ordered:  # an ordered subscription recreates it (its alarm)
+                if not self.ordered:
                     self._gone(exc)
+                elif self.consumer_name == name:  # (not reset meanwhile) recreate it now
+                    self._conn.internal.loop.call_soon(self._consumer_lost, gen)
             except Exception:  # noqa: BLE001 - no leader, timeout, closed: the next silence asks again
                 log.debug("push subscription: consumer info lookup failed", exc_info=True)
         finally:
             self._checking = False
+
+    def _consumer_lost(self, gen: int) -> None:
+        """I/O thread: the ordered consumer of generation ``gen`` is gone: reset (unless done already)."""
+        self._act(self._tracker.status_from(gen, "consumer not found"))
 
     def _gone(self, exc: Error) -> None:
         """The consumer or its stream no longer exists: end with ``exc`` (any thread but the I/O

@@ -15,8 +15,8 @@ from tests.conftest import FACTOR, wait_for
 pytestmark = pytest.mark.timeout(60)
 
 HB = 1.0  # idle heartbeat: the server's only sign of life towards a push subscription
-#: the end comes after twice the idle heartbeat without traffic plus one lookup
-PROMPT = 2 * HB + 2.0
+#: the end comes after 1.5 x the idle heartbeat without traffic (one heartbeat missed) plus one lookup
+PROMPT = 1.5 * HB + 1.5
 
 
 @pytest.fixture
@@ -119,7 +119,8 @@ def test_ordered_iterator_ends_when_its_stream_is_deleted(js, stream):
 
 
 def test_ordered_iterator_with_default_options_ends_when_its_stream_is_deleted(js, stream):
-    """Default idle heartbeat (5 s): the end comes after the first missed heartbeat (10 s)."""
+    """Default idle heartbeat (5 s): the end comes after the first missed heartbeat (7.5 s), not
+    at the heartbeat alarm (15 s)."""
     name, subject = stream
     sub = js.subscribe(subject, ordered=True)
     try:
@@ -130,7 +131,7 @@ def test_ordered_iterator_with_default_options_ends_when_its_stream_is_deleted(j
         with pytest.raises(jssync.StreamNotFoundError):
             sub.next_msg(timeout=30 * FACTOR)
         took = time.monotonic() - start
-        assert took < (2 * 5.0 + 2) * FACTOR, f"the end came after {took:.1f}s"
+        assert took < (1.5 * 5.0 + 2) * FACTOR, f"the end came after {took:.1f}s"
     finally:
         sub.unsubscribe()
 
@@ -149,5 +150,25 @@ def test_a_quiet_subscription_whose_consumer_exists_goes_on(js, stream):
         assert not sub.is_closed
         js.publish(subject, b"more")
         assert sub.next_msg(timeout=5 * FACTOR).data == b"more"
+    finally:
+        sub.unsubscribe()
+
+
+def test_ordered_subscription_recreates_its_deleted_consumer_before_the_alarm(js, stream):
+    """An ordered subscription whose consumer was deleted goes on from the next stream
+    sequence after the first missed heartbeat, not only at its heartbeat alarm (here 60 s)."""
+    name, subject = stream
+    sub = js.subscribe(subject, ordered=True, idle_heartbeat=HB, heartbeat_alarm=60)
+    try:
+        for _ in range(3):
+            sub.next_msg(timeout=5 * FACTOR)
+        js.delete_consumer(name, sub.consumer_name)
+        js.publish(subject, b"after")
+        start = time.monotonic()
+        msg = sub.next_msg(timeout=30 * FACTOR)
+        took = time.monotonic() - start
+        assert msg.data == b"after" and sub.resets == 1
+        assert took < (PROMPT + 1) * FACTOR, f"recreated after {took:.1f}s"
+        assert not sub.is_closed
     finally:
         sub.unsubscribe()

@@ -482,8 +482,7 @@ def test_ordered_survives_consumer_deletion(js, stream):
             js.publish(f"{p}.a", b"%d" % i)
         assert [sub.next_msg(5).data for _ in range(5)] == [b"%d" % i for i in range(5, 10)]
         wait_for(lambda: sub.consumer_name != first, 5, what="the new consumer's name")
-        assert sub.resets >= 1
-        assert errors.of(HeartbeatAlarmError)
+        assert sub.resets >= 1  # (after the first missed heartbeat's lookup, or at the alarm)
         with pytest.raises(jssync.TimeoutError):
             sub.next_msg(0.2)  # exactly once
     finally:
