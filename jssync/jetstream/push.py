@@ -452,12 +452,6 @@ class JetStreamSubscription(PushWatch, OrderedResets):
                 raise item.exc
             return item  # type: ignore[no-any-return]
 
-    def _ended_error(self) -> Error:
-        """What reading past the end raises: why the subscription ended by itself (its consumer
-        or stream is gone), else the connection's close error or SubscriptionClosedError."""
-        gone = self._gone_error()
-        return gone if gone is not None else super()._ended_error()
-
     def _end(self, error: Error | None = None) -> None:
         with self._reset_lock:
             super()._end(error)
@@ -468,6 +462,12 @@ class JetStreamSubscription(PushWatch, OrderedResets):
                 listeners.remove(self._on_reconnect)
             except ValueError:
                 pass
+
+    def _ended_error(self) -> Error:
+        """What reading past the end raises: why the subscription ended by itself (its consumer
+        or stream is gone), else the connection's close error or SubscriptionClosedError."""
+        gone = self._gone_error()
+        return gone if gone is not None else super()._ended_error()
 
     def _delete_after_drain(self, deadline: Deadline | None = None) -> None:
         """The drained subscription was read to the end: write the acks, then delete the consumer.
