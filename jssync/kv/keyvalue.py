@@ -1001,6 +1001,17 @@ class _PushWatcher(Generic[T]):
         self._init_done = False
         self._init_pending = 0
         self._received = 0
+        #: the highest stream sequence this watcher has seen (delivered or skipped)
+        self._max_seq = (resume_from - 1) if resume_from else 0
+        #: the last stream sequence among the watched subjects, read once the consumer says
+        #: the initial values are all sent (None: not read yet); they are done once seen
+        self._bound: int | None = None
+        self._bound_check_due = False  # read the bound (again) at the reader's next turn
+        self._bound_retry_at = 0.0
+        #: the stream was deleted (noticed when re-creating the consumer): next() raises
+        self._gone: StreamNotFoundError | None = None
+        #: the deadline of the reader's call in progress (the requests a reader makes keep to it)
+        self._call_deadline: Deadline | None = None
         #: the consumer sequence check and the next stream sequence (ordered delivery, resets)
         self._tracker = GapTracker(next_stream_seq=resume_from or 0)
         #: The current subscription, in a holder the finalizer shares (it must not keep us alive).
@@ -1016,20 +1027,23 @@ class _PushWatcher(Generic[T]):
         self._listener = _weak_listener(self)
         self._conn.internal.reconnect_listeners.append(self._listener)
         self._finalizer = weakref.finalize(self, _abandon_watcher, self._conn, self._holder, self._listener)
+        self._call_deadline = deadline if deadline is not None else Deadline(js.timeout)
         try:
             info = self._create_first(deadline)
+            if updates_only:
+                self._mark_init_done()
+                if self._tracker.next_stream_seq == 0 and info is not None and info.delivered is not None:
+                    self._tracker.next_stream_seq = int(info.delivered.stream_seq or 0) + 1
+            else:
+                self._count_initial(info)
         except StreamNotFoundError as exc:
             self._stop_quietly()
             raise self._not_found(exc) from exc
         except BaseException:
             self._stop_quietly()
             raise
-        if updates_only:
-            self._mark_init_done()
-            if self._tracker.next_stream_seq == 0 and info is not None and info.delivered is not None:
-                self._tracker.next_stream_seq = int(info.delivered.stream_seq or 0) + 1
-        else:
-            self._count_initial(info)
+        finally:
+            self._call_deadline = None
 
     def __repr__(self) -> str:
         return (f"<jssync.{type(self).__name__} stream={self._stream_name!r} subjects={self._subjects} "
@@ -1085,10 +1099,70 @@ class _PushWatcher(Generic[T]):
             return
         self._received = 0
         pending = int(info.num_pending or 0) + int(getattr(info.delivered, "consumer_seq", 0) or 0)
-        if pending == 0:
+        self._init_pending = pending
+        if pending == 0 or self._bound is not None:
+            self._initial_sent()
+
+    #: Whether the end of the initial values is checked against the stream (see _initial_sent).
+    _checks_bound = False
+
+    def _initial_sent(self) -> None:
+        """The consumer's counts say the initial values are all delivered: mark them done
+        once every message up to the last stream sequence of the watched subjects is seen.
+
+        The server's pending counts can run ahead: a key rewritten (its older revision
+        removed) while the consumer is made or delivering is counted as delivered before
+        its new revision arrives. So, with ``_checks_bound``, the last sequence among the
+        watched subjects is read (one STREAM.MSG.GET per filter, after the counts said
+        done, so every such rewrite is at or below it) and the marker waits for it.
+        A failed read is tried again at the reader's next turn.
+        """
+        if self._init_done:
+            return
+        if not self._checks_bound:
             self._mark_init_done()
-        else:
-            self._init_pending = pending
+            return
+        if self._bound is None or self._bound_check_due:
+            bound = self._read_bound()
+            if bound is None:
+                self._bound_check_due = True
+                self._bound_retry_at = time.monotonic() + 0.2
+                return
+            self._bound = bound
+            self._bound_check_due = False
+        if self._max_seq >= self._bound:
+            self._mark_init_done()
+
+    def _read_bound(self) -> int | None:
+        """The last stream sequence among the watched subjects (0: none), or None when the
+        read failed (retried later). Keeps to the reader's call deadline."""
+        d = self._call_deadline
+        left = None if d is None else d.remaining()
+        if left is not None and left <= 0:
+            return None
+        timeout = self._js.timeout if left is None else max(0.001, min(self._js.timeout, left))
+        last = 0
+        try:
+            for subj in self._subjects:
+                try:
+                    resp = self._js._api(f"STREAM.MSG.GET.{self._stream_name}", {"last_by_subj": subj}, timeout)
+                except MessageNotFoundError:
+                    continue
+                last = max(last, int((resp.get("message") or {}).get("seq") or 0))
+        except StreamNotFoundError as exc:
+            self._stream_gone(exc)
+            return None
+        except Error as exc:
+            log.debug("%s on %s: reading the last sequence failed (%s), retrying", self._what,
+                      self._stream_name, exc)
+            return None
+        return last
+
+    def _stream_gone(self, exc: StreamNotFoundError) -> None:
+        """The stream was deleted: the reader raises the error once its queue is empty."""
+        if self._gone is None:
+            log.info("%s on %s: the stream is gone (%s)", self._what, self._stream_name, exc)
+            self._gone = exc
 
     def _config(self, deliver_subject: str, first: bool) -> api.ConsumerConfig:
         cfg = api.ConsumerConfig(
@@ -1190,6 +1264,11 @@ class _PushWatcher(Generic[T]):
                 hb = tracker.heartbeat(st.last_consumer, tracker.generation)
                 if type(hb) is Reset:
                     self._reset(hb.reason)
+                elif act is PushAction.HEARTBEAT and not self._init_done and self._bound is not None:
+                    # idle, and the last sequence read was not seen: it may be gone (an
+                    # expired value, a purge): read it again
+                    self._bound_check_due = True
+                    self._initial_sent()
                 return
             if st.code in (CONFLICT, NOT_FOUND):
                 gone = tracker.status_from(tracker.generation, f"status {st.code} {st.description}")
@@ -1200,7 +1279,8 @@ class _PushWatcher(Generic[T]):
             meta = msg.metadata
         except Error:
             return
-        step = tracker.message(meta.sequence.stream, meta.sequence.consumer, tracker.generation)
+        sseq = meta.sequence.stream
+        step = tracker.message(sseq, meta.sequence.consumer, tracker.generation)
         if step is DELIVER:
             item = self._item(msg, meta)
             if item is not None:
@@ -1211,10 +1291,12 @@ class _PushWatcher(Generic[T]):
             return
         # SKIP: a consumer re-created during the initial values delivers the latest per
         # subject again; those before the last one delivered were delivered already
+        if sseq > self._max_seq:
+            self._max_seq = sseq
         if not self._init_done:
             self._received += 1
-            if meta.num_pending == 0 or self._received >= self._init_pending:
-                self._mark_init_done()
+            if meta.num_pending == 0 or self._received >= self._init_pending or self._bound is not None:
+                self._initial_sent()
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -1236,12 +1318,19 @@ class _PushWatcher(Generic[T]):
                 raise StopIteration
             if deadline.expired():
                 raise TimeoutError(f"no update within {timeout}s ({self._what} on {self._stream_name})")
+        self._call_deadline = deadline
         try:
             while True:
                 if self._ready:
                     return self._ready.popleft()
                 if self._stopped or self._conn.is_closed:
                     raise StopIteration
+                if self._gone is not None:
+                    raise self._not_found(self._gone)
+                if (self._bound_check_due and not self._init_done
+                        and time.monotonic() >= self._bound_retry_at):
+                    self._initial_sent()
+                    continue
                 if self._reset_needed and time.monotonic() >= self._retry_at:
                     why = "retry"
                     if self._reconnected:  # one reset per reconnect
@@ -1276,6 +1365,7 @@ class _PushWatcher(Generic[T]):
                     continue
                 self._handle(got)
         finally:
+            self._call_deadline = None
             lock.release()
 
     # nats-py's name for it
@@ -1342,6 +1432,7 @@ class KeyWatcher(_PushWatcher[Entry]):
     """
 
     _what = "key watcher"
+    _checks_bound = True
 
     def __init__(self, kv: KeyValue, subjects: list[str], *, include_history: bool, ignore_deletes: bool,
                  updates_only: bool, meta_only: bool, resume_from: int | None,
