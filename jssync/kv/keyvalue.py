@@ -36,6 +36,7 @@ from ..base.errors import (
     Error,
     MessageNotFoundError,
     NoRespondersError,
+    PermissionDeniedError,
     RequestTimeoutError,
     StreamNameInUseError,
     StreamNotFoundError,
@@ -930,10 +931,12 @@ class KeyValue:
 class _SubHolder:
     """The current subscription of a watcher (shared with its finalizer)."""
 
-    __slots__ = ("sub",)
+    __slots__ = ("advisory", "sub")
 
     def __init__(self) -> None:
         self.sub: Subscription | None = None
+        #: the subscription to the consumer-deleted advisories of the stream, if any
+        self.advisory: Subscription | None = None
 
 
 def _weak_listener(watcher: _PushWatcher[Any]) -> Callable[[], None]:
@@ -948,6 +951,18 @@ def _weak_listener(watcher: _PushWatcher[Any]) -> Callable[[], None]:
     return listener
 
 
+def _weak_deleted(watcher: _PushWatcher[Any]) -> Callable[[Msg], None]:
+    """An advisory callback that calls ``watcher._on_consumer_deleted`` while the watcher lives."""
+    ref = weakref.ref(watcher)
+
+    def deleted(msg: Msg) -> None:
+        w = ref()
+        if w is not None:
+            w._on_consumer_deleted(msg.subject.rpartition(".")[2])
+
+    return deleted
+
+
 def _abandon_watcher(conn: Connection, holder: _SubHolder, listener: Callable[[], None]) -> None:
     """Finalizer of a watcher dropped without stop(): no lock, no wait, never raises.
 
@@ -959,10 +974,12 @@ def _abandon_watcher(conn: Connection, holder: _SubHolder, listener: Callable[[]
         conn.internal.reconnect_listeners.remove(listener)
     except ValueError:
         pass
-    sub = holder.sub
-    holder.sub = None
+    sub, adv = holder.sub, holder.advisory
+    holder.sub = holder.advisory = None
     if sub is not None:
         sub._unsubscribe_soon()
+    if adv is not None:
+        adv._unsubscribe_soon()
 
 
 class _PushWatcher(Generic[T]):
@@ -1036,6 +1053,8 @@ class _PushWatcher(Generic[T]):
                     self._tracker.next_stream_seq = int(info.delivered.stream_seq or 0) + 1
             else:
                 self._count_initial(info)
+            if deadline is None and self._watches_deletions:
+                self._watch_deletions()
         except StreamNotFoundError as exc:
             self._stop_quietly()
             raise self._not_found(exc) from exc
@@ -1065,6 +1084,34 @@ class _PushWatcher(Generic[T]):
         raise NotImplementedError
 
     # -- consumer plumbing ----------------------------------------------------------------------
+
+    #: Whether a long-lived watcher listens for its consumer's deletion (see _watch_deletions).
+    _watches_deletions = False
+
+    def _watch_deletions(self) -> None:
+        """Listen for the consumer-deleted advisories of the stream.
+
+        The server sends nothing to a push consumer's deliver subject when the consumer
+        or its stream is deleted (nats-server 2.15: the heartbeats just stop), but
+        ``$JS.EVENT.ADVISORY.CONSUMER.DELETED.<stream>.<consumer>`` comes at once. Its
+        callback (on the worker pool) only flags the reader, which re-creates the
+        consumer within a slice: a consumer deleted by someone else is replaced, a
+        deleted stream ends the watcher. Without permission to subscribe there (or
+        across an imported API, where no advisory comes), missed heartbeats notice.
+        Blocks for the SUB's PING/PONG.
+        """
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{self._stream_name}.*"
+        try:
+            self._holder.advisory = self._conn.subscribe(subject, callback=_weak_deleted(self))
+        except PermissionDeniedError as exc:
+            log.debug("%s on %s: no deletion advisories (%s); heartbeats only", self._what,
+                      self._stream_name, exc)
+
+    def _on_consumer_deleted(self, name: str) -> None:
+        # on the worker pool: only set flags
+        if name and name == self._consumer and not self._stopped:
+            self._reset_needed = True
+            self._retry_at = 0.0
 
     def _on_reconnect(self) -> None:
         # on the I/O thread: only set flags; the reader tells the gap tracker and re-creates the consumer
@@ -1234,6 +1281,9 @@ class _PushWatcher(Generic[T]):
             return
         try:
             info = self._create(first=False, timeout=min(self._js.timeout, 5.0))
+        except StreamNotFoundError as exc:
+            self._stream_gone(exc)
+            return
         except Error as exc:
             # keep trying while the reader waits (leader elections, reconnects)
             log.info("%s on %s could not re-create its consumer: %s", self._what, self._stream_name,
@@ -1308,6 +1358,9 @@ class _PushWatcher(Generic[T]):
         Raises:
             jssync.TimeoutError: nothing arrived in time.
             StopIteration: the watcher was stopped (or its connection closed).
+            jssync.BucketNotFoundError (a jssync.StreamNotFoundError; the stream's own
+                not-found error for a plain stream watcher): the bucket was deleted,
+                raised once the entries already received were read, and on every call after.
         """
         deadline = Deadline(timeout)
         # another thread may be reading (it holds the lock while it waits): wait for it in
@@ -1411,6 +1464,12 @@ class _PushWatcher(Generic[T]):
             self._conn.internal.reconnect_listeners.remove(self._listener)
         except ValueError:
             pass
+        adv, self._holder.advisory = self._holder.advisory, None
+        if adv is not None:
+            try:
+                adv.unsubscribe()
+            except Error:
+                pass
         with self._lock:
             self._drop_consumer()
         self._finalizer.detach()
@@ -1433,6 +1492,7 @@ class KeyWatcher(_PushWatcher[Entry]):
 
     _what = "key watcher"
     _checks_bound = True
+    _watches_deletions = True
 
     def __init__(self, kv: KeyValue, subjects: list[str], *, include_history: bool, ignore_deletes: bool,
                  updates_only: bool, meta_only: bool, resume_from: int | None,
