@@ -951,6 +951,23 @@ def _weak_listener(watcher: _PushWatcher[Any]) -> Callable[[], None]:
     return listener
 
 
+def _last_seq(js: JetStream, stream: str, subjects: list[str], timeout: float) -> int:
+    """The last stream sequence on any of ``subjects`` (wildcards allowed), 0 for none: one
+    STREAM.MSG.GET ``last_by_subj`` per subject, through the stream leader (up to date).
+
+    Raises:
+        jssync.StreamNotFoundError: no such stream; jssync.Error: the request failed.
+    """
+    last = 0
+    for subj in subjects:
+        try:
+            resp = js._api(f"STREAM.MSG.GET.{stream}", {"last_by_subj": subj}, timeout)
+        except MessageNotFoundError:
+            continue
+        last = max(last, int((resp.get("message") or {}).get("seq") or 0))
+    return last
+
+
 def _weak_deleted(watcher: _PushWatcher[Any]) -> Callable[[Msg], None]:
     """An advisory callback that calls ``watcher._on_consumer_deleted`` while the watcher lives."""
     ref = weakref.ref(watcher)
@@ -1085,20 +1102,15 @@ class _PushWatcher(Generic[T]):
 
     # -- consumer plumbing ----------------------------------------------------------------------
 
-    #: Whether a long-lived watcher listens for its consumer's deletion (see _watch_deletions).
-    _watches_deletions = False
+    _watches_deletions = False  # a long-lived watcher listens for its consumer's deletion
 
     def _watch_deletions(self) -> None:
-        """Listen for the consumer-deleted advisories of the stream.
+        """Listen for the consumer-deleted advisories of the stream (blocks for the SUB's PING/PONG).
 
-        The server sends nothing to a push consumer's deliver subject when the consumer
-        or its stream is deleted (nats-server 2.15: the heartbeats just stop), but
-        ``$JS.EVENT.ADVISORY.CONSUMER.DELETED.<stream>.<consumer>`` comes at once. Its
-        callback (on the worker pool) only flags the reader, which re-creates the
-        consumer within a slice: a consumer deleted by someone else is replaced, a
-        deleted stream ends the watcher. Without permission to subscribe there (or
-        across an imported API, where no advisory comes), missed heartbeats notice.
-        Blocks for the SUB's PING/PONG.
+        The deliver subject gets nothing when the consumer or its stream is deleted (the
+        heartbeats just stop); ``$JS.EVENT.ADVISORY.CONSUMER.DELETED.<stream>.<consumer>``
+        comes at once. Its callback flags the reader, which re-creates the consumer (or
+        finds the stream gone). Without permission there, missed heartbeats notice.
         """
         subject = f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{self._stream_name}.*"
         try:
@@ -1150,19 +1162,16 @@ class _PushWatcher(Generic[T]):
         if pending == 0 or self._bound is not None:
             self._initial_sent()
 
-    #: Whether the end of the initial values is checked against the stream (see _initial_sent).
-    _checks_bound = False
+    _checks_bound = False  # the end of the initial values is checked against the stream
 
     def _initial_sent(self) -> None:
         """The consumer's counts say the initial values are all delivered: mark them done
         once every message up to the last stream sequence of the watched subjects is seen.
 
-        The server's pending counts can run ahead: a key rewritten (its older revision
-        removed) while the consumer is made or delivering is counted as delivered before
-        its new revision arrives. So, with ``_checks_bound``, the last sequence among the
-        watched subjects is read (one STREAM.MSG.GET per filter, after the counts said
-        done, so every such rewrite is at or below it) and the marker waits for it.
-        A failed read is tried again at the reader's next turn.
+        The server's counts run ahead when a key is rewritten (its older revision removed)
+        before its new revision is delivered. So (``_checks_bound``) the last sequence of the
+        watched subjects is read after the counts said done (every such rewrite is at or
+        below it), and the marker waits for it. A failed read is retried by the reader.
         """
         if self._init_done:
             return
@@ -1187,15 +1196,9 @@ class _PushWatcher(Generic[T]):
         left = None if d is None else d.remaining()
         if left is not None and left <= 0:
             return None
-        timeout = self._js.timeout if left is None else max(0.001, min(self._js.timeout, left))
-        last = 0
         try:
-            for subj in self._subjects:
-                try:
-                    resp = self._js._api(f"STREAM.MSG.GET.{self._stream_name}", {"last_by_subj": subj}, timeout)
-                except MessageNotFoundError:
-                    continue
-                last = max(last, int((resp.get("message") or {}).get("seq") or 0))
+            return _last_seq(self._js, self._stream_name, self._subjects,
+                             self._js.timeout if left is None else max(0.001, min(self._js.timeout, left)))
         except StreamNotFoundError as exc:
             self._stream_gone(exc)
             return None
@@ -1203,7 +1206,6 @@ class _PushWatcher(Generic[T]):
             log.debug("%s on %s: reading the last sequence failed (%s), retrying", self._what,
                       self._stream_name, exc)
             return None
-        return last
 
     def _stream_gone(self, exc: StreamNotFoundError) -> None:
         """The stream was deleted: the reader raises the error once its queue is empty."""
@@ -1243,9 +1245,17 @@ class _PushWatcher(Generic[T]):
         return cfg
 
     def _create(self, *, first: bool, timeout: float) -> api.ConsumerInfo | None:
-        """Subscribe on a fresh inbox and create the consumer delivering to it."""
+        """Subscribe on a fresh inbox and create the consumer delivering to it.
+
+        The first subscription checks the permissions (a PING/PONG); the ones of a reset
+        (the same inbox prefix) do not wait for the server, so that a stalled link costs
+        only the create request's ``timeout``.
+        """
         conn = self._conn
-        sub = conn.subscribe(conn.new_inbox(), pending_msgs_limit=1 << 20)
+        if first:
+            sub = conn.subscribe(conn.new_inbox(), pending_msgs_limit=1 << 20)
+        else:
+            sub = conn.internal.make_subscription(conn.new_inbox(), None, None, 1 << 20, check_permissions=False)
         try:
             consumer = self._js.create_consumer(self._stream_name, self._config(sub.subject, first),
                                                 timeout=timeout)
@@ -1258,7 +1268,9 @@ class _PushWatcher(Generic[T]):
         self._hb_mon.resumed(time.monotonic())
         return consumer.cached_info
 
-    def _drop_consumer(self) -> None:
+    def _drop_consumer(self, wait: bool = True) -> None:
+        """Unsubscribe and delete the consumer: waiting for the reply (at most 2 s), or,
+        without ``wait`` (a reset, inside a reader's timeout), only sending the request."""
         sub, name = self._sub, self._consumer
         self._sub = None
         self._consumer = None
@@ -1269,18 +1281,32 @@ class _PushWatcher(Generic[T]):
                 pass
         if name is not None and not self._conn.is_closed:
             try:
-                self._js.delete_consumer(self._stream_name, name, timeout=min(self._js.timeout, 2.0))
+                if wait:
+                    self._js.delete_consumer(self._stream_name, name, timeout=min(self._js.timeout, 2.0))
+                else:
+                    self._js._api_nowait(f"CONSUMER.DELETE.{self._stream_name}.{name}")
             except Error:
                 pass  # ephemeral: it goes away by itself once inactive
 
     def _reset(self, why: str) -> None:
+        """Re-create the consumer, within what is left of the reader's call (at most the
+        context's timeout, at most 5 s); when nothing is left, at the reader's next turn."""
         log.debug("%s on %s: re-creating the consumer (%s)", self._what, self._stream_name, why)
         self._reset_needed = False
-        self._drop_consumer()
+        self._drop_consumer(wait=False)
         if self._stopped:
             return
+        timeout = min(self._js.timeout, 5.0)
+        d = self._call_deadline
+        left = None if d is None else d.remaining()
+        if left is not None:
+            if left <= 0.001:
+                self._reset_needed = True  # the reader's call is over: its next one does it
+                self._hb_mon.resumed(time.monotonic())
+                return
+            timeout = min(timeout, left)
         try:
-            info = self._create(first=False, timeout=min(self._js.timeout, 5.0))
+            info = self._create(first=False, timeout=timeout)
         except StreamNotFoundError as exc:
             self._stream_gone(exc)
             return

@@ -1,0 +1,67 @@
+"""A watcher's next(timeout) bounds the whole call, also when it has to re-create its consumer
+on a stalled link (sockets open, nothing moving: no disconnect is noticed)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+import jssync
+import jssync.kv.keyvalue as kvmod
+from tests.conftest import FACTOR
+
+pytestmark = [pytest.mark.fault, pytest.mark.timeout(90)]
+
+
+def _connect(url: str) -> jssync.Connection:
+    # no PING for a minute: the stall is not noticed as a lost connection
+    return jssync.connect(url, ping_interval=60, timeout=2.0, name="kv-stall-client")
+
+
+def test_next_keeps_its_timeout_while_the_consumer_is_recreated_on_a_stalled_link(proxy, js, unique,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(kvmod, "WATCH_HEARTBEAT", 0.3)  # heartbeats missed after 0.6 s
+    resets: list[str] = []
+    orig_reset = kvmod.KeyWatcher._reset
+
+    def reset(self: Any, why: str) -> None:
+        resets.append(why)
+        orig_reset(self, why)
+
+    monkeypatch.setattr(kvmod.KeyWatcher, "_reset", reset)
+    name = f"ws{unique}"
+    js.create_key_value(bucket=name).put("a", b"1")
+    try:
+        with _connect(proxy.url) as nc:
+            kv = nc.jetstream(timeout=5.0).key_value(name)
+            w = kv.watch()
+            try:
+                assert w.next(timeout=5) is not None
+                assert w.next(timeout=5) is None
+                proxy.stall()
+                took = []
+                for _ in range(3):  # the first call notices the missed heartbeats, the next ones retry
+                    t0 = time.monotonic()
+                    with pytest.raises(jssync.TimeoutError):
+                        w.next(timeout=2)
+                    took.append(time.monotonic() - t0)
+                assert resets, "the watcher never tried to re-create its consumer"
+                assert max(took) < 2 + 0.5 * FACTOR, f"next(timeout=2) took {took}"
+                proxy.forward()
+                rev = js.key_value(name).put("b", b"2")
+                got = None
+                end = time.monotonic() + 20 * FACTOR
+                while time.monotonic() < end:
+                    try:
+                        got = w.next(timeout=1)
+                    except jssync.TimeoutError:
+                        continue
+                    break
+                assert got is not None and (got.key, got.revision) == ("b", rev)
+            finally:
+                proxy.forward()
+                w.stop()
+    finally:
+        js.delete_key_value(name)
