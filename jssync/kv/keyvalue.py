@@ -951,6 +951,54 @@ def _weak_listener(watcher: _PushWatcher[Any]) -> Callable[[], None]:
     return listener
 
 
+class _InitialEnd:
+    """Whether a watch's initial values are all delivered, checked against the stream.
+
+    The server's counts run ahead while keys are rewritten: a key's revision removed
+    (replaced) before the consumer delivered it is counted as delivered, and a message's
+    pending can read 0 early. So the end is confirmed by the last stream sequence of the
+    watched subjects (``read``), read once the consumer's walk over its initial messages
+    is over (``walked``: the count of those delivered is reached, or a bound read before
+    was seen): every revision that replaced one of them was stored before that read, so
+    is at or below it, and the marker waits until it has been seen. A read made before
+    the walk was known to be over is made again once its sequence is seen. ``due``: read
+    again (a failed read, or an idle heartbeat while the bound is not seen: it may be
+    gone), at ``retry_at``.
+    """
+
+    __slots__ = ("bound", "due", "final", "max_seq", "retry_at", "walked")
+
+    def __init__(self, max_seq: int) -> None:
+        self.max_seq = max_seq  # the highest stream sequence seen (delivered or passed over)
+        self.retry_at = 0.0
+        self.new_consumer()
+
+    def new_consumer(self) -> None:
+        """A new consumer walks its initial messages again: what was read does not hold for it."""
+        self.bound: int | None = None
+        self.final = False  # bound was read after the walk was over
+        self.walked = False
+        self.due = False
+
+    def done(self, walked: bool, read: Callable[[], int | None]) -> bool:
+        if walked or (self.bound is not None and self.max_seq >= self.bound):
+            self.walked = True
+        if self.bound is not None and not self.due:
+            if self.final:
+                return self.max_seq >= self.bound
+            if not self.walked:
+                return False  # wait for the bound read to be seen
+        bound = read()
+        if bound is None:
+            self.due = True
+            self.retry_at = time.monotonic() + 0.2
+            return False
+        self.bound, self.due = bound, False
+        # seen already before the read: the walk was over before it
+        self.final = self.walked or self.max_seq >= bound
+        return self.final and self.max_seq >= bound
+
+
 def _last_seq(js: JetStream, stream: str, subjects: list[str], timeout: float) -> int:
     """The last stream sequence on any of ``subjects`` (wildcards allowed), 0 for none: one
     STREAM.MSG.GET ``last_by_subj`` per subject, through the stream leader (up to date).
@@ -1035,13 +1083,8 @@ class _PushWatcher(Generic[T]):
         self._init_done = False
         self._init_pending = 0
         self._received = 0
-        #: the highest stream sequence this watcher has seen (delivered or skipped)
-        self._max_seq = (resume_from - 1) if resume_from else 0
-        #: the last stream sequence among the watched subjects, read once the consumer says
-        #: the initial values are all sent (None: not read yet); they are done once seen
-        self._bound: int | None = None
-        self._bound_check_due = False  # read the bound (again) at the reader's next turn
-        self._bound_retry_at = 0.0
+        #: when the initial values are all delivered (checked against the stream)
+        self._end = _InitialEnd((resume_from - 1) if resume_from else 0)
         #: the stream was deleted (noticed when re-creating the consumer): next() raises
         self._gone: StreamNotFoundError | None = None
         #: the deadline of the reader's call in progress (the requests a reader makes keep to it)
@@ -1159,34 +1202,17 @@ class _PushWatcher(Generic[T]):
         self._received = 0
         pending = int(info.num_pending or 0) + int(getattr(info.delivered, "consumer_seq", 0) or 0)
         self._init_pending = pending
-        if pending == 0 or self._bound is not None:
-            self._initial_sent()
+        self._end.new_consumer()
+        if pending == 0:
+            self._initial_sent(True)
 
-    _checks_bound = False  # the end of the initial values is checked against the stream
+    _checks_bound = False  # the end of the initial values is checked against the stream (_InitialEnd)
 
-    def _initial_sent(self) -> None:
-        """The consumer's counts say the initial values are all delivered: mark them done
-        once every message up to the last stream sequence of the watched subjects is seen.
-
-        The server's counts run ahead when a key is rewritten (its older revision removed)
-        before its new revision is delivered. So (``_checks_bound``) the last sequence of the
-        watched subjects is read after the counts said done (every such rewrite is at or
-        below it), and the marker waits for it. A failed read is retried by the reader.
-        """
-        if self._init_done:
-            return
-        if not self._checks_bound:
-            self._mark_init_done()
-            return
-        if self._bound is None or self._bound_check_due:
-            bound = self._read_bound()
-            if bound is None:
-                self._bound_check_due = True
-                self._bound_retry_at = time.monotonic() + 0.2
-                return
-            self._bound = bound
-            self._bound_check_due = False
-        if self._max_seq >= self._bound:
+    def _initial_sent(self, walked: bool) -> None:
+        """The consumer's counts (``walked``: all it had pending is delivered) or its pending
+        0 say the initial values are done: mark them so (with ``_checks_bound``: once the
+        stream confirms it, see :class:`_InitialEnd`)."""
+        if not self._init_done and (not self._checks_bound or self._end.done(walked, self._read_bound)):
             self._mark_init_done()
 
     def _read_bound(self) -> int | None:
@@ -1340,11 +1366,11 @@ class _PushWatcher(Generic[T]):
                 hb = tracker.heartbeat(st.last_consumer, tracker.generation)
                 if type(hb) is Reset:
                     self._reset(hb.reason)
-                elif act is PushAction.HEARTBEAT and not self._init_done and self._bound is not None:
-                    # idle, and the last sequence read was not seen: it may be gone (an
-                    # expired value, a purge): read it again
-                    self._bound_check_due = True
-                    self._initial_sent()
+                elif act is PushAction.HEARTBEAT and self._checks_bound and not self._init_done:
+                    # idle, the initial values not confirmed: some may be gone (an expired
+                    # value, a purge) and never come; ask the stream (again)
+                    self._end.due = True
+                    self._initial_sent(False)
                 return
             if st.code in (CONFLICT, NOT_FOUND):
                 gone = tracker.status_from(tracker.generation, f"status {st.code} {st.description}")
@@ -1367,12 +1393,14 @@ class _PushWatcher(Generic[T]):
             return
         # SKIP: a consumer re-created during the initial values delivers the latest per
         # subject again; those before the last one delivered were delivered already
-        if sseq > self._max_seq:
-            self._max_seq = sseq
+        end = self._end
+        if sseq > end.max_seq:
+            end.max_seq = sseq
         if not self._init_done:
             self._received += 1
-            if meta.num_pending == 0 or self._received >= self._init_pending or self._bound is not None:
-                self._initial_sent()
+            walked = self._received >= self._init_pending
+            if walked or meta.num_pending == 0 or end.bound is not None:
+                self._initial_sent(walked)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -1406,9 +1434,8 @@ class _PushWatcher(Generic[T]):
                     raise StopIteration
                 if self._gone is not None:
                     raise self._not_found(self._gone)
-                if (self._bound_check_due and not self._init_done
-                        and time.monotonic() >= self._bound_retry_at):
-                    self._initial_sent()
+                if self._end.due and not self._init_done and time.monotonic() >= self._end.retry_at:
+                    self._initial_sent(False)
                     continue
                 if self._reset_needed and time.monotonic() >= self._retry_at:
                     why = "retry"
