@@ -845,11 +845,16 @@ class KeyValue:
         skips the initial values (``None`` comes first); ``ignore_deletes`` leaves out
         delete/purge markers; ``meta_only`` leaves values empty; ``resume_from_revision``
         starts at that revision. Stop it with :meth:`KeyWatcher.stop` (or ``with``).
+        ``None`` comes once every entry up to the bucket's last revision among the watched
+        keys was delivered (read from the stream once the server's count says done).
+        Deleting the bucket ends the watcher with :class:`BucketNotFoundError`.
 
-        Blocks while the consumer is created, at most the context's timeout.
+        Blocks while the consumer is created, at most the context's timeout, and for the
+        subscription to its consumer-deleted advisories (one PING/PONG).
 
         Raises:
             InvalidKeyError: a bad filter (nothing sent).
+            BucketNotFoundError: there is no such bucket.
         """
         filters = [keys] if isinstance(keys, str) else list(keys)
         if not filters:
@@ -1228,6 +1233,12 @@ class _PushWatcher(Generic[T]):
         except StreamNotFoundError as exc:
             self._stream_gone(exc)
             return None
+        except PermissionDeniedError as exc:
+            # not allowed to read it: the consumer's counts alone say when they are done
+            log.debug("%s on %s: cannot read the last sequence (%s); the end of the initial values "
+                     "is the server's count", self._what, self._stream_name, exc)
+            self._checks_bound = False
+            return self._end.max_seq
         except Error as exc:
             log.debug("%s on %s: reading the last sequence failed (%s), retrying", self._what,
                       self._stream_name, exc)
@@ -1540,6 +1551,8 @@ class KeyWatcher(_PushWatcher[Entry]):
     ``resume_from_revision``), with the latest value per key again, skipping the keys
     whose latest revision was delivered already. So every initial value is the latest
     of its key when it is read (ADR-8), never an older revision, and each key comes once.
+    :meth:`next`'s timeout bounds the whole call, a re-created consumer included. When
+    the bucket is deleted, reading raises :class:`BucketNotFoundError` within a moment.
     Thread-safe; :meth:`stop` may be called from any thread and wakes a blocked reader.
     """
 
