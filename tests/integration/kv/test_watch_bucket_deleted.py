@@ -77,7 +77,7 @@ def test_without_the_advisory_the_missed_heartbeats_end_it(js, unique, monkeypat
     """No consumer-deleted advisory (no permission to subscribe to it, or an imported API):
     the heartbeats stop, the consumer is re-created, the stream is gone."""
     monkeypatch.setattr(kvmod, "WATCH_HEARTBEAT", 0.3)
-    monkeypatch.setattr(KeyWatcher, "_watches_deletions", False)
+    monkeypatch.setattr(KeyWatcher, "_watches_deletions", False, raising=False)
     kv = _bucket(js, unique)
     with kv.watch() as w:
         assert w.next(timeout=5) is not None
