@@ -145,3 +145,14 @@ def test_watch_marker_comes_on_the_idle_heartbeat_when_the_last_message_is_gone(
             assert e is not None and (e.key, e.revision) == ("after", r)
     finally:
         js.delete_key_value(name)
+
+
+def test_keys_of_a_filter_list_while_a_writer_updates_lists_every_key(writer_kv):
+    """Several filters (a consumer with filter_subjects): the last revision is read per filter."""
+    wanted = ["key0", "key1", "key7"]
+    short = []
+    for _ in range(CALLS):
+        keys = writer_kv.keys(["key0", "key1", "key7"])
+        if keys != wanted:
+            short.append(sorted(set(wanted) - set(keys)))
+    assert not short, f"{len(short)} of {CALLS} keys() calls missed keys: {short[:5]}"
