@@ -1338,7 +1338,9 @@ class _PushWatcher(Generic[T]):
         left = None if d is None else d.remaining()
         if left is not None:
             if left <= 0.001:
-                self._reset_needed = True  # the reader's call is over: its next one does it
+                # the reader's call is over (it raises its TimeoutError): its next one does it
+                self._reset_needed = True
+                self._retry_at = time.monotonic() + 0.01
                 self._hb_mon.resumed(time.monotonic())
                 return
             timeout = min(timeout, left)

@@ -65,3 +65,25 @@ def test_next_keeps_its_timeout_while_the_consumer_is_recreated_on_a_stalled_lin
                 w.stop()
     finally:
         js.delete_key_value(name)
+
+
+def test_a_reset_left_no_time_by_the_call_is_done_by_the_next_call(js, unique):
+    """A call whose time is up when the watcher must re-create its consumer raises its
+    TimeoutError (it does not spin); the next call re-creates the consumer and goes on."""
+    name = f"wn{unique}"
+    kv = js.create_key_value(bucket=name)
+    try:
+        kv.put("a", b"1")
+        with kv.watch() as w:
+            assert w.next(timeout=5) is not None
+            assert w.next(timeout=5) is None
+            w._reset_needed = True  # as after a reconnect, noticed by this reader
+            t0 = time.monotonic()
+            with pytest.raises(jssync.TimeoutError):
+                w.next(timeout=0.0005)
+            assert time.monotonic() - t0 < 0.5 * FACTOR
+            rev = kv.put("b", b"2")
+            e = w.next(timeout=5)
+            assert e is not None and (e.key, e.revision) == ("b", rev)
+    finally:
+        js.delete_key_value(name)
