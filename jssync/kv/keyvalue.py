@@ -1163,7 +1163,7 @@ class _PushWatcher(Generic[T]):
         subject = f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{self._stream_name}.*"
         try:
             self._holder.advisory = self._conn.subscribe(subject, callback=_weak_deleted(self))
-        except PermissionDeniedError as exc:
+        except Error as exc:  # not allowed (PermissionDeniedError), or the link failed meanwhile
             log.debug("%s on %s: no deletion advisories (%s); heartbeats only", self._what,
                       self._stream_name, exc)
 
