@@ -1286,13 +1286,18 @@ class _PushWatcher(Generic[T]):
 
         The first subscription checks the permissions (a PING/PONG); the ones of a reset
         (the same inbox prefix) do not wait for the server, so that a stalled link costs
-        only the create request's ``timeout``.
+        only the create request's ``timeout``. The create gets at most what is left of the
+        call in progress (``_call_deadline``) after the subscription.
         """
         conn = self._conn
         if first:
             sub = conn.subscribe(conn.new_inbox(), pending_msgs_limit=1 << 20)
         else:
             sub = conn.internal.make_subscription(conn.new_inbox(), None, None, 1 << 20, check_permissions=False)
+        d = self._call_deadline
+        left = None if d is None else d.remaining()
+        if left is not None:
+            timeout = max(0.001, min(timeout, left))
         try:
             consumer = self._js.create_consumer(self._stream_name, self._config(sub.subject, first),
                                                 timeout=timeout)

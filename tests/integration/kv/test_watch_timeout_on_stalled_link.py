@@ -87,3 +87,27 @@ def test_a_reset_left_no_time_by_the_call_is_done_by_the_next_call(js, unique):
             assert e is not None and (e.key, e.revision) == ("b", rev)
     finally:
         js.delete_key_value(name)
+
+
+def test_keys_history_and_watch_keep_their_timeouts_on_a_stalled_link(proxy, js, unique):
+    """The inbox subscription's check waits on the stalled link too: the consumer create gets
+    only what is left (keys/history: their timeout; watch: the context's timeout)."""
+    name = f"wk{unique}"
+    js.create_key_value(bucket=name).put("a", b"1")
+    try:
+        with _connect(proxy.url) as nc:
+            kv = nc.jetstream(timeout=3.0).key_value(name)
+            assert kv.keys() == ["a"]
+            proxy.stall()
+            try:
+                for call, bound in ((lambda: kv.keys(timeout=2), 2.0), (lambda: kv.history("a", timeout=2), 2.0),
+                                    (kv.watch, 3.0)):
+                    t0 = time.monotonic()
+                    with pytest.raises(jssync.TimeoutError):
+                        call()
+                    took = time.monotonic() - t0
+                    assert took < bound + 0.5 * FACTOR, f"took {took:.1f}s (bound {bound}s)"
+            finally:
+                proxy.forward()
+    finally:
+        js.delete_key_value(name)
