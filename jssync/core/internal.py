@@ -55,6 +55,9 @@ class ConnectionInternal:
     - ``drain_nsub(nsub, timeout)`` (a coroutine, on the loop): drain a nats-py subscription.
     - ``sync_pubs()`` (a coroutine, on the loop): wait until queued publishes reached nats-py.
     - ``unsubscribe(sub, drain, timeout)``: end a subscription.
+    - ``make_subscription(subject, queue, callback, pending_msgs_limit, check_permissions=)``:
+      ``subscribe`` without argument checks; without ``check_permissions`` it does not wait
+      for the server (no PING/PONG), e.g. a fresh inbox under a prefix already allowed.
     - ``link_state() -> str | None``: while not connected, why a call may time out (the
       connection is reconnecting: to which server, which attempt; or it gave up); else None.
 
@@ -64,7 +67,8 @@ class ConnectionInternal:
     __slots__ = ("_conn", "loop", "pool", "nc", "subs", "subs_lock", "replies", "tokens", "disconnect_listeners",
                  "reconnect_listeners", "id", "urls", "timeout", "offline_limit", "request", "enqueue",
                  "publish_raw", "send_ack", "check_open", "offline_check", "start_mux", "report_error",
-                 "call_user_cb", "drain_nsub", "sync_pubs", "unsubscribe", "link_state")
+                 "call_user_cb", "drain_nsub", "sync_pubs", "unsubscribe", "link_state",
+                 "make_subscription")
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
@@ -94,6 +98,7 @@ class ConnectionInternal:
         self.sync_pubs = conn._sync_pubs
         self.unsubscribe = conn._unsubscribe
         self.link_state = conn._link_state
+        self.make_subscription = conn._make_subscription
 
     @property
     def closed(self) -> bool:

@@ -312,9 +312,17 @@ class OrderedConsumer:
     def _pull(self, batch: int, max_bytes: int, expires: float | None, idle_heartbeat: float | None,
               no_wait: bool, grace: float | None, create_timeout: float | None | Default,
               ) -> tuple[FetchResult, _FetchControl]:
-        """Send one pull request (under ``_lock``), creating the consumer first when needed (blocking)."""
+        """Send one pull request (under ``_lock``), creating the consumer first when needed (blocking).
+
+        The create's time counts against ``expires``: the pull asks for what is left of it.
+        """
         if self._name is None or self._needs_reset:
+            t0 = time.monotonic()
             self._begin(create_timeout)
+            if expires is not None:
+                expires = max(0.01, expires - (time.monotonic() - t0))
+                if idle_heartbeat is not None and idle_heartbeat > expires / 2:
+                    idle_heartbeat = None
         assert self._name is not None
         kw: dict[str, Any] = {}
         if grace is not None:
@@ -329,20 +337,24 @@ class OrderedConsumer:
               expires: float = DEFAULT_EXPIRES, idle_heartbeat: float | None = None) -> FetchResult:
         """Like :meth:`jssync.Consumer.fetch`, in stream order.
 
-        Blocks to create the ephemeral consumer when there is none (or it must be replaced).
-        A missing or deleted consumer does not raise: the iteration recreates it (blocking,
-        up to the JetStream API timeout) and gets the messages within the same fetch.
+        Blocks to create the ephemeral consumer when there is none (or it must be replaced),
+        at most the JetStream API timeout and at most ``expires`` + 1 s (then raises
+        jssync.TimeoutError); the create's time counts against ``expires``, so the fetch
+        ends within ``expires`` + 1 s. A missing or deleted consumer does not raise: the
+        iteration recreates it (blocking, as long) and gets the messages within the same fetch.
         """
         batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
-        return self._start_fetch(batch, mb, expires, idle_heartbeat, False)
+        return self._start_fetch(batch, mb, expires, idle_heartbeat, False,
+                                 create_timeout=min(self._js.timeout, expires + 1.0))
 
     def fetch_bytes(self, max_bytes: int, *, max_messages: int | None = None, expires: float = DEFAULT_EXPIRES,
                     idle_heartbeat: float | None = None) -> FetchResult:
-        """Like :meth:`jssync.Consumer.fetch_bytes`, in stream order."""
+        """Like :meth:`jssync.Consumer.fetch_bytes`, in stream order (and bounded as :meth:`fetch`)."""
         _pos_int(max_bytes, "max_bytes")
         batch, mb = validate_fetch(BYTES_ONLY_BATCH if max_messages is None else max_messages, max_bytes,
                                    expires, idle_heartbeat)
-        return self._start_fetch(batch, mb, expires, idle_heartbeat, False)
+        return self._start_fetch(batch, mb, expires, idle_heartbeat, False,
+                                 create_timeout=min(self._js.timeout, expires + 1.0))
 
     def fetch_no_wait(self, max_messages: int, *, max_bytes: int | None = None) -> FetchResult:
         """Like :meth:`jssync.Consumer.fetch_no_wait`, in stream order."""

@@ -36,6 +36,7 @@ from ..base.errors import (
     Error,
     MessageNotFoundError,
     NoRespondersError,
+    PermissionDeniedError,
     RequestTimeoutError,
     StreamNameInUseError,
     StreamNotFoundError,
@@ -844,11 +845,16 @@ class KeyValue:
         skips the initial values (``None`` comes first); ``ignore_deletes`` leaves out
         delete/purge markers; ``meta_only`` leaves values empty; ``resume_from_revision``
         starts at that revision. Stop it with :meth:`KeyWatcher.stop` (or ``with``).
+        ``None`` comes once every entry up to the bucket's last revision among the watched
+        keys was delivered (read from the stream once the server's count says done).
+        Deleting the bucket ends the watcher with :class:`BucketNotFoundError`.
 
-        Blocks while the consumer is created, at most the context's timeout.
+        Blocks while the consumer is created, at most the context's timeout, and for the
+        subscription to its consumer-deleted advisories (one PING/PONG).
 
         Raises:
             InvalidKeyError: a bad filter (nothing sent).
+            BucketNotFoundError: there is no such bucket.
         """
         filters = [keys] if isinstance(keys, str) else list(keys)
         if not filters:
@@ -930,10 +936,12 @@ class KeyValue:
 class _SubHolder:
     """The current subscription of a watcher (shared with its finalizer)."""
 
-    __slots__ = ("sub",)
+    __slots__ = ("advisory", "sub")
 
     def __init__(self) -> None:
         self.sub: Subscription | None = None
+        #: the subscription to the consumer-deleted advisories of the stream, if any
+        self.advisory: Subscription | None = None
 
 
 def _weak_listener(watcher: _PushWatcher[Any]) -> Callable[[], None]:
@@ -948,6 +956,83 @@ def _weak_listener(watcher: _PushWatcher[Any]) -> Callable[[], None]:
     return listener
 
 
+class _InitialEnd:
+    """Whether a watch's initial values are all delivered, checked against the stream.
+
+    The server's counts run ahead while keys are rewritten: a key's revision removed
+    (replaced) before the consumer delivered it is counted as delivered, and a message's
+    pending can read 0 early. So the end is confirmed by the last stream sequence of the
+    watched subjects (``read``), read once the consumer's walk over its initial messages
+    is over (``walked``: the count of those delivered is reached, or a bound read before
+    was seen): every revision that replaced one of them was stored before that read, so
+    is at or below it, and the marker waits until it has been seen. A read made before
+    the walk was known to be over is made again once its sequence is seen. ``due``: read
+    again (a failed read, or an idle heartbeat while the bound is not seen: it may be
+    gone), at ``retry_at``.
+    """
+
+    __slots__ = ("bound", "due", "final", "max_seq", "retry_at", "walked")
+
+    def __init__(self, max_seq: int) -> None:
+        self.max_seq = max_seq  # the highest stream sequence seen (delivered or passed over)
+        self.retry_at = 0.0
+        self.new_consumer()
+
+    def new_consumer(self) -> None:
+        """A new consumer walks its initial messages again: what was read does not hold for it."""
+        self.bound: int | None = None
+        self.final = False  # bound was read after the walk was over
+        self.walked = False
+        self.due = False
+
+    def done(self, walked: bool, read: Callable[[], int | None]) -> bool:
+        if walked or (self.bound is not None and self.max_seq >= self.bound):
+            self.walked = True
+        if self.bound is not None and not self.due:
+            if self.final:
+                return self.max_seq >= self.bound
+            if not self.walked:
+                return False  # wait for the bound read to be seen
+        bound = read()
+        if bound is None:
+            self.due = True
+            self.retry_at = time.monotonic() + 0.2
+            return False
+        self.bound, self.due = bound, False
+        # seen already before the read: the walk was over before it
+        self.final = self.walked or self.max_seq >= bound
+        return self.final and self.max_seq >= bound
+
+
+def _last_seq(js: JetStream, stream: str, subjects: list[str], timeout: float) -> int:
+    """The last stream sequence on any of ``subjects`` (wildcards allowed), 0 for none: one
+    STREAM.MSG.GET ``last_by_subj`` per subject, through the stream leader (up to date).
+
+    Raises:
+        jssync.StreamNotFoundError: no such stream; jssync.Error: the request failed.
+    """
+    last = 0
+    for subj in subjects:
+        try:
+            resp = js._api(f"STREAM.MSG.GET.{stream}", {"last_by_subj": subj}, timeout)
+        except MessageNotFoundError:
+            continue
+        last = max(last, int((resp.get("message") or {}).get("seq") or 0))
+    return last
+
+
+def _weak_deleted(watcher: _PushWatcher[Any]) -> Callable[[Msg], None]:
+    """An advisory callback that calls ``watcher._on_consumer_deleted`` while the watcher lives."""
+    ref = weakref.ref(watcher)
+
+    def deleted(msg: Msg) -> None:
+        w = ref()
+        if w is not None:
+            w._on_consumer_deleted(msg.subject.rpartition(".")[2])
+
+    return deleted
+
+
 def _abandon_watcher(conn: Connection, holder: _SubHolder, listener: Callable[[], None]) -> None:
     """Finalizer of a watcher dropped without stop(): no lock, no wait, never raises.
 
@@ -959,10 +1044,12 @@ def _abandon_watcher(conn: Connection, holder: _SubHolder, listener: Callable[[]
         conn.internal.reconnect_listeners.remove(listener)
     except ValueError:
         pass
-    sub = holder.sub
-    holder.sub = None
+    sub, adv = holder.sub, holder.advisory
+    holder.sub = holder.advisory = None
     if sub is not None:
         sub._unsubscribe_soon()
+    if adv is not None:
+        adv._unsubscribe_soon()
 
 
 class _PushWatcher(Generic[T]):
@@ -1001,6 +1088,12 @@ class _PushWatcher(Generic[T]):
         self._init_done = False
         self._init_pending = 0
         self._received = 0
+        #: when the initial values are all delivered (checked against the stream)
+        self._end = _InitialEnd((resume_from - 1) if resume_from else 0)
+        #: the stream was deleted (noticed when re-creating the consumer): next() raises
+        self._gone: StreamNotFoundError | None = None
+        #: the deadline of the reader's call in progress (the requests a reader makes keep to it)
+        self._call_deadline: Deadline | None = None
         #: the consumer sequence check and the next stream sequence (ordered delivery, resets)
         self._tracker = GapTracker(next_stream_seq=resume_from or 0)
         #: The current subscription, in a holder the finalizer shares (it must not keep us alive).
@@ -1016,20 +1109,25 @@ class _PushWatcher(Generic[T]):
         self._listener = _weak_listener(self)
         self._conn.internal.reconnect_listeners.append(self._listener)
         self._finalizer = weakref.finalize(self, _abandon_watcher, self._conn, self._holder, self._listener)
+        self._call_deadline = deadline if deadline is not None else Deadline(js.timeout)
         try:
             info = self._create_first(deadline)
+            if updates_only:
+                self._mark_init_done()
+                if self._tracker.next_stream_seq == 0 and info is not None and info.delivered is not None:
+                    self._tracker.next_stream_seq = int(info.delivered.stream_seq or 0) + 1
+            else:
+                self._count_initial(info)
+            if deadline is None and self._watches_deletions:
+                self._watch_deletions()
         except StreamNotFoundError as exc:
             self._stop_quietly()
             raise self._not_found(exc) from exc
         except BaseException:
             self._stop_quietly()
             raise
-        if updates_only:
-            self._mark_init_done()
-            if self._tracker.next_stream_seq == 0 and info is not None and info.delivered is not None:
-                self._tracker.next_stream_seq = int(info.delivered.stream_seq or 0) + 1
-        else:
-            self._count_initial(info)
+        finally:
+            self._call_deadline = None
 
     def __repr__(self) -> str:
         return (f"<jssync.{type(self).__name__} stream={self._stream_name!r} subjects={self._subjects} "
@@ -1051,6 +1149,29 @@ class _PushWatcher(Generic[T]):
         raise NotImplementedError
 
     # -- consumer plumbing ----------------------------------------------------------------------
+
+    _watches_deletions = False  # a long-lived watcher listens for its consumer's deletion
+
+    def _watch_deletions(self) -> None:
+        """Listen for the consumer-deleted advisories of the stream (blocks for the SUB's PING/PONG).
+
+        The deliver subject gets nothing when the consumer or its stream is deleted (the
+        heartbeats just stop); ``$JS.EVENT.ADVISORY.CONSUMER.DELETED.<stream>.<consumer>``
+        comes at once. Its callback flags the reader, which re-creates the consumer (or
+        finds the stream gone). Without permission there, missed heartbeats notice.
+        """
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{self._stream_name}.*"
+        try:
+            self._holder.advisory = self._conn.subscribe(subject, callback=_weak_deleted(self))
+        except Error as exc:  # not allowed (PermissionDeniedError), or the link failed meanwhile
+            log.debug("%s on %s: no deletion advisories (%s); heartbeats only", self._what,
+                      self._stream_name, exc)
+
+    def _on_consumer_deleted(self, name: str) -> None:
+        # on the worker pool: only set flags
+        if name and name == self._consumer and not self._stopped:
+            self._reset_needed = True
+            self._retry_at = 0.0
 
     def _on_reconnect(self) -> None:
         # on the I/O thread: only set flags; the reader tells the gap tracker and re-creates the consumer
@@ -1085,10 +1206,49 @@ class _PushWatcher(Generic[T]):
             return
         self._received = 0
         pending = int(info.num_pending or 0) + int(getattr(info.delivered, "consumer_seq", 0) or 0)
+        self._init_pending = pending
+        self._end.new_consumer()
         if pending == 0:
+            self._initial_sent(True)
+
+    _checks_bound = False  # the end of the initial values is checked against the stream (_InitialEnd)
+
+    def _initial_sent(self, walked: bool) -> None:
+        """The consumer's counts (``walked``: all it had pending is delivered) or its pending
+        0 say the initial values are done: mark them so (with ``_checks_bound``: once the
+        stream confirms it, see :class:`_InitialEnd`)."""
+        if not self._init_done and (not self._checks_bound or self._end.done(walked, self._read_bound)):
             self._mark_init_done()
-        else:
-            self._init_pending = pending
+
+    def _read_bound(self) -> int | None:
+        """The last stream sequence among the watched subjects (0: none), or None when the
+        read failed (retried later). Keeps to the reader's call deadline."""
+        d = self._call_deadline
+        left = None if d is None else d.remaining()
+        if left is not None and left <= 0:
+            return None
+        try:
+            return _last_seq(self._js, self._stream_name, self._subjects,
+                             self._js.timeout if left is None else max(0.001, min(self._js.timeout, left)))
+        except StreamNotFoundError as exc:
+            self._stream_gone(exc)
+            return None
+        except PermissionDeniedError as exc:
+            # not allowed to read it: the consumer's counts alone say when they are done
+            log.debug("%s on %s: cannot read the last sequence (%s); the end of the initial values "
+                     "is the server's count", self._what, self._stream_name, exc)
+            self._checks_bound = False
+            return self._end.max_seq
+        except Error as exc:
+            log.debug("%s on %s: reading the last sequence failed (%s), retrying", self._what,
+                      self._stream_name, exc)
+            return None
+
+    def _stream_gone(self, exc: StreamNotFoundError) -> None:
+        """The stream was deleted: the reader raises the error once its queue is empty."""
+        if self._gone is None:
+            log.info("%s on %s: the stream is gone (%s)", self._what, self._stream_name, exc)
+            self._gone = exc
 
     def _config(self, deliver_subject: str, first: bool) -> api.ConsumerConfig:
         cfg = api.ConsumerConfig(
@@ -1122,9 +1282,22 @@ class _PushWatcher(Generic[T]):
         return cfg
 
     def _create(self, *, first: bool, timeout: float) -> api.ConsumerInfo | None:
-        """Subscribe on a fresh inbox and create the consumer delivering to it."""
+        """Subscribe on a fresh inbox and create the consumer delivering to it.
+
+        The first subscription checks the permissions (a PING/PONG); the ones of a reset
+        (the same inbox prefix) do not wait for the server, so that a stalled link costs
+        only the create request's ``timeout``. The create gets at most what is left of the
+        call in progress (``_call_deadline``) after the subscription.
+        """
         conn = self._conn
-        sub = conn.subscribe(conn.new_inbox(), pending_msgs_limit=1 << 20)
+        if first:
+            sub = conn.subscribe(conn.new_inbox(), pending_msgs_limit=1 << 20)
+        else:
+            sub = conn.internal.make_subscription(conn.new_inbox(), None, None, 1 << 20, check_permissions=False)
+        d = self._call_deadline
+        left = None if d is None else d.remaining()
+        if left is not None:
+            timeout = max(0.001, min(timeout, left))
         try:
             consumer = self._js.create_consumer(self._stream_name, self._config(sub.subject, first),
                                                 timeout=timeout)
@@ -1137,7 +1310,9 @@ class _PushWatcher(Generic[T]):
         self._hb_mon.resumed(time.monotonic())
         return consumer.cached_info
 
-    def _drop_consumer(self) -> None:
+    def _drop_consumer(self, wait: bool = True) -> None:
+        """Unsubscribe and delete the consumer: waiting for the reply (at most 2 s), or,
+        without ``wait`` (a reset, inside a reader's timeout), only sending the request."""
         sub, name = self._sub, self._consumer
         self._sub = None
         self._consumer = None
@@ -1148,18 +1323,37 @@ class _PushWatcher(Generic[T]):
                 pass
         if name is not None and not self._conn.is_closed:
             try:
-                self._js.delete_consumer(self._stream_name, name, timeout=min(self._js.timeout, 2.0))
+                if wait:
+                    self._js.delete_consumer(self._stream_name, name, timeout=min(self._js.timeout, 2.0))
+                else:
+                    self._js._api_nowait(f"CONSUMER.DELETE.{self._stream_name}.{name}")
             except Error:
                 pass  # ephemeral: it goes away by itself once inactive
 
     def _reset(self, why: str) -> None:
+        """Re-create the consumer, within what is left of the reader's call (at most the
+        context's timeout, at most 5 s); when nothing is left, at the reader's next turn."""
         log.debug("%s on %s: re-creating the consumer (%s)", self._what, self._stream_name, why)
         self._reset_needed = False
-        self._drop_consumer()
+        self._drop_consumer(wait=False)
         if self._stopped:
             return
+        timeout = min(self._js.timeout, 5.0)
+        d = self._call_deadline
+        left = None if d is None else d.remaining()
+        if left is not None:
+            if left <= 0.001:
+                # the reader's call is over (it raises its TimeoutError): its next one does it
+                self._reset_needed = True
+                self._retry_at = time.monotonic() + 0.01
+                self._hb_mon.resumed(time.monotonic())
+                return
+            timeout = min(timeout, left)
         try:
-            info = self._create(first=False, timeout=min(self._js.timeout, 5.0))
+            info = self._create(first=False, timeout=timeout)
+        except StreamNotFoundError as exc:
+            self._stream_gone(exc)
+            return
         except Error as exc:
             # keep trying while the reader waits (leader elections, reconnects)
             log.info("%s on %s could not re-create its consumer: %s", self._what, self._stream_name,
@@ -1190,6 +1384,11 @@ class _PushWatcher(Generic[T]):
                 hb = tracker.heartbeat(st.last_consumer, tracker.generation)
                 if type(hb) is Reset:
                     self._reset(hb.reason)
+                elif act is PushAction.HEARTBEAT and self._checks_bound and not self._init_done:
+                    # idle, the initial values not confirmed: some may be gone (an expired
+                    # value, a purge) and never come; ask the stream (again)
+                    self._end.due = True
+                    self._initial_sent(False)
                 return
             if st.code in (CONFLICT, NOT_FOUND):
                 gone = tracker.status_from(tracker.generation, f"status {st.code} {st.description}")
@@ -1200,7 +1399,8 @@ class _PushWatcher(Generic[T]):
             meta = msg.metadata
         except Error:
             return
-        step = tracker.message(meta.sequence.stream, meta.sequence.consumer, tracker.generation)
+        sseq = meta.sequence.stream
+        step = tracker.message(sseq, meta.sequence.consumer, tracker.generation)
         if step is DELIVER:
             item = self._item(msg, meta)
             if item is not None:
@@ -1211,10 +1411,14 @@ class _PushWatcher(Generic[T]):
             return
         # SKIP: a consumer re-created during the initial values delivers the latest per
         # subject again; those before the last one delivered were delivered already
+        end = self._end
+        if sseq > end.max_seq:
+            end.max_seq = sseq
         if not self._init_done:
             self._received += 1
-            if meta.num_pending == 0 or self._received >= self._init_pending:
-                self._mark_init_done()
+            walked = self._received >= self._init_pending
+            if walked or meta.num_pending == 0 or end.bound is not None:
+                self._initial_sent(walked)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -1226,6 +1430,9 @@ class _PushWatcher(Generic[T]):
         Raises:
             jssync.TimeoutError: nothing arrived in time.
             StopIteration: the watcher was stopped (or its connection closed).
+            jssync.BucketNotFoundError (a jssync.StreamNotFoundError; the stream's own
+                not-found error for a plain stream watcher): the bucket was deleted,
+                raised once the entries already received were read, and on every call after.
         """
         deadline = Deadline(timeout)
         # another thread may be reading (it holds the lock while it waits): wait for it in
@@ -1236,12 +1443,18 @@ class _PushWatcher(Generic[T]):
                 raise StopIteration
             if deadline.expired():
                 raise TimeoutError(f"no update within {timeout}s ({self._what} on {self._stream_name})")
+        self._call_deadline = deadline
         try:
             while True:
                 if self._ready:
                     return self._ready.popleft()
                 if self._stopped or self._conn.is_closed:
                     raise StopIteration
+                if self._gone is not None:
+                    raise self._not_found(self._gone)
+                if self._end.due and not self._init_done and time.monotonic() >= self._end.retry_at:
+                    self._initial_sent(False)
+                    continue
                 if self._reset_needed and time.monotonic() >= self._retry_at:
                     why = "retry"
                     if self._reconnected:  # one reset per reconnect
@@ -1276,6 +1489,7 @@ class _PushWatcher(Generic[T]):
                     continue
                 self._handle(got)
         finally:
+            self._call_deadline = None
             lock.release()
 
     # nats-py's name for it
@@ -1321,6 +1535,12 @@ class _PushWatcher(Generic[T]):
             self._conn.internal.reconnect_listeners.remove(self._listener)
         except ValueError:
             pass
+        adv, self._holder.advisory = self._holder.advisory, None
+        if adv is not None:
+            try:
+                adv.unsubscribe()
+            except Error:
+                pass
         with self._lock:
             self._drop_consumer()
         self._finalizer.detach()
@@ -1338,10 +1558,14 @@ class KeyWatcher(_PushWatcher[Entry]):
     ``resume_from_revision``), with the latest value per key again, skipping the keys
     whose latest revision was delivered already. So every initial value is the latest
     of its key when it is read (ADR-8), never an older revision, and each key comes once.
+    :meth:`next`'s timeout bounds the whole call, a re-created consumer included. When
+    the bucket is deleted, reading raises :class:`BucketNotFoundError` within a moment.
     Thread-safe; :meth:`stop` may be called from any thread and wakes a blocked reader.
     """
 
     _what = "key watcher"
+    _checks_bound = True
+    _watches_deletions = True
 
     def __init__(self, kv: KeyValue, subjects: list[str], *, include_history: bool, ignore_deletes: bool,
                  updates_only: bool, meta_only: bool, resume_from: int | None,
