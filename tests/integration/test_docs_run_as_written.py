@@ -134,15 +134,7 @@ def _runnable(path: Path) -> bool:
                for b in blocks(text))
 
 
-#: pages whose blocks do not run as written yet (the docs still to be fixed; each is reported in the run)
-NOT_YET: dict[str, str] = {
-    "docs/consuming.md": "to fix",
-    "docs/frameworks.md": "to fix",
-    "docs/liftbridge.md": "to fix", "docs/push-subscribe.md": "to fix",
-    "docs/security.md": "to fix", "docs/spark.md": "to fix",
-    "docs/tracing.md": "to fix",
-}
-RUNNABLE = [p for p in PAGES if _runnable(p) and str(p.relative_to(ROOT)) not in NOT_YET]
+RUNNABLE = [p for p in PAGES if _runnable(p)]
 
 
 @pytest.mark.parametrize("path", RUNNABLE, ids=[str(p.relative_to(ROOT)) for p in RUNNABLE])
