@@ -4,7 +4,7 @@ Runs with one command on local Spark against an embedded nats-server::
 
     python examples/spark_pipeline.py
 
-Needs PySpark 4.2+ (``pip install 'jssync[spark]'``) and Java 17 (see docs/spark.md).
+Needs PySpark 4.2+ (``pip install '.[spark]'``) and Java 17 (see docs/spark.md).
 
 1. 5,000 orders (JSON) are published to the ORDERS stream.
 2. A batch job reads ORDERS in 2 partitions, totals the amounts per region and writes one

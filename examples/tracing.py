@@ -1,6 +1,6 @@
 """Tracing with OpenTelemetry: one trace from a publish to the consumer that processes it.
 
-Needs the OpenTelemetry SDK (``pip install 'jssync[otel]' opentelemetry-sdk``). The spans are
+Needs the OpenTelemetry SDK (``pip install '.[otel]' opentelemetry-sdk``). The spans are
 printed by the SDK's console exporter; in an application you would export them with OTLP
 (``opentelemetry-exporter-otlp``) to a collector, Jaeger, Tempo, ...
 

@@ -1,5 +1,7 @@
 """jssync: a synchronous, thread-based client for NATS JetStream, built on nats-py."""
 
+from typing import TYPE_CHECKING, Any
+
 from nats.js.api import (
     AccountInfo,
     AckPolicy,
@@ -20,7 +22,6 @@ from nats.js.api import (
     StreamInfo,
 )
 
-from . import micro  # the submodule jssync.micro
 from .base.deadline import DEFAULT, Default
 from .base.errors import (
     APIError,
@@ -133,11 +134,6 @@ from .kv.keyvalue import (
     KeyWatcher,
     KeyWrongLastSequenceError,
 )
-from .liftbridge.errors import (
-    InvalidAckError,
-    NoSuchPartitionError,
-    StreamExistsError,
-)
 from .objectstore.objectstore import (
     BadObjectMetaError,
     DigestMismatchError,
@@ -150,13 +146,34 @@ from .objectstore.objectstore import (
     ObjectStoreStatus,
     ObjectWatcher,
 )
-from .pcgroups.errors import (
-    ConsumerGroupChangedError,
-    ConsumerGroupConfigError,
-    ConsumerGroupError,
-    ConsumerGroupNotFoundError,
-    NotAMemberError,
-)
+
+if TYPE_CHECKING:  # loaded on first use (__getattr__ below): they cost a third of jssync's import
+    from . import liftbridge as liftbridge
+    from . import micro
+    from . import pcgroups as pcgroups
+    from .liftbridge.errors import (
+        InvalidAckError,
+        NoSuchPartitionError,
+        StreamExistsError,
+    )
+    from .pcgroups.errors import (
+        ConsumerGroupChangedError,
+        ConsumerGroupConfigError,
+        ConsumerGroupError,
+        ConsumerGroupNotFoundError,
+        NotAMemberError,
+    )
+
+#: public names loaded on first use (PEP 562): name -> the module that defines it; a module's own
+#: name (``jssync.micro``) is that submodule
+_LAZY = {
+    "micro": ".micro", "liftbridge": ".liftbridge", "pcgroups": ".pcgroups",
+    "InvalidAckError": ".liftbridge.errors", "NoSuchPartitionError": ".liftbridge.errors",
+    "StreamExistsError": ".liftbridge.errors",
+    "ConsumerGroupChangedError": ".pcgroups.errors", "ConsumerGroupConfigError": ".pcgroups.errors",
+    "ConsumerGroupError": ".pcgroups.errors", "ConsumerGroupNotFoundError": ".pcgroups.errors",
+    "NotAMemberError": ".pcgroups.errors",
+}
 
 __version__ = "0.1.0"
 
@@ -315,15 +332,38 @@ __all__ = [
 ]
 
 
-def _own_module() -> None:
-    """Make jssync's own classes and functions print as ``jssync.X`` (``jssync.TimeoutError``
+def _own_name(name: str, obj: object) -> None:
+    """Make one of jssync's own classes or functions print as ``jssync.X`` (``jssync.TimeoutError``
     in a traceback, not ``jssync.base.errors.TimeoutError``), as httpx does. The nats-py types
     re-exported here (``StreamConfig``, ...) keep their module."""
+    if getattr(obj, "__module__", "").startswith("jssync.") and getattr(obj, "__name__", None) == name:
+        obj.__module__ = "jssync"
+
+
+def _own_module() -> None:
     here = globals()
     for name in __all__:
-        obj = here[name]
-        if getattr(obj, "__module__", "").startswith("jssync.") and getattr(obj, "__name__", None) == name:
-            obj.__module__ = "jssync"
+        if name not in _LAZY:
+            _own_name(name, here[name])
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name of :data:`_LAZY` on first use (PEP 562): ``jssync.micro``,
+    ``jssync.ConsumerGroupError``, ``from jssync import StreamExistsError`` ..."""
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'jssync' has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(target, __name__)
+    value = module if target == f".{name}" else getattr(module, name)
+    _own_name(name, value)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 _own_module()

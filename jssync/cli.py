@@ -1948,11 +1948,26 @@ def _add(group: Any, name: str, **kw: Any) -> argparse.ArgumentParser:
     return x
 
 
+def _version_text() -> str:
+    """``jssync 0.1.0 (nats-py 2.16.0, Python 3.12.3)``: what ``jssync --version`` prints."""
+    from importlib import metadata
+
+    from . import __version__
+
+    try:
+        nats_py = metadata.version("nats-py")
+    except metadata.PackageNotFoundError:  # pragma: no cover - nats-py from a checkout
+        nats_py = "unknown"
+    return f"jssync {__version__} (nats-py {nats_py}, Python {sys.version.split()[0]})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="jssync", description="jssync: NATS JetStream from the command line",
         epilog="Settings come from the flag, else the environment (NATS_URL, NATS_USER, ...), else the "
                "nats CLI context (--context NAME, else the selected one).")
+    p.add_argument("--version", action="version", version=_version_text(),
+                   help="print jssync's version (and nats-py's, Python's) and exit")
     _add_global_options(p)
     sub = p.add_subparsers(dest="command", required=True)
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..base.errors import ConnectionClosedError, Error, ForkError, NotJSMessageError, ValidationError
 from ..base.jsack import MsgMetadata, parse_ack_subject
+from ..base.reprs import Rows, SummaryRepr
 from .hooks import HOOKS
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def _term_payload(reason: str | None) -> bytes:
     return _TERM + b" " + reason.encode() if reason else _TERM
 
 
-class Msg:
+class Msg(SummaryRepr):
     """A message received (or a reply to a request).
 
     Attributes:
@@ -89,6 +90,27 @@ class Msg:
 
     def __repr__(self) -> str:
         return f"<jssync.Msg subject={self.subject!r} reply={self.reply!r} data={self.data[:32]!r}...>"
+
+    _repr_pretty_ = SummaryRepr._repr_pretty_  # here, not only inherited: IPython takes the nearest __repr__
+
+    def _summary(self) -> tuple[str, Rows]:
+        """The notebook summary: subject, size, the first bytes, header names (never their values:
+        they may hold tokens), and the JetStream metadata of a JetStream message."""
+        rows: list[tuple[str, object]] = [("subject", self.subject), ("size", f"{len(self.data):,} B"),
+                                          ("data", repr(self.data[:48]) + ("..." if len(self.data) > 48 else ""))]
+        if self.headers:
+            rows.append(("headers", sorted(self.headers)))
+        try:
+            meta = self.metadata if self.reply.startswith("$JS.ACK.") else None
+        except NotJSMessageError:
+            meta = None
+        if meta is not None:
+            rows += [("stream", meta.stream), ("consumer", meta.consumer), ("stream seq", meta.sequence.stream),
+                     ("consumer seq", meta.sequence.consumer), ("delivered", meta.num_delivered),
+                     ("pending", meta.num_pending), ("time", meta.timestamp)]
+        elif self.reply:
+            rows.append(("reply", self.reply))
+        return "jssync.Msg", rows
 
     def respond(self, data: bytes = b"", *, headers: dict[str, str] | None = None) -> None:
         """Publish ``data`` to this message's reply subject (buffered, returns at once).

@@ -30,9 +30,7 @@ def redact_url(url: str) -> str:
         return "<invalid url>"
     if parts.username is None and parts.password is None:
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    host = parts.netloc.rpartition("@")[2]   # as written (a bad port is shown, not parsed)
     user = parts.username or ""
     cred = f"{user}:***" if parts.password is not None else "***"
     return urlunsplit((parts.scheme, f"{cred}@{host}", parts.path, parts.query, parts.fragment))
@@ -118,11 +116,37 @@ def _check_url(url: str) -> str:
         if scheme.lower() not in SCHEMES:
             raise ValidationError(f"server URL {redact_url(url)!r} has the scheme {scheme!r}: "
                                   f"jssync connects with {_SCHEMES_TEXT}")
-        return f"{scheme.lower()}://{rest}"
-    if "/" in url:
+        url = f"{scheme.lower()}://{rest}"
+    elif "/" in url:
         raise ValidationError(f"invalid server URL {redact_url(url)!r}: write it as nats://host:port "
                               f"(jssync connects with {_SCHEMES_TEXT})")
+    _check_host_port(url)
     return url
+
+
+def _check_host_port(url: str) -> None:
+    """Refuse a URL whose host is missing or malformed, or whose port is not a number in 1..65535.
+
+    Raises:
+        jssync.ValidationError: naming the URL (password redacted) and what is wrong with it.
+    """
+    shown = redact_url(url) if "@" in url else url
+    try:
+        parts = urlsplit(url if "://" in url else "nats://" + url)
+        host = parts.hostname
+    except ValueError as exc:  # an unclosed [IPv6 bracket, ...
+        raise ValidationError(f"invalid server URL {shown!r}: {exc}") from None
+    if not host:
+        raise ValidationError(f"invalid server URL {shown!r}: no host (write it as nats://host:port)")
+    if any(c.isspace() for c in host):
+        raise ValidationError(f"invalid server URL {shown!r}: the host {host!r} has white space in it")
+    port_text = parts.netloc.rpartition("@")[2]
+    port_text = port_text.rpartition("]")[2] if port_text.startswith("[") else port_text
+    if ":" not in port_text:
+        return
+    port = port_text.rpartition(":")[2]
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValidationError(f"invalid server URL {shown!r}: the port {port!r} is not a number from 1 to 65535")
 
 
 def _host(url: str) -> str:

@@ -11,6 +11,7 @@ from nats.js import api
 from ..base.deadline import DEFAULT, Deadline, Default
 from ..base.durations import optional_seconds, seconds
 from ..base.errors import PullRequestError, TimeoutError, UnknownOptionError, ValidationError
+from ..base.reprs import Rows, SummaryRepr
 from ..core.hooks import HOOKS as _CORE
 from ..core.msg import Msg
 from .priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
@@ -28,6 +29,7 @@ from .pull import (
     pull_lost,
     validate_fetch,
 )
+from .reprs import consumer_rows
 
 if TYPE_CHECKING:
     from .context import JetStream
@@ -50,7 +52,7 @@ def _expires_not_timeout(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     return call
 
 
-class Consumer:
+class Consumer(SummaryRepr):
     """A handle on one consumer. Made by :meth:`JetStream.consumer` / ``create_consumer``.
 
     Read messages with :meth:`fetch`, :meth:`fetch_bytes`, :meth:`fetch_no_wait`,
@@ -67,6 +69,11 @@ class Consumer:
 
     def __repr__(self) -> str:
         return f"<jssync.Consumer {self.stream!r}/{self.name!r}>"
+
+    _repr_pretty_ = SummaryRepr._repr_pretty_  # here, not only inherited: IPython takes the nearest __repr__
+
+    def _summary(self) -> tuple[str, Rows]:
+        return f"jssync.Consumer {self.stream!r}/{self.name!r} (cached info)", consumer_rows(self._info)
 
     @property
     def cached_info(self) -> api.ConsumerInfo:

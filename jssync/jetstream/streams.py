@@ -11,11 +11,13 @@ from nats.js import api
 
 from ..base.deadline import DEFAULT, Default
 from ..base.errors import MessageNotFoundError, ValidationError
+from ..base.reprs import Rows, SummaryRepr
 from ..base.times import server_time_or_none
 from ..base.validate import check_int, validate_subject
 from .direct import direct_get, direct_get_batch, direct_get_last_for
 from .ordered import OrderedConsumer
 from .replies import StoredMsg
+from .reprs import stream_rows
 
 if TYPE_CHECKING:
     from .consumers import Consumer
@@ -53,8 +55,11 @@ def parse_header_block(raw: bytes) -> dict[str, str] | None:
 parse_time = server_time_or_none
 
 
-class Stream:
-    """A handle on one stream. Made by :meth:`JetStream.stream` / ``create_stream``. Thread-safe."""
+class Stream(SummaryRepr):
+    """A handle on one stream. Made by :meth:`JetStream.stream` / ``create_stream``. Thread-safe.
+
+    In a notebook it shows its cached info as a table (``_repr_html_``, ``_repr_pretty_``; no I/O).
+    """
 
     def __init__(self, js: JetStream, info: api.StreamInfo) -> None:
         self._js = js
@@ -64,6 +69,11 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"<jssync.Stream {self.name!r}>"
+
+    _repr_pretty_ = SummaryRepr._repr_pretty_  # here, not only inherited: IPython takes the nearest __repr__
+
+    def _summary(self) -> tuple[str, Rows]:
+        return f"jssync.Stream {self.name!r} (cached info)", stream_rows(self._info)
 
     @property
     def cached_info(self) -> api.StreamInfo:

@@ -38,13 +38,15 @@ def instrument(*, tracer_provider: Any = None) -> None:
     provider replaces the old one, and each operation still makes one span. Never blocks.
 
     Raises:
-        ImportError: ``opentelemetry-api`` is not installed (``pip install jssync[otel]``).
+        ImportError: ``opentelemetry-api`` is not installed (``pip install opentelemetry-api``; the
+            extra ``.[otel]`` in a jssync checkout).
     """
     try:
         from ._tracer import MessageTracer
     except ImportError as exc:
         if (exc.name or "").startswith("opentelemetry"):
-            raise ImportError("jssync.otel needs opentelemetry-api: pip install 'jssync[otel]'") from exc
+            raise ImportError("jssync.otel needs opentelemetry-api: pip install opentelemetry-api "
+                              "(the extra '.[otel]' in a jssync checkout)") from exc
         raise
     tracer = MessageTracer(tracer_provider)
     with _lock:

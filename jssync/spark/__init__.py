@@ -49,8 +49,8 @@ rows, the writers), :mod:`~jssync.spark.rowpub` (PubAcks counted as they come),
 from :mod:`jssync.spark` too.
 
 Everything the executors get (readers, partitions, writers) holds plain option values
-only, never a connection. Needs PySpark 4.2 or newer (``pip install 'jssync[spark]'``)
-and Java 17. See ``docs/spark.md``.
+only, never a connection. Needs PySpark 4.2 or newer (``pip install 'pyspark[sql]>=4.2'``, or the
+extra ``.[spark]`` in a jssync checkout) and Java 17. See ``docs/spark.md``.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "jssync.spark needs PySpark 4.2 or newer with its SQL extras (pyarrow, pandas): "
-        "pip install 'jssync[spark]' (Spark also needs Java 17, see docs/spark.md)"
+        "pip install 'pyspark[sql]>=4.2' (the extra '.[spark]' in a jssync checkout; Spark also needs Java 17, "
+        "see docs/spark.md)"
     ) from _exc
 
 _MIN_PYSPARK = (4, 2)
@@ -80,7 +81,7 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 if _version_tuple(pyspark.__version__) < _MIN_PYSPARK:  # pragma: no cover - depends on the environment
     raise ImportError(
         f"jssync.spark needs PySpark {_MIN_PYSPARK[0]}.{_MIN_PYSPARK[1]} or newer (found {pyspark.__version__}): "
-        "pip install -U 'jssync[spark]'"
+        "pip install -U 'pyspark[sql]>=4.2'"
     )
 
 

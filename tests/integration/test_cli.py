@@ -143,6 +143,15 @@ def test_console_script_help():
     assert proc.returncode == 0 and "stream" in proc.stdout and "consumer" in proc.stdout
 
 
+def test_version_prints_jssync_nats_py_and_python_versions():
+    proc = subprocess.run([sys.executable, "-m", "jssync", "--version"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    import jssync as _jssync
+
+    assert proc.stdout.startswith(f"jssync {_jssync.__version__} (nats-py ")
+    assert f"Python {sys.version.split()[0]})" in proc.stdout
+
+
 # -- the real command, as nats CLI users type it ------------------------
 
 import base64  # noqa: E402

@@ -600,6 +600,16 @@ def test_plain_api_reference_is_current():
         assert f"`{name}`" in text, name
 
 
+def test_plain_api_reference_shows_no_raw_sphinx_roles():
+    """The docstrings' :class:`X` / :meth:`X.y` roles are rendered as Markdown code in docs/api.md."""
+    import re
+
+    text = (ROOT / "docs" / "api.md").read_text()
+    raw = re.findall(r":(?:py:)?[a-z]+:`[^`]*`", text)
+    assert not raw, raw[:10]
+    assert "`jssync.ConnectionClosedError`" in text
+
+
 def test_permission_refusal_is_reported_once(tmp_path):
     """Raised on the calling thread and not also printed (error_cb default, logging's
     last-resort handler) or handed to error_cb; a refusal nothing waits for is printed once."""

@@ -59,3 +59,27 @@ def test_accepted_forms_still_work(nats_server, form):
         nc.flush(timeout=5)
     finally:
         nc.close()
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("nats://127.0.0.1:42x2", "the port '42x2'"),
+    ("127.0.0.1:42x2", "the port '42x2'"),
+    ("nats://127.0.0.1:99999", "the port '99999'"),
+    ("nats://127.0.0.1:0", "the port '0'"),
+    ("nats://localhost:", "the port ''"),
+    ("nats://:4222", "no host"),
+    ("nats://[::1", "Invalid IPv6"),
+    ("nats://a b:4222", "white space"),
+])
+def test_bad_host_or_port_is_a_validation_error_naming_the_url(url, why):
+    t0 = time.monotonic()
+    with pytest.raises(jssync.ValidationError) as ei:
+        _connect_expecting_failure(url, timeout=10)
+    assert time.monotonic() - t0 < 1 * FACTOR
+    assert repr(url) in str(ei.value) and why in str(ei.value), ei.value
+
+
+def test_bad_port_with_a_password_names_the_url_without_the_password():
+    with pytest.raises(jssync.ValidationError) as ei:
+        _connect_expecting_failure("nats://joe:s3cret@127.0.0.1:42x2", timeout=10)
+    assert "'nats://joe:***@127.0.0.1:42x2'" in str(ei.value) and "s3cret" not in str(ei.value), ei.value

@@ -78,7 +78,7 @@ def test_missing_pyspark_gives_an_install_hint():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "pip install 'jssync[spark]'" in proc.stdout
+    assert "pip install 'pyspark[sql]>=4.2'" in proc.stdout
     assert "Java 17" in proc.stdout
 
 
