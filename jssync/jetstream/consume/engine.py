@@ -143,6 +143,7 @@ class PullEngine:
         "req", "req_b", "rx", "rx_b", "disc", "disc_b", "taken_n", "taken_b", "_count", "open", "pulls",
         "activity", "last_act", "monitor", "_tick_n", "retry_at", "big_b", "min_pull_b", "last_pull_b",
         "rx_at_pull", "last_warning", "size_warned", "nr_outage", "_swaps", "single",
+        "_wo_n", "_wo_b", "ghost_n", "ghost_b", "ghost_until",
     )
 
     def __init__(self, *, max_messages: int, max_bytes: int = 0, threshold_messages: int | None = None,
@@ -209,6 +210,15 @@ class PullEngine:
         #: a 503 was reported and no message arrived since (one report per outage)
         self.nr_outage = False
         self._swaps = 0
+        #: written off by the write-off whose inbox swap is under way (what its statuses may still end)
+        self._wo_n = 0
+        self._wo_b = 0
+        #: after a failed inbox swap: pending messages / bytes of written-off pulls whose statuses
+        #: may still come on the inbox in use (a status there takes its counts from these first,
+        #: so a written-off pull is not subtracted twice); forgotten once they expired
+        self.ghost_n = 0
+        self.ghost_b = 0
+        self.ghost_until: float | None = None
 
     def __repr__(self) -> str:
         return (f"<PullEngine {self.state.name.lower()} pending={self.pending_messages}/{self.pending_bytes} "
@@ -300,6 +310,9 @@ class PullEngine:
         (the runner passes it on to :meth:`message` or :meth:`skipped`)."""
         self.disc -= 1
         self.disc_b -= size
+        if self._wo_n:
+            self._wo_n -= 1
+            self._wo_b = max(0, self._wo_b - size)
 
     def skipped(self, size: int = 0) -> tuple[Action, ...]:
         """A message that took its place in a pull but is never handed out (ordered: delivered
@@ -355,10 +368,21 @@ class PullEngine:
         if self.single:
             return single_status(self, act, st)
         if written_off:  # a pull the counts do not include any more: only the end matters
+            if self.resetting and self._swaps:  # it ended: not open again if the swap fails
+                self._swaps -= 1
+                self._wo_n = max(0, self._wo_n - pending_msgs)
+                self._wo_b = max(0, self._wo_b - pending_bytes)
             if act is StatusAction.TERMINAL:
                 return end_with(self, status_error(st, self.stream, self.consumer))
             return NOTHING
         self.open -= 1
+        if self.ghost_n or self.ghost_b:  # it may end a written-off pull: its counts are gone already
+            g = min(pending_msgs, self.ghost_n)
+            self.ghost_n -= g
+            pending_msgs -= g
+            g = min(pending_bytes, self.ghost_b)
+            self.ghost_b -= g
+            pending_bytes -= g
         self.disc += pending_msgs
         self.disc_b += pending_bytes
         if act is StatusAction.DONE:
@@ -391,6 +415,11 @@ class PullEngine:
         if self.single:
             return single_tick(self, now)
         out: list[Action] = []
+        if self.ghost_until is not None and now >= self.ghost_until:
+            self.ghost_n = self.ghost_b = 0  # the written-off pulls have expired on the server
+            self.ghost_until = None
+        elif self.ghost_until is None and (self.ghost_n or self.ghost_b):
+            self.ghost_until = now + self.expires + 1.0
         act = self.activity
         in_flight = self.in_flight
         if act != self.last_act or in_flight <= 0 or self.resetting:
@@ -443,7 +472,12 @@ class PullEngine:
         self.resetting = False
         if not ok:
             self.open += self._swaps
+            if self._swaps:
+                self.ghost_n += self._wo_n
+                self.ghost_b += self._wo_b
+                self.ghost_until = None  # (counted from the next tick)
         self._swaps = 0
+        self._wo_n = self._wo_b = 0
         return self.refill()
 
     def recreated(self) -> tuple[Action, ...]:
@@ -451,6 +485,7 @@ class PullEngine:
         for the old one is written off, a pull goes out."""
         self.resetting = False
         self.open = 0
+        self.ghost_n = self.ghost_b = 0
         self.disc = self.req - self.rx
         self.disc_b = self.req_b - self.rx_b
         return self.refill()
@@ -545,10 +580,17 @@ class PullEngine:
         """The pulls in flight count as gone on the server; when one may still be open, the
         next ones go to a new inbox (:class:`SwapInbox`, no pull until :meth:`inbox_swapped`)."""
         alive = self.req - self.rx - self.disc > 0 and self.open > 0
+        gone_n = self.req - self.rx - self.disc
+        gone_b = self.req_b - self.rx_b - self.disc_b
         self.disc = self.req - self.rx
         self.disc_b = self.req_b - self.rx_b
+        if self.resetting and self._swaps:  # (more written off while the swap is under way)
+            self._wo_n += max(0, gone_n)
+            self._wo_b += max(0, gone_b)
         if alive and not self.resetting and self.state is _RUNNING:
             self._swaps = self.open
+            self._wo_n = max(0, gone_n)
+            self._wo_b = max(0, gone_b)
             self.open = 0
             self.resetting = True
             return (SwapInbox(),)
