@@ -89,6 +89,7 @@ from .actions import (
 )
 from .heartbeat import HeartbeatMonitor
 from .statuses import end_with, no_heartbeat, single_status, single_tick, start_recreate, status_verdict
+from .writeoffs import WriteOffs
 
 __all__ = [
     "NOTHING", "Action", "ArmTimer", "CheckConsumer", "Drop", "End", "EngineState", "Nak", "NakBuffered",
@@ -131,6 +132,16 @@ class PullEngine:
             runner's reader calls :meth:`tick`); ``heartbeat`` 0: none watched, ``expires``
             0: no_wait. Then the engine is CLOSED (what still arrives is dropped) or, after
             :meth:`stop` (given up while the pull may be open), STOPPED (it is nak'ed).
+        grouped: the pulls name a priority group (ADR-42): :meth:`stop` unsubscribes at once
+            (``Unsubscribe(wait=False)``), since a pull left waiting on the server would take
+            the group's messages, and the pin after an unpin, from the live members.
+        early: (priority groups but pinned_client) a message counts off the pending count when
+            it is received, not when the application takes it, so a pull stays waiting on the
+            server while the application works through its buffer (the group's other members,
+            at a lower priority or by overflow, get nothing meanwhile). What is requested and
+            not received stays within ``max_messages`` / ``max_bytes``; the buffer may hold up
+            to as much again (pending = in flight + what the buffer holds past the limit).
+            The runner asks :meth:`due` after buffering a message and then calls :meth:`refill`.
 
     Raises:
         jssync.ValidationError: a limit is not an int >= 1 (max_messages) / >= 0, or a
@@ -142,13 +153,13 @@ class PullEngine:
         "bytes_mode", "state", "paused", "hold", "resetting", "error",
         "req", "req_b", "rx", "rx_b", "disc", "disc_b", "taken_n", "taken_b", "_count", "open", "pulls",
         "activity", "last_act", "monitor", "_tick_n", "retry_at", "big_b", "min_pull_b", "last_pull_b",
-        "rx_at_pull", "last_warning", "size_warned", "nr_outage", "_swaps", "single",
-        "_wo_n", "_wo_b", "ghost_n", "ghost_b", "ghost_until",
+        "rx_at_pull", "last_warning", "size_warned", "nr_outage", "wo", "single", "grouped", "early",
     )
 
     def __init__(self, *, max_messages: int, max_bytes: int = 0, threshold_messages: int | None = None,
                  threshold_bytes: int | None = None, expires: float, heartbeat: float, stream: str = "",
-                 consumer: str = "", recreate: bool = False, single: bool = False) -> None:
+                 consumer: str = "", recreate: bool = False, single: bool = False, grouped: bool = False,
+                 early: bool = False) -> None:
         check_int(max_messages, "max_messages", maximum=MAX_I64, open_ended=True)
         check_int(max_bytes, "max_bytes", minimum=0, maximum=MAX_I64, open_ended=True)
         for name, f in (("expires", expires), ("heartbeat", heartbeat)):
@@ -168,6 +179,8 @@ class PullEngine:
         self.consumer = consumer
         self.recreate = recreate
         self.single = single
+        self.grouped = grouped
+        self.early = early
         self.bytes_mode = max_bytes > 0
         self.state = EngineState.NEW
         #: disconnected: no pulls, no heartbeat misses
@@ -209,16 +222,8 @@ class PullEngine:
         self.size_warned = False
         #: a 503 was reported and no message arrived since (one report per outage)
         self.nr_outage = False
-        self._swaps = 0
-        #: written off by the write-off whose inbox swap is under way (what its statuses may still end)
-        self._wo_n = 0
-        self._wo_b = 0
-        #: after a failed inbox swap: pending messages / bytes of written-off pulls whose statuses
-        #: may still come on the inbox in use (a status there takes its counts from these first,
-        #: so a written-off pull is not subtracted twice); forgotten once they expired
-        self.ghost_n = 0
-        self.ghost_b = 0
-        self.ghost_until: float | None = None
+        #: written-off pulls whose statuses may still come (an inbox swap; a failed one)
+        self.wo = WriteOffs()
 
     def __repr__(self) -> str:
         return (f"<PullEngine {self.state.name.lower()} pending={self.pending_messages}/{self.pending_bytes} "
@@ -235,6 +240,25 @@ class PullEngine:
     def pending_bytes(self) -> int:
         """Bytes requested and not yet taken (bytes mode)."""
         return max(0, self.req_b - self.taken_b - self.disc_b)
+
+    def due(self) -> bool:
+        """(early engines) a pull is due now: what is in flight, and what the buffer holds past
+        the limit, fell to the threshold (read-only; the runner then calls :meth:`refill`)."""
+        if self.state is not _RUNNING:
+            return False
+        if self.bytes_mode:
+            return self._pend_b() <= self.thr_b
+        return self._pend() <= self.thr
+
+    def _pend(self) -> int:
+        if self.early:
+            return self.req - self.rx - self.disc + max(0, self.rx - self.taken_n - self.max_messages)
+        return self.req - self.taken_n - self.disc
+
+    def _pend_b(self) -> int:
+        if self.early:
+            return self.req_b - self.rx_b - self.disc_b + max(0, self.rx_b - self.taken_b - self.max_bytes)
+        return self.req_b - self.taken_b - self.disc_b
 
     @property
     def in_flight(self) -> int:
@@ -310,9 +334,7 @@ class PullEngine:
         (the runner passes it on to :meth:`message` or :meth:`skipped`)."""
         self.disc -= 1
         self.disc_b -= size
-        if self._wo_n:
-            self._wo_n -= 1
-            self._wo_b = max(0, self._wo_b - size)
+        self.wo.arrived(size)
 
     def skipped(self, size: int = 0) -> tuple[Action, ...]:
         """A message that took its place in a pull but is never handed out (ordered: delivered
@@ -338,6 +360,8 @@ class PullEngine:
             for _ in range(n):
                 t = self.taken_n = next(self._count)
             self.taken_b += size
+        if self.early:
+            return self.due()
         if self.bytes_mode:
             return self.req_b - self.taken_b - self.disc_b <= self.thr_b
         return self.req - t - self.disc <= self.thr
@@ -368,21 +392,14 @@ class PullEngine:
         if self.single:
             return single_status(self, act, st)
         if written_off:  # a pull the counts do not include any more: only the end matters
-            if self.resetting and self._swaps:  # it ended: not open again if the swap fails
-                self._swaps -= 1
-                self._wo_n = max(0, self._wo_n - pending_msgs)
-                self._wo_b = max(0, self._wo_b - pending_bytes)
+            if self.resetting:  # it ended: not open again if the swap fails
+                self.wo.ended(pending_msgs, pending_bytes)
             if act is StatusAction.TERMINAL:
                 return end_with(self, status_error(st, self.stream, self.consumer))
             return NOTHING
         self.open -= 1
-        if self.ghost_n or self.ghost_b:  # it may end a written-off pull: its counts are gone already
-            g = min(pending_msgs, self.ghost_n)
-            self.ghost_n -= g
-            pending_msgs -= g
-            g = min(pending_bytes, self.ghost_b)
-            self.ghost_b -= g
-            pending_bytes -= g
+        if self.wo.ghost_n or self.wo.ghost_b:  # it may end a written-off pull: counted off already
+            pending_msgs, pending_bytes = self.wo.absorb(pending_msgs, pending_bytes)
         self.disc += pending_msgs
         self.disc_b += pending_bytes
         if act is StatusAction.DONE:
@@ -415,11 +432,7 @@ class PullEngine:
         if self.single:
             return single_tick(self, now)
         out: list[Action] = []
-        if self.ghost_until is not None and now >= self.ghost_until:
-            self.ghost_n = self.ghost_b = 0  # the written-off pulls have expired on the server
-            self.ghost_until = None
-        elif self.ghost_until is None and (self.ghost_n or self.ghost_b):
-            self.ghost_until = now + self.expires + 1.0
+        self.wo.tick(now, self.expires)
         act = self.activity
         in_flight = self.in_flight
         if act != self.last_act or in_flight <= 0 or self.resetting:
@@ -470,14 +483,7 @@ class PullEngine:
         """The runner's new inbox is ready (``ok``) or could not be made: the old one stays,
         and the pulls written off on it count as open again (their statuses still come there)."""
         self.resetting = False
-        if not ok:
-            self.open += self._swaps
-            if self._swaps:
-                self.ghost_n += self._wo_n
-                self.ghost_b += self._wo_b
-                self.ghost_until = None  # (counted from the next tick)
-        self._swaps = 0
-        self._wo_n = self._wo_b = 0
+        self.open += self.wo.swapped(ok)
         return self.refill()
 
     def recreated(self) -> tuple[Action, ...]:
@@ -485,7 +491,7 @@ class PullEngine:
         for the old one is written off, a pull goes out."""
         self.resetting = False
         self.open = 0
-        self.ghost_n = self.ghost_b = 0
+        self.wo.clear()
         self.disc = self.req - self.rx
         self.disc_b = self.req_b - self.rx_b
         return self.refill()
@@ -514,7 +520,7 @@ class PullEngine:
         if state is _STOPPED or state is _CLOSED:
             return NOTHING
         self.state = _STOPPED
-        return (ArmTimer(None), NakBuffered(), End(None), Unsubscribe(wait=True))
+        return (ArmTimer(None), NakBuffered(), End(None), Unsubscribe(wait=not self.grouped))
 
     def drain(self) -> tuple[Action, ...]:
         """Stop pulling; end once the pulls in flight finished and the buffer was handed out."""
@@ -548,7 +554,7 @@ class PullEngine:
         if self.state is not _RUNNING or self.paused or self.hold or self.resetting:
             return None
         if self.bytes_mode:
-            pend_b = self.req_b - self.taken_b - self.disc_b
+            pend_b = self._pend_b()
             if pend_b > self.thr_b:
                 return None
             max_bytes = self.max_bytes - max(pend_b, 0)
@@ -558,7 +564,7 @@ class PullEngine:
             self.req_b += max_bytes
             self.last_pull_b = max_bytes
         else:
-            pend = self.req - self.taken_n - self.disc
+            pend = self._pend()
             if pend > self.thr:
                 return None
             batch = self.max_messages - max(pend, 0)
@@ -584,13 +590,10 @@ class PullEngine:
         gone_b = self.req_b - self.rx_b - self.disc_b
         self.disc = self.req - self.rx
         self.disc_b = self.req_b - self.rx_b
-        if self.resetting and self._swaps:  # (more written off while the swap is under way)
-            self._wo_n += max(0, gone_n)
-            self._wo_b += max(0, gone_b)
+        if self.resetting:  # (more written off while the swap is under way)
+            self.wo.more(gone_n, gone_b)
         if alive and not self.resetting and self.state is _RUNNING:
-            self._swaps = self.open
-            self._wo_n = max(0, gone_n)
-            self._wo_b = max(0, gone_b)
+            self.wo.started(self.open, gone_n, gone_b)
             self.open = 0
             self.resetting = True
             return (SwapInbox(),)
