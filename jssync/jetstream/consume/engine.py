@@ -338,12 +338,14 @@ class PullEngine:
 
     def skipped(self, size: int = 0) -> tuple[Action, ...]:
         """A message that took its place in a pull but is never handed out (ordered: delivered
-        already): received, and written off at once. A single pull may be filled by it."""
+        already): received, and counted as taken at once (never buffered; a later write-off
+        or recreation, which counts what was received, keeps it out of pending). A single
+        pull may be filled by it. Under the runner's lock."""
         self.activity += 1
         self.rx += 1
         self.rx_b += size
-        self.disc += 1
-        self.disc_b += size
+        self.taken_n = next(self._count)
+        self.taken_b += size
         if self.single and self.state is _RUNNING:
             return self._filled()
         return NOTHING
@@ -392,8 +394,6 @@ class PullEngine:
         if self.single:
             return single_status(self, act, st)
         if written_off:  # a pull the counts do not include any more: only the end matters
-            if self.resetting:  # it ended: not open again if the swap fails
-                self.wo.ended(pending_msgs, pending_bytes)
             if act is StatusAction.TERMINAL:
                 return end_with(self, status_error(st, self.stream, self.consumer))
             return NOTHING

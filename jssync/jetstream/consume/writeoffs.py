@@ -9,7 +9,9 @@ taken off once already (by the write-off), so :class:`WriteOffs` keeps them as a
 budget: a status on the inbox in use takes its ``Nats-Pending-*`` counts from the budget
 first (:meth:`WriteOffs.absorb`). A live pull's status taken for a ghost's leaves the count
 too high (fewer messages asked for, never more than ``max_messages`` / ``max_bytes``; the
-heartbeat check heals it); the budget is forgotten once the written-off pulls have expired
+heartbeat check heals it). A status marked ``written_off`` during the swap is not taken off
+the budget: it may be one of an older swap's pulls, and a budget too big only errs on the
+safe side. The budget is forgotten once the written-off pulls have expired
 on the server (``expires`` + 1 s after the failed swap, at the next tick).
 """
 
@@ -57,13 +59,6 @@ class WriteOffs:
         if self.wo_n:
             self.wo_n -= 1
             self.wo_b = max(0, self.wo_b - size)
-
-    def ended(self, pending_msgs: int, pending_bytes: int) -> None:
-        """A written-off pull's status arrived on the old inbox during the swap: that pull is over."""
-        if self.swaps:
-            self.swaps -= 1
-            self.wo_n = max(0, self.wo_n - pending_msgs)
-            self.wo_b = max(0, self.wo_b - pending_bytes)
 
     def swapped(self, ok: bool) -> int:
         """The swap is over; returns how many written-off pulls count as open again (failed:
