@@ -89,3 +89,13 @@ def test_an_ordered_consume_pulls_again_after_skipped_messages_and_a_recreation(
     assert any(isinstance(a, Recreate) for a in e.gap())
     acts = e.recreated()
     assert [a.batch for a in acts if isinstance(a, SendPull)] == [10]
+
+
+def test_a_message_too_big_for_max_bytes_is_tried_again_every_half_heartbeat() -> None:
+    e = PullEngine(max_messages=1_000_000, max_bytes=100, expires=30.0, heartbeat=HB)
+    e.start(0.0)
+    e.status(409, "Message Size Exceeds MaxBytes", 1_000_000, 100, 0.05)
+    assert e.hold
+    asked = [_bytes(e.tick(0.1 * i)) for i in range(1, 6)]
+    assert asked == [[], [], [], [], [100]]  # the 5th tick (idle_heartbeat / 2): once more, not a loop
+    assert not e.hold

@@ -43,3 +43,27 @@ def test_bytes_a_written_off_pulls_status_after_a_failed_inbox_swap_is_not_count
     assert [p.max_bytes for p in _pulls(e.inbox_swapped(False))] == [100]
     assert _pulls(e.status(408, "Request Timeout", 1_000_000, 100, 2.6)) == []
     assert e.pending_bytes <= 100
+
+
+def test_a_late_message_during_the_swap_leaves_exactly_the_rest_to_its_pulls_statuses() -> None:
+    e = PullEngine(max_messages=10, expires=30.0, heartbeat=HB)
+    e.start(0.0)
+    assert SwapInbox() in e.tick(2.5)  # pull A (10) written off
+    assert e.message(written_off=True) == ()  # A was alive: one message after all
+    assert _pulls(e.inbox_swapped(False)) == [SendPull(9, 0, 30.0, HB)]  # B: 9 (one is buffered)
+    assert _pulls(e.status(408, "Request Timeout", 9, 0, 2.6)) == []  # A's end: its 9 counted off already
+    # B's end: its 9 count; pending = the one buffered, a full top-up
+    assert _pulls(e.status(408, "Request Timeout", 9, 0, 2.7)) == [SendPull(9, 0, 30.0, HB)]
+
+
+def test_the_written_off_pulls_are_forgotten_once_they_expired() -> None:
+    e = PullEngine(max_messages=10, expires=30.0, heartbeat=HB)
+    e.start(0.0)
+    assert SwapInbox() in e.tick(2.5)
+    assert _pulls(e.inbox_swapped(False)) == [SendPull(10, 0, 30.0, HB)]  # B
+    e.tick(2.6)
+    for t in (20.0, 34.0):  # heartbeats keep B alive; A expired on the server by now
+        e.status(100, "Idle Heartbeat", 0, 0, t)
+        e.tick(t)
+    # a status now is B's: its 10 pending count, a new pull goes out
+    assert _pulls(e.status(408, "Request Timeout", 10, 0, 34.1)) == [SendPull(10, 0, 30.0, HB)]
