@@ -46,7 +46,7 @@ from .consume.common import _wire_header_len as _wire_header_len
 from .consume.context import ConsumeContext as ConsumeContext
 from .consume.context import consume as consume
 from .consume.engine import End, EngineState, PinLost, PullEngine
-from .consume.options import _NS, _check_hb
+from .consume.options import _NS, MIN_FETCH_HEARTBEAT, _check_hb
 from .consume.options import BYTES_ONLY_BATCH as BYTES_ONLY_BATCH
 from .consume.options import DEFAULT_EXPIRES as DEFAULT_EXPIRES
 from .consume.options import DEFAULT_MAX_MESSAGES as DEFAULT_MAX_MESSAGES
@@ -645,7 +645,7 @@ def validate_fetch(max_messages: int | None, max_bytes: int | None, expires: flo
     mb = 0 if max_bytes is None else _pos_int(max_bytes, "max_bytes")
     expires = _pos_float(expires, "expires")
     if idle_heartbeat is not None:
-        _check_hb(_pos_float(idle_heartbeat, "idle_heartbeat"), expires, "fetch")
+        _check_hb(_pos_float(idle_heartbeat, "idle_heartbeat"), expires, "fetch", MIN_FETCH_HEARTBEAT)
     return batch, mb
 
 

@@ -89,6 +89,7 @@ from .actions import (
 )
 from .heartbeat import HeartbeatMonitor
 from .statuses import end_with, no_heartbeat, single_status, single_tick, start_recreate, status_verdict
+from .writeoffs import WriteOffs
 
 __all__ = [
     "NOTHING", "Action", "ArmTimer", "CheckConsumer", "Drop", "End", "EngineState", "Nak", "NakBuffered",
@@ -131,6 +132,16 @@ class PullEngine:
             runner's reader calls :meth:`tick`); ``heartbeat`` 0: none watched, ``expires``
             0: no_wait. Then the engine is CLOSED (what still arrives is dropped) or, after
             :meth:`stop` (given up while the pull may be open), STOPPED (it is nak'ed).
+        grouped: the pulls name a priority group (ADR-42): :meth:`stop` unsubscribes at once
+            (``Unsubscribe(wait=False)``), since a pull left waiting on the server would take
+            the group's messages, and the pin after an unpin, from the live members.
+        early: (priority groups but pinned_client) a message counts off the pending count when
+            it is received, not when the application takes it, so a pull stays waiting on the
+            server while the application works through its buffer (the group's other members,
+            at a lower priority or by overflow, get nothing meanwhile). What is requested and
+            not received stays within ``max_messages`` / ``max_bytes``; the buffer may hold up
+            to as much again (pending = in flight + what the buffer holds past the limit).
+            The runner asks :meth:`due` after buffering a message and then calls :meth:`refill`.
 
     Raises:
         jssync.ValidationError: a limit is not an int >= 1 (max_messages) / >= 0, or a
@@ -142,12 +153,13 @@ class PullEngine:
         "bytes_mode", "state", "paused", "hold", "resetting", "error",
         "req", "req_b", "rx", "rx_b", "disc", "disc_b", "taken_n", "taken_b", "_count", "open", "pulls",
         "activity", "last_act", "monitor", "_tick_n", "retry_at", "big_b", "min_pull_b", "last_pull_b",
-        "rx_at_pull", "last_warning", "size_warned", "nr_outage", "_swaps", "single",
+        "rx_at_pull", "last_warning", "size_warned", "nr_outage", "wo", "single", "grouped", "early",
     )
 
     def __init__(self, *, max_messages: int, max_bytes: int = 0, threshold_messages: int | None = None,
                  threshold_bytes: int | None = None, expires: float, heartbeat: float, stream: str = "",
-                 consumer: str = "", recreate: bool = False, single: bool = False) -> None:
+                 consumer: str = "", recreate: bool = False, single: bool = False, grouped: bool = False,
+                 early: bool = False) -> None:
         check_int(max_messages, "max_messages", maximum=MAX_I64, open_ended=True)
         check_int(max_bytes, "max_bytes", minimum=0, maximum=MAX_I64, open_ended=True)
         for name, f in (("expires", expires), ("heartbeat", heartbeat)):
@@ -167,6 +179,8 @@ class PullEngine:
         self.consumer = consumer
         self.recreate = recreate
         self.single = single
+        self.grouped = grouped
+        self.early = early
         self.bytes_mode = max_bytes > 0
         self.state = EngineState.NEW
         #: disconnected: no pulls, no heartbeat misses
@@ -208,7 +222,8 @@ class PullEngine:
         self.size_warned = False
         #: a 503 was reported and no message arrived since (one report per outage)
         self.nr_outage = False
-        self._swaps = 0
+        #: written-off pulls whose statuses may still come (an inbox swap; a failed one)
+        self.wo = WriteOffs()
 
     def __repr__(self) -> str:
         return (f"<PullEngine {self.state.name.lower()} pending={self.pending_messages}/{self.pending_bytes} "
@@ -225,6 +240,25 @@ class PullEngine:
     def pending_bytes(self) -> int:
         """Bytes requested and not yet taken (bytes mode)."""
         return max(0, self.req_b - self.taken_b - self.disc_b)
+
+    def due(self) -> bool:
+        """(early engines) a pull is due now: what is in flight, and what the buffer holds past
+        the limit, fell to the threshold (read-only; the runner then calls :meth:`refill`)."""
+        if self.state is not _RUNNING:
+            return False
+        if self.bytes_mode:
+            return self._pend_b() <= self.thr_b
+        return self._pend() <= self.thr
+
+    def _pend(self) -> int:
+        if self.early:
+            return self.req - self.rx - self.disc + max(0, self.rx - self.taken_n - self.max_messages)
+        return self.req - self.taken_n - self.disc
+
+    def _pend_b(self) -> int:
+        if self.early:
+            return self.req_b - self.rx_b - self.disc_b + max(0, self.rx_b - self.taken_b - self.max_bytes)
+        return self.req_b - self.taken_b - self.disc_b
 
     @property
     def in_flight(self) -> int:
@@ -300,15 +334,18 @@ class PullEngine:
         (the runner passes it on to :meth:`message` or :meth:`skipped`)."""
         self.disc -= 1
         self.disc_b -= size
+        self.wo.arrived(size)
 
     def skipped(self, size: int = 0) -> tuple[Action, ...]:
         """A message that took its place in a pull but is never handed out (ordered: delivered
-        already): received, and written off at once. A single pull may be filled by it."""
+        already): received, and counted as taken at once (never buffered; a later write-off
+        or recreation, which counts what was received, keeps it out of pending). A single
+        pull may be filled by it. Under the runner's lock."""
         self.activity += 1
         self.rx += 1
         self.rx_b += size
-        self.disc += 1
-        self.disc_b += size
+        self.taken_n = next(self._count)
+        self.taken_b += size
         if self.single and self.state is _RUNNING:
             return self._filled()
         return NOTHING
@@ -325,6 +362,8 @@ class PullEngine:
             for _ in range(n):
                 t = self.taken_n = next(self._count)
             self.taken_b += size
+        if self.early:
+            return self.due()
         if self.bytes_mode:
             return self.req_b - self.taken_b - self.disc_b <= self.thr_b
         return self.req - t - self.disc <= self.thr
@@ -359,6 +398,8 @@ class PullEngine:
                 return end_with(self, status_error(st, self.stream, self.consumer))
             return NOTHING
         self.open -= 1
+        if self.wo.ghost_n or self.wo.ghost_b:  # it may end a written-off pull: counted off already
+            pending_msgs, pending_bytes = self.wo.absorb(pending_msgs, pending_bytes)
         self.disc += pending_msgs
         self.disc_b += pending_bytes
         if act is StatusAction.DONE:
@@ -391,6 +432,7 @@ class PullEngine:
         if self.single:
             return single_tick(self, now)
         out: list[Action] = []
+        self.wo.tick(now, self.expires)
         act = self.activity
         in_flight = self.in_flight
         if act != self.last_act or in_flight <= 0 or self.resetting:
@@ -441,9 +483,7 @@ class PullEngine:
         """The runner's new inbox is ready (``ok``) or could not be made: the old one stays,
         and the pulls written off on it count as open again (their statuses still come there)."""
         self.resetting = False
-        if not ok:
-            self.open += self._swaps
-        self._swaps = 0
+        self.open += self.wo.swapped(ok)
         return self.refill()
 
     def recreated(self) -> tuple[Action, ...]:
@@ -451,6 +491,7 @@ class PullEngine:
         for the old one is written off, a pull goes out."""
         self.resetting = False
         self.open = 0
+        self.wo.clear()
         self.disc = self.req - self.rx
         self.disc_b = self.req_b - self.rx_b
         return self.refill()
@@ -479,7 +520,7 @@ class PullEngine:
         if state is _STOPPED or state is _CLOSED:
             return NOTHING
         self.state = _STOPPED
-        return (ArmTimer(None), NakBuffered(), End(None), Unsubscribe(wait=True))
+        return (ArmTimer(None), NakBuffered(), End(None), Unsubscribe(wait=not self.grouped))
 
     def drain(self) -> tuple[Action, ...]:
         """Stop pulling; end once the pulls in flight finished and the buffer was handed out."""
@@ -513,7 +554,7 @@ class PullEngine:
         if self.state is not _RUNNING or self.paused or self.hold or self.resetting:
             return None
         if self.bytes_mode:
-            pend_b = self.req_b - self.taken_b - self.disc_b
+            pend_b = self._pend_b()
             if pend_b > self.thr_b:
                 return None
             max_bytes = self.max_bytes - max(pend_b, 0)
@@ -523,7 +564,7 @@ class PullEngine:
             self.req_b += max_bytes
             self.last_pull_b = max_bytes
         else:
-            pend = self.req - self.taken_n - self.disc
+            pend = self._pend()
             if pend > self.thr:
                 return None
             batch = self.max_messages - max(pend, 0)
@@ -545,10 +586,14 @@ class PullEngine:
         """The pulls in flight count as gone on the server; when one may still be open, the
         next ones go to a new inbox (:class:`SwapInbox`, no pull until :meth:`inbox_swapped`)."""
         alive = self.req - self.rx - self.disc > 0 and self.open > 0
+        gone_n = self.req - self.rx - self.disc
+        gone_b = self.req_b - self.rx_b - self.disc_b
         self.disc = self.req - self.rx
         self.disc_b = self.req_b - self.rx_b
+        if self.resetting:  # (more written off while the swap is under way)
+            self.wo.more(gone_n, gone_b)
         if alive and not self.resetting and self.state is _RUNNING:
-            self._swaps = self.open
+            self.wo.started(self.open, gone_n, gone_b)
             self.open = 0
             self.resetting = True
             return (SwapInbox(),)

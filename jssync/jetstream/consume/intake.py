@@ -67,6 +67,8 @@ class Intake(ConsumeState, _natspy.Receiver):
             self._q.put(msg)
             if self._cb is not None and not self._running:
                 self._kick_lane()
+            if self._early and self._eng.due():  # a priority group: keep a pull waiting
+                self._refill()
             return
         self._status(msg, False)
 

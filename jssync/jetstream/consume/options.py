@@ -12,8 +12,8 @@ from ...base.errors import ValidationError
 from ...base.validate import MAX_I64, check_int, check_number
 
 __all__ = ["BYTES_ONLY_BATCH", "DEFAULT_EXPIRES", "DEFAULT_MAX_MESSAGES", "FETCH_DEFAULT_HEARTBEAT",
-           "FETCH_GRACE", "FETCH_HEARTBEAT_AFTER", "MAX_HEARTBEAT", "MIN_EXPIRES", "MIN_HEARTBEAT",
-           "NO_LIMIT_PULL", "ConsumeOptions"]
+           "FETCH_GRACE", "FETCH_HEARTBEAT_AFTER", "MAX_HEARTBEAT", "MIN_EXPIRES", "MIN_FETCH_HEARTBEAT",
+           "MIN_HEARTBEAT", "NO_LIMIT_PULL", "ConsumeOptions"]
 
 #: Batch size of pull requests limited by bytes only (ADR-37: "a large number").
 BYTES_ONLY_BATCH = 1_000_000
@@ -24,6 +24,9 @@ DEFAULT_EXPIRES = 30.0
 NO_LIMIT_PULL = DEFAULT_EXPIRES
 MIN_EXPIRES = 1.0
 MIN_HEARTBEAT = 0.5
+#: fetch / fetch_bytes / next: one pull, no refill cadence to protect; the server takes any
+#: heartbeat up to half of expires (this floor only keeps a typo from flooding the inbox).
+MIN_FETCH_HEARTBEAT = 0.01
 MAX_HEARTBEAT = 30.0
 #: fetch turns heartbeats on by default for requests that expire later than this.
 FETCH_HEARTBEAT_AFTER = 30.0
@@ -33,10 +36,10 @@ FETCH_GRACE = 1.0
 _NS = 1_000_000_000
 
 
-def _check_hb(hb: float, expires: float, what: str) -> None:
-    if not MIN_HEARTBEAT <= hb <= MAX_HEARTBEAT:
+def _check_hb(hb: float, expires: float, what: str, minimum: float = MIN_HEARTBEAT) -> None:
+    if not minimum <= hb <= MAX_HEARTBEAT:
         raise ValidationError(
-            f"{what} idle_heartbeat must be between {MIN_HEARTBEAT} and {MAX_HEARTBEAT} seconds, got {hb!r}"
+            f"{what} idle_heartbeat must be between {minimum} and {MAX_HEARTBEAT} seconds, got {hb!r}"
         )
     if hb > expires / 2:
         raise ValidationError(f"{what} idle_heartbeat ({hb!r}) must be at most half of expires ({expires!r})")

@@ -79,7 +79,10 @@ class ConsumeState:
         self._eng = PullEngine(
             max_messages=opts.max_messages, max_bytes=opts.max_bytes, threshold_messages=opts.threshold_messages,
             threshold_bytes=opts.threshold_bytes, expires=opts.expires, heartbeat=opts.idle_heartbeat,
-            stream=stream, consumer=consumer, recreate=self._RECREATE)
+            stream=stream, consumer=consumer, recreate=self._RECREATE, grouped=prio is not None,
+            early=prio is not None and not prio.pinned)
+        #: a priority group but pinned_client: a pull may be due when a message is received
+        self._early = self._eng.early
         self._q: SimpleQueue[Any] = SimpleQueue()
         self._lock = threading.Lock()  # every engine event but the per-message ones
         # the engine's one timer (heartbeat checks, retries) and the lease checks' timer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jssync.jetstream.leases import MAX_PERIOD, MIN_PERIOD, Lease, check_period, plan_leases
+from jssync.jetstream.leases import MAX_EXTENSION, MAX_PERIOD, MIN_PERIOD, Lease, check_period, plan_leases
 
 
 def _plan(leases, now, ack_wait=2.0, max_extension=600.0, done=()):
@@ -47,3 +47,11 @@ def test_leases_past_the_maximum_extension_are_given_up():
 @pytest.mark.parametrize(("ack_wait", "period"), [(2.0, 0.25), (30.0, 3.75), (0.1, MIN_PERIOD), (3600.0, MAX_PERIOD)])
 def test_check_period_follows_the_ack_wait(ack_wait, period):
     assert check_period(ack_wait) == pytest.approx(period)
+
+
+def test_a_consume_keeps_a_lease_ten_minutes_from_receipt():
+    """The consume passes MAX_EXTENSION: a message held 10 minutes is no longer renewed."""
+    assert MAX_EXTENSION == 600.0
+    kept, gone = Lease("kept", 0.5), Lease("gone", 0.0)
+    plan = plan_leases([kept, gone], 600.0, 30.0, MAX_EXTENSION, lambda item: False)
+    assert plan.keep == [kept] and plan.extend == [kept] and plan.expired == 1

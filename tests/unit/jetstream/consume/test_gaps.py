@@ -252,3 +252,106 @@ class GapMachine(RuleBasedStateMachine):
 
 GapMachine.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=40, deadline=None)
 TestGapMachine = GapMachine.TestCase
+
+
+class PushGapMachine(RuleBasedStateMachine):
+    """``recover=False`` (a plain push subscription) on an existing consumer: every message is
+    delivered, each discontinuity of the consumer sequence (a message or a heartbeat's
+    ``Nats-Last-Consumer``) is reported once as a :class:`Gap` and tracking goes on from it;
+    the first message or heartbeat only sets the count; nothing ever resets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tracker = GapTracker(recover=False, last_consumer_seq=None)
+        self.cseq = 0  # the server's consumer sequence (the consumer existed before)
+        self.sseq = 0
+        self.sent: list[tuple[int, int]] = []
+        self.client_last: int | None = None  # the reference
+        self.next = 0
+        self.deliveries = 0
+        self.gaps = 0
+        self.expected_gaps = 0
+
+    def _check(self, act: object, gap_at: int | None) -> None:
+        if gap_at is None:
+            assert act is DELIVER or act is IGNORE, act
+            return
+        assert isinstance(act, Gap), act
+        assert act.consumer_seq == gap_at and act.last_consumer_seq == self.client_last
+        assert act.stream_seq == (self.next or 1)
+        self.gaps += 1
+
+    def _feed(self, sseq: int, cseq: int) -> None:
+        act = self.tracker.message(sseq, cseq, 0)
+        last = self.client_last
+        if last is not None and cseq != last + 1:
+            self.expected_gaps += 1
+            self._check(act, cseq)
+        else:
+            assert act is DELIVER, act
+        self.deliveries += 1  # a Gap is delivered all the same
+        self.client_last = cseq
+        self.next = sseq + 1
+
+    @rule(skip=st.integers(0, 40))
+    def existing_history(self, skip: int) -> None:
+        """(before the client saw anything) the consumer delivered to someone else already."""
+        if self.client_last is None:
+            self.cseq += skip
+            self.sseq += skip
+
+    @rule(lose=st.booleans(), step=st.integers(1, 3))
+    def send(self, lose: bool, step: int) -> None:
+        self.cseq += 1
+        self.sseq += step
+        self.sent.append((self.sseq, self.cseq))
+        if not lose:
+            self._feed(self.sseq, self.cseq)
+
+    @precondition(lambda self: bool(self.sent))
+    @rule(back=st.integers(0, 3))
+    def redeliver(self, back: int) -> None:
+        """A redelivery: an older stream sequence with the next consumer sequence."""
+        sseq, _ = self.sent[max(0, len(self.sent) - 1 - back)]
+        self.cseq += 1
+        self._feed(sseq, self.cseq)
+
+    @precondition(lambda self: bool(self.sent))
+    @rule()
+    def duplicate(self) -> None:
+        """The same delivery seen twice (a consumer sequence repeated)."""
+        sseq, cseq = self.sent[-1]
+        self._feed(sseq, cseq)
+
+    @rule(missing=st.booleans())
+    def heartbeat(self, missing: bool) -> None:
+        if missing:  # no Nats-Last-Consumer header
+            assert self.tracker.heartbeat(-1, 0) is IGNORE
+            return
+        act = self.tracker.heartbeat(self.cseq, 0)
+        if self.client_last is None:
+            assert act is IGNORE  # an existing consumer: the first count seen
+            self.client_last = self.cseq
+        elif self.cseq == self.client_last:
+            assert act is IGNORE
+        else:
+            self.expected_gaps += 1
+            self._check(act, self.cseq)
+            self.client_last = self.cseq
+
+    @rule(which=st.sampled_from(["missed", "reconnected", "gone", "dropped"]))
+    def no_recovery(self, which: str) -> None:
+        t = self.tracker
+        act = {"missed": t.missed_heartbeat, "reconnected": t.reconnected, "gone": lambda: t.status_from(0),
+               "dropped": lambda: t.dropped(0)}[which]()
+        assert act is IGNORE
+
+    @invariant()
+    def reported_once_never_reset(self) -> None:
+        assert self.gaps == self.expected_gaps
+        assert self.tracker.resets == 0 and self.tracker.generation == 0
+        assert self.tracker.last_consumer_seq == self.client_last
+
+
+PushGapMachine.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=40, deadline=None)
+TestPushGapMachine = PushGapMachine.TestCase
