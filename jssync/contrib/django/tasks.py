@@ -29,7 +29,7 @@ from django.utils.module_loading import import_string
 
 import jssync
 
-from .client import jetstream
+from .client import connection, jetstream
 from .conf import Problem
 from .taskconf import BANDS, TaskOptions, band_of, option_problems, task_options
 
@@ -151,8 +151,8 @@ class JetStreamBackend(_BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self._params = params
-        self._ready = False
-        self._kv: jssync.KeyValue | None = None
+        #: (the connection it was opened on, the results bucket): made again on a new connection
+        self._opened: tuple[jssync.Connection, jssync.KeyValue] | None = None
 
     # -- configuration ---------------------------------------------------------------------------------
 
@@ -181,8 +181,9 @@ class JetStreamBackend(_BaseTaskBackend):
         Raises:
             jssync.ValidationError: wrong options. jssync.Error: the server refused or did not answer.
         """
-        if self._ready and self._kv is not None:
-            return self._kv
+        nc = connection()
+        if self._opened is not None and self._opened[0] is nc:
+            return self._opened[1]
         cfg = self.config
         js = jetstream()
         try:
@@ -195,7 +196,7 @@ class JetStreamBackend(_BaseTaskBackend):
         except jssync.BucketNotFoundError:
             kv = js.create_key_value(bucket=cfg.results_bucket, history=1, ttl=cfg.result_ttl,
                                      storage=cfg.storage, replicas=cfg.replicas, timeout=cfg.timeout)
-        self._kv, self._ready = kv, True
+        self._opened = (nc, kv)
         return kv
 
     def consumer(self, queue: str, band: str) -> jssync.Consumer:

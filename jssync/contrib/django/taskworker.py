@@ -139,28 +139,39 @@ class Worker:
         beat = threading.Thread(target=self._in_progress, args=(msg, done), name="jssync_tasks_worker-wpi",
                                 daemon=True)
         beat.start()
-        try:
-            try:
-                if task.takes_context:
-                    value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
-                else:
-                    value = task.call(*result.args, **result.kwargs)
-                value = normalize_json(value)
-                json.dumps(value)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # the task failed, not the worker: a FAILED result, acked
-                result.errors.append(_error_of(exc))
-                object.__setattr__(result, "status", TaskResultStatus.FAILED)
-                object.__setattr__(result, "finished_at", now())
-                log.warning("task %s (%s) failed: %s: %s", rid, task.module_path, type(exc).__name__, exc)
-            else:
-                object.__setattr__(result, "_return_value", value)
-                object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-                object.__setattr__(result, "finished_at", now())
-        finally:
+
+        def stop_beat() -> None:
             done.set()
             beat.join()
+
+        try:
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
+            else:
+                value = task.call(*result.args, **result.kwargs)
+            value = normalize_json(value)
+            json.dumps(value)
+        except KeyboardInterrupt:
+            stop_beat()
+            raise
+        except BaseException as exc:  # the task failed, not the worker: a FAILED result, acked
+            stop_beat()
+            result.errors.append(_error_of(exc))
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+            object.__setattr__(result, "finished_at", now())
+            log.warning("task %s (%s) failed: %s: %s", rid, task.module_path, type(exc).__name__, exc)
+            self._complete(msg, result)  # inside the handler: task_finished's receivers see the exception
+        else:
+            stop_beat()
+            object.__setattr__(result, "_return_value", value)
+            object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+            object.__setattr__(result, "finished_at", now())
+            self._complete(msg, result)
+        finally:
+            done.set()
+
+    def _complete(self, msg: jssync.Msg, result: Any) -> None:
+        """Store the finished result, ack the message (confirmed), send ``task_finished``."""
         self._store(result)
         msg.ack_sync(timeout=self.cfg.timeout)
         self.ran += 1

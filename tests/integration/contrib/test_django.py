@@ -46,6 +46,22 @@ def test_the_django_app_passes_its_django_tests() -> None:
         assert ran and not [ln for ln in ran if "skipped" in ln], "\n".join(ran)
 
 
+def test_the_task_queue_example_runs() -> None:
+    """examples/django_task_queue.py: priorities, run_after, a failed task, results read back."""
+    if not _have_django_tasks():
+        pytest.skip("needs django.tasks (Django 6) or the django-tasks backport (the test extra installs it)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "django_task_queue.py")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120 * FACTOR, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith("  running")]
+    assert ran == ["running divide(1, 0)", "running send_welcome('ada@example.com')",
+                   "running nightly_report('2026-12-01')", "running send_welcome('bob@example.com')"], proc.stdout
+    assert "divide: FAILED 'builtins.ZeroDivisionError' (attempts 1)" in proc.stdout
+    assert "send_welcome: SUCCESSFUL 'sent to bob@example.com' (attempts 1)" in proc.stdout
+
+
 def _have_django_tasks() -> bool:
     try:
         if importlib.util.find_spec("django.tasks") is not None:
