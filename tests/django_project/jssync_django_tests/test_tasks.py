@@ -117,6 +117,17 @@ class TaskBackendTests(SimpleTestCase):
         with self.assertRaises(TaskResultDoesNotExist):
             add.get_backend().get_result("no-such-result")
 
+    def test_the_backend_works_on_after_the_connection_is_closed(self) -> None:
+        from taskapp.tasks import add
+
+        from jssync.contrib.django import close
+
+        result = add.enqueue(1, 1)
+        close()  # the process's connection; the next use makes a new one
+        self.assertEqual(add.get_result(result.id).status, "READY")
+        add.enqueue(2, 2)
+        self.assertEqual(self.js.stream(self.stream).info().state.messages, 2)
+
     def test_higher_priority_bands_run_first(self) -> None:
         from taskapp.tasks import record
 
@@ -200,6 +211,21 @@ class TaskBackendTests(SimpleTestCase):
         self.assertEqual((info.num_pending, info.num_ack_pending), (2, 0), "nothing held by the stopped worker")
         self.run_worker("--max-tasks", "2")
         self.assertEqual([ln[1] for ln in _lines(self.log) if ln[0] == "done"], ["s0", "s1", "s2"])
+
+    def test_a_second_signal_interrupts_the_running_task(self) -> None:
+        from taskapp.tasks import slow
+
+        result = slow.enqueue("long", 600)
+        proc = self.worker()
+        wait_for(lambda: len(_lines(self.log)) == 1, 20, "the task started")
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: "stopping" in self.output(), 10, "the first signal seen")
+        self.assertEqual(stop(proc, signal.SIGTERM, 30), 1, self.output())
+        self.assertIn("interrupted by a second signal", self.output())
+        result.refresh()
+        self.assertEqual(result.status, "RUNNING", "not finished: it runs again after ack_wait")
+        info = self.consumer_info()
+        self.assertEqual((info.num_ack_pending, info.num_pending), (1, 0), "left to the ack wait, not acked")
 
     def test_queues_are_kept_apart(self) -> None:
         from taskapp.tasks import record

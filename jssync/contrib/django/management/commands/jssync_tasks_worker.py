@@ -15,6 +15,7 @@ is left to ``ack_wait``) and exits with status 1. Logs go to the ``jssync`` logg
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from types import FrameType
@@ -64,6 +65,8 @@ class Command(BaseCommand):
             if stopping.is_set():
                 raise KeyboardInterrupt
             stopping.set()
+            # (os.write, not logging: a signal handler must not wait for the logging lock)
+            os.write(2, b"jssync_tasks_worker: stopping: the running task finishes, no more fetching\n")
 
         old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         failure: str | None = None
