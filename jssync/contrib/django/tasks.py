@@ -9,8 +9,9 @@ alias, subject ``<subject>.<queue>.<band>``) and stores its result record (statu
 the backend's key-value bucket; ``manage.py jssync_tasks_worker`` runs it and writes the
 outcome there; ``backend.get_result(id)`` / ``task.get_result(id)`` / ``result.refresh()`` read
 it. Priorities: three bands (``priority > 0``, ``== 0``, ``< 0``), a worker takes the next task
-from the highest band that has one; FIFO inside a band. ``run_after``: the worker holds the
-task back (a nak with the delay left) until then. See docs/django.md.
+from the highest band that has one; FIFO inside a band. ``run_after``: a message schedule of
+the server (nats-server 2.12+) publishes the task then; on older servers the worker holds it
+back (a nak with the delay left). See docs/django.md.
 
 The stream, the bucket and the workers' consumers are made on first use, with the
 connection of :mod:`jssync.contrib.django` (the ``JSSYNC`` setting).
@@ -22,7 +23,7 @@ import importlib
 import json
 import secrets
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -151,8 +152,8 @@ class JetStreamBackend(_BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self._params = params
-        #: (the connection it was opened on, the results bucket): made again on a new connection
-        self._opened: tuple[jssync.Connection, jssync.KeyValue] | None = None
+        #: (the connection it was opened on, the results bucket, message schedules on the stream)
+        self._opened: tuple[jssync.Connection, jssync.KeyValue, bool] | None = None
 
     # -- configuration ---------------------------------------------------------------------------------
 
@@ -176,28 +177,42 @@ class JetStreamBackend(_BaseTaskBackend):
     def ensure(self) -> jssync.KeyValue:
         """Create the stream and the results bucket if missing; return the bucket.
 
+        The stream is made with message schedules (``allow_msg_schedules``, nats-server 2.12+)
+        where the server has them: ``run_after`` is then the server's job.
+
         Blocks for the JetStream requests (each at most the ``timeout`` option).
 
         Raises:
             jssync.ValidationError: wrong options. jssync.Error: the server refused or did not answer.
         """
+        return self._open()[1]
+
+    def _open(self) -> tuple[jssync.Connection, jssync.KeyValue, bool]:
+        """(connection, results bucket, whether the stream has message schedules), made again on a new connection."""
         nc = connection()
         if self._opened is not None and self._opened[0] is nc:
-            return self._opened[1]
+            return self._opened
         cfg = self.config
         js = jetstream()
         try:
-            js.stream(cfg.stream, timeout=cfg.timeout)
+            info = js.stream(cfg.stream, timeout=cfg.timeout).cached_info
+            schedules = bool(getattr(info.config, "allow_msg_schedules", False))
         except jssync.StreamNotFoundError:
-            js.create_stream(name=cfg.stream, subjects=[f"{cfg.subject}.>"], retention="workqueue",
-                             storage=cfg.storage, num_replicas=cfg.replicas, timeout=cfg.timeout)
+            params: dict[str, Any] = {"name": cfg.stream, "subjects": [f"{cfg.subject}.>"], "retention": "workqueue",
+                                      "storage": cfg.storage, "num_replicas": cfg.replicas, "timeout": cfg.timeout}
+            try:
+                js.create_stream(**params, allow_msg_schedules=True)
+                schedules = True
+            except jssync.NotSupportedError:  # before nats-server 2.12: the workers hold run_after back
+                js.create_stream(**params)
+                schedules = False
         try:
             kv = js.key_value(cfg.results_bucket, timeout=cfg.timeout)
         except jssync.BucketNotFoundError:
             kv = js.create_key_value(bucket=cfg.results_bucket, history=1, ttl=cfg.result_ttl,
                                      storage=cfg.storage, replicas=cfg.replicas, timeout=cfg.timeout)
-        self._opened = (nc, kv)
-        return kv
+        self._opened = (nc, kv, schedules)
+        return self._opened
 
     def consumer(self, queue: str, band: str) -> jssync.Consumer:
         """The durable pull consumer of ``queue``'s ``band`` (created or updated to the options)."""
@@ -228,11 +243,19 @@ class JetStreamBackend(_BaseTaskBackend):
         record = json.dumps(result_record(result)).encode()
         body = json.dumps({"v": RECORD_VERSION, "id": result.id, "task": task_record(task), "args": result.args,
                            "kwargs": result.kwargs, "enqueued_at": _iso(result.enqueued_at)}).encode()
-        kv = self.ensure()
+        _, kv, schedules = self._open()
         kv.put(result.id, record)
+        target = cfg.band_subject(task.queue_name, band_of(task.priority))
+        run_after = task.run_after
         try:
-            jetstream().publish(cfg.band_subject(task.queue_name, band_of(task.priority)), body, msg_id=result.id,
-                                timeout=cfg.timeout)
+            if schedules and run_after is not None and run_after.tzinfo is not None and run_after > now():
+                # the server publishes it to its band at run_after (rounded up to the second: the
+                # schedule's resolution), so no worker holds it meanwhile
+                at = run_after.replace(microsecond=0) + timedelta(seconds=1 if run_after.microsecond else 0)
+                jetstream().publish_scheduled(f"{cfg.subject}._scheduled.{result.id}", body, target=target, at=at,
+                                              timeout=cfg.timeout)
+            else:
+                jetstream().publish(target, body, msg_id=result.id, timeout=cfg.timeout)
         except BaseException:
             try:
                 kv.delete(result.id)

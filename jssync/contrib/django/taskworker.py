@@ -2,7 +2,8 @@
 
 One task at a time (run more processes for more at once). For each task message:
 
-1. ``run_after`` in the future: nak'ed with the delay left (the server redelivers it then).
+1. ``run_after`` in the future (a stream without message schedules delivers it at once):
+   nak'ed with the delay left (the server redelivers it then).
 2. Its result already finished (a redelivery after the result was written): acked, not run again.
 3. Otherwise the result is set RUNNING (``started_at``, ``last_attempted_at``, the worker id
    appended to ``worker_ids``), the task runs on this thread while another sends in-progress
@@ -21,6 +22,7 @@ import os
 import socket
 import threading
 import traceback
+from datetime import datetime
 from typing import Any
 
 import jssync
@@ -109,8 +111,8 @@ class Worker:
             msg.term(reason="not a task message")
             return
         run_after = _dt(body["task"].get("run_after"))
-        if run_after is not None:
-            wait = (run_after - now()).total_seconds() if run_after.tzinfo else 0.0
+        if run_after is not None:  # not yet (a server without message schedules delivers it at once)
+            wait = (run_after - (now() if run_after.tzinfo else datetime.now())).total_seconds()
             if wait > 0:
                 msg.nak(delay=wait)
                 return

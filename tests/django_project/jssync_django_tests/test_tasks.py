@@ -37,7 +37,7 @@ class TaskBackendTests(SimpleTestCase):
     def setUp(self) -> None:
         super().setUp()
         uid = unique()
-        self.stream, self.bucket = f"T{uid}", f"R{uid}"
+        self.stream, self.bucket, self.prefix = f"T{uid}", f"R{uid}", f"t{uid}"
         self.use_tasks({"default": {"BACKEND": BACKEND, "QUEUES": ["default", "other"],
                                     "OPTIONS": {"stream": self.stream, "subject": f"t{uid}",
                                                 "results_bucket": self.bucket, "ack_wait": 2.0 * FACTOR,
@@ -141,7 +141,8 @@ class TaskBackendTests(SimpleTestCase):
         self.assertEqual([label for _, label, *_ in _lines(self.log)],
                          ["high1", "high2", "default1", "default2", "low", "low2"])
 
-    def test_run_after_holds_the_task_back_until_then(self) -> None:
+    def check_run_after(self) -> None:
+        """A task with run_after 2 s ahead and one without: the second runs at once, the first not before then."""
         from taskapp.tasks import record
 
         run_after = datetime.now(UTC) + timedelta(seconds=2 * FACTOR)
@@ -155,6 +156,20 @@ class TaskBackendTests(SimpleTestCase):
         wait_for(lambda: later.task.get_backend().get_result(later.id).status == "SUCCESSFUL", 10, "its result")
         self.assertEqual(stop(proc, signal.SIGTERM, 30), 0, self.output())
         self.assertEqual(len(_lines(self.log)), 2, "each ran once")
+
+    def test_run_after_is_a_server_schedule(self) -> None:
+        self.check_run_after()
+        self.assertTrue(self.js.stream(self.stream).info().config.allow_msg_schedules)
+        info = self.consumer_info()
+        self.assertEqual((info.delivered.consumer_seq, info.num_redelivered), (2, 0),
+                         "the server published the deferred task at its time: no worker held it back")
+
+    def test_run_after_is_held_back_by_the_worker_on_a_stream_without_schedules(self) -> None:
+        self.js.create_stream(name=self.stream, subjects=[f"{self.prefix}.>"], retention="workqueue",
+                              storage="memory")
+        self.check_run_after()
+        info = self.consumer_info()
+        self.assertEqual(info.delivered.consumer_seq, 3, "the deferred task was nak'ed with a delay, then run")
 
     def test_a_task_that_raises_gets_a_failed_result_and_is_acked(self) -> None:
         from taskapp.tasks import fail
