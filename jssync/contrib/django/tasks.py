@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.apps import apps
+from django.core import checks
 from django.utils.module_loading import import_string
 
 import jssync
@@ -282,8 +284,12 @@ class JetStreamBackend(_BaseTaskBackend):
         return result_from_record(json.loads(entry.value or b"{}"))
 
     def check(self, **kwargs: Any) -> list[Any]:
-        """Django's backend checks (the OPTIONS are checked by the jssync system check, ``jssync.E011``...)."""
-        return list(super().check(**kwargs))
+        """Django's backend checks, plus this backend's OPTIONS and QUEUES (``jssync.E011``-``E013``)
+        when the app ``jssync.contrib.django`` is not installed (when it is, its system check reports them)."""
+        found = list(super().check(**kwargs))
+        if not apps.is_installed("jssync.contrib.django"):
+            found += [checks.Error(p.msg, hint=p.hint, id=p.id) for p in self.problems()]
+        return found
 
 
 __all__ = ["BANDS", "JetStreamBackend", "TaskResultDoesNotExist"]

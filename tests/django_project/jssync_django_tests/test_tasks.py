@@ -289,6 +289,17 @@ class TaskBackendCheckTests(SimpleTestCase):
         self.assertIn("jssync.E013", err)
         self.assertIn("'a.b'", err)
 
+    # Django 6 runs the backends' checks only once something imported django.tasks; the backport's
+    # app registers them at startup
+    @unittest.skipUnless("django_tasks" in settings.INSTALLED_APPS, "needs the django-tasks backport's app")
+    def test_the_backend_checks_its_options_itself_without_the_app(self) -> None:
+        proc = manage("check", TEST_TASKS=json.dumps({"default": {"BACKEND": BACKEND, "OPTIONS": {"timeout": "5"}}}),
+                      TEST_WITHOUT_JSSYNC_APP="1")
+        self.assertNotEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(proc.stderr.count("jssync.E012"), 1, proc.stderr)
+        self.assertEqual(self.check({"default": {"BACKEND": BACKEND, "OPTIONS": {"timeout": "5"}}}).count(
+            "jssync.E012"), 1, "with the app: reported once, by its check")
+
     def test_good_options_pass(self) -> None:
         proc = manage("check", TEST_TASKS=json.dumps({"default": {"BACKEND": BACKEND, "QUEUES": ["default", "x-1"],
                                                                   "OPTIONS": {"ack_wait": 10, "timeout": 2.5,

@@ -24,6 +24,8 @@ if not HAVE_DJANGO_TASKS and importlib.util.find_spec("django_tasks") is not Non
     INSTALLED_APPS.append("django_tasks")  # the backport's checks and signals
 if HAVE_DJANGO_TASKS:
     INSTALLED_APPS.append("taskapp")
+if os.environ.get("TEST_WITHOUT_JSSYNC_APP"):  # the task backend used without the app
+    INSTALLED_APPS.remove("jssync.contrib.django")
 MIDDLEWARE: list[str] = []
 ROOT_URLCONF = "project.urls"
 DATABASES: dict[str, dict[str, str]] = {}
