@@ -109,6 +109,24 @@ class TaskBackendTests(SimpleTestCase):
         self.assertEqual(info.delivered.consumer_seq, 1, "delivered exactly once")
         self.assertEqual(self.js.stream("DJANGO_TASKS_DEFAULT").info().state.messages, 0, "work queue: acked = gone")
 
+    def test_an_async_task_and_a_task_with_context(self) -> None:
+        from taskapp.tasks import add_async, hang_on_first_attempt
+
+        sum_result = add_async.enqueue(20, 22)
+        # a task that takes the context sees its attempt: 1 here, so it would hang; attempt 2 is made up
+        # by a worker id already in the result (as a redelivery after a killed worker leaves it)
+        ctx_result = hang_on_first_attempt.enqueue("c")
+        backend = ctx_result.task.get_backend()
+        kv = backend.ensure()
+        rec = json.loads(kv.get(ctx_result.id).value)
+        rec["worker_ids"] = ["an-earlier-worker"]
+        kv.put(ctx_result.id, json.dumps(rec).encode())
+        self.run_worker("--max-tasks", "2")
+        sum_result.refresh()
+        ctx_result.refresh()
+        self.assertEqual((sum_result.status, sum_result.return_value), ("SUCCESSFUL", 42))
+        self.assertEqual((ctx_result.status, ctx_result.return_value, ctx_result.attempts), ("SUCCESSFUL", 2, 2))
+
     def test_get_result_of_an_unknown_id_raises_django_s_exception(self) -> None:
         from taskapp.tasks import add
 

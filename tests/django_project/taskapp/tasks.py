@@ -51,3 +51,8 @@ def hang_on_first_attempt(context: Any, label: str) -> int:
         time.sleep(600)  # behaviour: the worker is killed during this
     _log("ran", label)
     return int(context.attempt)
+
+
+@task
+async def add_async(a: int, b: int) -> int:
+    return a + b
