@@ -271,6 +271,14 @@ class TaskBackendTests(SimpleTestCase):
             self.consumer_info()  # a worker reads only the queues it runs
         self.assertEqual(self.js.stream(self.stream).info().state.messages, 1, "the default queue's task waits")
 
+    def test_the_worker_refuses_bad_arguments(self) -> None:
+        for args, what in ((("--queue", "nope"), "--queue 'nope' is not in TASKS['default']['QUEUES']"),
+                           (("--backend", "nope"), "--backend 'nope'"),
+                           (("--max-tasks", "0"), "expected a whole number of at least 1, got '0'")):
+            proc = manage("jssync_tasks_worker", *args, **self.env())
+            self.assertNotEqual(proc.returncode, 0, args)
+            self.assertIn(what, proc.stderr)
+
     def test_enqueue_refuses_bad_input_before_sending(self) -> None:
         from taskapp.tasks import record
 
