@@ -13,8 +13,9 @@ pytestmark = pytest.mark.timeout(320)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Examples that need optional frameworks are run by their own tests; js_features.py is run (exit code and
-#: output) by test_js_features_example_shows_each_feature below.
-SKIP = {"__init__.py", "js_features.py"}
+#: output) by test_js_features_example_shows_each_feature below; django_task_queue.py (Django's Tasks
+#: framework) by tests/integration/contrib/test_django.py.
+SKIP = {"__init__.py", "js_features.py", "django_task_queue.py"}
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if p.name not in SKIP)
 
 
