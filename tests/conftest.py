@@ -37,6 +37,11 @@ def _hypothesis_profile() -> str:
 
 HYPOTHESIS_PROFILE = _hypothesis_profile()
 
+#: The Python subprocesses the tests start (a Django command, a Celery worker, the CLI) write each
+#: line as it comes: several tests wait for a line in their output while they run. Not left to the
+#: caller's environment (tox passes none of it).
+os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
 
 def _time_factor() -> float:
     """JSSYNC_TEST_TIME_FACTOR when set; otherwise from the machine's load when the run starts
