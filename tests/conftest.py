@@ -16,6 +16,32 @@ import pytest
 collect_ignore = ["django_project"]
 
 
+def _hypothesis_profile() -> str:
+    """Load the hypothesis profile every property test runs under (this file is imported before
+    the test modules, whose ``settings(...)`` inherit from it): with CI set (CI runs with
+    CI=true) the examples are derived from each test's name, so a run on main never fails on a
+    draw the previous run did not make; elsewhere they are random, and a failure prints the
+    ``@reproduce_failure`` blob. JSSYNC_HYPOTHESIS_PROFILE=ci|random picks one; pytest's
+    ``--hypothesis-seed=N`` replays a random run. Returns the profile's name."""
+    try:
+        from hypothesis import settings
+    except ImportError:  # (not a test run: only the ``test`` extra has hypothesis)
+        return ""
+    settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+    settings.register_profile("random", print_blob=True)
+    ci = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+    name = os.environ.get("JSSYNC_HYPOTHESIS_PROFILE") or ("ci" if ci else "random")
+    settings.load_profile(name)
+    return name
+
+
+HYPOTHESIS_PROFILE = _hypothesis_profile()
+
+#: The Python subprocesses the tests start (a Django command, a Celery worker, the CLI) write each
+#: line as it comes: several tests wait for a line in their output while they run. Not left to the
+#: caller's environment (tox passes none of it).
+os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
 
 def _time_factor() -> float:
     """JSSYNC_TEST_TIME_FACTOR when set; otherwise from the machine's load when the run starts

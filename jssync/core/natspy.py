@@ -223,7 +223,10 @@ def _install_dispatch(nc: Any, cls: type[Msg]) -> bool:
         stats["in_bytes"] += n
         sub._received += 1
         sub._pending_size += n
-        msg = cls(subject.decode(), reply.decode(), data, await nc._process_headers(headers), nc, sid)
+        # a block no longer than "NATS/1.0" (a bare publisher's, forwarded as written) has no
+        # field; nats-py's parser would index past its end, and the IndexError would end its read loop
+        hdr = await nc._process_headers(headers) if len(headers) > _VERSION_LINE_LEN else None
+        msg = cls(subject.decode(), reply.decode(), data, hdr, nc, sid)
         try:
             q.put_nowait(msg)
         except asyncio.QueueFull:
@@ -264,6 +267,9 @@ def _install_dispatch(nc: Any, cls: type[Msg]) -> bool:
     nc._process_msg = process_msg
     return True
 
+
+#: ``len(b"NATS/1.0")``: a header block no longer than this has no field (``install_msg_class``).
+_VERSION_LINE_LEN = 8
 
 #: nats-py's MSG and HMSG line patterns (nats/protocol/parser.py, 2.15 and 2.16): the lines
 #: :func:`wire.msg_parser <jssync.core.wire.msg_parser>` reads the same way.

@@ -80,7 +80,8 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 
 if _version_tuple(pyspark.__version__) < _MIN_PYSPARK:  # pragma: no cover - depends on the environment
     raise ImportError(
-        f"jssync.spark needs PySpark {_MIN_PYSPARK[0]}.{_MIN_PYSPARK[1]} or newer (found {pyspark.__version__}): "
+        f"jssync.spark needs PySpark {_MIN_PYSPARK[0]}.{_MIN_PYSPARK[1]} or newer (found {pyspark.__version__}, "
+        "which has no pyspark.sql.streaming.datasource for the streaming reader's admission control): "
         "pip install -U 'pyspark[sql]>=4.2'"
     )
 

@@ -426,6 +426,22 @@ def test_mypy_flags_typos_in_config_keywords(tmp_path, mypy_cache):
     _assert_typos_flagged(_mypy(tmp_path, mypy_cache, env=env))
 
 
+def _venv_seeing_this_environment(venv: Path) -> Path:
+    """A new venv (no pip) that sees the site-packages of the environment running the tests, after its
+    own; returns its python. Not ``--system-site-packages``: inside a virtualenv or a tox env that
+    shows the base interpreter's site-packages, not the environment the tests run in (with nats-py)."""
+    import site
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    # (addsitedir: their .pth files count too, as the system site-packages' do)
+    lines = [f"import site; site.addsitedir({d!r})\n" for d in site.getsitepackages() if Path(d).is_dir()]
+    (Path(purelib) / "_outer_site.pth").write_text("".join(lines))
+    return py
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_editable_install_is_visible_to_mypy(tmp_path, mypy_cache):
@@ -438,11 +454,9 @@ def test_editable_install_is_visible_to_mypy(tmp_path, mypy_cache):
             (src / f).parent.mkdir(parents=True, exist_ok=True)
             (src / f).write_bytes((ROOT / f).read_bytes())
     venv = tmp_path / "venv"
-    # no pip of its own (ensurepip takes seconds): the system pip, seen through the system site-packages,
-    # installs into the environment of the interpreter that runs it
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
-                   timeout=120)
-    py = venv / "bin" / "python"
+    # no pip of its own (ensurepip takes seconds): the running environment's pip, seen through its
+    # site-packages, installs into the environment of the interpreter that runs it
+    py = _venv_seeing_this_environment(venv)
     r = subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", str(src), "--no-deps"],
                        capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

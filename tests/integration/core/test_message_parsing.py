@@ -126,3 +126,38 @@ def test_a_plain_header_block_is_parsed_without_natspys_header_coroutine(nc: jss
     assert m.headers == {"A": "1"} and isinstance(m.headers, _natspy.HeaderBlock)
     assert m.headers.block.startswith(b"NATS/1.0\r\nA: 1\r\n")
     sub.unsubscribe()
+
+
+def _raw_publish(url: str, *lines: bytes) -> None:
+    """Publish as a bare client that writes its own HPUB lines (no NATS/1.0 in the header block)."""
+    import socket
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 4222), timeout=10) as s:
+        s.recv(65536)  # INFO
+        s.sendall(b'CONNECT {"headers":true,"verbose":false,"protocol":1}\r\n' + b"".join(lines) + b"PING\r\n")
+        got = b""
+        while b"PONG\r\n" not in got:
+            chunk = s.recv(65536)
+            assert chunk, f"server closed the publisher: {got!r}"
+            got += chunk
+
+
+def test_a_header_block_without_the_nats_version_line_arrives_as_the_sizes_frame_it(
+        nc: jssync.Connection, nats_server: Any, unique: str) -> None:
+    """A server forwards whatever header block a publisher wrote: a 1-byte block of digits
+    (``HMSG s 1 1 1\\r\\n0\\r\\n``, which nats-py's own HMSG pattern misreads, its last size
+    running on over the line end) reaches the subscriber as one message with an empty payload,
+    and the messages after it arrive too, on the same connection."""
+    sub = nc.subscribe(f"R.{unique}")
+    nc.flush()
+    subject = f"R.{unique}".encode()
+    _raw_publish(nats_server.url, b"HPUB " + subject + b" 1 1\r\n0\r\n", b"PUB " + subject + b" 5\r\nafter\r\n")
+    first = sub.next_msg(timeout=10)
+    second = sub.next_msg(timeout=10)
+    assert (first.data, second.data, second.headers) == (b"", b"after", None)
+    assert not first.headers  # (not a NATS/1.0 block: no fields in it)
+    assert nc.is_connected
+    nc.flush()
+    sub.unsubscribe()
