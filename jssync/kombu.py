@@ -54,6 +54,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import re
 import socket
 import ssl
@@ -190,11 +191,18 @@ class QoS(virtual.QoS):
         self.channel._wake()  # prefetch room: the channel's pulls may ask for more
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        """-NAK (``requeue=True``: delivered again at once) or +TERM (never delivered again)."""
+        """-NAK (``requeue=True``: delivered again at once; blocks until the server confirmed
+        it, at most 5 s) or +TERM (never delivered again)."""
         msg = self.channel._held_pop(delivery_tag)
         if msg is not None:
             if requeue:
-                msg.nak()
+                # confirmed by the server, so the next basic_get finds it (the server handles a
+                # plain -NAK apart from pull requests: a get right after it could miss it)
+                try:
+                    msg.nak_sync()
+                except Error as exc:
+                    logger.debug("kombu transport: confirmed nak failed (%s); sending a plain one", exc)
+                    msg.nak()
             else:
                 msg.term("rejected by kombu")
         self._quick_ack(delivery_tag)
@@ -997,14 +1005,68 @@ class Transport(virtual.Transport):
         #: bumped (and waiters woken) on every arrival, ack, reject, prefetch or pull change
         self.events = 0
         self._events_cond = threading.Condition(threading.Lock())
+        #: the pipe a kombu event loop reads (register_with_event_loop); None until then
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
 
     # -- events: arrivals and freed prefetch room ----------------------------------------------
 
     def wake(self) -> None:
-        """Count an event and wake every thread waiting in :meth:`wait_event`."""
+        """Count an event and wake every thread waiting in :meth:`wait_event` (and a kombu
+        event loop this transport is registered with)."""
         with self._events_cond:
             self.events += 1
             self._events_cond.notify_all()
+        fd = self._wake_w
+        if fd is not None:
+            try:
+                os.write(fd, b"\0")
+            except OSError:  # full (a wake-up is pending anyway) or closed meanwhile
+                pass
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        """Let a kombu event loop (``kombu.asynchronous.Hub``) deliver this transport's messages:
+        a pipe the transport writes to on every arrival, ack or freed prefetch room is a reader
+        of the loop, and its callback delivers what is ready without blocking."""
+        if self._wake_r is None:
+            r, w = os.pipe()
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            self._wake_r, self._wake_w = r, w
+        loop.add_reader(self._wake_r, self._on_wake, connection)
+        loop.call_soon(self._deliver_ready, connection)  # starts the pulls of consumed queues
+
+    def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
+        if self._wake_r is not None:
+            loop.remove_reader(self._wake_r)
+        self._close_wake_pipe()
+
+    def _close_wake_pipe(self) -> None:
+        r, w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, None, None
+        for fd in (w, r):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def _on_wake(self, connection: Any) -> None:
+        fd = self._wake_r
+        if fd is not None:
+            try:
+                while os.read(fd, 4096):
+                    pass
+            except OSError:  # emptied (BlockingIOError) or closed
+                pass
+        self._deliver_ready(connection)
+
+    def _deliver_ready(self, connection: Any) -> None:
+        """Deliver what is ready now (at most 100 messages), never waiting."""
+        for _ in range(100):
+            try:
+                self.drain_events(connection, timeout=0)
+            except builtins.TimeoutError:
+                return
 
     def wait_event(self, seen: int, timeout: float) -> None:
         """Block until :attr:`events` differs from ``seen``, at most ``timeout`` s (``seen=-1``:
@@ -1126,6 +1188,7 @@ class Transport(virtual.Transport):
         try:
             super().close_connection(connection)
         finally:
+            self._close_wake_pipe()
             self._stop_cache()
             self._stop_sweeper()
             nc, self._nc, self._js, self._kv = self._nc, None, None, None
