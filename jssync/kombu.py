@@ -314,7 +314,10 @@ class Channel(virtual.Channel):
             self._new_queue(queue)
         ttl: int | None = None
         expiration = message.get("properties", {}).get("expiration")
-        if expiration is not None:
+        headers = message.get("headers") or {}
+        if expiration is not None and not (headers.get("task") and headers.get("expires")):
+            # (a Celery task with ``expires`` is kept: the worker sees it expired and revokes it,
+            # so its result becomes REVOKED instead of staying PENDING, as on kombu's Redis)
             try:
                 ttl = max(1, math.ceil(float(expiration) / 1000))
             except (TypeError, ValueError):

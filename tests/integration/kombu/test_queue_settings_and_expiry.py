@@ -183,3 +183,33 @@ def test_a_celery_worker_on_more_queues_than_its_prefetch_runs_every_task(
     assert code == 0, log[-3000:]
     assert sorted(_runs(runs)) == list(range(10)), log[-3000:]
     assert took < 8 * FACTOR, took
+
+
+def test_a_celery_task_that_expires_while_queued_is_revoked_by_the_worker(
+        nats_server: NatsServer, prefix: str, tmp_path: Path) -> None:
+    """``expires`` on a task: the worker takes it after it expired and revokes it, so its
+    result is REVOKED (the server must not drop it unseen, which left it PENDING forever)."""
+    results = tmp_path / "results"
+    results.mkdir()
+    options: dict[str, Any] = {"subject_prefix": prefix}
+    runs = _write_app(tmp_path, nats_server.url, options)
+    app_file = tmp_path / "kombu_runs.py"
+    app_file.write_text(app_file.read_text().replace("task_ignore_result=True", "task_ignore_result=False")
+                        + f"\napp.conf.result_backend = {'file://' + str(results)!r}\n")
+    sender = _sender(nats_server.url, options)
+    sender.conf.result_backend = f"file://{results}"
+    proc = None
+    try:
+        expired = sender.send_task("kombu_runs.record", args=[1], expires=1.0)
+        time.sleep(2 * FACTOR)  # behaviour: the queued task expires before any worker runs
+        proc = _worker(tmp_path, "--pool=threads", "--concurrency=1")
+        kept = sender.send_task("kombu_runs.record", args=[2])
+        wait_for(lambda: 2 in _runs(runs) or proc.poll() is not None, timeout=60, interval=0.05,
+                 what="the worker's next task")
+        wait_for(lambda: expired.state == "REVOKED", timeout=10, interval=0.05, what="the expired task revoked")
+        assert kept.state == "SUCCESS"
+        assert 1 not in _runs(runs)
+    finally:
+        if proc is not None:
+            assert _stop(proc) == 0, (tmp_path / "worker.log").read_text()[-3000:]
+        _close(sender)
