@@ -398,7 +398,7 @@ class Channel(virtual.Channel):
 
     def basic_cancel(self, consumer_tag: str) -> Any:
         """Stop consuming; a queue declared ``auto_delete`` here is deleted when its last consumer
-        of this channel is cancelled (unless another process has a pull open on it)."""
+        of this channel is cancelled."""
         queue = self._tag_to_queue.get(consumer_tag)
         result = super().basic_cancel(consumer_tag)
         if queue is not None and queue not in self._active_queues:
@@ -409,13 +409,11 @@ class Channel(virtual.Channel):
         return result
 
     def _auto_delete_queue(self, queue: str) -> None:
-        """Delete the ``auto_delete`` queue nobody of this channel consumes any more, unless
-        another consumer has a pull open on it; failures are logged (it expires instead)."""
+        """Delete the ``auto_delete`` queue nobody of this channel consumes any more (as kombu's
+        Redis transport does: whoever else consumed it too sees it declared again by its next
+        pull); failures are logged (the queue's ``x-expires`` removes it instead)."""
         self._auto_delete.discard(queue)
         try:
-            consumer = self.connection.consumers.get(queue)
-            if consumer is not None and (consumer.info().num_waiting or 0) > 0:
-                return  # someone else consumes it
             self.queue_delete(queue)
         except Error as exc:
             logger.debug("kombu transport: auto-delete of queue %r failed: %s", queue, exc)
