@@ -20,6 +20,11 @@ How kombu's model maps onto JetStream (docs/celery.md has the long form):
   the free prefetch room: messages reach the channel as they are stored and ``drain_events``
   waits for them (no polling, no round trip per message). Cancel and close end that pull and
   -NAK what it brought and was not delivered. ``basic_get`` asks for one message (no wait).
+- The consumer's settings (ack_wait, max_deliver, max_ack_pending) are those of the processes
+  that consume the queue; a producer's declaration never changes them. ``Queue(expires=)``
+  (``x-expires``) is the consumer's inactive threshold, and an expired queue's stream and
+  bindings are deleted by a periodic check; ``auto_delete`` queues are deleted when their
+  consumer is cancelled.
 - ack, reject, requeue are +ACK, +TERM, -NAK. A message delivered and not acked comes back
   after ``ack_wait`` once its holder is gone; while the holder lives, the transport sends
   +WPI (in progress) for the messages it holds, so a long task is not delivered twice.
@@ -31,7 +36,8 @@ Transport options (``transport_options`` / Celery's ``broker_transport_options``
 ``replicas`` (1), ``ack_wait`` (seconds, 1800), ``max_deliver`` (-1: no limit),
 ``max_ack_pending`` (-1: no limit), ``fetch_batch`` (most messages one pull asks for, and
 the most a consumed queue holds received and not delivered; always within the free prefetch
-room; 100), ``keepalive`` (send in-progress for held messages; True), ``polling_interval``
+room; 100), ``keepalive`` (send in-progress for held messages; True), ``expires_check`` (seconds between
+checks for queues whose ``x-expires`` passed; 10), ``polling_interval``
 (accepted for compatibility, unused: consumed queues wait on an open pull), ``connect_options``
 (a dict passed to :func:`jssync.connect`: ``creds``, ``nkeys_seed``, ``token``, ``tls``,
 ``name``, ...).
@@ -48,6 +54,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import re
 import socket
 import ssl
@@ -68,6 +75,7 @@ from .base.errors import (
     APIError,
     ConnectionClosedError,
     ConsumerDeletedError,
+    ConsumerExistsError,
     ConsumerNotFoundError,
     Error,
     NoRespondersError,
@@ -107,6 +115,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "fetch_batch": 100,
     "keepalive": True,
     "polling_interval": 0.1,
+    "expires_check": 10.0,
     "connect_options": {},
 }
 
@@ -159,7 +168,7 @@ def _options(raw: dict[str, Any]) -> dict[str, Any]:
     for name in ("max_deliver", "max_ack_pending"):
         if not isinstance(opts[name], int) or isinstance(opts[name], bool) or opts[name] == 0 or opts[name] < -1:
             raise ValidationError(f"{name} {opts[name]!r}: need -1 (no limit) or an int >= 1")
-    for name in ("ack_wait", "polling_interval"):
+    for name in ("ack_wait", "polling_interval", "expires_check"):
         value = opts[name]
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             raise ValidationError(f"{name} {value!r}: need seconds > 0")
@@ -182,11 +191,18 @@ class QoS(virtual.QoS):
         self.channel._wake()  # prefetch room: the channel's pulls may ask for more
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        """-NAK (``requeue=True``: delivered again at once) or +TERM (never delivered again)."""
+        """-NAK (``requeue=True``: delivered again at once; blocks until the server confirmed
+        it, at most 5 s) or +TERM (never delivered again)."""
         msg = self.channel._held_pop(delivery_tag)
         if msg is not None:
             if requeue:
-                msg.nak()
+                # confirmed by the server, so the next basic_get finds it (the server handles a
+                # plain -NAK apart from pull requests: a get right after it could miss it)
+                try:
+                    msg.nak_sync()
+                except Error as exc:
+                    logger.debug("kombu transport: confirmed nak failed (%s); sending a plain one", exc)
+                    msg.nak()
             else:
                 msg.term("rejected by kombu")
         self._quick_ack(delivery_tag)
@@ -234,6 +250,8 @@ class Channel(virtual.Channel):
         self._pull_error: BaseException | None = None
         #: delivery tags: unique per channel (and across channels), cheaper than a uuid each
         self._tag_prefix = f"{uuid.uuid4().hex}."
+        #: queues declared here with auto_delete: deleted when this channel stops consuming them
+        self._auto_delete: set[str] = set()
         self._tag_seq = itertools.count(1)
 
     # -- names --------------------------------------------------------------------------------
@@ -265,7 +283,12 @@ class Channel(virtual.Channel):
         return dict(to_rabbitmq_queue_arguments(arguments, **kwargs))
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
-        """Create the queue's stream and consumer unless they exist (blocks on two API calls)."""
+        """Create the queue's stream and consumer unless they exist (blocks on two API calls).
+
+        A declaration never changes an existing consumer's settings: those belong to the
+        processes that consume the queue (see :meth:`Transport.declare_queue`)."""
+        if kwargs.get("auto_delete"):
+            self._auto_delete.add(queue)
         self.connection.declare_queue(queue, kwargs.get("arguments") or {}, self)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
@@ -275,11 +298,14 @@ class Channel(virtual.Channel):
             return False
         return True
 
-    def _consumer(self, queue: str) -> Consumer:
-        consumer = self.connection.consumers.get(queue)
-        if consumer is None:
-            self._new_queue(queue)
-            consumer = self.connection.consumers[queue]
+    def _consumer(self, queue: str, *, consuming: bool = False) -> Consumer:
+        """The queue's durable consumer (declared here if needed). ``consuming``: this channel
+        consumes the queue, so the consumer gets this process's settings (once per connection)."""
+        transport = self.connection
+        consumer = transport.consumers.get(queue)
+        if consumer is None or (consuming and queue not in transport.configured):
+            transport.declare_queue(queue, {}, self, consuming=consuming)
+            consumer = transport.consumers[queue]
         return consumer
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
@@ -288,7 +314,10 @@ class Channel(virtual.Channel):
             self._new_queue(queue)
         ttl: int | None = None
         expiration = message.get("properties", {}).get("expiration")
-        if expiration is not None:
+        headers = message.get("headers") or {}
+        if expiration is not None and not (headers.get("task") and headers.get("expires")):
+            # (a Celery task with ``expires`` is kept: the worker sees it expired and revokes it,
+            # so its result becomes REVOKED instead of staying PENDING, as on kombu's Redis)
             try:
                 ttl = max(1, math.ceil(float(expiration) / 1000))
             except (TypeError, ValueError):
@@ -298,7 +327,7 @@ class Channel(virtual.Channel):
             self.js.publish(self.subject(queue), data, ttl=ttl)
         except (NoRespondersError, StreamNotFoundError):
             # the stream went away (deleted, or a failover to a server without it): make it again
-            self.connection.consumers.pop(queue, None)
+            self.connection.forget_queue(queue)
             self._new_queue(queue)
             self.js.publish(self.subject(queue), data, ttl=ttl)
 
@@ -334,7 +363,7 @@ class Channel(virtual.Channel):
             except (StreamNotFoundError, ConsumerNotFoundError, ConsumerDeletedError, NoRespondersError):
                 # the queue's consumer (or stream) is gone: deleted by someone, or a failover to a
                 # server without it; declare it again (that raises if JetStream itself is not there)
-                self.connection.consumers.pop(queue, None)
+                self.connection.forget_queue(queue)
                 fetched = list(self._consumer(queue).fetch_no_wait(1))
             if not fetched:
                 raise Empty()
@@ -368,12 +397,26 @@ class Channel(virtual.Channel):
         return super().basic_consume(queue, no_ack, *args, **kwargs)
 
     def basic_cancel(self, consumer_tag: str) -> Any:
+        """Stop consuming; a queue declared ``auto_delete`` here is deleted when its last consumer
+        of this channel is cancelled."""
         queue = self._tag_to_queue.get(consumer_tag)
         result = super().basic_cancel(consumer_tag)
         if queue is not None and queue not in self._active_queues:
             self._no_ack.discard(queue)
             self._stop_pullers([queue])
+            if queue in self._auto_delete:
+                self._auto_delete_queue(queue)
         return result
+
+    def _auto_delete_queue(self, queue: str) -> None:
+        """Delete the ``auto_delete`` queue nobody of this channel consumes any more (as kombu's
+        Redis transport does: whoever else consumed it too sees it declared again by its next
+        pull); failures are logged (the queue's ``x-expires`` removes it instead)."""
+        self._auto_delete.discard(queue)
+        try:
+            self.queue_delete(queue)
+        except Error as exc:
+            logger.debug("kombu transport: auto-delete of queue %r failed: %s", queue, exc)
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         """One message of ``queue`` or None (never waits); with ``no_ack`` it is acked at once."""
@@ -413,7 +456,8 @@ class Channel(virtual.Channel):
             return 0
         self.connection.delete_bindings(queue)
         self.state.queue_bindings_delete(queue)
-        self.connection.consumers.pop(queue, None)
+        self.connection.forget_queue(queue)
+        self._auto_delete.discard(queue)
         with self._lock:
             self._buffers.pop(queue, None)
         try:
@@ -460,7 +504,7 @@ class Channel(virtual.Channel):
     def _start_puller(self, queue: str) -> None:
         """Start the pull thread of the consumed ``queue`` (declares the queue if needed; raises
         what that raises)."""
-        self._consumer(queue)
+        self._consumer(queue, consuming=True)
         _ = self.qos  # made here, in the calling thread, before the pull thread reads it
         with self._lock:
             if queue in self._pullers or self.closed:
@@ -531,16 +575,46 @@ class Channel(virtual.Channel):
             acked = [p for p in self._pullers.values() if p.queue not in self._no_ack]
             qos = self.qos
             unacked = len(qos._delivered) - len(qos._dirty)
-            taken = sum(len(self._buffers.get(p.queue) or ()) + p.reserved for p in acked)
+            buffered = sum(len(self._buffers.get(p.queue) or ()) for p in acked)
+            asked = sum(p.reserved for p in acked)
             share = max(1, -(-limit // max(1, len(acked))))
             cap = min(batch, share)
-            room = min(limit - unacked - taken, cap - own)
+            room = min(limit - unacked - buffered - asked, cap - own)
+            if room <= 0 and not own and limit - unacked - buffered > 0:
+                # the other queues' open pulls hold the free room (more queues than room, or
+                # shares rounded up): ask for one all the same; the first arrival that fills the
+                # room ends the other open pulls (see _received), so no queue waits for an idle
+                # one's pull to expire
+                room = 1
         if room <= 0:
             return 0
         # ask when half the room is free (fewer, larger pulls) or when nothing is left to deliver
         if own and room < max(1, cap // 2):
             return 0
         return room
+
+    def _overbooked(self, arrived: _Puller) -> list[Any]:
+        """The other open pulls of acked queues once the messages delivered-and-unacked,
+        received and asked for exceed the prefetch count (pulls of one were let through, see
+        :meth:`_pull_size`): ended, they pull again when there is room. Called with ``_lock`` held."""
+        limit = self.qos.prefetch_count
+        if not limit or arrived.queue in self._no_ack:
+            return []
+        acked = [p for p in self._pullers.values() if p.queue not in self._no_ack]
+        qos = self.qos
+        unacked = len(qos._delivered) - len(qos._dirty)
+        held = unacked + sum(len(self._buffers.get(p.queue) or ()) + p.reserved for p in acked)
+        if held <= limit:
+            return []
+        pulls = []
+        for p in acked:
+            if p is not arrived and p.reserved:
+                if p._pull is not None:
+                    pulls.append(p._pull)
+                else:  # its pull is being sent: stopped as soon as it is made
+                    p.resize = True
+                p.reserved = 0  # counted as ended now: its thread pulls again when there is room
+        return pulls
 
     def _received(self, puller: _Puller, msg: Msg) -> None:
         """A message of ``puller``'s open pull arrived: buffer it for delivery (-NAK it when the
@@ -550,6 +624,9 @@ class Channel(virtual.Channel):
             keep = not puller.stopped and self._pullers.get(puller.queue) is puller
             if keep:
                 self._buffers.setdefault(puller.queue, deque()).append(msg)
+            over = self._overbooked(puller) if keep else []
+        for pull in over:  # the room is full: the other open pulls end (what they still bring is nak'ed)
+            pull.stop()
         if not keep:
             try:
                 msg.nak()
@@ -618,6 +695,8 @@ _Channel = Channel
 
 #: seconds one pull request of a consumed queue stays open on the server when nothing comes
 PULL_EXPIRES = 5.0
+#: the stream metadata key of a queue's ``x-expires`` (milliseconds)
+EXPIRES_KEY = "kombu-expires-ms"
 #: errors of a pull after which the queue is declared again (deleted by someone, or a
 #: failover to a server without it)
 _GONE = (StreamNotFoundError, ConsumerNotFoundError, ConsumerDeletedError, NoRespondersError)
@@ -684,7 +763,7 @@ class _Puller:
             if not size:
                 return
             try:
-                pull = ch._consumer(self.queue).fetch(size, expires=PULL_EXPIRES)
+                pull = ch._consumer(self.queue, consuming=True).fetch(size, expires=PULL_EXPIRES)
                 with ch._lock:
                     self._pull = pull
                     stopped = self.stopped or self.resize
@@ -700,7 +779,7 @@ class _Puller:
                 else:
                     pause = 0.0
             except _GONE:  # declared again by the next pull; a short pause should that keep failing
-                ch.connection.consumers.pop(self.queue, None)
+                ch.connection.forget_queue(self.queue)
                 pause = min(1.0, pause * 2 or 0.05)
             except ConnectionClosedError as exc:
                 self._fail(exc)
@@ -733,6 +812,31 @@ class _Puller:
             logger.warning("kombu transport: the pulls of queue %r stopped: %s", self.queue, exc)
             ch._pull_error = exc
         ch._wake()
+
+
+class _Sweeper:
+    """Every ``expires_check`` seconds, deletes the expired queues of the transport's prefix
+    (:meth:`Transport.delete_expired_queues`); a daemon thread of the connection."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="jssync-kombu-expires", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        interval = float(self._transport.options["expires_check"])
+        while not self._stop.wait(interval):
+            try:
+                self._transport.delete_expired_queues()
+            except Error as exc:  # not connected now, a timeout: the next round tries again
+                logger.debug("kombu transport: the check for expired queues failed: %s", exc)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread (joins it, at most ``timeout`` s). Idempotent."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
 
 class _BindingsCache:
@@ -894,17 +998,76 @@ class Transport(virtual.Transport):
         self._declare_lock = threading.Lock()
         #: queue -> its durable consumer, for queues declared on this connection
         self.consumers: dict[str, Consumer] = {}
+        #: queues whose consumer this connection set to its own settings (it consumes them)
+        self.configured: set[str] = set()
+        #: queue -> the x- arguments it was declared with here, for declaring it again
+        self.queue_arguments: dict[str, dict[str, Any]] = {}
+        self._sweeper: _Sweeper | None = None
         #: bumped (and waiters woken) on every arrival, ack, reject, prefetch or pull change
         self.events = 0
         self._events_cond = threading.Condition(threading.Lock())
+        #: the pipe a kombu event loop reads (register_with_event_loop); None until then
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
 
     # -- events: arrivals and freed prefetch room ----------------------------------------------
 
     def wake(self) -> None:
-        """Count an event and wake every thread waiting in :meth:`wait_event`."""
+        """Count an event and wake every thread waiting in :meth:`wait_event` (and a kombu
+        event loop this transport is registered with)."""
         with self._events_cond:
             self.events += 1
             self._events_cond.notify_all()
+        fd = self._wake_w
+        if fd is not None:
+            try:
+                os.write(fd, b"\0")
+            except OSError:  # full (a wake-up is pending anyway) or closed meanwhile
+                pass
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        """Let a kombu event loop (``kombu.asynchronous.Hub``) deliver this transport's messages:
+        a pipe the transport writes to on every arrival, ack or freed prefetch room is a reader
+        of the loop, and its callback delivers what is ready without blocking."""
+        if self._wake_r is None:
+            r, w = os.pipe()
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            self._wake_r, self._wake_w = r, w
+        loop.add_reader(self._wake_r, self._on_wake, connection)
+        loop.call_soon(self._deliver_ready, connection)  # starts the pulls of consumed queues
+
+    def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
+        if self._wake_r is not None:
+            loop.remove_reader(self._wake_r)
+        self._close_wake_pipe()
+
+    def _close_wake_pipe(self) -> None:
+        r, w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, None, None
+        for fd in (w, r):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def _on_wake(self, connection: Any) -> None:
+        fd = self._wake_r
+        if fd is not None:
+            try:
+                while os.read(fd, 4096):
+                    pass
+            except OSError:  # emptied (BlockingIOError) or closed
+                pass
+        self._deliver_ready(connection)
+
+    def _deliver_ready(self, connection: Any) -> None:
+        """Deliver what is ready now (at most 100 messages), never waiting."""
+        for _ in range(100):
+            try:
+                self.drain_events(connection, timeout=0)
+            except builtins.TimeoutError:
+                return
 
     def wait_event(self, seen: int, timeout: float) -> None:
         """Block until :attr:`events` differs from ``seen``, at most ``timeout`` s (``seen=-1``:
@@ -1012,9 +1175,12 @@ class Transport(virtual.Transport):
                 nc.close()
                 raise
             self._stop_cache()
+            self._stop_sweeper()
             self._nc, self._js = nc, js
             self._kv = None
+            self._sweeper = _Sweeper(self)
             self.consumers.clear()
+            self.configured.clear()
         super().establish_connection()
         return self
 
@@ -1023,7 +1189,9 @@ class Transport(virtual.Transport):
         try:
             super().close_connection(connection)
         finally:
+            self._close_wake_pipe()
             self._stop_cache()
+            self._stop_sweeper()
             nc, self._nc, self._js, self._kv = self._nc, None, None, None
             if nc is not None:
                 nc.close()
@@ -1045,13 +1213,32 @@ class Transport(virtual.Transport):
 
     # -- shared state: queues and bindings -----------------------------------------------------
 
-    def declare_queue(self, queue: str, arguments: dict[str, Any], channel: _Channel) -> None:
+    def forget_queue(self, queue: str) -> None:
+        """Drop what this connection knows of ``queue``'s consumer (gone, or the queue deleted)."""
+        self.consumers.pop(queue, None)
+        self.configured.discard(queue)
+
+    def declare_queue(self, queue: str, arguments: dict[str, Any], channel: _Channel, *,
+                      consuming: bool = False) -> None:
         """Create ``queue``'s stream and durable consumer unless they exist; remember the consumer.
 
         ``arguments["x-message-ttl"]`` (milliseconds, kombu's ``Queue(message_ttl=...)``) becomes
         the stream's max age, ``x-max-length`` / ``x-max-length-bytes`` its ``max_msgs`` /
-        ``max_bytes`` (the oldest messages are dropped). Blocks on up to three JetStream API calls.
+        ``max_bytes`` (the oldest messages are dropped), ``x-expires`` (``Queue(expires=...)``)
+        the consumer's ``inactive_threshold``: once nobody has pulled from the queue for that
+        long the server drops its consumer, and a connection's periodic check then deletes the
+        stream and its bindings. ``arguments`` empty: those this connection declared it with.
+
+        The consumer settings (``ack_wait``, ``max_deliver``, ``max_ack_pending``) belong to the
+        processes that consume the queue: only a declaration with ``consuming`` (a consumer of
+        this connection starts) writes this process's settings over existing ones; any other
+        one (a producer's, ``basic_get``) creates the consumer when it is missing and leaves an
+        existing one as it is. Blocks on up to three JetStream API calls.
         """
+        if arguments:
+            self.queue_arguments[queue] = dict(arguments)
+        else:
+            arguments = self.queue_arguments.get(queue, {})
         opts = self.options
         name = channel.stream_name(queue)
         config = api.StreamConfig(
@@ -1069,6 +1256,16 @@ class Transport(virtual.Transport):
             config.max_msgs = int(arguments["x-max-length"])  # the oldest go first, as in AMQP
         if arguments.get("x-max-length-bytes") is not None:
             config.max_bytes = int(arguments["x-max-length-bytes"])
+        expires: float | None = None
+        if arguments.get("x-expires") is not None:
+            try:
+                expires = float(arguments["x-expires"]) / 1000
+            except (TypeError, ValueError):
+                raise ValidationError(f"queue {queue!r} x-expires {arguments['x-expires']!r}: "
+                                      "need milliseconds") from None
+            if not expires > 0:
+                raise ValidationError(f"queue {queue!r} x-expires {arguments['x-expires']!r}: need milliseconds > 0")
+            config.metadata = {EXPIRES_KEY: str(int(expires * 1000))}
         with self._declare_lock:
             try:
                 self.js.create_stream(config)
@@ -1080,8 +1277,21 @@ class Transport(virtual.Transport):
                 ack_wait=float(opts["ack_wait"]),
                 max_deliver=opts["max_deliver"],
                 max_ack_pending=opts["max_ack_pending"],
+                inactive_threshold=expires,
             )
-            self.consumers[queue] = self.js.create_or_update_consumer(name, cconfig)
+            if consuming:
+                self.consumers[queue] = self.js.create_or_update_consumer(name, cconfig)
+                self.configured.add(queue)
+                return
+            try:
+                self.consumers[queue] = self.js.consumer(name, channel.consumer_name)
+                return
+            except ConsumerNotFoundError:
+                pass
+            try:
+                self.consumers[queue] = self.js.create_consumer(name, cconfig)
+            except ConsumerExistsError:  # made meanwhile, by another process, with its settings
+                self.consumers[queue] = self.js.consumer(name, channel.consumer_name)
 
     def bindings(self) -> KeyValue:
         """The key-value bucket of bindings (``<exchange>.<queue>.<routing key>``, escaped)."""
@@ -1165,11 +1375,76 @@ class Transport(virtual.Transport):
         finally:
             self._cache_lock.release()
 
+    def _stop_sweeper(self) -> None:
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.stop()
+
+    def delete_expired_queues(self) -> list[str]:
+        """Delete the queues of this prefix declared with ``x-expires`` whose consumer the server
+        dropped (nobody pulled from them for that long): their streams and bindings. Returns
+        their names. Blocks on one listing plus a lookup per such queue (and the deletes).
+        A queue created less than its ``x-expires`` ago is kept (its declaration may be under way)."""
+        prefix = str(self.options["subject_prefix"])
+        durable = prefix.replace(".", "_")
+        now = time.time()
+        gone = []
+        for info in list(self.js.streams(subject=f"{prefix}.q.*")):
+            cfg = info.config
+            expires_ms = (cfg.metadata or {}).get(EXPIRES_KEY)
+            if expires_ms is None or cfg.name is None or not cfg.name.startswith(f"{durable}_"):
+                continue
+            created = _timestamp(info.created)
+            if created is not None and now - created < float(expires_ms) / 1000:
+                continue
+            try:
+                self.js.consumer(cfg.name, durable)
+                continue
+            except ConsumerNotFoundError:
+                pass
+            except StreamNotFoundError:
+                continue
+            try:
+                queue = unescape(cfg.name[len(durable) + 1:])
+            except (ValueError, UnicodeDecodeError):
+                continue
+            self.delete_bindings(queue)
+            self.state.queue_bindings_delete(queue)
+            self.forget_queue(queue)
+            try:
+                self.js.delete_stream(cfg.name)
+            except StreamNotFoundError:
+                continue  # another connection deleted it first
+            logger.info("kombu transport: queue %r expired (unused for %s ms): deleted", queue, expires_ms)
+            gone.append(queue)
+        return gone
+
     def _stop_cache(self) -> None:
         cache, self._cache = self._cache, None
         self._cache_retry_at = 0.0
         if cache is not None:
             cache.stop()
+
+
+def _timestamp(value: Any) -> float | None:
+    """Seconds since the epoch of a stream's ``created`` (a datetime or an RFC 3339 string)."""
+    if value is None:
+        return None
+    if hasattr(value, "timestamp"):
+        return float(value.timestamp())
+    try:
+        from datetime import datetime
+
+        text = str(value)
+        if text.endswith("Z"):
+            text = text[:-1] + "+00:00"
+        head, _, tail = text.partition(".")
+        if tail:  # fractions beyond microseconds: cut to six digits
+            digits = "".join(itertools.takewhile(str.isdigit, tail))
+            text = f"{head}.{digits[:6]}{tail[len(digits):]}"
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
 
 
 def _register_aliases() -> None:

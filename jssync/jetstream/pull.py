@@ -166,9 +166,8 @@ class _FetchState(_natspy.Receiver):
         eng = self.eng
         h = msg.headers
         if h is None or msg.data or "Status" not in h or is_user_msg(msg.reply):
-            if eng.state is not EngineState.RUNNING:  # over: dropped, or nak'ed when given up
-                if eng.state is EngineState.STOPPED:
-                    self.not_taken(msg)
+            if eng.state is not EngineState.RUNNING:  # over (given up, or ended): nobody takes it
+                self.not_taken(msg)  # nak'ed: redelivered at once, never held until AckWait
                 return
             if self.check is not None:
                 ok = self.check(msg)

@@ -1,7 +1,7 @@
 """What fetch (jetstream/pull.py) and consume (the modules beside this one) both use: the
 control items on a message queue, running a coroutine on the I/O thread without waiting,
 unsubscribing without waiting, a message's header size as it came over the wire, and the
-receiver that drops everything.
+receiver of idle inboxes (naks what it gets).
 """
 
 from __future__ import annotations
@@ -86,12 +86,18 @@ def _wire_header_len(conn: Connection, msg: Msg) -> int:
 
 
 class _Discard(_natspy.Receiver):
-    """A receiver that drops everything (an idle or abandoned inbox)."""
+    """The receiver of an idle or abandoned inbox: nobody takes what reaches it. A stored
+    message (a stale pull's, after a reconnect) is nak'ed, so the server redelivers it at once
+    instead of holding it until AckWait; statuses are dropped. Runs on the I/O thread."""
 
     __slots__ = ()
 
     def put_nowait(self, msg: Msg) -> None:
-        return None
+        if msg.reply.startswith("$JS.ACK."):
+            try:
+                msg._nak_quiet()
+            except Exception:  # noqa: BLE001 - never break the I/O thread; AckWait brings it back
+                log.debug("nak of a message for an idle inbox failed", exc_info=True)
 
 
 _DISCARD = _Discard()
