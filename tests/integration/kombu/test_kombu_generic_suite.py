@@ -2,16 +2,20 @@
 the jssync transport: the classes the transport claims (BasicFunctionality, BaseExchangeTypes,
 BaseTimeToLive, BaseMessage, BaseEventLoop; not BasePriority: priorities are not honoured).
 
-kombu's wheel has no ``t/``, and a test must not need the network, so these run when
-``JSSYNC_KOMBU_SDIST`` names an unpacked kombu sdist (``pip download --no-deps --no-binary
-:all: "kombu==5.7.*"`` and untar it) and are skipped, saying so, otherwise. The behaviours
-they caught are our own tests too (test_kombu_requeue_and_event_loop.py, test_transport.py).
+kombu's wheel has no ``t/``: ``JSSYNC_KOMBU_SDIST`` names an unpacked kombu sdist; without it the
+sdist of the installed kombu is fetched once from the package index (``pip download --no-deps
+--no-binary :all: kombu==<installed>``) and unpacked into the temp directory, where later runs find
+it. Only where neither works (no package index reachable) is the suite skipped, saying so. The
+behaviours they caught are our own tests too (test_kombu_requeue_and_event_loop.py, test_transport.py).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tarfile
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +25,27 @@ import pytest
 from jssync.server import NatsServer
 from tests.integration.kombu.conftest import TRANSPORT
 
-_SDIST = os.environ.get("JSSYNC_KOMBU_SDIST", "")
+
+def _installed_kombu_sdist() -> str:
+    """The unpacked sdist of the installed kombu in the temp directory, fetched when missing ("" when it cannot be)."""
+    version = kombu.__version__
+    root = os.path.join(tempfile.gettempdir(), f"jssync-kombu-sdist-{version}")
+    unpacked = os.path.join(root, f"kombu-{version}")
+    if os.path.isfile(os.path.join(unpacked, "t", "integration", "common.py")):
+        return unpacked
+    os.makedirs(root, exist_ok=True)
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                        f"kombu=={version}", "-d", root], check=True, timeout=120, capture_output=True)
+        archive = os.path.join(root, f"kombu-{version}.tar.gz")
+        with tarfile.open(archive) as tar:
+            tar.extractall(root, filter="data")
+    except (OSError, subprocess.SubprocessError, tarfile.TarError):
+        return ""
+    return unpacked
+
+
+_SDIST = os.environ.get("JSSYNC_KOMBU_SDIST", "") or _installed_kombu_sdist()
 common: Any = None
 if _SDIST and os.path.isfile(os.path.join(_SDIST, "t", "integration", "common.py")):
     sys.path.insert(0, _SDIST)
@@ -40,8 +64,8 @@ else:
 
 def test_kombu_generic_suite_is_found() -> None:
     if common is None:
-        pytest.skip("kombu's t/integration/common.py not found: set JSSYNC_KOMBU_SDIST to an unpacked "
-                    "kombu sdist to run kombu's generic transport tests")
+        pytest.skip("kombu's t/integration/common.py not found and its sdist could not be fetched: set "
+                    "JSSYNC_KOMBU_SDIST to an unpacked kombu sdist to run kombu's generic transport tests")
 
 
 @pytest.fixture
