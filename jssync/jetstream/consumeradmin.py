@@ -8,6 +8,8 @@ server replies.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -34,10 +36,32 @@ if TYPE_CHECKING:
     from .consumers import Consumer
 
 
+#: the attribute of a config read from a reply that holds the keys its dataclass lacks
+EXTRA_ATTR = "_jssync_extra"
+
+
+def extra_fields(config: Any) -> dict[str, Any]:
+    """The keys of the reply ``config`` was read from that its dataclass does not model (a copy)."""
+    extra = getattr(config, EXTRA_ATTR, None)
+    return dict(extra) if isinstance(extra, dict) else {}
+
+
+def keep_extra(config: Any, raw: Any, known: tuple[str, ...]) -> None:
+    """Attach to ``config`` the keys of its raw reply object ``raw`` that are not in ``known``."""
+    if config is None or not isinstance(raw, dict):
+        return
+    names = {f.name for f in dataclasses.fields(config)} | set(known)
+    extra = {k: json.loads(json.dumps(v)) for k, v in raw.items() if k not in names}
+    setattr(config, EXTRA_ATTR, extra)
+
+
 def consumer_wire(config: api.ConsumerConfig) -> dict[str, Any]:
-    """``config`` as sent: nats-py's fields plus the ADR-42 fields params._consumer_config sets."""
+    """``config`` as sent: nats-py's fields plus the ADR-42 fields params._consumer_config sets,
+    plus the keys of the reply it was read from that nats-py does not model (sent back unchanged)."""
     body = config.as_dict()
     body.update(_priority.wire_fields(_priority.of_config(config)))
+    for key, value in extra_fields(config).items():
+        body.setdefault(key, value)
     return body
 
 
@@ -53,6 +77,7 @@ def consumer_model(resp: Any, what: str = "consumer info") -> api.ConsumerInfo:
     state = resp.get("priority_groups") if isinstance(resp, dict) else None
     info: api.ConsumerInfo = _model(api.ConsumerInfo, resp, what)
     _priority.attach(info, prio, state)
+    keep_extra(getattr(info, "config", None), raw, _priority.CONFIG_FIELDS)
     return info
 
 
@@ -103,10 +128,28 @@ class ConsumerAdmin(APIRoom):
                         timeout: float | None | Default = DEFAULT, **params: Unpack[ConsumerParams]) -> Consumer:
         """Update an existing consumer.
 
+        With keyword fields only (``update_consumer(s, durable_name="D", description="x")``)
+        the fields given are set on top of the consumer's current configuration, read first
+        with one consumer info request (as :meth:`update_stream` does); fields jssync does not
+        model are sent back as the server holds them. With a ``config`` object that object is
+        the whole new configuration: every field it leaves at its default goes back to the
+        default (fields of the reply it was read from that nats-py does not model are kept).
+        Blocks for one or two requests, each up to ``timeout``.
+
         Raises:
+            jssync.ValidationError: no name, unknown option or bad value (nothing is sent).
             jssync.ConsumerNotFoundError: it does not exist.
         """
-        cfg = _consumer_config(config, params, "update_consumer")
+        if config is None and params:
+            name = params.get("name") or params.get("durable_name")
+            if not name:
+                raise ValidationError("update_consumer needs the consumer's name (name= or durable_name=)")
+            _consumer_config(None, params, "update_consumer")  # validate before anything is sent
+            current = self._consumer_info(stream, str(name), timeout).config
+            fields = {k: v for k, v in params.items() if not (k == "name" and not current.name)}
+            cfg = _consumer_config(current, fields, "update_consumer")
+        else:
+            cfg = _consumer_config(config, params, "update_consumer")
         if not (cfg.name or cfg.durable_name):
             raise ValidationError("update_consumer needs the consumer's name (name= or durable_name=)")
         return self._upsert_consumer(stream, cfg, "update", timeout)

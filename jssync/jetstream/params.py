@@ -323,6 +323,8 @@ def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any
     # that came back from the server (info.config); sent beside the dataclass's own fields
     params = dict(params)
     check_options(params, CONSUMER_OPTIONS, call)
+    # keys of the reply ``config`` was read from that nats-py does not model: sent back as they came
+    extra = getattr(config, "_jssync_extra", None)
     prio = _priority.config_fields(config, params)
     if params:
         config = config.evolve(**params)
@@ -351,4 +353,7 @@ def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any
     if prio.policy is not None or _priority.of_config(config).policy is not None:
         config = dataclasses.replace(config)  # a copy: the caller's object is left as it was
         _priority.attach_config(config, prio)
+    if isinstance(extra, dict) and getattr(config, "_jssync_extra", None) is not extra:
+        config = copy.copy(config)
+        config._jssync_extra = dict(extra)  # type: ignore[attr-defined]
     return config

@@ -51,7 +51,9 @@ def test_an_ephemeral_consumer_gets_its_name_from_the_server():
 
 def test_update_consumer_sends_the_update_action():
     js, replay = recorded_context("jetstream", "management", "update_consumer")
-    consumer = js.update_consumer("ORDERS", durable_name="worker", filter_subject="orders.new", ack_wait=10.0)
+    # a whole config object: one request, no lookup first (keyword-only updates read the config first)
+    config = jssync.ConsumerConfig(durable_name="worker", filter_subject="orders.new", ack_wait=10.0)
+    consumer = js.update_consumer("ORDERS", config)
     assert consumer.cached_info.config.ack_wait == 10.0
     assert replay.sent[0][1]["action"] == "update"
     assert replay.done()
@@ -60,7 +62,7 @@ def test_update_consumer_sends_the_update_action():
 def test_updating_a_missing_consumer_raises_consumer_not_found_10149():
     js, replay = recorded_context("jetstream", "management", "update_consumer_not_found")
     with pytest.raises(jssync.ConsumerNotFoundError) as err:
-        js.update_consumer("ORDERS", durable_name="ghost")
+        js.update_consumer("ORDERS", jssync.ConsumerConfig(durable_name="ghost"))
     assert err.value.err_code == 10149
     assert replay.done()
 
