@@ -819,16 +819,16 @@ class _Sweeper:
     (:meth:`Transport.delete_expired_queues`); a daemon thread of the connection."""
 
     def __init__(self, transport: Transport) -> None:
-        self._transport = transport
+        self._owner = transport
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jssync-kombu-expires", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        interval = float(self._transport.options["expires_check"])
+        interval = float(self._owner.options["expires_check"])
         while not self._stop.wait(interval):
             try:
-                self._transport.delete_expired_queues()
+                self._owner.delete_expired_queues()
             except Error as exc:  # not connected now, a timeout: the next round tries again
                 logger.debug("kombu transport: the check for expired queues failed: %s", exc)
 
