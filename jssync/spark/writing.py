@@ -470,7 +470,9 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                 elif _pa.types.is_large_string(data_col.type):
                     data_col = data_col.cast(_pa.large_binary())
                 datas = data_col.to_pylist()
-                subjects = rb.column(cols.subject).to_pylist() if cols.subject is not None else None
+                # option 'subject' wins over the column, as Kafka's 'topic' option over its column
+                subjects = (rb.column(cols.subject).to_pylist()
+                            if cols.subject is not None and opts.subject is None else None)
                 headers = rb.column(cols.headers).to_pylist() if cols.headers is not None else None
                 ids = rb.column(cols.msg_id).to_pylist() if cols.msg_id is not None else None
                 keys = rb.column(cols.key).to_pylist() if cols.key is not None else None

@@ -583,11 +583,11 @@ def test_write_then_read_back(spark, nats_server, js, unique):
     url = nats_server.url
     try:
         df = spark.range(0, 1000, numPartitions=3).select(
-            F.when(F.col("id") % 10 == 0, F.lit(f"{name}.tens")).alias("subject"),  # null: the option's subject
+            F.when(F.col("id") % 10 == 0, F.lit(f"{name}.tens")).otherwise(F.lit(f"{name}.rest")).alias("subject"),
             F.concat(F.lit("row "), F.col("id").cast("string")).alias("data"),  # string data
             F.create_map(F.lit("id"), F.col("id").cast("string")).alias("headers"),
         )
-        df.write.format("jetstream").option("servers", url).option("subject", f"{name}.rest").save()
+        df.write.format("jetstream").option("servers", url).save()
         back = _read(spark, url, name).collect()
         assert len(back) == 1000
         got = {int(r.headers["id"]): r for r in back}
@@ -607,6 +607,54 @@ def test_write_then_read_back(spark, nats_server, js, unique):
         assert js.stream(name).info().state.messages == 2000
     finally:
         js.delete_stream(name)
+
+
+def test_the_subject_option_wins_over_the_subject_column(spark, nats_server, js, stream, unique):
+    """Kafka's ``topic`` option wins over its ``topic`` column; so does ``subject``: a DataFrame
+    read from a stream goes to the option's subject, not back into the stream it came from."""
+    name = stream.name
+    out = f"OUT{unique}"
+    js.create_stream(name=out, subjects=[out], storage="memory")
+    try:
+        _publish(js, [f"{name}.a", f"{name}.b"], 20)
+        df = _read(spark, nats_server.url, name)
+        df.write.format("jetstream").option("servers", nats_server.url).option("subject", out).save()
+        assert js.stream(out).info().state.messages == 20
+        assert js.stream(name).info().state.messages == 20
+        # with a key the option's subject is the one the key is appended to
+        keyed = f"KEYED{unique}"
+        js.create_stream(name=keyed, subjects=[f"{keyed}.*"], storage="memory")
+        try:
+            df.selectExpr("subject", "data", "'k1' as key").write.format("jetstream") \
+                .option("servers", nats_server.url).option("subject", keyed).save()
+            assert js.stream(keyed).info().state.messages == 20
+            assert js.stream(keyed).get_msg(1).subject == f"{keyed}.k1"
+            assert js.stream(name).info().state.messages == 20
+        finally:
+            js.delete_stream(keyed)
+    finally:
+        js.delete_stream(out)
+
+
+def test_the_readme_spark_block_as_written_copies_orders_to_out(spark, nats_server, js):
+    """README.md's Spark block, run as written (the stream ORDERS of 20 messages, and OUT)."""
+    js.create_stream(name="ORDERS", subjects=["ORDERS.*"], storage="memory")
+    js.create_stream(name="OUT", subjects=["OUT"], storage="memory")
+    try:
+        _publish(js, ["ORDERS.new", "ORDERS.paid"], 20)
+        url = nats_server.url
+        from jssync.spark import register
+        register(spark)                                   # format "jetstream" (PySpark 4 Python Data Source API)
+        df = (spark.read.format("jetstream").option("servers", url).option("stream", "ORDERS")
+              .option("subjects", "ORDERS.*").option("numPartitions", 4).load())
+        q = spark.readStream.format("jetstream").option("servers", url).option("stream", "ORDERS").load()
+        df.write.format("jetstream").option("servers", url).option("subject", "OUT").save()
+        assert q.isStreaming
+        assert js.stream("OUT").info().state.messages == 20
+        assert js.stream("ORDERS").info().state.messages == 20
+    finally:
+        js.delete_stream("OUT")
+        js.delete_stream("ORDERS")
 
 
 def test_forced_task_retry_creates_no_duplicates(spark, nats_server, js, unique):
