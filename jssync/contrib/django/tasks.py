@@ -107,15 +107,15 @@ def task_from_record(rec: Mapping[str, Any]) -> Any:
     """The Task a record names (imported by its module path, with the options it was enqueued with).
 
     Raises:
-        ValueError: the module path does not name a Task (any more).
+        jssync.ValidationError (a ValueError): the module path does not name a Task (any more).
     """
     path = rec["module_path"]
     try:
         obj = import_string(path)
     except ImportError as exc:
-        raise ValueError(f"Expected {path!r} to point to a Task instance: {exc}") from exc
+        raise jssync.ValidationError(f"Expected {path!r} to point to a Task instance: {exc}") from exc
     if not isinstance(obj, Task):
-        raise ValueError(f"Expected {path!r} to point to a Task instance, got {type(obj).__name__}")
+        raise jssync.ValidationError(f"Expected {path!r} to point to a Task instance, got {type(obj).__name__}")
     return obj.using(priority=rec["priority"], queue_name=rec["queue_name"], run_after=_dt(rec.get("run_after")),
                      backend=rec["backend"])
 
