@@ -103,6 +103,8 @@ __all__ = ["Channel", "QoS", "Transport"]
 logger = logging.getLogger("jssync")
 
 DEFAULT_PORT = 4222
+#: seconds a get waits for a message this channel put or requeued, when a no-wait pull found none
+UNSEEN_WAIT = 1.0
 
 #: transport options and their defaults
 DEFAULT_OPTIONS: dict[str, Any] = {
@@ -203,6 +205,7 @@ class QoS(virtual.QoS):
                 except Error as exc:
                     logger.debug("kombu transport: confirmed nak failed (%s); sending a plain one", exc)
                     msg.nak()
+                self.channel._note_unseen(msg.metadata.stream)
             else:
                 msg.term("rejected by kombu")
         self._quick_ack(delivery_tag)
@@ -253,6 +256,10 @@ class Channel(virtual.Channel):
         #: queues declared here with auto_delete: deleted when this channel stops consuming them
         self._auto_delete: set[str] = set()
         self._tag_seq = itertools.count(1)
+        #: stream -> messages put or requeued here and not got since: a get that finds nothing
+        #: waits up to UNSEEN_WAIT s for them (a loaded server can answer a no-wait pull sent
+        #: right after a confirmed publish or -NAK before the message is on offer to it)
+        self._unseen: dict[str, int] = {}
 
     # -- names --------------------------------------------------------------------------------
 
@@ -330,6 +337,7 @@ class Channel(virtual.Channel):
             self.connection.forget_queue(queue)
             self._new_queue(queue)
             self.js.publish(self.subject(queue), data, ttl=ttl)
+        self._note_unseen(self.stream_name(queue))
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
         """The next message of ``queue``; raises ``Empty`` when there is none now (never waits).
@@ -365,10 +373,23 @@ class Channel(virtual.Channel):
                 # server without it; declare it again (that raises if JetStream itself is not there)
                 self.connection.forget_queue(queue)
                 fetched = list(self._consumer(queue).fetch_no_wait(1))
+            stream = self.stream_name(queue)
+            if not fetched and self._unseen.get(stream):
+                fetched = list(self._consumer(queue).fetch(1, expires=UNSEEN_WAIT))
+            with self._lock:
+                left = self._unseen.pop(stream, 0) - 1
+                if fetched and left > 0:
+                    self._unseen[stream] = left
             if not fetched:
                 raise Empty()
             msg = fetched[0]
         return self._payload(msg, settle=queue in self._no_ack)
+
+    def _note_unseen(self, stream: str) -> None:
+        """Count a message put or requeued into ``stream`` here: a get that finds nothing
+        waits a moment for it (:data:`UNSEEN_WAIT`)."""
+        with self._lock:
+            self._unseen[stream] = self._unseen.get(stream, 0) + 1
 
     def _payload(self, msg: Msg, *, settle: bool) -> dict[str, Any]:
         """kombu's message dict for ``msg``; held for a later ack, or acked now (``settle``)."""

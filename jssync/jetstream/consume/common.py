@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ...base.errors import ConnectionClosedError
 from ...core import natspy as _natspy
 from ...core.msg import Msg
 
@@ -40,6 +41,8 @@ def _on_loop(conn: Connection, make_coro: Callable[[], Any]) -> None:
             loop.loop.create_task(make_coro())
         else:
             loop.call_soon(lambda: loop.loop.create_task(make_coro()))
+    except ConnectionClosedError:
+        return  # closed: what it would do (an UNSUB, a nak) went with the connection
     except Exception:  # the loop is gone: the connection closed
         log.debug("could not schedule on the I/O loop", exc_info=True)
 
