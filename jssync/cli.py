@@ -253,8 +253,8 @@ def _duration_or_zero(text: str) -> float:
                                          "1h30m)") from None
 
 
-def _positive(text: str) -> int:
-    """A whole number >= 1."""
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number >= 1 (also used by the Django management commands)."""
     try:
         n = int(text)
     except ValueError:
@@ -1786,7 +1786,7 @@ def _add_bench_options(x: argparse.ArgumentParser, size: bool = True, pubs: bool
         x.add_argument("--size", type=_bench_size, default=128, metavar="BYTES",
                        help="payload size, e.g. 128 or 1KiB (default 128)")
     if pubs:
-        x.add_argument("--pubs", "--clients", type=_positive, default=1, metavar="K",
+        x.add_argument("--pubs", "--clients", type=positive_int, default=1, metavar="K",
                        help="publishing connections, sharing --msgs (default 1)")
     if subs:
         x.add_argument("--subs", type=int, default=0, metavar="K",
@@ -1796,7 +1796,7 @@ def _add_bench_options(x: argparse.ArgumentParser, size: bool = True, pubs: bool
 
 
 def _bench_msgs(text: str) -> int:
-    n = _positive(text)
+    n = positive_int(text)
     if n > _BENCH_MAX_MSGS:
         raise argparse.ArgumentTypeError(f"{text!r} is more than {_BENCH_MAX_MSGS:,} messages")
     return n
@@ -2034,9 +2034,9 @@ def build_parser() -> argparse.ArgumentParser:
     start = x.add_mutually_exclusive_group()
     start.add_argument("--since", type=_duration, metavar="DURATION",
                        help="start with the messages stored this long ago, e.g. 1h, 30m")
-    start.add_argument("--start-seq", type=_positive, metavar="N", help="start at this stream sequence")
-    x.add_argument("--last", type=_positive, metavar="N", help="only the last N messages (of those selected)")
-    x.add_argument("--count", type=_positive, metavar="N", help="print at most N messages")
+    start.add_argument("--start-seq", type=positive_int, metavar="N", help="start at this stream sequence")
+    x.add_argument("--last", type=positive_int, metavar="N", help="only the last N messages (of those selected)")
+    x.add_argument("--count", type=positive_int, metavar="N", help="print at most N messages")
     x.add_argument("--raw", action="store_true", help="print only the payloads, each on a line of its own")
     x.set_defaults(func=_with_js(_stream_view))
     x = _add(st, "export", help="write every message to a JSON Lines file")
@@ -2232,7 +2232,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=_bench_core)
     x = _add(be, "sub", help="wait for --msgs core messages (sent by someone else)")
     _add_bench_options(x, pubs=False)
-    x.add_argument("--subs", "--clients", type=_positive, default=1, metavar="K",
+    x.add_argument("--subs", "--clients", type=positive_int, default=1, metavar="K",
                    help="subscribing connections, each taking every message (default 1)")
     x.set_defaults(func=_bench_core)
     bj = _add(be, "js", help="JetStream benchmarks").add_subparsers(dest="js_cmd", required=True)

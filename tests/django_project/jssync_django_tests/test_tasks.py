@@ -275,7 +275,7 @@ class TaskBackendTests(SimpleTestCase):
     def test_the_worker_refuses_bad_arguments(self) -> None:
         for args, what in ((("--queue", "nope"), "--queue 'nope' is not in TASKS['default']['QUEUES']"),
                            (("--backend", "nope"), "--backend 'nope'"),
-                           (("--max-tasks", "0"), "expected a whole number of at least 1, got '0'")):
+                           (("--max-tasks", "0"), "'0' is not a whole number >= 1")):
             proc = manage("jssync_tasks_worker", *args, **self.env())
             self.assertNotEqual(proc.returncode, 0, args)
             self.assertIn(what, proc.stderr)

@@ -30,19 +30,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import import_string
 
 import jssync
+from jssync.cli import positive_int
 from jssync.contrib.django.client import close, jetstream
 
 log = logging.getLogger("jssync")
 
 #: how long the command waits for a message before it looks at its stop flag again
 _POLL = 0.25
-
-
-def _positive(text: str) -> int:
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return n
 
 
 def _seconds(text: str) -> float:
@@ -104,14 +98,14 @@ class Command(BaseCommand):
         parser.add_argument("consumer", help="the (durable) pull consumer's name; it must exist")
         parser.add_argument("--handler", required=True, metavar="DOTTED.PATH",
                             help="the callable run with each message, e.g. orders.handlers.handle_order")
-        parser.add_argument("--workers", type=_positive, default=1, metavar="N",
+        parser.add_argument("--workers", type=positive_int, default=1, metavar="N",
                             help="handlers running at once (default 1)")
         parser.add_argument("--nak-delay", type=_seconds, default=None, metavar="SECONDS",
                             help="redeliver a message whose handler raised after this many seconds "
                                  "(default: at once, or as the consumer's backoff says)")
         parser.add_argument("--grace", type=_seconds, default=30.0, metavar="SECONDS",
                             help="on SIGTERM/SIGINT, how long running handlers may take to finish (default 30)")
-        parser.add_argument("--max-messages", type=_positive, default=None, metavar="N",
+        parser.add_argument("--max-messages", type=positive_int, default=None, metavar="N",
                             help="messages buffered ahead of the handlers (default: jssync's, 500)")
 
     def handle(self, *args: Any, stream: str, consumer: str, handler: str, workers: int,

@@ -15,7 +15,6 @@ is left to ``ack_wait``) and exits with status 1. Logs go to the ``jssync`` logg
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import threading
@@ -25,17 +24,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import jssync
+from jssync.cli import positive_int
 from jssync.contrib.django.client import close
-
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return n
 
 
 class Command(BaseCommand):
@@ -47,7 +37,7 @@ class Command(BaseCommand):
                             help="the TASKS alias of the JetStreamBackend (default: default)")
         parser.add_argument("--queue", action="append", dest="queues", metavar="NAME",
                             help="a queue to run (repeatable; default: every queue of the backend's QUEUES)")
-        parser.add_argument("--max-tasks", type=_positive, default=None, metavar="N",
+        parser.add_argument("--max-tasks", type=positive_int, default=None, metavar="N",
                             help="exit (status 0) after running N tasks")
 
     def handle(self, *args: Any, backend: str, queues: list[str] | None, max_tasks: int | None,
