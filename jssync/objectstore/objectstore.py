@@ -751,16 +751,27 @@ class ObjectStore:
     def list(self, *, include_deleted: bool = False, timeout: float | None | Default = DEFAULT) -> list[api.ObjectInfo]:
         """Return the info of every object (deleted ones only with ``include_deleted``).
 
-        Returns an empty list for an empty store. Blocks until all were read, at most ``timeout``.
+        Returns an empty list for an empty store. Blocks until all were read, at most
+        ``timeout``: every object current when the call started is listed, also while others
+        rewrite objects (the end is confirmed by the stream's last sequence, not only the
+        consumer's pending count, which can run ahead).
+
+        Raises:
+            jssync.TimeoutError: the listing did not finish within ``timeout``.
+            jssync.BucketNotFoundError: no such object store.
         """
         deadline = Deadline(self._t(timeout))
-        out: list[api.ObjectInfo] = []
-        with self.watch(ignore_deletes=not include_deleted) as w:
+        # by name, in stream order: a revision read after the listing started (while the end
+        # is confirmed) replaces the one before, and a delete read last removes the object
+        latest: dict[str, api.ObjectInfo] = {}
+        with self.watch() as w:
             while True:
                 info = w.next(timeout=deadline.remaining())
                 if info is None:
-                    return out
-                out.append(info)
+                    break
+                latest.pop(info.name, None)
+                latest[info.name] = info
+        return [i for i in latest.values() if include_deleted or not i.deleted]
 
     def status(self, *, timeout: float | None | Default = DEFAULT) -> ObjectStoreStatus:
         """Return the store's status (fresh stream info)."""
@@ -775,6 +786,7 @@ class ObjectWatcher(_PushWatcher[api.ObjectInfo]):
     """An iterator of ``ObjectInfo``: every object's info, ``None``, then each change. Thread-safe."""
 
     _what = "object watcher"
+    _checks_bound = True  # the end of the initial infos is confirmed by the stream (as a KeyWatcher's)
 
     def __init__(self, store: ObjectStore, *, include_history: bool, ignore_deletes: bool,
                  updates_only: bool) -> None:
