@@ -159,14 +159,24 @@ class TaskBackendTests(SimpleTestCase):
         self.assertEqual([label for _, label, *_ in _lines(self.log)],
                          ["high1", "high2", "default1", "default2", "low", "low2"])
 
+    def worker_waits(self) -> bool:
+        """The worker's idle pull is open on the default band of the default queue."""
+        try:
+            return int(self.consumer_info().num_waiting or 0) > 0
+        except jssync.NotFoundError:
+            return False
+
     def check_run_after(self) -> None:
         """A task with run_after 2 s ahead and one without: the second runs at once, the first not before then."""
         from taskapp.tasks import record
 
+        proc = self.worker()
+        # the worker is up and waiting first: on a loaded machine its start can take longer than
+        # run_after's 2 s, and a task past its run_after is rightly run in FIFO order
+        wait_for(self.worker_waits, 30, "the worker waits for tasks")
         run_after = datetime.now(UTC) + timedelta(seconds=2 * FACTOR)
         later = record.using(run_after=run_after).enqueue("later")
         record.enqueue("now")
-        proc = self.worker()
         wait_for(lambda: len(_lines(self.log)) == 2, 20, "both tasks run")
         (_, first, _, _), (_, second, ran_at, _) = _lines(self.log)
         self.assertEqual((first, second), ("now", "later"))
