@@ -681,7 +681,7 @@ def _abort(opts: WriteOptions, token: str, batch_id: int, prefix: str | None, me
 
 
 class JetStreamBatchWriter(DataSourceArrowWriter):
-    """Batch writes (``df.write.format("jetstream")...save()``)."""
+    """Batch writes (``df.write.format("jetstream").mode("append")...save()``)."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
