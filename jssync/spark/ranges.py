@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 
 from ..base.errors import (
     MessageNotFoundError,
+    StreamNotFoundError,
     TimeoutError,
     ValidationError,
 )
@@ -278,7 +279,17 @@ class _RangeReader:
                 log.warning("jssync.spark: this nats-py cannot keep header blocks: headersFormat=array gives one "
                             "value per header name")
             js = conn.jetstream(timeout=self.opts.conn.timeout)
-            stream = js.stream(self.stream)
+            try:
+                stream = js.stream(self.stream)
+            except StreamNotFoundError as exc:
+                what = (f"stream {self.stream!r} no longer exists (deleted after the range {self.first}..{self.last} "
+                        "was planned): the whole range was lost")
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(f"{what}. Set option failOnDataLoss=false to skip it") from exc
+                self.lost += self.last - self.first + 1
+                log.warning("jssync.spark: %s: skipped %d sequence(s) (failOnDataLoss=false)", what,
+                            self.last - self.first + 1)
+                return
             self._check_lost(stream)
             if self.last < self.first:
                 return
