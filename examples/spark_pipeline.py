@@ -78,7 +78,8 @@ def main() -> int:
             F.concat(F.lit(f"totals-{snapshot}-"), F.col("region")).alias("msg_id"),
         )
         for _ in range(2):  # the second run is de-duplicated by the stream
-            results.write.format("jetstream").option("servers", url).option("msgIdColumn", "msg_id").save()
+            results.write.format("jetstream").mode("append") \
+                .option("servers", url).option("msgIdColumn", "msg_id").save()
         for region in REGIONS:
             m = js.stream("RESULTS").get_msg(last_by_subject=f"RESULTS.totals.{region}")
             print(f"totals {region}: {m.data.decode()}")

@@ -10,7 +10,7 @@ with the usual DataFrame API::
           .option("subjects", "ORDERS.*").load())     # stream, subject, seq, time, data, headers
     q = (spark.readStream.format("jetstream").option("servers", url).option("stream", "ORDERS")
          .load().writeStream...)                       # offsets are stream sequences
-    df.write.format("jetstream").option("servers", url).option("subject", "OUT").save()
+    df.write.format("jetstream").mode("append").option("servers", url).option("subject", "OUT").save()
 
 A read takes one stream (``stream``) or several (``streams``, like Kafka's ``subscribe``:
 streaming offsets then hold one position per stream, and every check below applies to

@@ -115,13 +115,18 @@ def _parse_time(raw: str, key: str) -> _dt.datetime:
             f"option {key!r} must be an ISO 8601 time such as 2024-05-01T12:00:00Z, got {raw!r}") from None
 
 
+#: The default of options ``batchBytes`` and ``arrowBatchBytes`` (16 MiB): what a read task
+#: holds stays near 3 x 16 MiB plus three messages whatever the size of its messages.
+DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
+
+
 #: The options each kind of query takes, as documented (compared case-insensitively: Spark
 #: hands the data source its options with lower-cased keys).
 _CONNECT_OPTIONS = ("servers", "user", "password", "token", "creds", "nkeysSeed", "tlsCaFile", "tlsCertFile",
                     "tlsKeyFile", "tlsHostname", "connectTimeout", "timeout", "connectionName")
 _READ_OPTIONS = ("stream", "streams", "subjects", "subject", "startingSequence", "startingTime", "endingSequence",
                  "endingTime", "numPartitions", "includeHeaders", "headersFormat", "readMethod", "batchSize",
-                 "arrowBatchSize",
+                 "arrowBatchSize", "batchBytes", "arrowBatchBytes",
                  "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay", "failOnDataLoss")
 _WRITE_OPTIONS = ("subject", "msgIdColumn", "deriveMsgId", "msgIdPrefix", "maxPending", "publishTimeout",
                   "expectedRestartTime")
@@ -314,6 +319,12 @@ class ReadOptions:
     read_method: str = "consumer"
     batch_size: int = 1000
     arrow_batch_size: int = 10_000
+    #: Bytes one pull request / Direct Get batch asks for at most (at least the server's
+    #: max_payload plus room for subject and headers: one message always fits).
+    batch_bytes: int = DEFAULT_BATCH_BYTES
+    #: Bytes of message data after which an Arrow batch is yielded (it holds at most this
+    #: plus one message).
+    arrow_batch_bytes: int = DEFAULT_BATCH_BYTES
     max_messages_per_trigger: int | None = None
     min_messages_per_trigger: int | None = None
     max_trigger_delay: float = 900.0
@@ -412,6 +423,8 @@ class ReadOptions:
             read_method=method,
             batch_size=_opt_int(opts, "batchSize", 1000) or 1000,
             arrow_batch_size=_opt_int(opts, "arrowBatchSize", 10_000) or 10_000,
+            batch_bytes=_opt_int(opts, "batchBytes", DEFAULT_BATCH_BYTES) or DEFAULT_BATCH_BYTES,
+            arrow_batch_bytes=_opt_int(opts, "arrowBatchBytes", DEFAULT_BATCH_BYTES) or DEFAULT_BATCH_BYTES,
             max_messages_per_trigger=max_per,
             min_messages_per_trigger=min_per,
             max_trigger_delay=_opt_duration(opts, "maxTriggerDelay", 900.0),

@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 
 from ..base.errors import (
     MessageNotFoundError,
+    StreamNotFoundError,
     TimeoutError,
     ValidationError,
 )
@@ -121,13 +122,19 @@ def _parse_reply(reply: str) -> tuple[int, int, int, int]:
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
+#: What a pull request or Direct Get batch asks for beyond the server's max_payload at least:
+#: room for one message's subject, reply subject and protocol lines next to its payload.
+_REQUEST_ROOM = 64 * 1024
+
 
 class _Columns:
     """Column lists for one Arrow record batch."""
 
-    __slots__ = ("subjects", "seqs", "times", "datas", "headers")
+    __slots__ = ("subjects", "seqs", "times", "datas", "headers", "data_bytes")
 
     def __init__(self) -> None:
+        #: bytes of message data in :attr:`datas`
+        self.data_bytes = 0
         self.subjects: list[str] = []
         self.seqs: list[int] = []
         self.times: list[int] = []
@@ -272,15 +279,28 @@ class _RangeReader:
                 log.warning("jssync.spark: this nats-py cannot keep header blocks: headersFormat=array gives one "
                             "value per header name")
             js = conn.jetstream(timeout=self.opts.conn.timeout)
-            stream = js.stream(self.stream)
+            try:
+                stream = js.stream(self.stream)
+            except StreamNotFoundError as exc:
+                what = (f"stream {self.stream!r} no longer exists (deleted after the range {self.first}..{self.last} "
+                        "was planned): the whole range was lost")
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(f"{what}. Set option failOnDataLoss=false to skip it") from exc
+                self.lost += self.last - self.first + 1
+                log.warning("jssync.spark: %s: skipped %d sequence(s) (failOnDataLoss=false)", what,
+                            self.last - self.first + 1)
+                return
             self._check_lost(stream)
             if self.last < self.first:
                 return
             limit = self.opts.arrow_batch_size
+            byte_limit = self.opts.arrow_batch_bytes
+            # a pull / Direct Get batch always has room for one message of max_payload
+            self._request_bytes = max(self.opts.batch_bytes, conn.max_payload + _REQUEST_ROOM)
             self._cols = _Columns()
             source = self._direct(stream) if self.opts.read_method == "direct" else self._consumer(stream)
             for _ in source:
-                if len(self._cols) >= limit:
+                if len(self._cols) >= limit or self._cols.data_bytes >= byte_limit:
                     yield _to_batch(self.stream, self._cols, schema)
                     self._cols = _Columns()
             if len(self._cols):
@@ -293,6 +313,8 @@ class _RangeReader:
     _cols: _Columns
     #: headersFormat=array: the headers column holds (key, value bytes) pairs.
     _pairs: bool = False
+    #: ``max_bytes`` of each pull request / Direct Get batch.
+    _request_bytes: int = 0
 
     def _consumer(self, stream: Stream) -> Iterator[None]:
         """Read the range with an ordered consumer (ADR-17) and no-wait pull requests.
@@ -314,7 +336,7 @@ class _RangeReader:
             while next_seq <= last:
                 want = min(opts.batch_size, last - next_seq + 1)
                 got = 0
-                with oc.fetch_no_wait(want) as res:
+                with oc.fetch_no_wait(want, max_bytes=self._request_bytes) as res:
                     for m in res:
                         got += 1
                         sseq, _cseq, pending, ts = _parse_reply(m.reply)
@@ -364,6 +386,7 @@ class _RangeReader:
         c.seqs.append(seq)
         c.times.append(ts_ns // 1000)
         c.datas.append(m.data)
+        c.data_bytes += len(m.data)
         h = m.headers if include_headers else None
         if self._pairs:
             c.headers.append(_header_pairs(h))
@@ -379,7 +402,8 @@ class _RangeReader:
         micro = _dt.timedelta(microseconds=1)
         while next_seq <= last:
             want = min(opts.batch_size, last - next_seq + 1)
-            with stream.direct_get_batch(subject, want, seq=next_seq, timeout=opts.conn.timeout) as batch:
+            with stream.direct_get_batch(subject, want, seq=next_seq, max_bytes=self._request_bytes,
+                                         timeout=opts.conn.timeout) as batch:
                 received = 0
                 for sm in batch:
                     received += 1
@@ -390,6 +414,7 @@ class _RangeReader:
                     c.seqs.append(sm.seq)
                     c.times.append((sm.time - _EPOCH) // micro if sm.time is not None else 0)
                     c.datas.append(sm.data)
+                    c.data_bytes += len(sm.data)
                     h = sm.headers if include_headers else None
                     c.headers.append(list(h.items()) if h else None)
                     next_seq = sm.seq + 1

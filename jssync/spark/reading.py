@@ -32,6 +32,7 @@ from pyspark.sql.types import StructType
 from ..base.errors import (
     ConnectionClosedError,
     JetStreamError,
+    StreamNotFoundError,
     TimeoutError,
     ValidationError,
 )
@@ -346,7 +347,10 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     creation time; without ``created``: a sequence past the stream's end) fails the query
     with :class:`DataLossError` naming both; with ``failOnDataLoss=false`` that stream
     starts over at its first sequence, a warning is logged and the new stream's sequences
-    removed before the query got to them are counted.
+    removed before the query got to them are counted. A stream that no longer exists when a
+    trigger looks (deleted, not created again yet) fails the query with
+    :class:`DataLossError`; with ``failOnDataLoss=false`` no micro-batch reads it until it is
+    created again (a warning is logged once), then it starts over as above.
 
     A stream added to ``streams`` after the query was checkpointed joins the offset at its
     starting position (``startingSequence`` / ``startingTime``) in the next micro-batch and
@@ -369,6 +373,8 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._conn: Connection | None = None
         #: Stream -> the subject filters that apply to it (set by the first lookup).
         self._filters: dict[str, tuple[str, ...]] | None = None
+        #: ``(stream, checkpointed seq, its created)`` of deleted streams waited for (failOnDataLoss=false).
+        self._waiting: set[tuple[str, int, Any]] = set()
         #: Stream -> the creation time the last stream lookup saw.
         self._created: dict[str, str | None] = {}
         #: ``(stream, checkpointed seq, its created)`` of offsets of a former stream -> where the new one
@@ -385,11 +391,20 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._conn = self.opts.conn.connect("stream-planner")
         return self._conn.jetstream(timeout=self.opts.conn.timeout)
 
-    def _state(self) -> dict[str, _StreamNow]:
-        """Look each stream up (one request each); the first lookup also checks the subject filters."""
+    def _state(self, missing: dict[str, StreamNotFoundError] | None = None) -> dict[str, _StreamNow]:
+        """Look each stream up (one request each); the first lookup of them all also checks the
+        subject filters. A stream that does not exist raises :class:`jssync.StreamNotFoundError`,
+        or, given ``missing``, is left out and put there with its error."""
         js = self._js()
-        nows = {name: _stream_now(js, name, self.opts.conn.timeout) for name in self.opts.names()}
-        if self._filters is None:
+        nows: dict[str, _StreamNow] = {}
+        for name in self.opts.names():
+            try:
+                nows[name] = _stream_now(js, name, self.opts.conn.timeout)
+            except StreamNotFoundError as exc:
+                if missing is None:
+                    raise
+                missing[name] = exc
+        if self._filters is None and not missing:
             self._filters = _filters_by_stream(self.opts, list(nows.values()))
         for name, now in nows.items():
             self._latest[name] = now.last + 1
@@ -420,7 +435,9 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             for name, now in nows.items()})
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {name: now.last + 1 for name, now in self._state().items()}
+        missing: dict[str, StreamNotFoundError] = {}
+        self._target = {name: now.last + 1 for name, now in self._state(missing).items()}
+        self._target.update({name: 0 for name in missing})  # deleted: nothing of it is read in this run
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_messages_per_trigger:
@@ -446,8 +463,35 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                         f"were read ({gone} skipped)" if gone else "")
         return self._started_over[key]
 
+    def _deleted(self, name: str, start: Mapping[str, Any], exc: StreamNotFoundError) -> None:
+        """The stream ``name`` of the checkpointed position ``start`` does not exist: fail, or
+        (failOnDataLoss=false) log once that the query waits for it to be created again."""
+        what = (f"stream {name!r} no longer exists (deleted after the query read it up to sequence "
+                f"{int(start['seq']) - 1}{', created at ' + str(start['created']) if start.get('created') else ''})")
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{what}. Set option failOnDataLoss=false to wait for it to be created again and "
+                                "start over at its first sequence") from exc
+        key = (name, int(start["seq"]), start.get("created"))
+        if key not in self._waiting:
+            self._waiting.add(key)
+            log.warning("jssync.spark: %s: no micro-batch reads it until it is created again, then the query "
+                        "starts over at its first sequence (failOnDataLoss=false)", what)
+
     def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, Any]:
-        nows = self._state()
+        missing: dict[str, StreamNotFoundError] = {}
+        nows = self._state(missing if start is not None else None)
+        if missing:
+            assert start is not None
+            starts_now = self._decode(start)
+            for name, exc in missing.items():
+                st = starts_now.get(name)
+                if st is None:  # never read (added to option streams): not there to wait for
+                    raise exc
+                self._deleted(name, st, exc)
+        waiting = {name: int(starts_now[name]["seq"]) for name in missing} if missing else {}
+        if start is not None and missing and not nows:  # nothing to read: the same offset, no micro-batch
+            self._end = waiting
+            return dict(start)
         ends: dict[str, int] = {}
         for name, now in nows.items():
             end = now.last + 1
@@ -482,10 +526,10 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             least = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_messages_per_trigger
             waited = time.monotonic() - self._last_trigger
             if least and sum(ends[n] - begins[n] for n in nows) < least and waited < self.opts.max_trigger_delay:
-                self._end = dict(begins)
+                self._end = {**dict(begins), **waiting}
                 # no micro-batch: the same offset (a former stream's: moved to the new one)
-                return self._encode({name: dict(starts[name]) if same[name] else _offset(begins[name], now)
-                                     for name, now in nows.items()})
+                return self._with_waiting({name: dict(starts[name]) if same[name] else _offset(begins[name], now)
+                                           for name, now in nows.items()}, starts, waiting)
         if isinstance(limit, ReadMaxRows):
             take = share_limit({n: ends[n] - begins[n] for n in nows}, max(1, int(limit.max_rows)))
             ends = {n: begins[n] + take[n] for n in nows}
@@ -495,8 +539,15 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 for name, now in nows.items():
                     if now.first > begins[name] and ends[name] > begins[name]:
                         self._lost += min(now.first, ends[name]) - begins[name]  # the executors skip these
-        self._end = ends
-        return self._encode({name: _offset(ends[name], now) for name, now in nows.items()})
+        self._end = {**ends, **waiting}
+        return self._with_waiting({name: _offset(ends[name], now) for name, now in nows.items()}, starts, waiting)
+
+    def _with_waiting(self, per: Mapping[str, dict[str, Any]], starts: Mapping[str, Mapping[str, Any]],
+                      waiting: Mapping[str, int]) -> dict[str, Any]:
+        """:meth:`_encode` of ``per`` plus the unchanged positions of the deleted streams waited
+        for, in the order of the options (the offset's text stays the same while nothing moves)."""
+        both = {**per, **{n: dict(starts[n]) for n in waiting}}
+        return self._encode({n: both[n] for n in self.opts.names() if n in both})
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         if not self._latest:
@@ -518,7 +569,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         one lookup per stream when the streams' creation times are not known to this reader yet.
         """
         if self._filters is None:
-            self._state()
+            self._state({})  # a deleted stream: its ranges fail or are skipped below, or in the tasks
         filters = self._filters or {}
         starts = self._decode(start)
         out: list[InputPartition] = []
@@ -542,7 +593,16 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             begin = self._started_over.get(key, 1)
             expected = begin if key in self._started_over else 0  # unknown here: no check
         elif created is not None and created != self._created.get(name):
-            now = self._state()[name]
+            missing: dict[str, StreamNotFoundError] = {}
+            now_or_none = self._state(missing).get(name)
+            if now_or_none is None:  # deleted since the micro-batch was planned
+                self._deleted(name, start, missing[name])
+                if stop > begin:
+                    self._lost += stop - begin
+                    log.warning("jssync.spark: stream %r no longer exists: skipped the micro-batch %d..%d, %d "
+                                "sequence(s) (failOnDataLoss=false)", name, begin, stop - 1, stop - begin)
+                return []
+            now = now_or_none
             why = _not_in_stream({"seq": begin, "created": created}, now)
             if why is not None:
                 why = f"{why}; the micro-batch {begin}..{stop - 1} was planned on the former stream"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
@@ -58,7 +58,7 @@ class JetStreamDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> JetStreamBatchWriter:
         if overwrite:
             raise ValidationError(
-                "the jetstream sink only appends: use mode('append') (a stream cannot be overwritten)")
+                "the jetstream sink only appends: use .mode(\"append\") (a stream cannot be overwritten)")
         opts = WriteOptions.parse(_plain(self.options))
         check_write_schema(schema, opts)
         check_duplicate_window(opts)
@@ -69,33 +69,6 @@ class JetStreamDataSource(DataSource):
         check_write_schema(schema, opts)
         check_duplicate_window(opts)
         return JetStreamStreamWriter(opts)
-
-
-def _default_append() -> None:
-    """Make ``df.write.format("jetstream")`` start in append mode (idempotent).
-
-    Spark refuses its default save mode (ErrorIfExists) for Python data sources, and
-    appending is the only thing a stream can do; an explicit ``.mode(...)`` after
-    ``format`` still wins.
-    """
-    import functools
-
-    from pyspark.sql.readwriter import DataFrameWriter
-
-    orig = DataFrameWriter.format
-    if getattr(orig, "_jssync_append", False):
-        return
-
-    @functools.wraps(orig)
-    def format(self: Any, source: str) -> Any:  # noqa: A001 - the method's name
-        w = orig(self, source)
-        if isinstance(source, str) and source.lower() == FORMAT:
-            w = w.mode("append")
-            note_max_failures(getattr(self, "_spark", None))
-        return w
-
-    cast(Any, format)._jssync_append = True  # marks the patched method as ours
-    cast(Any, DataFrameWriter).format = format
 
 
 def activate(spark: SparkSession) -> None:
@@ -116,10 +89,11 @@ def activate(spark: SparkSession) -> None:
 def register(spark: SparkSession) -> None:
     """Register the ``jetstream`` format on ``spark`` (once per session; again is harmless).
 
-    Also makes ``df.write.format("jetstream")`` default to append mode: Spark's default
-    (ErrorIfExists) is not allowed for Python data sources. Executors import
+    A batch write needs ``.mode("append")``: Spark refuses its default save mode
+    (ErrorIfExists) for every Python data source before the sink is asked, and the sink
+    refuses ``overwrite``. Nothing of PySpark is changed. Executors import
     :mod:`jssync.spark` by name, so jssync must be installed where the Python workers run.
+    Blocks for a few calls into the JVM.
     """
     spark.dataSource.register(JetStreamDataSource)
-    _default_append()
     note_max_failures(spark)

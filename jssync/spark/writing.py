@@ -177,12 +177,12 @@ class _HeaderLines(dict[str, str]):
 
 def _row_headers(h: Any, row: int, partition: int) -> dict[str, str] | None:
     """A row's ``headers`` value as publish headers: map entries, or Kafka-style key/value structs
-    (values as bytes, decoded as UTF-8, or strings; null values are empty). Headers with a
-    repeated name come back as :class:`_HeaderLines`."""
+    (values as bytes, decoded as UTF-8, or strings; an entry whose value is null is no header).
+    Headers with a repeated name come back as :class:`_HeaderLines`."""
     if not h:
         return None
     if isinstance(h, dict):
-        return dict(h)
+        return {k: v for k, v in h.items() if v is not None} or None
     pairs: list[tuple[str, str]] = []
     for item in h:
         if item is None:
@@ -199,7 +199,9 @@ def _row_headers(h: Any, row: int, partition: int) -> dict[str, str] | None:
             except UnicodeDecodeError:
                 raise SparkWriteError(f"row {row} of partition {partition}: the value of header {k!r} is not "
                                       "UTF-8 (NATS header values are text)") from None
-        pairs.append((k, "" if v is None else v))
+        if v is None:  # a null value: no header (an empty one would be a header)
+            continue
+        pairs.append((k, v))
     if not pairs:
         return None
     names = [k for k, _ in pairs]
@@ -273,6 +275,18 @@ class _FastRows:
         self._max_payload = conn.max_payload
         self._subjects: dict[str, Any] = {}  # subject -> blake2b state after "subject\0"
         self._seen: dict[str, int] = {}  # content digest -> rows with it so far
+
+    @property
+    def max_payload(self) -> int:
+        """The server's max_payload (payload plus header block)."""
+        return self._max_payload
+
+    @property
+    def min_id_block(self) -> int | None:
+        """The smallest header block of a derived id (occurrence 0), None when ids are not derived."""
+        if not self._derive:
+            return None
+        return self._extra + len(self._head) + 2 * _DIGEST_SIZE + 2
 
     def _next_id(self, digest: str) -> str:
         n = self._seen.get(digest, 0)
@@ -398,6 +412,45 @@ class _FastRows:
                 every_256(row)
 
 
+#: Bytes of a header block of one ``Nats-Msg-Id`` line beyond the id itself:
+#: ``NATS/1.0\r\n``, ``Nats-Msg-Id: ``, the line's CRLF and the closing CRLF.
+_ID_BLOCK = 27
+
+
+def _check_batch_sizes(data_col: Any, ids_col: Any, limit: int, derived_min: int | None, first: int,
+                       partition: int) -> None:
+    """Refuse an Arrow batch before any of its rows is published when a row's payload plus its
+    ``Nats-Msg-Id`` header is over ``limit`` (the server's max_payload).
+
+    ``data_col`` is the binary data column, ``ids_col`` the id column (or None),
+    ``derived_min`` the smallest header block a derived id takes (None: ids are not
+    derived). Rows with headers of their own count only their id here (the publish checks
+    the rest). Raises :class:`SparkWriteError` naming the row, its size and the limit.
+    """
+    import pyarrow as _pa
+    import pyarrow.compute as pc
+
+    data_len = pc.fill_null(pc.binary_length(data_col), 0)
+    if ids_col is not None:  # an id of its own, else a derived one (or none)
+        own = pc.add(pc.binary_length(ids_col.cast(_pa.string())), _ID_BLOCK)
+        total = pc.add(data_len, pc.fill_null(own, derived_min or 0))
+    else:
+        total = pc.add(data_len, derived_min or 0)
+    biggest = pc.max(total).as_py()
+    if biggest is None or biggest <= limit:
+        return
+    i = pc.index(pc.greater(total, limit), True).as_py()
+    size = int(data_len[i].as_py())
+    hdr = int(total[i].as_py()) - size
+    raise SparkWriteError(
+        f"row {first + i} of partition {partition} is {size} bytes of data plus {hdr} bytes of its Nats-Msg-Id "
+        f"header: {size + hdr} bytes, over the server's max_payload of {limit} bytes (nothing of this batch "
+        "was published). Data of a derived id's row may be up to "
+        f"{limit - (derived_min or 0)} bytes; write such rows with option deriveMsgId=false, shorter ids in a "
+        "msgIdColumn, or raise the server's max_payload"
+    )
+
+
 def _input(batches: Iterator[Any]) -> Iterator[Any]:
     """``batches``, with an exception of the input raised as :class:`_InputFailed`."""
     it = iter(batches)
@@ -469,6 +522,8 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any], prefix: str, batch
                     data_col = data_col.cast(_pa.binary())
                 elif _pa.types.is_large_string(data_col.type):
                     data_col = data_col.cast(_pa.large_binary())
+                _check_batch_sizes(data_col, rb.column(cols.msg_id) if cols.msg_id is not None else None,
+                                   fast.max_payload, fast.min_id_block, rows, partition)
                 datas = data_col.to_pylist()
                 # option 'subject' wins over the column, as Kafka's 'topic' option over its column
                 subjects = (rb.column(cols.subject).to_pylist()
@@ -681,7 +736,7 @@ def _abort(opts: WriteOptions, token: str, batch_id: int, prefix: str | None, me
 
 
 class JetStreamBatchWriter(DataSourceArrowWriter):
-    """Batch writes (``df.write.format("jetstream")...save()``)."""
+    """Batch writes (``df.write.format("jetstream").mode("append")...save()``)."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts

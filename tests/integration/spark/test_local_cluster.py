@@ -123,7 +123,8 @@ def test_batch_write_on_two_executors(cluster, nats_server, js, unique):
         df = base.mapInPandas(stamp, base.schema).select(
             "subject", "data", F.create_map(F.lit("ex"), F.col("ex")).alias("headers"))
         t0 = time.monotonic()
-        df.write.format("jetstream").option("servers", url).option("connectionName", f"cw-{unique}").save()
+        df.write.format("jetstream").mode("append") \
+            .option("servers", url).option("connectionName", f"cw-{unique}").save()
         assert time.monotonic() - t0 < 90 * FACTOR
         assert js.stream(name).info().state.messages == 4000
         back = (cluster.read.format("jetstream").option("servers", url).option("stream", name).load()
@@ -154,7 +155,8 @@ def test_a_failed_write_on_two_executors_counts_every_row_of_the_write_in_its_er
     try:
         cluster.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(_BIG))
         with pytest.raises(PySparkException) as ei:
-            _rows(cluster, name).write.format("jetstream").option("servers", url).option("maxPending", "200").save()
+            _rows(cluster, name).write.format("jetstream").mode("append") \
+                .option("servers", url).option("maxPending", "200").save()
         _check_whole_write_count(js, name, str(ei.value))
     finally:
         cluster.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")

@@ -298,9 +298,9 @@ def test_unknown_options_are_refused_at_planning(spark, nats_server, js, stream,
 
     df = spark.createDataFrame([(b"x",)], "data binary")
     with pytest.raises(PySparkException, match=r"(?i)unknown option 'topic'; did you mean subject\?"):
-        df.write.format("jetstream").option("servers", url).option("topic", f"{name}.w").save()
+        df.write.format("jetstream").mode("append").option("servers", url).option("topic", f"{name}.w").save()
     with pytest.raises(PySparkException, match=r"(?i)unknown option 'stream'.*(read|write)"):
-        df.write.format("jetstream").option("servers", url).option("subject", f"{name}.w").option(
+        df.write.format("jetstream").mode("append").option("servers", url).option("subject", f"{name}.w").option(
             "stream", name).save()
     assert js.stream(name).info().state.messages == 20  # nothing was sent
 

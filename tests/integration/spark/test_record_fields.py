@@ -99,19 +99,19 @@ def test_key_column_is_the_last_subject_token(spark, nats_server, js, stream):
     name = stream.name
     url = nats_server.url
     df = spark.createDataFrame([("k1", "a"), ("k2", "b"), (None, "c"), ("k1", "d")], "key string, data string")
-    df.write.format("jetstream").option("servers", url).option("subject", name).save()
+    df.write.format("jetstream").mode("append").option("servers", url).option("subject", name).save()
     rows = _read(spark, url, name).select("subject", "data").collect()
     assert sorted((r.subject, bytes(r.data)) for r in rows) == [
         (name, b"c"), (f"{name}.k1", b"a"), (f"{name}.k1", b"d"), (f"{name}.k2", b"b")]
     # binary keys, a subject column and the key together; a per-key read is a subject filter
     df = spark.createDataFrame([(f"{name}.x", bytearray(b"k3"), "e")], "subject string, key binary, data string")
-    df.write.format("jetstream").option("servers", url).save()
+    df.write.format("jetstream").mode("append").option("servers", url).save()
     assert [bytes(r.data) for r in _read(spark, url, name, subjects=f"{name}.x.k3").collect()] == [b"e"]
     bad = spark.createDataFrame([("k1", "a"), ("a b", "z")], "key string, data string").coalesce(1)
     with pytest.raises(PySparkException, match=r"SparkWriteError.*row 1 of partition 0"):
-        bad.write.format("jetstream").option("servers", url).option("subject", name).save()
+        bad.write.format("jetstream").mode("append").option("servers", url).option("subject", name).save()
     with pytest.raises(PySparkException, match="column 'key' must be a string or binary"):
-        (spark.createDataFrame([(1, "a")], "key int, data string").write.format("jetstream")
+        (spark.createDataFrame([(1, "a")], "key int, data string").write.format("jetstream").mode("append")
          .option("servers", url).option("subject", name).save())
 
 
@@ -126,7 +126,7 @@ def test_array_headers_keep_repeated_names_on_write_and_read(spark, nats_server,
          ("r2", [("only", bytearray(b"v"))]),
          ("r3", None)],
         "data string, headers array<struct<key:string,value:binary>>")
-    df.write.format("jetstream").option("servers", url).option("subject", f"{name}.h").save()
+    df.write.format("jetstream").mode("append").option("servers", url).option("subject", f"{name}.h").save()
     js.publish(f"{name}.p", b"r4", headers={"x": "y", "z": "w"})
 
     arr = _read(spark, url, name, headersFormat="array")
@@ -151,7 +151,7 @@ def test_array_headers_keep_repeated_names_on_write_and_read(spark, nats_server,
     # out the original's Nats-Msg-Id, or the stream would drop it as a duplicate
     arr.where("cast(data as string) = 'r1'").selectExpr(
         f"'{name}.copy' as subject", "data", "filter(headers, h -> h.key != 'Nats-Msg-Id') as headers",
-    ).write.format("jetstream").option("servers", url).save()
+    ).write.format("jetstream").mode("append").option("servers", url).save()
     copy = _read(spark, url, name, headersFormat="array", subjects=f"{name}.copy").collect()
     assert [[(h.key, bytes(h.value)) for h in r.headers if h.key != "Nats-Msg-Id"] for r in copy] == [
         [("a", b"1"), ("b", b"x"), ("a", b"2")]]
@@ -180,10 +180,10 @@ def test_kafka_option_names_point_to_the_new_options(spark, nats_server, stream)
         jspark.check_option_names({"includeheaders": "true"}, "write")
     df = spark.createDataFrame([("a",)], "data string")
     with pytest.raises(PySparkException, match="'headersformat' for a write: it is an option of reads"):
-        (df.write.format("jetstream").option("servers", url).option("subject", name)
+        (df.write.format("jetstream").mode("append").option("servers", url).option("subject", name)
          .option("headersFormat", "array").save())
     with pytest.raises(PySparkException, match="Kafka's 'value' column: select it as data"):
-        (spark.createDataFrame([("a",)], "value string").write.format("jetstream").option("servers", url)
+        (spark.createDataFrame([("a",)], "value string").write.format("jetstream").mode("append").option("servers", url)
          .option("subject", name).save())
 
 

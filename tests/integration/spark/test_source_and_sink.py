@@ -421,7 +421,7 @@ def test_tls_and_password_options(spark, tmp_path, unique):
         with jssync.connect(srv.url, tls=jspark.ConnectOptions.parse({"tlscafile": str(ca_file)}).tls_context(),
                             user="bob", password="s3cretpw") as nc:
             nc.jetstream().create_stream(name=name, subjects=[f"{name}.*"], storage="memory")
-            spark.range(0, 50).selectExpr("cast(id as string) as data").write.format("jetstream") \
+            spark.range(0, 50).selectExpr("cast(id as string) as data").write.format("jetstream").mode("append") \
                 .options(**opts).option("subject", f"{name}.x").save()
             df = spark.read.format("jetstream").options(**opts).option("stream", name).load()
             assert sorted(int(r.data) for r in df.collect()) == list(range(50))
@@ -587,7 +587,7 @@ def test_write_then_read_back(spark, nats_server, js, unique):
             F.concat(F.lit("row "), F.col("id").cast("string")).alias("data"),  # string data
             F.create_map(F.lit("id"), F.col("id").cast("string")).alias("headers"),
         )
-        df.write.format("jetstream").option("servers", url).save()
+        df.write.format("jetstream").mode("append").option("servers", url).save()
         back = _read(spark, url, name).collect()
         assert len(back) == 1000
         got = {int(r.headers["id"]): r for r in back}
@@ -598,10 +598,10 @@ def test_write_then_read_back(spark, nats_server, js, unique):
             assert r.headers["Nats-Msg-Id"]
         # the same rows written again with an id column: the stream drops every copy
         ids = df.withColumn("id", F.col("headers")["id"])
-        ids.write.format("jetstream").option("servers", url).option("subject", f"{name}.rest") \
-            .option("msgIdColumn", "id").mode("append").save()
+        ids.write.format("jetstream").mode("append").option("servers", url).option("subject", f"{name}.rest") \
+            .option("msgIdColumn", "id").save()
         n_after_first = js.stream(name).info().state.messages
-        ids.write.format("jetstream").option("servers", url).option("subject", f"{name}.rest") \
+        ids.write.format("jetstream").mode("append").option("servers", url).option("subject", f"{name}.rest") \
             .option("msgIdColumn", "id").save()
         assert n_after_first == 2000
         assert js.stream(name).info().state.messages == 2000
@@ -618,14 +618,14 @@ def test_the_subject_option_wins_over_the_subject_column(spark, nats_server, js,
     try:
         _publish(js, [f"{name}.a", f"{name}.b"], 20)
         df = _read(spark, nats_server.url, name)
-        df.write.format("jetstream").option("servers", nats_server.url).option("subject", out).save()
+        df.write.format("jetstream").mode("append").option("servers", nats_server.url).option("subject", out).save()
         assert js.stream(out).info().state.messages == 20
         assert js.stream(name).info().state.messages == 20
         # with a key the option's subject is the one the key is appended to
         keyed = f"KEYED{unique}"
         js.create_stream(name=keyed, subjects=[f"{keyed}.*"], storage="memory")
         try:
-            df.selectExpr("subject", "data", "'k1' as key").write.format("jetstream") \
+            df.selectExpr("subject", "data", "'k1' as key").write.format("jetstream").mode("append") \
                 .option("servers", nats_server.url).option("subject", keyed).save()
             assert js.stream(keyed).info().state.messages == 20
             assert js.stream(keyed).get_msg(1).subject == f"{keyed}.k1"
@@ -648,7 +648,7 @@ def test_the_readme_spark_block_as_written_copies_orders_to_out(spark, nats_serv
         df = (spark.read.format("jetstream").option("servers", url).option("stream", "ORDERS")
               .option("subjects", "ORDERS.*").option("numPartitions", 4).load())
         q = spark.readStream.format("jetstream").option("servers", url).option("stream", "ORDERS").load()
-        df.write.format("jetstream").option("servers", url).option("subject", "OUT").save()
+        df.write.format("jetstream").mode("append").option("servers", url).option("subject", "OUT").save()
         assert q.isStreaming
         assert js.stream("OUT").info().state.messages == 20
         assert js.stream("ORDERS").info().state.messages == 20
@@ -688,7 +688,8 @@ def test_forced_task_retry_creates_no_duplicates(spark, nats_server, js, unique)
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "250")
         df = spark.range(0, 4000, numPartitions=2).selectExpr(
             f"concat('{name}.', id % 4) as subject", "concat(cast(id as string), repeat('x', 1000)) as data")
-        df.mapInPandas(fail_first_attempt, df.schema).write.format("jetstream").option("servers", url).save()
+        df.mapInPandas(fail_first_attempt, df.schema).write.format("jetstream").mode("append") \
+            .option("servers", url).save()
         info = js.stream(name).info()
         assert info.state.messages == 4000
         ids = {r.data.split(b"x", 1)[0] for r in _read(spark, url, name).select("data").collect()}
@@ -729,7 +730,7 @@ def test_task_retry_with_rows_in_another_order_stores_each_row_once(spark, nats_
             f"concat('{name}.p', cast(id div 2000 as string), '.', id % 4) as subject",
             "cast(id % 700 as string) as data")
         expected = collections.Counter((r.subject, r.data.encode()) for r in df.collect())
-        df.mapInPandas(fail_first_attempt_then_reverse, df.schema).write.format("jetstream") \
+        df.mapInPandas(fail_first_attempt_then_reverse, df.schema).write.format("jetstream").mode("append") \
             .option("servers", url).save()
         got = collections.Counter((r.subject, r.data) for r in _read(spark, url, name).select(
             "subject", "data").collect())
@@ -770,7 +771,8 @@ def test_a_failed_write_stops_the_other_tasks_says_what_it_stored_and_a_rerun_wi
         # Arrow batches as big as partition 1: its task has its rows in hand when the job fails
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(big))
         with pytest.raises(PySparkException) as ei:
-            rows(True).write.format("jetstream").option("servers", url).option("maxPending", "200").save()
+            rows(True).write.format("jetstream").mode("append") \
+                .option("servers", url).option("maxPending", "200").save()
         at_raise = js.stream(name).info().state.messages
         text = str(ei.value)
         m = re.search(r"(\d+) row\(s\) of partition 0 are in the stream.*msgIdPrefix='([^']+)'", text, re.S)
@@ -785,7 +787,7 @@ def test_a_failed_write_stops_the_other_tasks_says_what_it_stored_and_a_rerun_wi
         assert stored == at_raise
         assert failed_part < stored < n
         # the corrected rows again, under the same prefix: only the missing ones are stored
-        rows(False).write.format("jetstream").option("servers", url).option("msgIdPrefix", prefix).save()
+        rows(False).write.format("jetstream").mode("append").option("servers", url).option("msgIdPrefix", prefix).save()
         assert js.stream(name).info().state.messages == n
         got = _read(spark, url, name, numPartitions=4).selectExpr("count(distinct data) as d") \
             .collect()[0]
@@ -801,17 +803,17 @@ def test_write_errors_are_clear(spark, nats_server, js, unique):
     url = nats_server.url
     df = spark.range(0, 5).selectExpr("cast(id as string) as data")
     with pytest.raises(PySparkException, match="set option 'subject' or give the DataFrame a 'subject' column"):
-        df.write.format("jetstream").option("servers", url).save()
+        df.write.format("jetstream").mode("append").option("servers", url).save()
     with pytest.raises(PySparkException, match="needs a 'data' column"):
-        spark.range(0, 5).write.format("jetstream").option("servers", url).option("subject", "X").save()
+        spark.range(0, 5).write.format("jetstream").mode("append").option("servers", url).option("subject", "X").save()
     with pytest.raises(PySparkException, match="only appends"):
         df.write.format("jetstream").option("servers", url).option("subject", "X").mode("overwrite").save()
     with pytest.raises(PySparkException, match="'msgIdColumn' names 'nope'"):
-        df.write.format("jetstream").option("servers", url).option("subject", "X") \
+        df.write.format("jetstream").mode("append").option("servers", url).option("subject", "X") \
             .option("msgIdColumn", "nope").save()
     # no stream captures the subject: the publish fails the task, naming row and subject
     with pytest.raises(Exception, match=r"publishing row 0 of partition \d to 'NOSTREAM\.") as ei:
-        df.write.format("jetstream").option("servers", url).option("subject", f"NOSTREAM.{unique}") \
+        df.write.format("jetstream").mode("append").option("servers", url).option("subject", f"NOSTREAM.{unique}") \
             .option("publishTimeout", "2").save()
     assert "NoRespondersError" in str(ei.value)
 

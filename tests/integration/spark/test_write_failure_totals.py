@@ -36,7 +36,8 @@ def test_the_error_of_a_failed_write_counts_every_row_of_the_write_in_the_stream
     try:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(_BIG))
         with pytest.raises(PySparkException) as ei:
-            _rows(spark, name).write.format("jetstream").option("servers", url).option("maxPending", "200").save()
+            _rows(spark, name).write.format("jetstream").mode("append") \
+                .option("servers", url).option("maxPending", "200").save()
         _check_whole_write_count(js, name, str(ei.value))
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
@@ -103,7 +104,8 @@ def test_an_input_that_fails_mid_task_fails_the_write_and_every_row_before_it_is
     try:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
         with pytest.raises(PySparkException) as ei:
-            df.mapInPandas(breaks_after_3000, df.schema).write.format("jetstream").option("servers", url).save()
+            df.mapInPandas(breaks_after_3000, df.schema).write.format("jetstream").mode("append") \
+                .option("servers", url).save()
         text = str(ei.value)
         assert "the upstream query broke" in text, text
         at_raise = js.stream(name).info().state.messages
