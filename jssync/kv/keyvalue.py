@@ -505,24 +505,58 @@ def create_or_update_key_value(js: JetStream, config: api.KeyValueConfig | None 
         return create_key_value(js, config, **params)
 
 
+def _bucket_of(info: Any, prefix: str, own_subject: str, mirror_prefix: str) -> str | None:
+    """The bucket a stream listing entry is, or None when the stream is not one (nats.go's rule).
+
+    A bucket's stream is named ``<prefix><bucket>`` and captures ``own_subject`` formatted with
+    the bucket (``$KV.<bucket>.>``, ``$O.<bucket>.C.>``), as nats.go lists them (a stream list
+    filtered by that subject, names with that prefix); a mirror bucket has no subjects and
+    mirrors a stream named ``<mirror_prefix>...``. Streams that only look like buckets (the
+    prefix without the subjects, another bucket's subjects) are not.
+    """
+    cfg = getattr(info, "config", None)
+    name = getattr(cfg, "name", None) or ""
+    if not name.startswith(prefix) or not _BUCKET_RE.match(name[len(prefix):]):
+        return None
+    bucket = name[len(prefix):]
+    subjects = list(getattr(cfg, "subjects", None) or [])
+    if own_subject.format(bucket) in subjects:
+        return bucket
+    mirror = getattr(cfg, "mirror", None)
+    if not subjects and mirror is not None and str(getattr(mirror, "name", "") or "").startswith(mirror_prefix):
+        return bucket
+    return None
+
+
+def _buckets(js: JetStream, prefix: str, own_subject: str,
+             timeout: float | None | Default) -> Iterator[tuple[str, Any]]:
+    # one stream list of every stream (a mirror bucket has no subjects a subject filter could match)
+    for info in js.streams(timeout=timeout):
+        bucket = _bucket_of(info, prefix, own_subject, prefix)
+        if bucket is not None:
+            yield bucket, info
+
+
 def _bucket_names(js: JetStream, prefix: str, timeout: float | None | Default) -> Iterator[str]:
-    # every stream (a mirror bucket has no subjects to filter on), those named <prefix><bucket>
-    for name in js.stream_names(timeout=timeout):
-        if name.startswith(prefix) and _BUCKET_RE.match(name[len(prefix):]):
-            yield name[len(prefix):]
+    own = _KV_OWN_SUBJECT if prefix == "KV_" else _OBJ_OWN_SUBJECT
+    return (bucket for bucket, _ in _buckets(js, prefix, own, timeout))
+
+
+#: the subject a bucket's stream captures, as nats.go's listings filter on it
+_KV_OWN_SUBJECT = "$KV.{}.>"
+_OBJ_OWN_SUBJECT = "$O.{}.C.>"
 
 
 def key_value_store_names(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
-    """Iterate over the name of every key-value bucket (streams ``KV_<bucket>``, mirrors included)."""
+    """Iterate over the name of every key-value bucket (streams ``KV_<bucket>`` capturing
+    ``$KV.<bucket>.>``, and mirror buckets); one stream list, all pages."""
     return _bucket_names(js, "KV_", timeout)
 
 
 def key_value_stores(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[KeyValueStatus]:
-    """Iterate over the status of every key-value bucket (one stream list, all pages)."""
-    for info in js.streams(timeout=timeout):
-        name = info.config.name or ""
-        if name.startswith("KV_") and _BUCKET_RE.match(name[3:]):
-            yield KeyValueStatus(name[3:], info)
+    """Iterate over the status of every key-value bucket (as :func:`key_value_store_names` finds them)."""
+    for bucket, info in _buckets(js, "KV_", _KV_OWN_SUBJECT, timeout):
+        yield KeyValueStatus(bucket, info)
 
 
 def key_value(js: JetStream, bucket: str, *, key_codec: KeyCodec | None = None, value_codec: ValueCodec | None = None,

@@ -116,8 +116,9 @@ def test_update_sends_the_whole_config_and_a_missing_bucket_raises_bucket_not_fo
 def test_bucket_names_are_the_kv_streams():
     js, replay = recorded_context("kv", "kv", "bucket_names")
     names = list(js.key_value_store_names())
-    streams = reply_of("kv", "kv", "bucket_names")["streams"]
-    assert sorted(names) == sorted(s[3:] for s in streams if s.startswith("KV_"))
+    streams = [s["config"] for s in reply_of("kv", "kv", "bucket_names")["streams"]]
+    assert sorted(names) == sorted(c["name"][3:] for c in streams
+                                   if c["name"].startswith("KV_") and f"$KV.{c['name'][3:]}.>" in c["subjects"])
     assert "profiles" in names and "ORDERS" not in names
     assert replay.done()
 
