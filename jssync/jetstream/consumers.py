@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from nats.js import api
 
-from ..base.deadline import DEFAULT, Deadline, Default
+from ..base.deadline import DEFAULT, Deadline, Default, no_wait
 from ..base.durations import optional_seconds, seconds
 from ..base.errors import PullRequestError, TimeoutError, UnknownOptionError, ValidationError
 from ..base.reprs import Rows, SummaryRepr
@@ -298,7 +298,9 @@ class Consumer(SummaryRepr):
         if timeout is None:  # no limit: one pull after another
             each = NO_LIMIT_PULL
         else:
-            each = timeout = _pos_float(seconds(timeout, "timeout"), "timeout")  # one pull's expiry
+            secs = seconds(timeout, "timeout")
+            no_wait(secs, f"next on consumer {self.name!r} (a pull waits for the server's message)")
+            each = timeout = _pos_float(secs, "timeout")  # one pull's expiry
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         validate_fetch(1, None, each, idle_heartbeat)
         prio = self._prio(group, min_pending, min_ack_pending, priority)

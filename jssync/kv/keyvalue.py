@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from nats.js import api
 
-from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
+from ..base.deadline import DEFAULT, Deadline, Default, no_wait, resolve_timeout
 from ..base.durations import seconds
 from ..base.errors import (
     APIError,
@@ -656,8 +656,7 @@ class KeyValue:
 
     def _t(self, timeout: float | None | Default) -> float | None:
         t = self._js.timeout if timeout is DEFAULT else resolve_timeout(timeout, self._js.timeout)
-        if t is not None and t <= 0:
-            raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
+        no_wait(t, f"bucket {self.bucket!r}")
         return t
 
     # -- reads ----------------------------------------------------------------------------

@@ -24,13 +24,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 from nats.js import api
 
-from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
+from ..base.deadline import DEFAULT, Deadline, Default, no_wait, resolve_timeout
 from ..base.errors import (
     MaxPayloadError,
     MessageNotFoundError,
     StreamNameInUseError,
     StreamNotFoundError,
-    ValidationError,
 )
 from ..jetstream import hooks as _js_hooks
 from ..jetstream.params import check_options, normalize_config
@@ -337,8 +336,7 @@ class ObjectStore:
 
     def _t(self, timeout: float | None | Default) -> float | None:
         t = resolve_timeout(timeout, self._js.timeout)
-        if t is not None and t <= 0:
-            raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
+        no_wait(t, f"object store {self.bucket!r}")
         return t
 
     def _meta_subject(self, name: str) -> str:
