@@ -160,6 +160,24 @@ def keep_extra(config: Any, raw: Any, known: Iterable[str] = ()) -> None:
     setattr(config, EXTRA_ATTR, extra)
 
 
+def unknown_keys(cls: type, raw: Any, known: Iterable[str] = ()) -> dict[str, Any] | None:
+    """A deep copy of the keys of the raw reply object ``raw`` that dataclass ``cls`` lacks (None: no object).
+
+    For a config nested in a reply (a stream info's ``config``): read before nats-py parses
+    the reply, which replaces the nested object; put on the parsed config with :func:`set_extra`.
+    """
+    if not isinstance(raw, dict):
+        return None
+    names = {f.name for f in dataclasses.fields(cls)} | set(known)
+    return {k: json.loads(json.dumps(v)) for k, v in raw.items() if k not in names}
+
+
+def set_extra(config: Any, extra: dict[str, Any] | None) -> None:
+    """Put ``extra`` (from :func:`unknown_keys`) on ``config``, to be sent back by :func:`to_wire`."""
+    if config is not None and extra is not None:
+        setattr(config, EXTRA_ATTR, extra)
+
+
 def carry_extra(source: Any, target: _T) -> _T:
     """``target`` with the kept keys of ``source`` (a copy of ``target`` when it lacks them)."""
     extra = getattr(source, EXTRA_ATTR, None)

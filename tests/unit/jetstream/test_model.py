@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import json
+
 import pytest
 from nats.js import api
 
@@ -48,3 +51,70 @@ def test_a_field_row_with_a_higher_api_level_asks_for_it() -> None:
 def test_a_bad_count_names_the_option(value: object) -> None:
     with pytest.raises(jssync.ValidationError, match="max_batch"):
         _consumer_config(None, {"durable_name": "D", "max_batch": value})
+
+
+# -- round trips of recorded server replies (tests/unit/*/replies, tools/record_api_replies.py) --
+
+_FUTURE = {"future_field": {"nested": [1, "two"]}, "future_flag": True}
+
+
+def _recorded(layer: str, name: str, wanted: str) -> list[dict]:
+    """The parsed replies of ``layer/replies/name.json`` whose request subject contains ``wanted``."""
+    from tests.replay import load
+
+    out = []
+    for exchanges in load(layer, name)["scenarios"].values():
+        for ex in exchanges:
+            if wanted in ex["subject"] and "reply" in ex:
+                reply = json.loads(ex["reply"])
+                if isinstance(reply.get("config"), dict):
+                    out.append(reply)
+    assert out, f"no recorded {wanted} replies in {layer}/{name}.json"
+    return out
+
+
+def _stream_replies() -> list[dict]:
+    return (_recorded("jetstream", "management", "STREAM.INFO") + _recorded("jetstream", "management", "STREAM.CREATE")
+            + _recorded("kv", "kv", "STREAM."))
+
+
+@pytest.mark.parametrize("reply", _stream_replies())
+def test_a_recorded_stream_config_goes_back_with_every_key_unknown_ones_included(reply: dict) -> None:
+    from jssync.jetstream.sourcing import stream_wire
+    from jssync.jetstream.streamadmin import stream_config, stream_model
+
+    raw = dict(reply["config"], **_FUTURE)
+    info = stream_model(dict(reply, config=copy.deepcopy(raw)))
+    assert model.extra_fields(info.config) == _FUTURE
+    # a read-modify-write: one field changed on the config read back
+    cfg = info.config
+    cfg.description = "edited"
+    body = stream_wire(stream_config(cfg, {}, "update_stream"))
+    assert body["description"] == "edited"
+    for key, value in _FUTURE.items():
+        assert body[key] == value
+    missing = {k for k, v in raw.items() if k not in body and v not in (None, False, 0, "", [], {})}
+    assert not missing, f"keys of the reply not sent back: {missing}"
+
+
+@pytest.mark.parametrize("reply", _recorded("jetstream", "management", "CONSUMER.INFO")
+                         + _recorded("jetstream", "management", "CONSUMER.CREATE"))
+def test_a_recorded_consumer_config_goes_back_with_every_key_unknown_ones_included(reply: dict) -> None:
+    raw = dict(reply["config"], **_FUTURE)
+    info = consumer_model(dict(reply, config=copy.deepcopy(raw)))
+    assert model.extra_fields(info.config) == _FUTURE
+    body = consumer_wire(_consumer_config(info.config, {"description": "edited"}, "update_consumer"))
+    assert body["description"] == "edited"
+    for key, value in _FUTURE.items():
+        assert body[key] == value
+    missing = {k for k, v in raw.items() if k not in body and v not in (None, False, 0, "", [], {})}
+    assert not missing, f"keys of the reply not sent back: {missing}"
+
+
+def test_the_codec_keeps_what_the_dataclass_lacks_and_sends_it_back() -> None:
+    raw = {"name": "S", "subjects": ["s.>"], **_FUTURE}
+    cfg = model.from_reply(api.StreamConfig, raw)
+    assert cfg.name == "S" and model.extra_fields(cfg) == _FUTURE
+    assert model.to_wire(cfg) == {**cfg.as_dict(), **_FUTURE}
+    cfg.name = "T"  # a modeled field wins over a kept key of the same name
+    assert model.to_wire(cfg)["name"] == "T"
