@@ -481,6 +481,9 @@ def update_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
     Every option left out goes back to its default (as with a full stream config), so give
     the bucket's full configuration (``history``, ``storage``, ``ttl``, ...). A change the
     server does not allow on an existing stream (e.g. ``storage``) raises its APIError.
+    The stream's fields no bucket option covers (``allow_atomic``, ``deny_purge``, ... and
+    keys nats-py does not model) are sent back as the server holds them: blocks for one
+    stream info request, then the update, each up to ``timeout``.
 
     Raises:
         InvalidBucketNameError, KeyHistoryTooLargeError, ValueError, TypeError: bad options (nothing sent).
@@ -489,10 +492,31 @@ def update_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
     timeout = params.pop("timeout", DEFAULT)
     scfg = _stream_config(config, dict(params), "update_key_value")
     try:
+        current = js.stream(scfg.name or "", timeout=timeout).cached_info.config
+        scfg = _keep_uncovered(current, scfg)
         stream = js.update_stream(scfg, timeout=timeout)
     except StreamNotFoundError as exc:
         raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {(scfg.name or '')[3:]!r} not found") from exc
     return KeyValue(js, stream)
+
+
+#: the stream config fields a bucket's options set (create_key_value's _stream_config); update_key_value
+#: sends the others back as the server holds them
+_BUCKET_STREAM_FIELDS = frozenset((
+    "name", "description", "subjects", "retention", "max_consumers", "max_msgs", "max_bytes", "max_age",
+    "max_msgs_per_subject", "max_msg_size", "storage", "num_replicas", "placement", "republish", "discard",
+    "allow_rollup_hdrs", "deny_delete", "duplicate_window", "allow_direct", "mirror_direct", "compression",
+    "metadata", "allow_msg_ttl", "subject_delete_marker_ttl", "mirror", "sources"))
+
+
+def _keep_uncovered(current: api.StreamConfig, scfg: api.StreamConfig) -> api.StreamConfig:
+    """``scfg`` with the fields of ``current`` no bucket option covers (and its kept unknown keys)."""
+    from ..jetstream.model import carry_extra
+
+    keep = {f.name: getattr(current, f.name) for f in dataclasses.fields(api.StreamConfig)
+            if f.name not in _BUCKET_STREAM_FIELDS and getattr(current, f.name, None) is not None}
+    out = dataclasses.replace(scfg, **keep) if keep else scfg
+    return carry_extra(current, out)
 
 
 def create_or_update_key_value(js: JetStream, config: api.KeyValueConfig | None = None,

@@ -49,3 +49,21 @@ def test_sealing_an_object_store_changes_only_sealed(nc, js, unique):
         assert after == before
     finally:
         js.delete_object_store(bucket)
+
+
+def test_update_key_value_keeps_the_stream_fields_bucket_options_do_not_cover(nc, js, unique):
+    bucket = f"KU{unique}"
+    js.create_key_value(bucket=bucket, storage="memory", history=2)
+    stream = f"KV_{bucket}"
+    # set by another tool on the bucket's stream: fields no bucket option covers
+    raw = _server_config(nc, stream)
+    raw.update(allow_atomic=True)
+    reply = json.loads(nc.request(f"$JS.API.STREAM.UPDATE.{stream}", json.dumps(raw).encode(), timeout=5.0).data)
+    assert "error" not in reply, reply
+    try:
+        js.update_key_value(bucket=bucket, storage="memory", history=5)
+        after = _server_config(nc, stream)
+        assert after["max_msgs_per_subject"] == 5
+        assert after.get("allow_atomic") is True, after
+    finally:
+        js.delete_key_value(bucket)

@@ -104,8 +104,9 @@ def test_update_sends_the_whole_config_and_a_missing_bucket_raises_bucket_not_fo
     js, replay = recorded_context("kv", "kv", "update_bucket")
     kv = js.update_key_value(bucket="profiles", history=10, ttl=3600.0, storage=MEM, max_value_size=1024,
                              description="user profiles")
-    assert replay.sent[0][0] == "$JS.API.STREAM.UPDATE.KV_profiles"
-    assert replay.sent[0][1]["max_msgs_per_subject"] == 10
+    # the current stream config first (its fields no bucket option covers are sent back), then the update
+    assert [x[0] for x in replay.sent] == ["$JS.API.STREAM.INFO.KV_profiles", "$JS.API.STREAM.UPDATE.KV_profiles"]
+    assert replay.sent[1][1]["max_msgs_per_subject"] == 10
     assert kv.stream.cached_info.config.max_msgs_per_subject == 10
     js, replay = recorded_context("kv", "kv", "update_bucket_missing")
     with pytest.raises(jssync.BucketNotFoundError):
