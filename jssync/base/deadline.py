@@ -12,7 +12,7 @@ from queue import Empty, SimpleQueue
 from typing import Any, Final
 
 from .cpython import cancel_requested
-from .errors import TimeoutError, ValidationError
+from .errors import RequestTimeoutError, TimeoutError, ValidationError
 
 #: The longest a blocking wait sleeps before it looks again (so Ctrl-C gets through).
 SLICE = 0.1
@@ -79,10 +79,10 @@ def no_wait(timeout: float | None, what: str) -> None:
     as "what is there now" instead.
 
     Raises:
-        jssync.TimeoutError: ``timeout`` is 0.
+        jssync.RequestTimeoutError (a jssync.TimeoutError): ``timeout`` is 0.
     """
     if timeout == 0:
-        raise TimeoutError(f"{what}: timeout=0 means no wait, and the server's answer cannot come without one "
+        raise RequestTimeoutError(f"{what}: timeout=0 means no wait, and the server's answer cannot come without one "
                            f"(nothing was sent)")
 
 
