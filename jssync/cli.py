@@ -908,7 +908,9 @@ def _consumer_json(info: Any) -> dict[str, Any]:
     doc: dict[str, Any] = _jsonable(info)
     cfg = doc.get("config")
     if isinstance(cfg, dict):
-        for key in ("priority_policy", "priority_groups", "priority_timeout"):
+        from .jetstream.model import CONSUMER_FIELDS, field_names
+
+        for key in ("priority_policy", "priority_groups", "priority_timeout", *field_names(CONSUMER_FIELDS)):
             value = getattr(info.config, key, None)
             if value is not None:
                 cfg[key] = value
@@ -945,6 +947,12 @@ def _consumer_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
             ["max_ack_pending", _limit_text(info.config.max_ack_pending)],
             ["num_pending", f"{info.num_pending:,}"], ["num_ack_pending", info.num_ack_pending],
             ["num_redelivered", info.num_redelivered]]
+    from .jetstream.model import CONSUMER_FIELDS
+
+    for field in CONSUMER_FIELDS:
+        value = getattr(info.config, field.name, None)
+        if value is not None:
+            rows.append([field.name, _human_duration(value) if field.duration else value])
     policy = getattr(info.config, "priority_policy", None)
     if policy:
         rows.append(["priority_policy", policy])
@@ -958,6 +966,23 @@ def _consumer_info(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
     return 0
 
 
+def _server_field_flags(x: argparse.ArgumentParser) -> None:
+    """The flags of the consumer fields jssync models beside nats-py (one per row of model.CONSUMER_FIELDS)."""
+    from .jetstream.model import CONSUMER_FIELDS
+
+    for field in CONSUMER_FIELDS:
+        kind: Callable[[str], Any] = _duration_or_zero if field.duration else field.kind
+        x.add_argument("--" + field.name.replace("_", "-"), type=kind, dest=field.name,
+                       metavar="DURATION" if field.duration else field.kind.__name__.upper(), help=field.help)
+
+
+def _server_field_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The values of :func:`_server_field_flags`'s flags given on the command line."""
+    from .jetstream.model import CONSUMER_FIELDS
+
+    return {f.name: getattr(args, f.name) for f in CONSUMER_FIELDS if getattr(args, f.name, None) is not None}
+
+
 def _consumer_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> int:
     params: dict[str, Any] = {"durable_name": args.name, "ack_policy": args.ack, "deliver_policy": args.deliver}
     if args.filter:
@@ -968,6 +993,7 @@ def _consumer_add(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> in
             params["filter_subjects"] = fs
     if args.max_deliver is not None:
         params["max_deliver"] = args.max_deliver
+    params.update(_server_field_values(args))
     given = [(pol, groups) for pol, groups in (("pinned_client", args.pinned_groups),
                                                ("overflow", args.overflow_groups),
                                                ("prioritized", args.prioritized_groups)) if groups]
@@ -996,6 +1022,7 @@ def _consumer_edit(nc: Any, js: Any, args: argparse.Namespace, out: TextIO) -> i
         value = getattr(args, field)
         if value is not None:
             changes[field] = value
+    changes.update(_server_field_values(args))
     if args.filter:
         fs = [x.strip() for x in args.filter.split(",") if x.strip()]
         if len(fs) == 1:
@@ -2070,6 +2097,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long the pinned client may go without pulling before another is pinned")
     x.add_argument("--overflow-groups", metavar="GROUPS", help="priority groups of an overflow consumer")
     x.add_argument("--prioritized-groups", metavar="GROUPS", help="priority groups of a prioritized consumer")
+    _server_field_flags(x)
     x.set_defaults(func=_with_js(_consumer_add))
     x = _add(co, "edit", help="change the settings of a consumer",
              description="Change settings of an existing consumer; what is not given stays as it is "
@@ -2085,6 +2113,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--inactive-threshold", type=_duration, metavar="DURATION",
                    help="remove the consumer when unused this long")
     x.add_argument("--description")
+    _server_field_flags(x)
     x.set_defaults(func=_with_js(_consumer_edit))
     x = _add(co, "rm", help="delete a consumer (asks first on a terminal, unless -f)")
     x.add_argument("stream")

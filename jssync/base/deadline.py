@@ -12,7 +12,7 @@ from queue import Empty, SimpleQueue
 from typing import Any, Final
 
 from .cpython import cancel_requested
-from .errors import TimeoutError, ValidationError
+from .errors import RequestTimeoutError, TimeoutError, ValidationError
 
 #: The longest a blocking wait sleeps before it looks again (so Ctrl-C gets through).
 SLICE = 0.1
@@ -34,18 +34,63 @@ class Default(enum.Enum):
 #: An argument left out: the call's default (see :func:`resolve_timeout`).
 DEFAULT: Final = Default.DEFAULT
 
-def resolve_timeout(timeout: float | None | Default, default: float | None) -> float | None:
+def check_timeout(timeout: Any, what: str = "timeout") -> float | None:
+    """``timeout`` if it is a wait the timeout rule allows: a number of seconds >= 0, or None (no limit).
+
+    0 means no wait (see :func:`no_wait`). Anything else (a negative number, NaN, a bool, a str)
+    raises :class:`jssync.ValidationError` naming ``what``, before anything is sent.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise ValidationError(f"{what} must be a number of seconds >= 0 (0: no wait) or None (no limit), "
+                              f"got {timeout!r}")
+    return timeout
+
+
+def check_setting(timeout: Any, what: str = "timeout") -> float:
+    """A default timeout setting (``nc.jetstream(timeout=...)``, ``connect(timeout=...)``): a number > 0.
+
+    Raises:
+        jssync.ValidationError: naming ``what`` (a str, a bool, None, 0, a negative number or NaN).
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValidationError(f"{what} must be a number of seconds > 0, got {timeout!r}")
+    return float(timeout)
+
+
+def resolve_timeout(timeout: float | None | Default, default: float | None, what: str = "timeout") -> float | None:
     """The one reading of a ``timeout`` argument (docs/threading.md "The timeout rule").
 
     :data:`DEFAULT` (left out) gives ``default``, the call's own default; ``None`` is no
-    limit; a number is itself (a negative one raises :class:`jssync.ValidationError`).
+    limit; a number is itself, 0 meaning no wait (a negative one, or not a number, raises
+    :class:`jssync.ValidationError` naming ``what``).
     """
     if isinstance(timeout, Default):
         return default
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-                                or not timeout >= 0):
-        raise ValidationError(f"timeout must be a number >= 0 or None (no limit), got {timeout!r}")
-    return timeout
+    return check_timeout(timeout, what)
+
+
+def no_wait(timeout: float | None, what: str) -> None:
+    """The timeout rule's 0 for a call that needs the server's answer: raise TimeoutError, send nothing.
+
+    The answer cannot arrive without a wait, so the call gives up before sending (no side
+    effect: nothing published, nothing stored). Calls that read what already arrived take 0
+    as "what is there now" instead.
+
+    Raises:
+        jssync.RequestTimeoutError (a jssync.TimeoutError): ``timeout`` is 0.
+    """
+    if timeout == 0:
+        raise RequestTimeoutError(f"{what}: timeout=0 means no wait, and the server's answer cannot come without one "
+                           f"(nothing was sent)")
+
+
+def round_trip_timeout(timeout: float | None | Default, default: float | None, what: str) -> float | None:
+    """:func:`resolve_timeout` for a call that needs the server's answer; 0 raises (see :func:`no_wait`)."""
+    t = resolve_timeout(timeout, default)
+    no_wait(t, what)
+    return t
 
 
 #: What :meth:`Deadline.get` returns when the deadline passed with nothing to get.

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..base.deadline import Deadline
+from ..base.deadline import Deadline, check_timeout, no_wait
 from ..base.errors import (
     BadSubjectError,
     ConnectionClosedError,
@@ -343,7 +343,7 @@ class Connection:
             jssync.ConnectionClosedError.
         """
         self._check_open()
-
+        no_wait(check_timeout(timeout), "flush (it waits for the server's PONG)")
         self.run(self._out.flush(timeout), Deadline(None if timeout is None else timeout + 0.5), "flush")
 
     # -- request/reply -------------------------------------------------------------------
@@ -375,6 +375,7 @@ class Connection:
         tracer = HOOKS.tracer  # jssync.otel: a send span up to the reply, trace context in the headers (None: off)
         if tracer is not None and tracer.wants():
             return tracer.request(self, subject, data, headers, timeout)
+        no_wait(check_timeout(timeout), f"the request on {subject!r}")
         validate_subject(subject, wildcards=False)
         if headers is not None:
             validate_headers(headers)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..base.deadline import check_timeout
+from ..base.deadline import no_wait as _zero_is_no_wait
 from ..base.errors import ConnectionClosedError, Error, ForkError, NotJSMessageError, ValidationError
 from ..base.jsack import MsgMetadata, parse_ack_subject
 from ..base.reprs import Rows, SummaryRepr
@@ -182,11 +184,10 @@ class Msg(SummaryRepr):
 
     def _send_ack_sync(self, payload: bytes, terminal: bool, timeout: float | None) -> None:
         """Send an ack as a request and wait for the server's confirmation (double ack)."""
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-                                    or not timeout > 0):
-            raise ValidationError(f"timeout must be a number of seconds > 0 or None (no limit), got {timeout!r}")
+        check_timeout(timeout)
         if self._acked or self._ack_none:
             return
+        _zero_is_no_wait(timeout, "a synchronous ack (it waits for the server's confirmation)")
         conn = self._ack_target()
         if conn is None:
             return
@@ -321,11 +322,10 @@ class Msg(SummaryRepr):
         """
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValidationError(f"batch must be an int >= 1, got {batch!r}")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-                                    or not timeout > 0):
-            raise ValidationError(f"timeout must be a number of seconds > 0 or None (no limit), got {timeout!r}")
+        check_timeout(timeout)
         if self._acked or self._ack_none:
             return []
+        _zero_is_no_wait(timeout, "ack_next (it waits for the server's messages)")
         conn = self._ack_target()
         if conn is None:
             return []

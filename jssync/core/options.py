@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from ..base.deadline import check_setting
 from ..base.errors import AuthorizationError, NoServersError, TimeoutError, ValidationError
 from .urls import _check_secret_file, _is_local, _looks_like_seed, _scrub, _split_servers, _url_secrets, redact_url
 
@@ -49,8 +50,8 @@ def check_options(
             not isinstance(reconnect_buffer_size, int) or isinstance(reconnect_buffer_size, bool)
             or reconnect_buffer_size < 0):
         raise ValidationError(f"reconnect_buffer_size must be None or an int >= 0, got {reconnect_buffer_size!r}")
-    if timeout is not None and timeout <= 0:
-        raise ValidationError(f"timeout must be > 0, got {timeout!r}")
+    if timeout is not None:
+        timeout = check_setting(timeout, "timeout")
     if tls is not None and not isinstance(tls, ssl.SSLContext):
         raise TypeError("tls must be an ssl.SSLContext")
     secrets = [password or "", token or ""]

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
+from ..base.deadline import DEFAULT, Deadline, Default, no_wait, resolve_timeout
 from ..base.errors import APIError, Error, NotFoundError, check_api_response, name_missing
 from ..base.validate import validate_subject
 from .transport import send_nowait
@@ -75,8 +75,9 @@ class APIRoom:
         else:
             data = json.dumps(payload).encode()
         headers = None if feature is None else {HDR_REQUIRED_API_LEVEL: str(feature[1])}
-        reply = self._api_transport.request(f"{self.prefix}.{suffix}", data, headers,
-                                        resolve_timeout(timeout, self.timeout))
+        wait = resolve_timeout(timeout, self.timeout)
+        no_wait(wait, f"the JetStream API request {self.prefix}.{suffix}")
+        reply = self._api_transport.request(f"{self.prefix}.{suffix}", data, headers, wait)
         try:
             return check_api_response(reply)
         except NotFoundError as exc:

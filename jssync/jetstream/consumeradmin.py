@@ -8,8 +8,6 @@ server replies.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -28,6 +26,16 @@ from ..base.validate import check_int
 from ..core import natspy as _natspy
 from . import priority as _priority
 from .apicalls import APIRoom, int_field, level
+from .model import (
+    CONSUMER_FIELDS,
+    attach_fields,
+    field_names,
+    fields_from_reply,
+    fields_wire,
+    keep_extra,
+    required_level,
+    to_wire,
+)
 from .params import ConsumerParams, _consumer_config, validate_name
 from .replies import _model
 from .sourcing import is_flow_control
@@ -36,32 +44,13 @@ if TYPE_CHECKING:
     from .consumers import Consumer
 
 
-#: the attribute of a config read from a reply that holds the keys its dataclass lacks
-EXTRA_ATTR = "_jssync_extra"
-
-
-def extra_fields(config: Any) -> dict[str, Any]:
-    """The keys of the reply ``config`` was read from that its dataclass does not model (a copy)."""
-    extra = getattr(config, EXTRA_ATTR, None)
-    return dict(extra) if isinstance(extra, dict) else {}
-
-
-def keep_extra(config: Any, raw: Any, known: tuple[str, ...]) -> None:
-    """Attach to ``config`` the keys of its raw reply object ``raw`` that are not in ``known``."""
-    if config is None or not isinstance(raw, dict):
-        return
-    names = {f.name for f in dataclasses.fields(config)} | set(known)
-    extra = {k: json.loads(json.dumps(v)) for k, v in raw.items() if k not in names}
-    setattr(config, EXTRA_ATTR, extra)
-
-
 def consumer_wire(config: api.ConsumerConfig) -> dict[str, Any]:
-    """``config`` as sent: nats-py's fields plus the ADR-42 fields params._consumer_config sets,
-    plus the keys of the reply it was read from that nats-py does not model (sent back unchanged)."""
-    body = config.as_dict()
+    """``config`` as sent: nats-py's fields plus the ADR-42 fields params._consumer_config sets and
+    the pull request limits (model.CONSUMER_FIELDS), plus the keys of the reply it was read from
+    that nats-py does not model (sent back unchanged)."""
+    body = to_wire(config)
     body.update(_priority.wire_fields(_priority.of_config(config)))
-    for key, value in extra_fields(config).items():
-        body.setdefault(key, value)
+    body.update(fields_wire(config, CONSUMER_FIELDS))
     return body
 
 
@@ -70,14 +59,17 @@ def consumer_model(resp: Any, what: str = "consumer info") -> api.ConsumerInfo:
 
     ``info.config.priority_policy`` / ``priority_groups`` / ``priority_timeout`` (seconds)
     and ``info.priority_groups`` (the server's per-group state: ``group``,
-    ``pinned_client_id``, ``pinned_ts``), read with ``getattr``.
+    ``pinned_client_id``, ``pinned_ts``), read with ``getattr``; the pull request limits
+    ``info.config.max_batch`` / ``max_expires`` (seconds) / ``max_bytes`` (None when unset).
     """
     raw = resp.get("config") if isinstance(resp, dict) else None
     prio = _priority.from_reply(raw)
     state = resp.get("priority_groups") if isinstance(resp, dict) else None
     info: api.ConsumerInfo = _model(api.ConsumerInfo, resp, what)
     _priority.attach(info, prio, state)
-    keep_extra(getattr(info, "config", None), raw, _priority.CONFIG_FIELDS)
+    cfg = getattr(info, "config", None)
+    attach_fields(cfg, fields_from_reply(raw, CONSUMER_FIELDS), CONSUMER_FIELDS)
+    keep_extra(cfg, raw, _priority.CONFIG_FIELDS + field_names(CONSUMER_FIELDS))
     return info
 
 
@@ -97,6 +89,13 @@ class ConsumerAdmin(APIRoom):
             require(self._context, "prioritized priority policy" if prio.policy == "prioritized" else "priority groups",
                     timeout=timeout)
         feature = None
+        need = required_level({f.name: getattr(config, f.name, None) for f in CONSUMER_FIELDS}, CONSUMER_FIELDS)
+        if need:
+            from .features import require_level
+
+            feature = require_level(self._context, need, "consumer options "
+                                    + ", ".join(f.name for f in CONSUMER_FIELDS if f.api_level == need),
+                                    timeout=timeout)
         if is_flow_control(config.ack_policy):
             from .features import require
 

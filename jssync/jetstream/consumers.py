@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from nats.js import api
 
-from ..base.deadline import DEFAULT, Deadline, Default
+from ..base.deadline import DEFAULT, Deadline, Default, no_wait
 from ..base.durations import optional_seconds, seconds
 from ..base.errors import PullRequestError, TimeoutError, UnknownOptionError, ValidationError
 from ..base.reprs import Rows, SummaryRepr
@@ -151,6 +151,23 @@ class Consumer(SummaryRepr):
               priority: int | None) -> PullPriority | None:
         return pull_options(self.priority, self.name, group, min_pending, min_ack_pending, priority)
 
+    def _check_limits(self, call: str, batch: int, max_bytes: int) -> None:
+        """Refuse a pull the consumer's pull request limits (``max_batch``, ``max_bytes``) would refuse."""
+        cfg = self._info.config
+        limit = getattr(cfg, "max_batch", None)
+        if limit and batch > limit:
+            raise ValidationError(f"{call} of {batch} messages: consumer {self.name!r} has max_batch {limit} "
+                                  f"(the most one pull request may ask for)")
+        limit = getattr(cfg, "max_bytes", None)
+        if limit and max_bytes > limit:
+            raise ValidationError(f"{call} of {max_bytes} bytes: consumer {self.name!r} has max_bytes {limit} "
+                                  f"(the most one pull request may ask for)")
+
+    def _bytes_only_batch(self) -> int:
+        """The batch of a pull limited by bytes only: large, but within the consumer's ``max_batch``."""
+        limit = getattr(self._info.config, "max_batch", None)
+        return min(BYTES_ONLY_BATCH, limit) if limit else BYTES_ONLY_BATCH
+
     @property
     def _ack_none(self) -> bool:
         cfg = self._info.config
@@ -194,7 +211,8 @@ class Consumer(SummaryRepr):
         fetch's wait is its expiry; :meth:`next` is the call that takes ``timeout=``).
 
         Raises:
-            ValueError: a bad argument (nothing is sent).
+            ValueError: a bad argument, or more messages (bytes) than the consumer's ``max_batch``
+                (``max_bytes``) in :attr:`cached_info` allow (nothing is sent).
             jssync.UnknownOptionError: ``timeout=`` given (also a TypeError).
             jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError,
             jssync.PullRequestError (400), jssync.NoRespondersError (no such consumer):
@@ -203,6 +221,7 @@ class Consumer(SummaryRepr):
         expires = seconds(expires, "expires")
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
+        self._check_limits("fetch", batch, mb)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
                      idle_heartbeat=idle_heartbeat, ack_none=self._ack_none, prio=prio, pins=self._pins)
@@ -229,8 +248,9 @@ class Consumer(SummaryRepr):
         _pos_int(max_bytes, "max_bytes")
         expires = seconds(expires, "expires")
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
-        batch, mb = validate_fetch(BYTES_ONLY_BATCH if max_messages is None else max_messages, max_bytes,
+        batch, mb = validate_fetch(self._bytes_only_batch() if max_messages is None else max_messages, max_bytes,
                                    expires, idle_heartbeat)
+        self._check_limits("fetch_bytes", batch, mb)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
                      idle_heartbeat=idle_heartbeat, ack_none=self._ack_none, prio=prio, pins=self._pins)
@@ -244,6 +264,7 @@ class Consumer(SummaryRepr):
         there is nothing), at most the context's timeout.
         """
         batch, mb = validate_fetch(max_messages, max_bytes, DEFAULT_EXPIRES, None)
+        self._check_limits("fetch_no_wait", batch, mb)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, no_wait=True,
                      ack_none=self._ack_none, prio=prio, pins=self._pins)
@@ -277,7 +298,9 @@ class Consumer(SummaryRepr):
         if timeout is None:  # no limit: one pull after another
             each = NO_LIMIT_PULL
         else:
-            each = timeout = _pos_float(seconds(timeout, "timeout"), "timeout")  # one pull's expiry
+            secs = seconds(timeout, "timeout")
+            no_wait(secs, f"next on consumer {self.name!r} (a pull waits for the server's message)")
+            each = timeout = _pos_float(secs, "timeout")  # one pull's expiry
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         validate_fetch(1, None, each, idle_heartbeat)
         prio = self._prio(group, min_pending, min_ack_pending, priority)

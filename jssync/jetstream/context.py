@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 from nats.js import api
 
 from ..base.cpython import LeanFuture
-from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
+from ..base.deadline import DEFAULT, Deadline, Default, check_setting, no_wait, resolve_timeout
 from ..base.errors import (
     ConnectionClosedError,
     Error,
@@ -93,8 +93,7 @@ class JetStream(StreamAdmin, ConsumerAdmin, Factories):
             self.prefix = api_prefix.rstrip(".")
         else:
             self.prefix = "$JS.API"
-        if timeout <= 0:
-            raise ValidationError(f"timeout must be > 0, got {timeout!r}")
+        timeout = check_setting(timeout, "timeout")
         if max_pending < 1:
             raise ValidationError(f"max_pending must be >= 1, got {max_pending!r}")
         self.domain = domain
@@ -274,7 +273,9 @@ class JetStream(StreamAdmin, ConsumerAdmin, Factories):
         if not (retry_attempts.__class__ is int and retry_wait.__class__ is float
                 and 0 <= retry_attempts <= 1_000_000 and 0.0 <= retry_wait < math.inf):
             _check_retry(retry_attempts, retry_wait)  # (the usual values pass without the call)
-        deadline = Deadline(self.timeout if timeout is DEFAULT else resolve_timeout(timeout, self.timeout))
+        wait = self.timeout if timeout is DEFAULT else resolve_timeout(timeout, self.timeout)
+        no_wait(wait, f"js.publish to {subject!r}")
+        deadline = Deadline(wait)
         request = self._conn.internal.request
         attempt = 0
         while True:

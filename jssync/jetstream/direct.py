@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..base.deadline import DEFAULT, Default, resolve_timeout
+from ..base.deadline import DEFAULT, Default, no_wait, resolve_timeout
 from ..base.errors import (
     APIError,
     BadRequestError,
@@ -187,8 +187,7 @@ def _no_responders(js: JetStream, stream: str, timeout: float | None | Default) 
 
 def _timeout(js: JetStream, timeout: float | None | Default) -> float | None:
     t = resolve_timeout(timeout, js.timeout)
-    if t is not None and t <= 0:
-        raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
+    no_wait(t, "the direct get")
     return t
 
 

@@ -144,9 +144,6 @@ class FastPublisher(FastBatch):
                  max_outstanding_acks: int = DEFAULT_MAX_OUTSTANDING_ACKS,
                  timeout: float | None | Default = DEFAULT, error_cb: Any = None) -> None:
         check_options(gap, flow, max_outstanding_acks)
-        if not isinstance(timeout, Default) and timeout is not None and (
-                isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
-            raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
         if error_cb is not None and not callable(error_cb):
             raise ValidationError(f"error_cb must be callable, got {error_cb!r}")
         self._js = js

@@ -87,8 +87,25 @@ def require(js: JetStream, feature: str, *, timeout: float | None | Default = DE
     return need
 
 
+def require_level(js: JetStream, need: int, what: str, *, timeout: float | None | Default = DEFAULT,
+                  ) -> tuple[str, int]:
+    """Raise NotSupportedError unless the server is at API level ``need``; returns ``_api``'s ``feature=``.
+
+    For config fields whose table row gives an API level (jetstream/model.py) rather than a
+    feature of :data:`FEATURES`. Blocks for one API INFO request the first time per connection.
+    """
+    have = api_level(js, timeout=timeout)
+    if have < need:
+        raise NotSupportedError(f"{what} needs JetStream API level {need}; the server is at API level {have}",
+                                feature=what, required_level=need, server_level=have)
+    return what, need
+
+
 def not_supported(feature: str, exc: BaseException) -> NotSupportedError:
     """The NotSupportedError for a server that refused ``feature`` for its API level (err_code 10185)."""
+    if feature not in FEATURES:  # a config field's level (require_level)
+        return NotSupportedError(f"{feature}: the server refused it for its API level: "
+                                 f"{getattr(exc, 'description', None) or exc}", feature=feature)
     need, version = FEATURES[feature]
     return NotSupportedError(f"{feature} needs nats-server {version}+ (JetStream API level {need}); the server "
                              f"refused it: {getattr(exc, 'description', None) or exc}",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
-from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
+from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout, round_trip_timeout
 from ..base.durations import seconds as _seconds
 from ..base.errors import (
     APIError,
@@ -166,7 +166,7 @@ class Counter:
         Raises:
             jssync.MessageNotFoundError: nothing was ever added on this subject.
         """
-        deadline = Deadline(resolve_timeout(timeout, self._js.timeout))
+        deadline = Deadline(round_trip_timeout(timeout, self._js.timeout, "the counter read"))
         stream = self._handle
         if stream is None:  # looked up once
             name = self._stream or self._js.find_stream_name_by_subject(self.subject, timeout=deadline.remaining())
@@ -230,9 +230,6 @@ class BatchPublisher:
               or not batch_id.isprintable() or " " in batch_id):
             raise ValidationError(f"batch_id must be 1-{MAX_BATCH_ID_LEN} printable characters without spaces, "
                              f"got {batch_id!r}")
-        if not isinstance(timeout, Default) and timeout is not None and (
-                isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
-            raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
         self._js = js
         self.batch_id = batch_id
         self.timeout = resolve_timeout(timeout, js.timeout)
@@ -310,7 +307,7 @@ class BatchPublisher:
         if not self._msgs:
             raise ValidationError(f"batch {self.batch_id!r} is empty: nothing to commit")
         self._state = "committed"
-        deadline = Deadline(resolve_timeout(timeout, self.timeout))
+        deadline = Deadline(round_trip_timeout(timeout, self.timeout, f"the commit of batch {self.batch_id!r}"))
         conn = self._js.conn
         msgs, self._msgs = self._msgs, []
         last = len(msgs) - 1

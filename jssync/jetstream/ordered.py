@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
-from ..base.deadline import DEFAULT, Deadline, Default
+from ..base.deadline import DEFAULT, Deadline, Default, no_wait
 from ..base.errors import (
     ConnectionClosedError,
     ConsumerDeletedError,
@@ -375,6 +375,7 @@ class OrderedConsumer:
         if timeout is None:  # no limit: one pull after another
             each = NO_LIMIT_PULL
         else:
+            no_wait(timeout, "next on an ordered consumer (a pull waits for the server's message)")
             each = timeout = _pos_float(timeout, "timeout")
         validate_fetch(1, None, each, idle_heartbeat)
         deadline = Deadline(timeout)

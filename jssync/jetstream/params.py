@@ -21,6 +21,7 @@ from nats.js import api
 from ..base.durations import seconds
 from ..base.errors import UnknownOptionError, ValidationError
 from ..base.validate import MAX_I64, MAX_U64, check_int, validate_subject
+from . import model as _model
 from . import priority as _priority
 
 if TYPE_CHECKING:  # (evaluated by type checkers only: older nats-py lacks some of these enums)
@@ -111,6 +112,10 @@ class ConsumerParams(TypedDict, total=False):
     mem_storage: bool | None
     metadata: dict[str, str] | None
     pause_until: str | None
+    # the rows of model.CONSUMER_FIELDS (written out for type checkers; a unit test checks they agree)
+    max_batch: int | None
+    max_expires: float | None
+    max_bytes: int | None
 
 
 class KeyValueParams(TypedDict, total=False):
@@ -208,7 +213,8 @@ def check_options(params: Iterable[str], valid: Iterable[str], call: str) -> Non
 
 #: the keyword options of the stream and consumer config calls (nats-py's fields, ADR-42's priority ones)
 STREAM_OPTIONS = tuple(f.name for f in dataclasses.fields(api.StreamConfig))
-CONSUMER_OPTIONS = tuple(f.name for f in dataclasses.fields(api.ConsumerConfig)) + _priority.CONFIG_FIELDS
+CONSUMER_OPTIONS = (tuple(f.name for f in dataclasses.fields(api.ConsumerConfig)) + _priority.CONFIG_FIELDS
+                    + _model.field_names(_model.CONSUMER_FIELDS))
 
 
 _DURATION_TYPES = ("float", "Optional[float]")
@@ -324,8 +330,9 @@ def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any
     params = dict(params)
     check_options(params, CONSUMER_OPTIONS, call)
     # keys of the reply ``config`` was read from that nats-py does not model: sent back as they came
-    extra = getattr(config, "_jssync_extra", None)
+    source = config
     prio = _priority.config_fields(config, params)
+    limits = _model.take_fields(config, params, _model.CONSUMER_FIELDS)
     if params:
         config = config.evolve(**params)
     check_choices(config, CONSUMER_CHOICES)
@@ -353,7 +360,8 @@ def _consumer_config(config: api.ConsumerConfig | None, params: Mapping[str, Any
     if prio.policy is not None or _priority.of_config(config).policy is not None:
         config = dataclasses.replace(config)  # a copy: the caller's object is left as it was
         _priority.attach_config(config, prio)
-    if isinstance(extra, dict) and getattr(config, "_jssync_extra", None) is not extra:
-        config = copy.copy(config)
-        config._jssync_extra = dict(extra)  # type: ignore[attr-defined]
-    return config
+    if any(getattr(config, k, None) != v for k, v in limits.items()):
+        if config is source:
+            config = copy.copy(config)  # the caller's object is left as it was
+        _model.attach_fields(config, limits, _model.CONSUMER_FIELDS)
+    return _model.carry_extra(source, config)

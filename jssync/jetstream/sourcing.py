@@ -248,8 +248,11 @@ def _source_wire(source: api.StreamSource, body: dict[str, Any]) -> dict[str, An
 
 
 def stream_wire(config: api.StreamConfig) -> dict[str, Any]:
-    """``config.as_dict()`` with each source's ``consumer`` in it (nats-py < 2.16 drops it)."""
-    body: dict[str, Any] = config.as_dict()
+    """``config`` as sent (model.to_wire: the keys of the reply it was read from that nats-py does
+    not model go back unchanged), with each source's ``consumer`` in it (nats-py < 2.16 drops it)."""
+    from .model import to_wire
+
+    body: dict[str, Any] = to_wire(config)
     if _NATSPY_HAS_CONSUMER:
         return body
     mirror = body.get("mirror")

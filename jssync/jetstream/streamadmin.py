@@ -20,6 +20,7 @@ from nats.js import api
 from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
 from ..base.errors import APIError, JetStreamError, ValidationError
 from ..base.validate import validate_subject
+from . import model as _model_codec
 from .apicalls import APIRoom, int_field, level, subject_filter
 from .params import (
     STREAM_CHOICES,
@@ -47,6 +48,7 @@ def stream_config(config: api.StreamConfig | None, params: Mapping[str, Any],
         config = api.StreamConfig()
     elif not isinstance(config, api.StreamConfig):
         raise TypeError(f"config must be a StreamConfig, got {type(config).__name__}")
+    source = config
     if params:
         check_options(params, STREAM_OPTIONS, call)
         config = config.evolve(**params)
@@ -65,7 +67,7 @@ def stream_config(config: api.StreamConfig | None, params: Mapping[str, Any],
             raise TypeError("subjects must be a list of subjects, not a str")
         for s in config.subjects:
             validate_subject(s, "stream subject")
-    return config
+    return _model_codec.carry_extra(source, config)  # the keys of the reply it was read from nats-py lacks
 
 
 class StreamAdmin(APIRoom):
@@ -361,10 +363,13 @@ class StreamAdmin(APIRoom):
 
 def stream_model(resp: Any) -> api.StreamInfo:
     """A StreamInfo from a reply; APIError unless it has a config with a name."""
-    found = source_consumers(resp.get("config")) if isinstance(resp, dict) else None
+    raw = resp.get("config") if isinstance(resp, dict) else None
+    found = source_consumers(raw)
+    extra = _model_codec.unknown_keys(api.StreamConfig, raw)  # before nats-py parses (and replaces) it
     info: api.StreamInfo = _model(api.StreamInfo, resp, "stream info")
     cfg = getattr(info, "config", None)
     if not isinstance(cfg, api.StreamConfig) or not isinstance(cfg.name, str) or not cfg.name:
         raise APIError(None, None, "malformed stream info reply: no stream config with a name")
     put_back_consumers(cfg, found)  # (nats-py < 2.16 drops a source's consumer)
+    _model_codec.set_extra(cfg, extra)  # the keys nats-py does not model: sent back by stream_wire
     return info

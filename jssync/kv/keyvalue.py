@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from nats.js import api
 
-from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
+from ..base.deadline import DEFAULT, Deadline, Default, no_wait, resolve_timeout
 from ..base.durations import seconds
 from ..base.errors import (
     APIError,
@@ -481,6 +481,9 @@ def update_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
     Every option left out goes back to its default (as with a full stream config), so give
     the bucket's full configuration (``history``, ``storage``, ``ttl``, ...). A change the
     server does not allow on an existing stream (e.g. ``storage``) raises its APIError.
+    The stream's fields no bucket option covers (``allow_atomic``, ``deny_purge``, ... and
+    keys nats-py does not model) are sent back as the server holds them: blocks for one
+    stream info request, then the update, each up to ``timeout``.
 
     Raises:
         InvalidBucketNameError, KeyHistoryTooLargeError, ValueError, TypeError: bad options (nothing sent).
@@ -489,10 +492,31 @@ def update_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
     timeout = params.pop("timeout", DEFAULT)
     scfg = _stream_config(config, dict(params), "update_key_value")
     try:
+        current = js.stream(scfg.name or "", timeout=timeout).cached_info.config
+        scfg = _keep_uncovered(current, scfg)
         stream = js.update_stream(scfg, timeout=timeout)
     except StreamNotFoundError as exc:
         raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {(scfg.name or '')[3:]!r} not found") from exc
     return KeyValue(js, stream)
+
+
+#: the stream config fields a bucket's options set (create_key_value's _stream_config); update_key_value
+#: sends the others back as the server holds them
+_BUCKET_STREAM_FIELDS = frozenset((
+    "name", "description", "subjects", "retention", "max_consumers", "max_msgs", "max_bytes", "max_age",
+    "max_msgs_per_subject", "max_msg_size", "storage", "num_replicas", "placement", "republish", "discard",
+    "allow_rollup_hdrs", "deny_delete", "duplicate_window", "allow_direct", "mirror_direct", "compression",
+    "metadata", "allow_msg_ttl", "subject_delete_marker_ttl", "mirror", "sources"))
+
+
+def _keep_uncovered(current: api.StreamConfig, scfg: api.StreamConfig) -> api.StreamConfig:
+    """``scfg`` with the fields of ``current`` no bucket option covers (and its kept unknown keys)."""
+    from ..jetstream.model import carry_extra
+
+    keep = {f.name: getattr(current, f.name) for f in dataclasses.fields(api.StreamConfig)
+            if f.name not in _BUCKET_STREAM_FIELDS and getattr(current, f.name, None) is not None}
+    out = dataclasses.replace(scfg, **keep) if keep else scfg
+    return carry_extra(current, out)
 
 
 def create_or_update_key_value(js: JetStream, config: api.KeyValueConfig | None = None,
@@ -505,24 +529,58 @@ def create_or_update_key_value(js: JetStream, config: api.KeyValueConfig | None 
         return create_key_value(js, config, **params)
 
 
+def _bucket_of(info: Any, prefix: str, own_subject: str, mirror_prefix: str) -> str | None:
+    """The bucket a stream listing entry is, or None when the stream is not one (nats.go's rule).
+
+    A bucket's stream is named ``<prefix><bucket>`` and captures ``own_subject`` formatted with
+    the bucket (``$KV.<bucket>.>``, ``$O.<bucket>.C.>``), as nats.go lists them (a stream list
+    filtered by that subject, names with that prefix); a mirror bucket has no subjects and
+    mirrors a stream named ``<mirror_prefix>...``. Streams that only look like buckets (the
+    prefix without the subjects, another bucket's subjects) are not.
+    """
+    cfg = getattr(info, "config", None)
+    name = getattr(cfg, "name", None) or ""
+    if not name.startswith(prefix) or not _BUCKET_RE.match(name[len(prefix):]):
+        return None
+    bucket = name[len(prefix):]
+    subjects = list(getattr(cfg, "subjects", None) or [])
+    if own_subject.format(bucket) in subjects:
+        return bucket
+    mirror = getattr(cfg, "mirror", None)
+    if not subjects and mirror is not None and str(getattr(mirror, "name", "") or "").startswith(mirror_prefix):
+        return bucket
+    return None
+
+
+def _buckets(js: JetStream, prefix: str, own_subject: str,
+             timeout: float | None | Default) -> Iterator[tuple[str, Any]]:
+    # one stream list of every stream (a mirror bucket has no subjects a subject filter could match)
+    for info in js.streams(timeout=timeout):
+        bucket = _bucket_of(info, prefix, own_subject, prefix)
+        if bucket is not None:
+            yield bucket, info
+
+
 def _bucket_names(js: JetStream, prefix: str, timeout: float | None | Default) -> Iterator[str]:
-    # every stream (a mirror bucket has no subjects to filter on), those named <prefix><bucket>
-    for name in js.stream_names(timeout=timeout):
-        if name.startswith(prefix) and _BUCKET_RE.match(name[len(prefix):]):
-            yield name[len(prefix):]
+    own = _KV_OWN_SUBJECT if prefix == "KV_" else _OBJ_OWN_SUBJECT
+    return (bucket for bucket, _ in _buckets(js, prefix, own, timeout))
+
+
+#: the subject a bucket's stream captures, as nats.go's listings filter on it
+_KV_OWN_SUBJECT = "$KV.{}.>"
+_OBJ_OWN_SUBJECT = "$O.{}.C.>"
 
 
 def key_value_store_names(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
-    """Iterate over the name of every key-value bucket (streams ``KV_<bucket>``, mirrors included)."""
+    """Iterate over the name of every key-value bucket (streams ``KV_<bucket>`` capturing
+    ``$KV.<bucket>.>``, and mirror buckets); one stream list, all pages."""
     return _bucket_names(js, "KV_", timeout)
 
 
 def key_value_stores(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[KeyValueStatus]:
-    """Iterate over the status of every key-value bucket (one stream list, all pages)."""
-    for info in js.streams(timeout=timeout):
-        name = info.config.name or ""
-        if name.startswith("KV_") and _BUCKET_RE.match(name[3:]):
-            yield KeyValueStatus(name[3:], info)
+    """Iterate over the status of every key-value bucket (as :func:`key_value_store_names` finds them)."""
+    for bucket, info in _buckets(js, "KV_", _KV_OWN_SUBJECT, timeout):
+        yield KeyValueStatus(bucket, info)
 
 
 def key_value(js: JetStream, bucket: str, *, key_codec: KeyCodec | None = None, value_codec: ValueCodec | None = None,
@@ -622,8 +680,7 @@ class KeyValue:
 
     def _t(self, timeout: float | None | Default) -> float | None:
         t = self._js.timeout if timeout is DEFAULT else resolve_timeout(timeout, self._js.timeout)
-        if t is not None and t <= 0:
-            raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
+        no_wait(t, f"bucket {self.bucket!r}")
         return t
 
     # -- reads ----------------------------------------------------------------------------

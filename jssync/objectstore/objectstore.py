@@ -24,21 +24,21 @@ from typing import IO, TYPE_CHECKING, Any
 
 from nats.js import api
 
-from ..base.deadline import DEFAULT, Deadline, Default, resolve_timeout
+from ..base.deadline import DEFAULT, Deadline, Default, no_wait, resolve_timeout
 from ..base.errors import (
     MaxPayloadError,
     MessageNotFoundError,
     StreamNameInUseError,
     StreamNotFoundError,
-    ValidationError,
 )
 from ..jetstream import hooks as _js_hooks
 from ..jetstream.params import check_options, normalize_config
 from ..kv.keyvalue import (
-    _BUCKET_RE,
+    _OBJ_OWN_SUBJECT,
     BucketExistsError,
     BucketNotFoundError,
     _bucket_names,
+    _buckets,
     _PushWatcher,
     validate_bucket,
 )
@@ -285,16 +285,15 @@ def object_store(js: JetStream, bucket: str, *, timeout: float | None | Default 
 
 
 def object_store_names(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
-    """Iterate over the name of every object store (streams ``OBJ_<bucket>``)."""
+    """Iterate over the name of every object store (streams ``OBJ_<bucket>`` capturing
+    ``$O.<bucket>.C.>``); one stream list, all pages."""
     return _bucket_names(js, "OBJ_", timeout)
 
 
 def object_stores(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[ObjectStoreStatus]:
-    """Iterate over the status of every object store (one stream list, all pages)."""
-    for info in js.streams(timeout=timeout):
-        name = info.config.name or ""
-        if name.startswith("OBJ_") and _BUCKET_RE.match(name[4:]):
-            yield ObjectStoreStatus(name[4:], info)
+    """Iterate over the status of every object store (as :func:`object_store_names` finds them)."""
+    for bucket, info in _buckets(js, "OBJ_", _OBJ_OWN_SUBJECT, timeout):
+        yield ObjectStoreStatus(bucket, info)
 
 
 def delete_object_store(js: JetStream, bucket: str, *, timeout: float | None | Default = DEFAULT) -> bool:
@@ -337,8 +336,7 @@ class ObjectStore:
 
     def _t(self, timeout: float | None | Default) -> float | None:
         t = resolve_timeout(timeout, self._js.timeout)
-        if t is not None and t <= 0:
-            raise ValidationError(f"timeout must be > 0 or None (no limit), got {timeout!r}")
+        no_wait(t, f"object store {self.bucket!r}")
         return t
 
     def _meta_subject(self, name: str) -> str:

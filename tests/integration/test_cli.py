@@ -1209,3 +1209,28 @@ def test_bench_reports_rates_and_cleans_up(env, nats_server, js, nc, unique):
     assert p.returncode == 2 and "usage: jssync bench pub" in p.stderr
     p = jssync_run(env, "bench", "js", "consume", f"NOSTREAM{unique}.x", "--msgs", "10", *s)
     assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and f"NOSTREAM{unique}.x" in p.stderr
+
+
+def test_consumer_add_edit_info_take_and_show_the_pull_request_limits(env, nats_server, js, unique):
+    name = f"CL{unique}"
+    url = nats_server.url
+    js.create_stream(name=name, subjects=[f"{name}.>"], storage="memory")
+    try:
+        p = jssync_run(env, "consumer", "add", name, "W", "--max-batch", "10", "--max-expires", "5s",
+                       "--max-bytes", "4096", "-s", url)
+        assert p.returncode == 0, p.stderr
+        raw = json.loads(js.conn.request(f"$JS.API.CONSUMER.INFO.{name}.W", b"", timeout=5.0).data)["config"]
+        assert (raw.get("max_batch"), raw.get("max_expires"), raw.get("max_bytes")) == (10, 5_000_000_000, 4096)
+        p = jssync_run(env, "consumer", "edit", name, "W", "--max-batch", "20", "-s", url)
+        assert p.returncode == 0, p.stderr
+        raw = json.loads(js.conn.request(f"$JS.API.CONSUMER.INFO.{name}.W", b"", timeout=5.0).data)["config"]
+        assert (raw.get("max_batch"), raw.get("max_expires"), raw.get("max_bytes")) == (20, 5_000_000_000, 4096)
+        p = jssync_run(env, "consumer", "info", name, "W", "-s", url)
+        assert p.returncode == 0, p.stderr
+        rows = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines() if line.strip()}
+        assert rows["max_batch"] == ["20"] and rows["max_expires"] == ["5s"] and rows["max_bytes"] == ["4096"]
+        p = jssync_run(env, "--json", "consumer", "info", name, "W", "-s", url)
+        cfg = json.loads(p.stdout)["config"]
+        assert (cfg["max_batch"], cfg["max_expires"], cfg["max_bytes"]) == (20, 5.0, 4096)
+    finally:
+        js.delete_stream(name)

@@ -214,6 +214,8 @@ def test_sync_kinds_bad_arguments(js, stream):
     with pytest.raises(ValueError, match="delay"):
         m.nak_sync(delay=-1)
     with pytest.raises(ValueError, match="timeout"):
+        m.term_sync(timeout=-1)
+    with pytest.raises(jssync.TimeoutError, match="timeout=0"):  # no wait: nothing is sent
         m.term_sync(timeout=0)
     assert not m.is_acked
     m.ack()
@@ -297,9 +299,11 @@ def test_ack_next_bad_arguments_send_nothing(nats_server, js, stream):
     other = jssync.connect(nats_server.url)
     try:
         m = other.jetstream().consumer(stream.name, "D").next(timeout=2)
-        for kw in ({"batch": 0}, {"batch": True}, {"timeout": 0}, {"timeout": -1}):
+        for kw in ({"batch": 0}, {"batch": True}, {"timeout": -1}, {"timeout": "1"}):
             with pytest.raises(ValueError):
                 m.ack_next(**kw)
+        with pytest.raises(jssync.TimeoutError, match="timeout=0"):  # no wait: nothing is sent
+            m.ack_next(timeout=0)
         assert not m.is_acked
         other.close()
         with pytest.raises(jssync.ConnectionClosedError):

@@ -151,6 +151,8 @@ def test_direct_get_bad_arguments_raise_before_sending(stream):
     with pytest.raises(TypeError, match="datetime"):
         stream.direct_get(start_time="yesterday")
     with pytest.raises(ValueError, match="timeout"):
+        stream.direct_get(1, timeout=-1)
+    with pytest.raises(jssync.TimeoutError, match="timeout=0"):  # no wait: nothing is sent
         stream.direct_get(1, timeout=0)
 
 

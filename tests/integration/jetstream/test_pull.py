@@ -256,6 +256,14 @@ def test_pull_on_missing_consumer(js, stream):
 
 def test_fetch_exceeded_limits_are_on_error(js, stream):
     c = raw_consumer(js, stream, "LIM", max_batch=5, max_expires=2_000_000_000, max_bytes=1000)
+    # the limits are in the handle's cached info: a batch or bytes over them is refused before sending
+    with pytest.raises(jssync.ValidationError, match="max_batch 5"):
+        c.fetch(10, expires=1)
+    with pytest.raises(jssync.ValidationError, match="max_bytes 1000"):
+        c.fetch(1, max_bytes=5000, expires=1)
+    # a handle made before another tool set the limits sends the pull: the server's 409 is on .error
+    c = durable(stream, "OLD")
+    raw_consumer(js, stream, "OLD", max_batch=5, max_expires=2_000_000_000, max_bytes=1000)
     res = c.fetch(10, expires=1)
     assert list(res) == []
     assert isinstance(res.error, PullRequestError) and "MaxRequestBatch" in res.error.description

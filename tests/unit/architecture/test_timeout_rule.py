@@ -124,3 +124,19 @@ def test_the_rule_is_written_down():
         assert name in rule, name
     assert "publish_async_completed" in rule
     assert "`jssync.liftbridge.Client.publish(..., timeout=None)` does not wait" in rule
+
+
+def test_zero_means_no_wait_and_a_setting_is_above_zero():
+    from jssync.base.deadline import check_setting, no_wait
+
+    assert resolve_timeout(0, 5.0) == 0
+    with pytest.raises(jssync.TimeoutError, match="timeout=0"):
+        no_wait(0, "a round trip")
+    no_wait(0.5, "a round trip")
+    no_wait(None, "a round trip")
+    assert check_setting(5) == 5.0
+    for bad in (0, -1, "5", True, None, float("nan")):
+        with pytest.raises(jssync.ValidationError, match="timeout"):
+            check_setting(bad)
+    text = (ROOT / "docs" / "threading.md").read_text()
+    assert "`timeout=0` means **no wait**" in text[text.index("### The timeout rule"):]

@@ -104,8 +104,9 @@ def test_update_sends_the_whole_config_and_a_missing_bucket_raises_bucket_not_fo
     js, replay = recorded_context("kv", "kv", "update_bucket")
     kv = js.update_key_value(bucket="profiles", history=10, ttl=3600.0, storage=MEM, max_value_size=1024,
                              description="user profiles")
-    assert replay.sent[0][0] == "$JS.API.STREAM.UPDATE.KV_profiles"
-    assert replay.sent[0][1]["max_msgs_per_subject"] == 10
+    # the current stream config first (its fields no bucket option covers are sent back), then the update
+    assert [x[0] for x in replay.sent] == ["$JS.API.STREAM.INFO.KV_profiles", "$JS.API.STREAM.UPDATE.KV_profiles"]
+    assert replay.sent[1][1]["max_msgs_per_subject"] == 10
     assert kv.stream.cached_info.config.max_msgs_per_subject == 10
     js, replay = recorded_context("kv", "kv", "update_bucket_missing")
     with pytest.raises(jssync.BucketNotFoundError):
@@ -116,8 +117,9 @@ def test_update_sends_the_whole_config_and_a_missing_bucket_raises_bucket_not_fo
 def test_bucket_names_are_the_kv_streams():
     js, replay = recorded_context("kv", "kv", "bucket_names")
     names = list(js.key_value_store_names())
-    streams = reply_of("kv", "kv", "bucket_names")["streams"]
-    assert sorted(names) == sorted(s[3:] for s in streams if s.startswith("KV_"))
+    streams = [s["config"] for s in reply_of("kv", "kv", "bucket_names")["streams"]]
+    assert sorted(names) == sorted(c["name"][3:] for c in streams
+                                   if c["name"].startswith("KV_") and f"$KV.{c['name'][3:]}.>" in c["subjects"])
     assert "profiles" in names and "ORDERS" not in names
     assert replay.done()
 
