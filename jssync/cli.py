@@ -24,6 +24,7 @@ from types import FrameType
 from typing import Any, BinaryIO, TextIO
 
 from .base.errors import ValidationError, _ConfigError, _Stop
+from .base.validate import positive_int
 
 # -- output helpers ----------------------------------------------------------------------------
 
@@ -252,16 +253,6 @@ def _duration_or_zero(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration >= 0 (seconds, or e.g. 500ms, 5s, "
                                          "1h30m)") from None
 
-
-def positive_int(text: str) -> int:
-    """An argparse ``type``: a whole number >= 1 (also used by the Django management commands)."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
-    return n
 
 
 def _ttl(text: str) -> float | str:

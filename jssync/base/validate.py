@@ -9,6 +9,7 @@ the server reads as Go integers (``seq`` is a uint64, ``batch``, ``max_bytes`` a
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from typing import Any
@@ -44,6 +45,18 @@ def check_int(value: Any, what: str, *, minimum: int = 1, maximum: int = MAX_U64
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise ValidationError(_int_text(value, what, minimum, maximum, open_ended, ""))
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type`` (the CLI's and the Django management commands'): a whole number
+    >= 1; raises ``argparse.ArgumentTypeError`` naming the text otherwise."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return n
 
 
 def check_optional_int(value: Any, what: str, *, minimum: int = 1, maximum: int = MAX_U64,

@@ -30,7 +30,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import import_string
 
 import jssync
-from jssync.cli import positive_int
+from jssync.base.validate import positive_int
 from jssync.contrib.django.client import close, jetstream
 
 log = logging.getLogger("jssync")

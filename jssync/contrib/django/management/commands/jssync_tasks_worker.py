@@ -24,7 +24,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import jssync
-from jssync.cli import positive_int
+from jssync.base.validate import positive_int
 from jssync.contrib.django.client import close
 
 
