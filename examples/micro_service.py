@@ -6,6 +6,7 @@ Run: python examples/micro_service.py   (starts its own local nats-server)
 from __future__ import annotations
 
 import json
+import time
 
 import jssync
 from jssync import micro
@@ -51,7 +52,14 @@ def main() -> None:
             except micro.ServiceError as exc:
                 print(f"service error {exc.code}: {exc.description}")
 
-        stats = json.loads(nc.request(f"$SRV.STATS.calc.{svc.id}", timeout=2.0).data)
+        # a request is counted once its handler has returned, just after its reply went out:
+        # ask again (for up to 2 s) until the last one shows
+        deadline = time.monotonic() + 2.0
+        while True:
+            stats = json.loads(nc.request(f"$SRV.STATS.calc.{svc.id}", timeout=2.0).data)
+            if sum(ep["num_requests"] for ep in stats["endpoints"]) == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         for ep in stats["endpoints"]:
             print(f"{ep['name']}: {ep['num_requests']} requests, {ep['num_errors']} errors, "
                   f"last error {ep['last_error']!r}, average {ep['average_processing_time']} ns")

@@ -4,9 +4,12 @@ One test per Markdown file: a nats-server with JetStream is started for the file
 the text says ``nats://127.0.0.1:4222`` (or ``localhost:4222``) and in ``NATS_URL``; then the file's
 ```` ```python ```` blocks run one after the other in one namespace (a block sees what the blocks
 above it made, as a reader who pastes them in order does), and the ``jssync ...`` command lines of
-its ```` ```bash ```` / ```` ```console ```` blocks run as commands (``python -m jssync``), in the same
-order. Other shell lines (``pip install``, ``git clone``, ``nats-server -js``) are instructions, not
-run.
+its ```` ```bash ```` / ```` ```console ```` blocks run as commands, in the same order: a page's first
+command line as ``python -m jssync`` in a process of its own (the entry point, a fresh interpreter),
+the others the way ``python -m jssync`` runs them but in this process (``jssync_run`` of
+tests/integration/test_cli.py: its own environment, standard streams and working directory, no
+thread left behind; an interpreter start per line cost a second each). Other shell lines
+(``pip install``, ``git clone``, ``nats-server -js``) are instructions, not run.
 
 A block that cannot run as written (it needs a Spark cluster, a Django project, a Celery worker
 process, or it is a fragment of a settings file) has a marker on the line before it, with its reason::
@@ -119,9 +122,15 @@ def _run_python(page: str, block: Block, namespace: dict[str, object], url: str)
                              f"it printed:\n{out.getvalue()[-2000:]}") from exc
 
 
-def _run_command(page: str, block: Block, argv: list[str], env: dict[str, str], cwd: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "jssync", *argv[1:]], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+def _run_command(page: str, block: Block, argv: list[str], env: dict[str, str], cwd: Path,
+                 own_process: bool) -> None:
+    if own_process:
+        proc = subprocess.run([sys.executable, "-m", "jssync", *argv[1:]], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+    else:
+        from tests.integration.test_cli import jssync_run
+
+        proc = jssync_run(env, *argv[1:], cwd=cwd)
     assert proc.returncode == 0, (f"{page}:{block.line}: `{shlex.join(argv)}` exited with {proc.returncode}:\n"
                                   f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
 
@@ -149,6 +158,7 @@ def test_code_blocks_run_as_written(path, tmp_path, monkeypatch):
         monkeypatch.chdir(tmp_path)
         monkeypatch.syspath_prepend(str(ROOT))
         namespace: dict[str, object] = {"__name__": "__docs__"}
+        commands = 0
         try:
             for block in blocks(path.read_text()):
                 if block.no_run is not None:
@@ -157,7 +167,8 @@ def test_code_blocks_run_as_written(path, tmp_path, monkeypatch):
                     _run_python(page, block, namespace, srv.url)
                 elif block.lang in _SHELLS:
                     for argv in _commands(block.code):
-                        _run_command(page, block, argv, env, tmp_path)
+                        _run_command(page, block, argv, env, tmp_path, own_process=commands == 0)
+                        commands += 1
         finally:
             for conn in set(closing.live) - before:
                 conn.close(timeout=5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -22,6 +23,7 @@ class ConsumeCommandTests(StreamMixin, SimpleTestCase):
     def setUp(self) -> None:
         super().setUp()
         self.tmp = Path(tempfile.mkdtemp(prefix="jssync-consume-"))
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)  # last: after the processes are gone
         self.log = self.tmp / "handled.log"
         self.out = self.tmp / "out.txt"
 

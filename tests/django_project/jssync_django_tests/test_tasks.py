@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import tempfile
 import unittest
@@ -43,6 +44,7 @@ class TaskBackendTests(SimpleTestCase):
                                                 "results_bucket": self.bucket, "ack_wait": 2.0 * FACTOR,
                                                 "storage": "memory"}}})
         tmp = Path(tempfile.mkdtemp(prefix="jssync-tasks-"))
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)  # last: after the workers are gone
         self.log, self.out = tmp / "tasks.log", tmp / "worker.txt"
         self.nc = jssync.connect(os.environ["NATS_URL"], name="test-helper")
         self.js = self.nc.jetstream()

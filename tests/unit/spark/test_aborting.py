@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("pyspark", reason="jssync.spark needs PySpark (the spark extra)")
+
 from jssync.spark import aborting
 
 

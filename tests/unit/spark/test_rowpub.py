@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("pyspark", reason="jssync.spark needs PySpark (the spark extra)")
+
 from jssync.core.msg import Msg
 from jssync.spark.rowpub import _Acks
 
