@@ -195,7 +195,6 @@ class QoS(virtual.QoS):
         msg = self.channel._held_pop(delivery_tag)
         if msg is not None:
             msg.ack()
-            self.channel._sent(msg, b"+ACK")
         super().ack(delivery_tag)
         self.channel._wake()  # prefetch room: the channel's pulls may ask for more
 
@@ -212,11 +211,9 @@ class QoS(virtual.QoS):
                 except Error as exc:
                     logger.debug("kombu transport: confirmed nak failed (%s); sending a plain one", exc)
                     msg.nak()
-                    self.channel._sent(msg, b"-NAK")
                 self.channel._note_unseen(msg.metadata.stream)
             else:
                 msg.term("rejected by kombu")
-                self.channel._sent(msg, b"+TERM rejected by kombu")
         self._quick_ack(delivery_tag)
         self.channel._wake()
 
@@ -232,8 +229,6 @@ class QoS(virtual.QoS):
                 msg.nak()
             except Error as exc:
                 errors.append((exc, self._delivered.get(tag)))
-            else:
-                self.channel._sent(msg, b"-NAK")
         self._delivered.clear()
         self.channel._wake()
         return errors
@@ -414,7 +409,6 @@ class Channel(virtual.Channel):
             info["redelivered"] = True
         if settle:
             msg.ack()
-            self._sent(msg, b"+ACK")
             return payload
         with self._lock:
             self._held[tag] = msg
@@ -467,21 +461,12 @@ class Channel(virtual.Channel):
         with self._lock:
             return self._held.pop(tag, None)
 
-    def _sent(self, msg: Msg, payload: bytes) -> None:
-        """Note an ack, reject or requeue of ``msg`` just sent: sent again after a reconnect
-        when it may have been lost (see :class:`_AckJournal`)."""
-        journal = self.connection._journal
-        if journal is not None:
-            journal.note(msg.reply, payload)
-
     def _nak(self, msg: Msg) -> None:
         """-NAK a message received and not delivered (logged when that fails)."""
         try:
             msg.nak()
         except Error as exc:
             logger.debug("kombu transport: nak of an undelivered message failed: %s", exc)
-            return
-        self._sent(msg, b"-NAK")
 
     def _size(self, queue: str) -> int:
         """Messages ready for delivery: stored minus delivered-and-unacked (two API calls)."""
@@ -855,7 +840,8 @@ class _Puller:
 
 
 class _AckJournal:
-    """The acks, rejects and requeues a connection sent lately, sent again after a reconnect.
+    """The acks, rejects and requeues a connection sent lately (the transport's, and the naks
+    of messages that reached a pull already given up), sent again after a reconnect.
 
     A server that goes down (a restart, a crash) never reads what is left in its socket, and
     the client notices the lost link only after it wrote there: acks sent in the last moments
@@ -885,11 +871,13 @@ class _AckJournal:
         internal = nc.internal
         internal.disconnect_listeners.append(self._on_disconnect)
         internal.reconnect_listeners.append(self._on_reconnect)
+        internal.set_ack_hook(self.note)  # every ack of the connection: the pulls' own naks too
         self._thread = threading.Thread(target=self._run, name="jssync-kombu-resend", daemon=True)
         self._thread.start()
 
     def note(self, reply: str, payload: bytes) -> None:
-        """Remember an ack just sent on ``reply`` (any thread; cheap)."""
+        """Remember an ack just queued on ``reply`` (the connection's ack hook: any thread,
+        the I/O thread too; cheap)."""
         now = time.monotonic()
         with self._lock:
             sent = self._sent
@@ -966,6 +954,7 @@ class _AckJournal:
         self._stop.set()
         self._wake.set()
         internal = self._nc.internal
+        internal.set_ack_hook(None)
         for lst, fn in ((internal.disconnect_listeners, self._on_disconnect),
                         (internal.reconnect_listeners, self._on_reconnect)):
             try:
