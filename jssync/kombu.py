@@ -514,13 +514,31 @@ class Channel(virtual.Channel):
         if exchange:
             self.connection.remove_binding(exchange, queue, routing_key or "")
 
-    def get_table(self, exchange: str) -> list[tuple[str, Any, str]]:
+    def get_table(self, exchange: str, fresh: bool = False) -> list[tuple[str, Any, str]]:
         """The bindings of ``exchange``: this process's and those stored by others (from the cache a
-        key-value watch keeps current; a listing of the bucket while that cache is not ready)."""
+        key-value watch keeps current; a listing of the bucket while that cache is not ready, or
+        with ``fresh``)."""
         table = {(rk, queue) for rk, _pattern, queue in self.state.exchanges.get(exchange, {}).get("table", [])}
-        table.update(self.connection.stored_bindings(exchange))
+        table.update(self.connection.stored_bindings(exchange, fresh=fresh))
         typ = self.typeof(exchange)
         return [typ.prepare_bind(queue, exchange, rk, None) for rk, queue in sorted(table)]
+
+    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
+        """The queues ``routing_key`` reaches through ``exchange``. When the cache of bindings
+        finds none, the bucket is listed before the message counts as unroutable: a binding
+        another process stored a moment ago may not have reached this process's watch yet (a
+        Celery control client binds its reply queue, then asks: a worker answering at once
+        would otherwise drop the reply; seen with ``control.rate_limit(reply=True)``)."""
+        if exchange:
+            typ = self.typeof(exchange)
+            for fresh in (False, True):
+                try:
+                    found = list(typ.lookup(self.get_table(exchange, fresh=fresh), exchange, routing_key, None))
+                except KeyError:
+                    found = []
+                if found:
+                    return found
+        return list(super()._lookup(exchange, routing_key, default))
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:
         """A copy of ``message`` to every queue bound to ``exchange``."""
@@ -1502,14 +1520,15 @@ class Transport(virtual.Transport):
         if cache is not None:
             cache.forget(key)
 
-    def stored_bindings(self, exchange: str) -> list[tuple[str, str]]:
+    def stored_bindings(self, exchange: str, *, fresh: bool = False) -> list[tuple[str, str]]:
         """(routing key, queue) of the bindings of ``exchange`` in the bucket, every process's.
 
         From the cache a watch of the bucket keeps current; the first call starts it and waits
         for the initial bindings (at most 5 s). While no cache is usable (not
-        ready, its watch failed) the bucket is listed instead (one listing, about 1-2 ms).
+        ready, its watch failed), or with ``fresh``, the bucket is listed instead (one listing,
+        about 1-2 ms).
         """
-        cache = self._bindings_cache()
+        cache = None if fresh else self._bindings_cache()
         if cache is not None:
             return cache.routes(exchange)
         out = []
