@@ -336,13 +336,20 @@ class Channel(virtual.Channel):
             except (TypeError, ValueError):
                 raise ValidationError(f"message expiration {expiration!r}: need milliseconds") from None
         data = json.dumps(message).encode("utf-8")
+        # a Celery task: its id, name, retry count and replace depth as Nats-Msg-Id, so a publish
+        # retried after a lost PubAck is stored once (within the stream's duplicate window, 2
+        # minutes), while a retry of the task (one more retry) or its replacement
+        # (Task.replace keeps the id, one more nesting) is a new message
+        task_id = headers.get("id") if headers.get("task") else None
+        msg_id = (f"{task_id}:{headers.get('task')}:{headers.get('retries') or 0}:"
+                  f"{headers.get('replaced_task_nesting') or 0}") if isinstance(task_id, str) and task_id else None
         try:
-            self.js.publish(self.subject(queue), data, ttl=ttl)
+            self.js.publish(self.subject(queue), data, ttl=ttl, msg_id=msg_id)
         except (NoRespondersError, StreamNotFoundError):
             # the stream went away (deleted, or a failover to a server without it): make it again
             self.connection.forget_queue(queue)
             self._new_queue(queue)
-            self.js.publish(self.subject(queue), data, ttl=ttl)
+            self.js.publish(self.subject(queue), data, ttl=ttl, msg_id=msg_id)
         self._note_unseen(self.stream_name(queue))
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
