@@ -50,7 +50,7 @@ def add(x, y):
 
 @app.task(name="kombu_daily.sleep")
 def sleep(seconds):
-    time.sleep(seconds)
+    time.sleep(seconds)  # behaviour: the task takes that long
     return seconds
 
 
@@ -64,7 +64,7 @@ def flaky(self):
 @app.task(name="kombu_daily.slow", soft_time_limit=0.5)
 def slow():
     try:
-        time.sleep(10)
+        time.sleep(10)  # behaviour: longer than its soft time limit
     except SoftTimeLimitExceeded:
         return "soft limit"
     return "ran out"

@@ -44,7 +44,7 @@ app.conf.update(
 
 @app.task(name="kombu_ctl.sleep")
 def sleep(seconds):
-    time.sleep(seconds)
+    time.sleep(seconds)  # behaviour: the task keeps its pool process busy
     with open({done!r}, "a") as f:
         f.write("x\\n")
 '''
