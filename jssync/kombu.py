@@ -50,6 +50,7 @@ and kombu's failover switch between ``nats://`` alternates finds this transport.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
 import json
 import logging
@@ -531,19 +532,13 @@ class Channel(virtual.Channel):
         return [typ.prepare_bind(queue, exchange, rk, None) for rk, queue in sorted(table)]
 
     def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
-        """The queues ``routing_key`` reaches through ``exchange``. When the cache of bindings
-        finds none, the bucket is listed before the message counts as unroutable: a binding
-        another process stored a moment ago may not have reached this process's watch yet (a
-        Celery control client binds its reply queue, then asks: a worker answering at once
-        would otherwise drop the reply; seen with ``control.rate_limit(reply=True)``)."""
-        if exchange:
-            typ = self.typeof(exchange)
-            for fresh in (False, True):
-                try:
-                    found = list(typ.lookup(self.get_table(exchange, fresh=fresh), exchange, routing_key, None))
-                except KeyError:
-                    found = []
-                if found:
+        """The queues ``routing_key`` reaches through ``exchange``; when the bindings cache finds
+        none, from a listing of the bucket (a binding stored a moment ago by another process, a
+        Celery control client's reply queue, may not be in this process's cache yet)."""
+        for fresh in (False, True) if exchange else ():
+            with contextlib.suppress(KeyError):
+                if found := list(self.typeof(exchange).lookup(self.get_table(exchange, fresh=fresh),
+                                                              exchange, routing_key, None)):
                     return found
         return list(super()._lookup(exchange, routing_key, default))
 
