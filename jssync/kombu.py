@@ -50,6 +50,7 @@ and kombu's failover switch between ``nats://`` alternates finds this transport.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
 import json
 import logging
@@ -105,6 +106,12 @@ logger = logging.getLogger("jssync")
 DEFAULT_PORT = 4222
 #: seconds a get waits for a message this channel put or requeued, when a no-wait pull found none
 UNSEEN_WAIT = 1.0
+#: seconds before a lost link was noticed in which an ack, reject or requeue sent may not have
+#: reached the server (a server going down does not read what is left in its socket): those,
+#: and those sent while the link was down, are sent again after the reconnect
+RESEND_WINDOW = 5.0
+#: the most acks kept for that (the newest)
+RESEND_MAX = 100_000
 
 #: transport options and their defaults
 DEFAULT_OPTIONS: dict[str, Any] = {
@@ -330,13 +337,20 @@ class Channel(virtual.Channel):
             except (TypeError, ValueError):
                 raise ValidationError(f"message expiration {expiration!r}: need milliseconds") from None
         data = json.dumps(message).encode("utf-8")
+        # a Celery task: its id, name, retry count and replace depth as Nats-Msg-Id, so a publish
+        # retried after a lost PubAck is stored once (within the stream's duplicate window, 2
+        # minutes), while a retry of the task (one more retry) or its replacement
+        # (Task.replace keeps the id, one more nesting) is a new message
+        task_id = headers.get("id") if headers.get("task") else None
+        msg_id = (f"{task_id}:{headers.get('task')}:{headers.get('retries') or 0}:"
+                  f"{headers.get('replaced_task_nesting') or 0}") if isinstance(task_id, str) and task_id else None
         try:
-            self.js.publish(self.subject(queue), data, ttl=ttl)
+            self.js.publish(self.subject(queue), data, ttl=ttl, msg_id=msg_id)
         except (NoRespondersError, StreamNotFoundError):
             # the stream went away (deleted, or a failover to a server without it): make it again
             self.connection.forget_queue(queue)
             self._new_queue(queue)
-            self.js.publish(self.subject(queue), data, ttl=ttl)
+            self.js.publish(self.subject(queue), data, ttl=ttl, msg_id=msg_id)
         self._note_unseen(self.stream_name(queue))
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
@@ -455,6 +469,13 @@ class Channel(virtual.Channel):
         with self._lock:
             return self._held.pop(tag, None)
 
+    def _nak(self, msg: Msg) -> None:
+        """-NAK a message received and not delivered (logged when that fails)."""
+        try:
+            msg.nak()
+        except Error as exc:
+            logger.debug("kombu transport: nak of an undelivered message failed: %s", exc)
+
     def _size(self, queue: str) -> int:
         """Messages ready for delivery: stored minus delivered-and-unacked (two API calls)."""
         try:
@@ -501,13 +522,25 @@ class Channel(virtual.Channel):
         if exchange:
             self.connection.remove_binding(exchange, queue, routing_key or "")
 
-    def get_table(self, exchange: str) -> list[tuple[str, Any, str]]:
+    def get_table(self, exchange: str, fresh: bool = False) -> list[tuple[str, Any, str]]:
         """The bindings of ``exchange``: this process's and those stored by others (from the cache a
-        key-value watch keeps current; a listing of the bucket while that cache is not ready)."""
+        key-value watch keeps current; a listing of the bucket while that cache is not ready, or
+        with ``fresh``)."""
         table = {(rk, queue) for rk, _pattern, queue in self.state.exchanges.get(exchange, {}).get("table", [])}
-        table.update(self.connection.stored_bindings(exchange))
+        table.update(self.connection.stored_bindings(exchange, fresh=fresh))
         typ = self.typeof(exchange)
         return [typ.prepare_bind(queue, exchange, rk, None) for rk, queue in sorted(table)]
+
+    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
+        """The queues ``routing_key`` reaches through ``exchange``; when the bindings cache finds
+        none, from a listing of the bucket (a binding stored a moment ago by another process, a
+        Celery control client's reply queue, may not be in this process's cache yet)."""
+        for fresh in (False, True) if exchange else ():
+            with contextlib.suppress(KeyError):
+                if found := list(self.typeof(exchange).lookup(self.get_table(exchange, fresh=fresh),
+                                                              exchange, routing_key, None)):
+                    return found
+        return list(super()._lookup(exchange, routing_key, default))
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:
         """A copy of ``message`` to every queue bound to ``exchange``."""
@@ -569,10 +602,7 @@ class Channel(virtual.Channel):
             with self._lock:
                 buf = self._buffers.pop(puller.queue, None)
             for msg in buf or ():
-                try:
-                    msg.nak()
-                except Error as exc:
-                    logger.debug("kombu transport: nak of an undelivered message failed: %s", exc)
+                self._nak(msg)
         if pullers:
             self._wake()
 
@@ -649,10 +679,7 @@ class Channel(virtual.Channel):
         for pull in over:  # the room is full: the other open pulls end (what they still bring is nak'ed)
             pull.stop()
         if not keep:
-            try:
-                msg.nak()
-            except Error as exc:
-                logger.debug("kombu transport: nak of an undelivered message failed: %s", exc)
+            self._nak(msg)
             return
         self._start_keepalive()  # received and not yet delivered is held too
         self._wake()
@@ -699,12 +726,9 @@ class Channel(virtual.Channel):
         thread = self._keepalive_thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(5.0)
-        try:
-            for buf in self._buffers.values():
-                while buf:
-                    buf.popleft().nak()
-        except Error as exc:
-            logger.debug("kombu transport: nak on close failed: %s", exc)
+        for buf in self._buffers.values():
+            while buf:
+                self._nak(buf.popleft())
         self._buffers.clear()
         try:
             super().close()
@@ -714,6 +738,8 @@ class Channel(virtual.Channel):
 
 _Channel = Channel
 
+#: most seconds a kombu event loop this transport is registered with waits before it turns
+TICK = 0.5
 #: seconds one pull request of a consumed queue stays open on the server when nothing comes
 PULL_EXPIRES = 5.0
 #: the stream metadata key of a queue's ``x-expires`` (milliseconds)
@@ -833,6 +859,132 @@ class _Puller:
             logger.warning("kombu transport: the pulls of queue %r stopped: %s", self.queue, exc)
             ch._pull_error = exc
         ch._wake()
+
+
+class _AckJournal:
+    """The acks, rejects and requeues a connection sent lately (the transport's, and the naks
+    of messages that reached a pull already given up), sent again after a reconnect.
+
+    A server that goes down (a restart, a crash) never reads what is left in its socket, and
+    the client notices the lost link only after it wrote there: acks sent in the last moments
+    before (measured: all those of the 30-40 ms before a restart) are lost, and the restarted
+    server holds their messages ack-pending until ``ack_wait`` (then delivers them again).
+    So every ack sent within :data:`RESEND_WINDOW` seconds before the link was noticed lost,
+    or while it was down, is published again once the connection is back and the consumer
+    it belongs to answers (a daemon thread does that, off the I/O thread). An ack of a message
+    the server already removed is ignored by it; a -NAK sent again can at worst make a message
+    the server redelivered meanwhile come once more (at-least-once, as any redelivery).
+    """
+
+    def __init__(self, nc: Connection, js: JetStream) -> None:
+        self._nc = nc
+        self._js = js
+        self._lock = threading.Lock()
+        #: (monotonic time, reply subject, payload) of the acks sent, oldest first
+        self._sent: deque[tuple[float, str, bytes]] = deque(maxlen=RESEND_MAX)
+        #: when the current outage was noticed (None: connected)
+        self._down_at: float | None = None
+        #: acks to send again, taken by the thread
+        self._todo: list[tuple[str, bytes]] = []
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        #: acks sent again so far (for tests and logs)
+        self.resent = 0
+        internal = nc.internal
+        internal.disconnect_listeners.append(self._on_disconnect)
+        internal.reconnect_listeners.append(self._on_reconnect)
+        internal.set_ack_hook(self.note)  # every ack of the connection: the pulls' own naks too
+        self._thread = threading.Thread(target=self._run, name="jssync-kombu-resend", daemon=True)
+        self._thread.start()
+
+    def note(self, reply: str, payload: bytes) -> None:
+        """Remember an ack just queued on ``reply`` (the connection's ack hook: any thread,
+        the I/O thread too; cheap)."""
+        now = time.monotonic()
+        with self._lock:
+            sent = self._sent
+            sent.append((now, reply, payload))
+            if self._down_at is None:
+                horizon = now - RESEND_WINDOW
+                while sent and sent[0][0] < horizon:
+                    sent.popleft()
+
+    def _on_disconnect(self) -> None:  # a listener: on the I/O thread
+        with self._lock:
+            if self._down_at is None:
+                self._down_at = time.monotonic()
+
+    def _on_reconnect(self) -> None:  # a listener: on the I/O thread
+        with self._lock:
+            down_at, self._down_at = self._down_at, None
+            if down_at is None:
+                return
+            horizon = down_at - RESEND_WINDOW
+            self._todo.extend((reply, payload) for t, reply, payload in self._sent if t >= horizon)
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(0.5)
+            self._wake.clear()
+            with self._lock:
+                todo, self._todo = self._todo, []
+            if todo:
+                self._resend(todo)
+
+    def _resend(self, todo: list[tuple[str, bytes]]) -> None:
+        """Publish ``todo`` again, per consumer once it answers (it may be loading after a
+        restart; an ack reaching the server before the consumer does is dropped)."""
+        groups: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+        for reply, payload in todo:
+            tokens = reply.split(".")
+            # $JS.ACK.<stream>.<consumer>.<...> or $JS.ACK.<domain>.<account>.<stream>.<consumer>.<...>
+            key = (tokens[4], tokens[5]) if len(tokens) >= 12 else (tokens[2], tokens[3])
+            groups.setdefault(key, []).append((reply, payload))
+        for (stream, consumer), acks in groups.items():
+            end = time.monotonic() + 30.0
+            while not self._stop.is_set():
+                try:
+                    self._js.consumer(stream, consumer, timeout=2.0)
+                    break
+                except (StreamNotFoundError, ConsumerNotFoundError):
+                    acks = []  # gone: nothing holds those messages any more
+                    break
+                except Error as exc:
+                    if time.monotonic() > end or self._nc.is_closed:
+                        logger.warning("kombu transport: %d acks of consumer %r on stream %r not sent "
+                                       "again after a reconnect (%s): their messages come back after "
+                                       "ack_wait", len(acks), consumer, stream, exc)
+                        acks = []
+                        break
+                    self._stop.wait(0.2)
+            now = time.monotonic()
+            for reply, payload in acks:
+                try:
+                    self._nc.publish(reply, payload)
+                except Error as exc:
+                    logger.debug("kombu transport: an ack not sent again: %s", exc)
+                    return
+                with self._lock:
+                    self._sent.append((now, reply, payload))  # should the server go down again at once
+            self.resent += len(acks)
+            if acks:
+                logger.debug("kombu transport: sent %d acks of %r again after a reconnect", len(acks), consumer)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread and the listening (joins it, at most ``timeout`` s). Idempotent."""
+        self._stop.set()
+        self._wake.set()
+        internal = self._nc.internal
+        internal.set_ack_hook(None)
+        for lst, fn in ((internal.disconnect_listeners, self._on_disconnect),
+                        (internal.reconnect_listeners, self._on_reconnect)):
+            try:
+                lst.remove(fn)
+            except ValueError:
+                pass
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
 
 class _Sweeper:
@@ -979,7 +1131,7 @@ class Transport(virtual.Transport):
     polling_interval = 0.1
 
     implements = virtual.Transport.implements.extend(
-        asynchronous=False,
+        asynchronous=True,
         exchange_type=frozenset(["direct", "topic", "fanout"]),
         heartbeats=False,
     )
@@ -1024,12 +1176,16 @@ class Transport(virtual.Transport):
         #: queue -> the x- arguments it was declared with here, for declaring it again
         self.queue_arguments: dict[str, dict[str, Any]] = {}
         self._sweeper: _Sweeper | None = None
+        #: the acks sent lately, sent again after a reconnect (one per NATS connection)
+        self._journal: _AckJournal | None = None
         #: bumped (and waiters woken) on every arrival, ack, reject, prefetch or pull change
         self.events = 0
         self._events_cond = threading.Condition(threading.Lock())
         #: the pipe a kombu event loop reads (register_with_event_loop); None until then
         self._wake_r: int | None = None
         self._wake_w: int | None = None
+        #: the event loop's periodic timer (register_with_event_loop); None until then
+        self._tick: Any = None
 
     # -- events: arrivals and freed prefetch room ----------------------------------------------
 
@@ -1057,8 +1213,17 @@ class Transport(virtual.Transport):
             self._wake_r, self._wake_w = r, w
         loop.add_reader(self._wake_r, self._on_wake, connection)
         loop.call_soon(self._deliver_ready, connection)  # starts the pulls of consumed queues
+        # a timer, so the loop's poll never sleeps longer than TICK: Celery sees a warm
+        # shutdown (SIGTERM) only when its loop turns, and a poll with no timer due waits on
+        # (without it a prefork worker took 3.5-4 s after SIGTERM to start shutting down)
+        if self._tick is not None:
+            self._tick.cancel()
+        self._tick = loop.call_repeatedly(TICK, self._deliver_ready, connection)
 
     def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
+        tick, self._tick = self._tick, None
+        if tick is not None:
+            tick.cancel()
         if self._wake_r is not None:
             loop.remove_reader(self._wake_r)
         self._close_wake_pipe()
@@ -1197,9 +1362,11 @@ class Transport(virtual.Transport):
                 raise
             self._stop_cache()
             self._stop_sweeper()
+            self._stop_journal()
             self._nc, self._js = nc, js
             self._kv = None
             self._sweeper = _Sweeper(self)
+            self._journal = _AckJournal(nc, js)
             self.consumers.clear()
             self.configured.clear()
         super().establish_connection()
@@ -1213,6 +1380,7 @@ class Transport(virtual.Transport):
             self._close_wake_pipe()
             self._stop_cache()
             self._stop_sweeper()
+            self._stop_journal()
             nc, self._nc, self._js, self._kv = self._nc, None, None, None
             if nc is not None:
                 nc.close()
@@ -1354,14 +1522,15 @@ class Transport(virtual.Transport):
         if cache is not None:
             cache.forget(key)
 
-    def stored_bindings(self, exchange: str) -> list[tuple[str, str]]:
+    def stored_bindings(self, exchange: str, *, fresh: bool = False) -> list[tuple[str, str]]:
         """(routing key, queue) of the bindings of ``exchange`` in the bucket, every process's.
 
         From the cache a watch of the bucket keeps current; the first call starts it and waits
         for the initial bindings (at most 5 s). While no cache is usable (not
-        ready, its watch failed) the bucket is listed instead (one listing, about 1-2 ms).
+        ready, its watch failed), or with ``fresh``, the bucket is listed instead (one listing,
+        about 1-2 ms).
         """
-        cache = self._bindings_cache()
+        cache = None if fresh else self._bindings_cache()
         if cache is not None:
             return cache.routes(exchange)
         out = []
@@ -1395,6 +1564,11 @@ class Transport(virtual.Transport):
             return cache if cache.wait_ready(5.0) else None
         finally:
             self._cache_lock.release()
+
+    def _stop_journal(self) -> None:
+        journal, self._journal = self._journal, None
+        if journal is not None:
+            journal.stop()
 
     def _stop_sweeper(self) -> None:
         sweeper, self._sweeper = self._sweeper, None

@@ -37,6 +37,8 @@ from .natspy import CLOSED as _NC_CLOSED
 from .natspy import STATUS as _NC_STATUS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .connection import Connection
     from .loop import IOLoop
     from .workers import WorkerPool
@@ -75,6 +77,8 @@ class Outbound:
         self.close_lock = conn._close_lock  # (also the ack lock: see send_ack)
         self.nc: Any = None
         self.q: deque[tuple[str, bytes, str, dict[str, str] | None]] = deque()
+        #: called with (reply, payload) for each terminal ack queued (ConnectionInternal.set_ack_hook)
+        self.ack_hook: Callable[[str, bytes], None] | None = None
         self.scheduled = False
         self.task: asyncio.Task[None] | None = None
         self.idle: asyncio.Event | None = None
@@ -191,6 +195,10 @@ class Outbound:
                 msg._acked = ACK_SENT
         finally:
             lock.release()
+        if terminal:
+            hook = self.ack_hook
+            if hook is not None:
+                hook(msg.reply, payload)
         if not self.scheduled:
             self.scheduled = True
             try:

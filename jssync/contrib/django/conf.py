@@ -41,6 +41,20 @@ KEYS = ("servers", "creds", "user", "password", "token", "nkeys_seed", "name", "
 CREDENTIAL_KEYS = ("creds", "user", "password", "token", "nkeys_seed")
 #: the keyword options of ``jssync.connect`` (what ``options`` may hold)
 CONNECT_OPTIONS = tuple(p for p in inspect.signature(Connection.__init__).parameters if p not in ("self", "servers"))
+#: connect options -> (what each must be, a test of a value); the others are checked by connect()
+_NUMBER = ("a number of seconds", lambda v: isinstance(v, int | float) and not isinstance(v, bool))
+_INT = ("an int", lambda v: isinstance(v, int) and not isinstance(v, bool))
+_CALLABLE = ("a callable (or None)", lambda v: v is None or callable(v))
+OPTION_TYPES: dict[str, tuple[str, Any]] = {
+    "timeout": _NUMBER, "reconnect_time_wait": _NUMBER, "ping_interval": _NUMBER,
+    "max_reconnect_attempts": _INT, "max_outstanding_pings": _INT, "callback_workers": _INT,
+    "reconnect_buffer_size": ("an int (or None)", lambda v: v is None or _INT[1](v)),
+    "no_echo": ("a bool", lambda v: isinstance(v, bool)),
+    "inbox_prefix": ("a string", lambda v: isinstance(v, str)),
+    "tls_hostname": ("a string (or None)", lambda v: v is None or isinstance(v, str)),
+    "tls": ("an ssl.SSLContext (or None)", lambda v: v is None or isinstance(v, ssl.SSLContext)),
+    "error_cb": _CALLABLE, "disconnected_cb": _CALLABLE, "reconnected_cb": _CALLABLE, "closed_cb": _CALLABLE,
+}
 #: the keyword options of ``Connection.jetstream``
 JETSTREAM_OPTIONS = tuple(p for p in inspect.signature(Connection.jetstream).parameters if p != "self")
 #: environment variable -> JSSYNC key, as the nats CLI names them
@@ -144,6 +158,9 @@ def resolved() -> tuple[dict[str, Any], dict[str, str], list[Problem]]:
         elif key in values:
             found.append(Problem("jssync.E009", f"{key!r} is given twice: in JSSYNC['options'] and as "
                                                    f"{where[key]}", "keep one"))
+        elif key in OPTION_TYPES and not OPTION_TYPES[key][1](options[key]):
+            found.append(Problem("jssync.E006", f"JSSYNC['options'][{key!r}] must be {OPTION_TYPES[key][0]}, "
+                                                   f"got {options[key]!r}"))
     for key in values.get("jetstream", {}):
         if key not in JETSTREAM_OPTIONS:
             found.append(Problem("jssync.E010", f"JSSYNC['jetstream'] has an unknown option {key!r}",

@@ -62,6 +62,17 @@ class CheckTests(SimpleTestCase):
         self.assertEqual([e.id for e in errors], ["jssync.E009"])
         self.assertEqual([e.id for e in _errors({"options": ["timeout"]})], ["jssync.E006"])
 
+    def test_connect_options_of_the_wrong_type(self) -> None:
+        errors = _errors({"options": {"timeout": "5", "callback_workers": 2.5, "no_echo": "yes", "error_cb": 3}})
+        self.assertEqual([e.id for e in errors], ["jssync.E006"] * 4)
+        self.assertIn("JSSYNC['options']['timeout'] must be a number of seconds, got '5'", errors[0].msg)
+        self.assertEqual(_errors({"options": {"timeout": 5, "reconnect_buffer_size": None}}), [])
+
+    def test_manage_py_check_fails_on_an_option_of_the_wrong_type(self) -> None:
+        bad = manage("check", TEST_JSSYNC=json.dumps({"options": {"timeout": "5"}}))
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("jssync.E006", bad.stderr)
+
     def test_manage_py_check_fails_on_bad_settings(self) -> None:
         bad = manage("check", TEST_JSSYNC=json.dumps({"servers": "redis://x:6379", "credz": "x"}))
         self.assertNotEqual(bad.returncode, 0)

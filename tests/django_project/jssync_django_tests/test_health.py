@@ -36,6 +36,15 @@ class HealthTests(SimpleTestCase):
         self.assertEqual((body["ok"], body["status"], body["connected"]), (False, "error", False))
         self.assertIn("NoServersError", body["error"])
 
+    def test_the_view_says_503_when_the_settings_are_wrong(self) -> None:
+        with override_settings(JSSYNC={"options": {"timeout": "5"}}):
+            r = self.client.get(reverse("health"))
+        self.assertEqual(r.status_code, 503, r.content)
+        body = r.json()
+        self.assertEqual((body["ok"], body["connected"]), (False, False))
+        self.assertIn("ValidationError", body["error"])
+        self.assertIn("timeout", body["error"])
+
     def test_health_reports_a_lost_server_and_its_return(self) -> None:
         with NatsServer(jetstream=True) as srv, override_settings(JSSYNC={"servers": srv.url,
                                                                          "options": {"reconnect_time_wait": 0.1}}):
