@@ -104,7 +104,7 @@ class Connection:
             nkeys_seed=nkeys_seed, tls=tls, tls_hostname=tls_hostname, max_reconnect_attempts=max_reconnect_attempts,
             reconnect_time_wait=reconnect_time_wait, ping_interval=ping_interval,
             max_outstanding_pings=max_outstanding_pings, no_echo=no_echo, inbox_prefix=inbox_prefix,
-            reconnect_buffer_size=reconnect_buffer_size)
+            reconnect_buffer_size=reconnect_buffer_size, callback_workers=callback_workers)
         self._urls = opts.urls
         self._id = next(_ids)
         self.name = name

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from ..base.deadline import check_setting
 from ..base.errors import AuthorizationError, NoServersError, TimeoutError, ValidationError
+from ..base.validate import MAX_I64, check_int, check_number
 from .urls import _check_secret_file, _is_local, _looks_like_seed, _scrub, _split_servers, _url_secrets, redact_url
 
 
@@ -35,14 +36,16 @@ def check_options(
     password: str | None, token: str | None, creds: str | os.PathLike[str] | None,
     nkeys_seed: str | os.PathLike[str] | None, tls: ssl.SSLContext | None, tls_hostname: str | None,
     max_reconnect_attempts: int, reconnect_time_wait: float, ping_interval: float, max_outstanding_pings: int,
-    no_echo: bool, inbox_prefix: str, reconnect_buffer_size: int | None,
+    no_echo: bool, inbox_prefix: str, reconnect_buffer_size: int | None, callback_workers: int = 4,
 ) -> Options:
     """Check ``connect()``'s options; return them as :class:`Options`.
 
     Raises:
         jssync.ValidationError (a ValueError): a bad server URL, ``timeout``,
-            ``reconnect_buffer_size``, ``nkeys_seed`` or ``creds`` (the message names the
-            option or file, never a credential).
+            ``reconnect_buffer_size``, ``max_reconnect_attempts`` (an int, -1 for no limit),
+            ``reconnect_time_wait`` (seconds >= 0), ``ping_interval`` (seconds > 0),
+            ``max_outstanding_pings`` or ``callback_workers`` (ints >= 1), ``nkeys_seed`` or
+            ``creds`` (the message names the option or file, never a credential).
         TypeError: ``tls`` is not an ``ssl.SSLContext``.
     """
     urls = _split_servers(servers)
@@ -52,6 +55,11 @@ def check_options(
         raise ValidationError(f"reconnect_buffer_size must be None or an int >= 0, got {reconnect_buffer_size!r}")
     if timeout is not None:
         timeout = check_setting(timeout, "timeout")
+    check_int(max_reconnect_attempts, "max_reconnect_attempts", minimum=-1, maximum=MAX_I64, open_ended=True)
+    check_number(reconnect_time_wait, "reconnect_time_wait", above=None, minimum=0.0, unit="seconds")
+    check_number(ping_interval, "ping_interval", unit="seconds")
+    check_int(max_outstanding_pings, "max_outstanding_pings", maximum=MAX_I64, open_ended=True)
+    check_int(callback_workers, "callback_workers", maximum=MAX_I64, open_ended=True)
     if tls is not None and not isinstance(tls, ssl.SSLContext):
         raise TypeError("tls must be an ssl.SSLContext")
     secrets = [password or "", token or ""]
