@@ -287,8 +287,14 @@ class Consumer(SummaryRepr):
             res = fetch(self._js, self.stream, self.name, 1, expires=left, idle_heartbeat=idle_heartbeat,
                         ack_none=self._ack_none, grace=min(1.0, 0.1 + left * 0.1), prio=prio, pins=self._pins,
                         lost_on_reconnect=timeout is None)
-            for msg in res:
-                return msg
+            msg: Msg | None = None
+            try:
+                for msg in res:
+                    return msg
+            except BaseException:
+                if msg is not None:  # taken and not returned: back to the front (then nak'ed)
+                    res._give_back(msg)
+                raise
             err = res.error
             if isinstance(err, PullRequestError) and err.code == 423:
                 # pin lost: the id is cleared; pull again (a standby candidate) for the time left
