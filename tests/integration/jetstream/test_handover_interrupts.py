@@ -15,19 +15,21 @@ it missing. An ordered consumer must hand out every stream sequence exactly once
 
 from __future__ import annotations
 
+import linecache
 import os
 import random
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
 import pytest
 
 import jssync
+from jssync.jetstream.pull import _pools_lock
 from tests.conftest import FACTOR
 
 pytestmark = pytest.mark.timeout(45)
@@ -51,6 +53,7 @@ class Interrupt:
         self.where = ""
 
     def __enter__(self) -> Interrupt:
+        _WITH_SEEN.clear()
         sys.settrace(self._call)
         return self
 
@@ -73,11 +76,32 @@ class Interrupt:
 
     def _line(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line" and not self.where:
+            if _is_with_exit(frame):
+                return self._line  # not a place a signal can land (see _is_with_exit)
             self.n += 1
             if self.n == self.at:
                 self.where = f"{frame.f_code.co_name}:{frame.f_lineno}"
                 raise KeyboardInterrupt(f"injected at line event {self.at} ({self.where})")
         return self._line
+
+
+def _is_with_exit(frame: FrameType) -> bool:
+    """A line event for a ``with`` line the frame has run already: the ``with`` block is left
+    (a ``return`` inside it) and ``__exit__`` is about to be called. An exception raised there
+    by a trace function skips ``__exit__`` (the lock of ``with lock:`` stays held for good);
+    a real signal cannot land there (the eval loop checks for signals after the call)."""
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).lstrip()
+    if not line.startswith(("with ", "async with ")):
+        return False
+    seen = _WITH_SEEN.setdefault(id(frame), set())
+    if frame.f_lineno in seen:
+        return True
+    seen.add(frame.f_lineno)
+    return False
+
+
+#: ``with`` lines each frame has run (keyed by frame id; cleared per interrupt)
+_WITH_SEEN: dict[int, set[int]] = {}
 
 
 #: a read waiting for its message runs its wait loop (more lines the longer it waits): a
@@ -118,6 +142,23 @@ def sweep(read: Callable[[], Any], handle: Callable[[Any], None], done: Callable
         if got is not None:
             handle(got)
     raise AssertionError(f"not done after {max_reads} reads ({interrupts} interrupts)")
+
+
+@pytest.fixture(autouse=True)
+def _no_lock_left_held() -> Iterator[None]:
+    """An interrupt leaves no lock of jssync's held (another thread could never fetch again)."""
+    yield
+    got: list[bool] = []
+
+    def probe() -> None:
+        if _pools_lock.acquire(timeout=2 * FACTOR):
+            _pools_lock.release()
+            got.append(True)
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    assert got == [True], "the fetch inbox pool's lock was left held"
 
 
 def _publish(js: Any, subject: str, n: int) -> None:
