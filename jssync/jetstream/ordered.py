@@ -407,6 +407,7 @@ class OrderedConsumer:
             except BaseException:
                 if msg is not None:  # taken and not returned: back to the front (the next read starts there)
                     res._give_back(msg)
+                res.stop()  # settled now: the next read starts at the first message not handed over
                 raise
             if timeout is not None and not self._needs_reset and self._passed == passed:
                 break

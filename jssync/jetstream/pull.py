@@ -612,8 +612,12 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
                             priority=prio.priority, pin_id=pin)
     box = _acquire_inbox(conn, state, Deadline(conn.internal.timeout + 5))
     res = FetchResult(conn, state, box, deadline, hb, on_end, lost_on_reconnect)
-    conn.internal.enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
-    return res
+    try:
+        conn.internal.enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
+        return res
+    except BaseException:  # (Ctrl-C) the pull may be on its way: given up now, what it brings nak'ed
+        res.stop()
+        raise
 
 
 def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: float | None) -> list[Msg]:
