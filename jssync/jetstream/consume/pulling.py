@@ -12,10 +12,11 @@ counters only their own thread writes. Actions are carried out outside the lock.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Self, cast
 
 from ...base.deadline import Deadline
-from ...base.errors import ConsumerDeletedError, NotFoundError, translating
+from ...base.errors import ConsumerDeletedError, Error, NotFoundError, translating
 from ...base.status import pull_request
 from ...core import natspy as _natspy
 from .common import _DISCARD, _on_loop, _unsubscribe_soon
@@ -40,6 +41,9 @@ from .state import ConsumeState
 __all__ = ["PullRunner"]
 
 log = logging.getLogger("jssync")
+
+#: the thread signal handlers run on (KeyboardInterrupt lands there and nowhere else)
+_MAIN_THREAD = threading.main_thread().ident
 
 #: Inboxes of written-off pull requests a consume keeps at most (each for ``expires`` + 1 s).
 _MAX_OLD_INBOXES = 16
@@ -113,7 +117,24 @@ class PullRunner(ConsumeState):
         self._conn.internal.enqueue((self._next_subject, body, self._inbox, None))
 
     def _refill(self) -> None:
-        """A pull if pending fell to the threshold (after the application took messages; any thread)."""
+        """A pull if pending fell to the threshold (after the application took messages; any thread).
+
+        On the main thread (where signal handlers run: Ctrl-C's KeyboardInterrupt) the
+        engine is asked on the I/O thread instead: an exception landing between the engine
+        counting a pull and the pull being queued would leave it counted and never sent, and
+        the consume waiting for messages nobody asked for. An interrupt before the hand-over
+        to the loop changes nothing (the wait and the next take ask again).
+        """
+        if threading.get_ident() == _MAIN_THREAD:
+            try:
+                self._conn.internal.loop.call_soon(self._refill_now)
+            except Error:  # the connection is closed: nothing to pull for
+                pass
+            return
+        self._refill_now()
+
+    def _refill_now(self) -> None:
+        """:meth:`_refill` on this thread (never the main one: nothing here may be interrupted)."""
         with self._lock:
             acts = self._eng.refill()
         if acts:
