@@ -127,7 +127,7 @@ class _FetchState(_natspy.Receiver):
     """The I/O-thread side of one fetch: the inbox's receiver, the runner of a single-pull
     :class:`~jssync.jetstream.consume.engine.PullEngine` (which says when the request is over)."""
 
-    __slots__ = ("q", "front", "nowait", "batch", "max_bytes", "ack_none", "received", "done", "eng",
+    __slots__ = ("q", "front", "nowait", "batch", "max_bytes", "ack_none", "received", "done", "finished", "eng",
                  "clean", "reuse", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "conn",
                  "pins", "group", "sent_pin", "__weakref__")
 
@@ -158,6 +158,8 @@ class _FetchState(_natspy.Receiver):
         self.eng.start(_monotonic())
         self.eng.pull_sent(batch, max_bytes)
         self.done = False
+        #: _finish_fetch ran (it runs once: from the finalizer or, interrupted there, from _end)
+        self.finished = False
         self.clean = False
         self.reuse = False
         self.error: BaseException | None = None
@@ -382,6 +384,9 @@ def pull_lost(err: BaseException | None) -> bool:
 
 def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
                   on_end: Callable[[_FetchState], None] | None) -> None:
+    if state.finished:
+        return
+    state.finished = True
     if box is not None:
         if state.done and state.reuse:
             # the request is over (nothing more arrives): what was not taken is nak'ed now
@@ -428,6 +433,8 @@ class FetchResult:
         # a pull of a call without a limit: a reconnect may have lost it (server restart), so
         # the iteration ends then with a TimeoutError and the caller pulls again
         self._reconnects = _reconnects(conn) if lost_on_reconnect else None
+        self._box = box
+        self._on_end = on_end
         self._finalizer = weakref.finalize(self, _finish_fetch, conn, box, state, on_end)
 
     def __repr__(self) -> str:
@@ -542,7 +549,14 @@ class FetchResult:
     def _end(self) -> None:
         if not self._ended:
             self._ended = True
-            self._finalizer()
+            try:
+                self._finalizer()
+            except BaseException:
+                # Ctrl-C inside weakref.finalize.__call__ (3.13 checks for signals at its start
+                # and after its C calls): it may have unregistered without calling; the end
+                # (naks, the inbox given back) still happens, once
+                _finish_fetch(self._conn, self._box, self._state, self._on_end)
+                raise
 
     def stop(self) -> None:
         """Stop iterating, at once, from any thread; idempotent, never blocks.
