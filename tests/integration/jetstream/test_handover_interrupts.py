@@ -279,6 +279,24 @@ def test_fetch_stopped_after_its_request_completed_naks_the_rest(js, stream):
     assert got == set(range(1, 11))
 
 
+def test_fetch_with_default_options_stopped_after_its_batch_arrived_naks_the_rest(js, stream):
+    """The defaults (a durable with ack_wait 30 s, ``fetch(10)``): the batch arrived in full,
+    one taken and acked, ``stop()``: the other 9 are redelivered at once, not after 30 s."""
+    _publish(js, f"{stream.name}.m", 10)
+    stream.create_consumer(durable_name="D")
+    c = js.consumer(stream.name, "D")
+    res = c.fetch(10)
+    first = next(iter(res))
+    deadline = time.monotonic() + 5 * FACTOR
+    while res.received < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)  # poll: the rest of the batch arrives
+    assert res.received == 10
+    first.ack()
+    res.stop()
+    got = _rest_now(js, stream.name, "D", {_seq(first)})
+    assert got == set(range(1, 11))
+
+
 def test_fetch_loop_left_after_its_request_completed_naks_the_rest(js, stream):
     """``break`` out of a fetch loop whose request completed: the rest is nak'ed once the
     result is dropped."""
