@@ -12,7 +12,6 @@ counters only their own thread writes. Actions are carried out outside the lock.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, Self, cast
 
 from ...base.deadline import Deadline
@@ -41,9 +40,6 @@ from .state import ConsumeState
 __all__ = ["PullRunner"]
 
 log = logging.getLogger("jssync")
-
-#: the thread signal handlers run on (KeyboardInterrupt lands there and nowhere else)
-_MAIN_THREAD = threading.main_thread().ident
 
 #: Inboxes of written-off pull requests a consume keeps at most (each for ``expires`` + 1 s).
 _MAX_OLD_INBOXES = 16
@@ -115,30 +111,29 @@ class PullRunner(ConsumeState):
                                 heartbeat_ns=self._hb_ns, group=prio.group, min_pending=prio.min_pending,
                                 min_ack_pending=prio.min_ack_pending, priority=prio.priority, pin_id=pin)
         self._conn.internal.enqueue((self._next_subject, body, self._inbox, None))
+        self._sent_last = p  # (what _refill checks when an exception landed meanwhile)
 
     def _refill(self) -> None:
         """A pull if pending fell to the threshold (after the application took messages; any thread).
 
-        On the main thread (where signal handlers run: Ctrl-C's KeyboardInterrupt) the
-        engine is asked on the I/O thread instead: an exception landing between the engine
-        counting a pull and the pull being queued would leave it counted and never sent, and
-        the consume waiting for messages nobody asked for. An interrupt before the hand-over
-        to the loop changes nothing (the wait and the next take ask again).
+        The pull the engine counts is sent whatever happens: an exception (Ctrl-C) landing
+        between the engine counting it and the pull being queued hands it to the I/O thread
+        (where no signal handler runs), so no pull is ever counted and not sent (the consume
+        would wait for messages nobody asked for).
         """
-        if threading.get_ident() == _MAIN_THREAD:
-            try:
-                self._conn.internal.loop.call_soon(self._refill_now)
-            except Error:  # the connection is closed: nothing to pull for
-                pass
-            return
-        self._refill_now()
-
-    def _refill_now(self) -> None:
-        """:meth:`_refill` on this thread (never the main one: nothing here may be interrupted)."""
-        with self._lock:
-            acts = self._eng.refill()
-        if acts:
-            self._do(acts)
+        acts: tuple[EngineAction, ...] = ()
+        try:
+            with self._lock:
+                acts = self._eng.refill()
+            if acts:
+                self._do(acts)
+        except BaseException:
+            if acts and self._sent_last is not acts[0]:
+                try:
+                    self._conn.internal.loop.call_soon(self._do, acts)
+                except Error:  # the connection is closed: nothing to pull for
+                    pass
+            raise
 
     def _on_timer(self) -> None:
         """The engine's timer fired (I/O thread): heartbeat check, retries; old inboxes drained."""

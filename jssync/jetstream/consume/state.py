@@ -120,6 +120,8 @@ class ConsumeState:
         self._pins = pins if prio is not None and prio.pinned else None
         self._group = prio.group if prio is not None else ""
         self._sent_pin: str | None = None
+        #: the last pull request queued (an interrupted refill checks it was sent)
+        self._sent_last: Any = None
         # leases (see jetstream/leases.py; I/O thread only): the consumer's ack_wait when
         # acks count, the messages received since the last lease check, the leases watched
         self._lease_wait: float | None = ack_wait if not ack_none and ack_wait is not None and ack_wait > 0 else None
