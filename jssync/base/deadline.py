@@ -8,6 +8,7 @@ import importlib
 import signal
 import sys
 import time
+from functools import partial
 from queue import Empty, SimpleQueue
 from typing import Any, Final
 
@@ -162,27 +163,31 @@ class Deadline:
         rem = self.remaining()
         return limit if rem is None else min(limit, rem)
 
-    def get(self, q: SimpleQueue[Any]) -> Any:
+    def get(self, q: SimpleQueue[Any], front: list[Any] | None = None) -> Any:
         """The next item of ``q``, waiting in slices; :data:`EXPIRED` once the deadline passed.
 
         The wait happens outside any ``except`` block, so an exception raised by the caller
-        (or by Ctrl-C during the wait) carries no ``queue.Empty`` as its context.
+        (or by Ctrl-C during the wait) carries no ``queue.Empty`` as its context. ``front``:
+        where an item taken and not returned (an exception landed in between) is given
+        back (see :func:`wait_get`).
         """
-        while True:
-            item = _get(q, self.slice())
-            if item is not EXPIRED:
-                return item
-            if self.expired():
-                return EXPIRED
+        item: Any = EXPIRED
+        try:
+            while True:
+                item = wait_get(q, self.slice(), front)
+                if item is not EXPIRED:
+                    return item
+                if self.expired():
+                    return EXPIRED
+        except BaseException:
+            if item is not EXPIRED:  # returned to this frame and not passed on
+                _give_back(q, front, item)
+            raise
 
     def check(self, what: str = "operation") -> None:
         """Raise :class:`jssync.TimeoutError` if the deadline has passed."""
         if self.expired():
             raise TimeoutError(f"{what} timed out after {self.timeout}s")
-
-
-def _get(q: SimpleQueue[Any], timeout: float) -> Any:
-    return wait_get(q, timeout)
 
 
 # CPython 3.11 and 3.12: ``SimpleQueue.get(timeout=t)`` whose wait is interrupted by a signal
@@ -206,29 +211,57 @@ _DEFERRED_SIGNALS: frozenset[int] = frozenset(
     if hasattr(signal, name))
 
 
-def wait_get(q: SimpleQueue[Any], timeout: float) -> Any:
+def wait_get(q: SimpleQueue[Any], timeout: float, front: list[Any] | None = None) -> Any:
     """``q.get(timeout=timeout)``, or :data:`EXPIRED` if nothing came in time.
 
     Every timed wait on a :class:`queue.SimpleQueue` in jssync goes through here: on CPython
     3.11/3.12 a signal arriving near the end of such a wait can make it wait forever (see
     the comment above); here the wait ends when it should, and the signal's handler runs
     right after it (at most ``timeout`` later). Returns without an exception context.
+
+    The hand-over (jssync/base/ledger.py): the item is taken by ``FOR_ITER`` (no signal
+    check between the C call returning it and the local variable holding it); an exception
+    landing after that (the handler of a signal held during the wait raises as soon as it is
+    unblocked) appends the item to ``front`` before it propagates, so the caller's next read
+    finds it first (without ``front`` it is put back at the end of ``q``).
     """
+    item: Any = EXPIRED
     if _QUEUE_WAIT_IS_SIGNAL_SAFE or q.qsize():
         try:
-            return q.get(timeout=timeout)
-        except Empty:
-            return EXPIRED
+            try:
+                for item in iter(partial(q.get, True, timeout), EXPIRED):  # noqa: B007 - the take, see ledger.py
+                    break
+            except Empty:
+                return EXPIRED
+            return item  # (no check point between the store and the return)
+        except BaseException:  # (a tracer's line event)
+            if item is not EXPIRED:
+                _give_back(q, front, item)
+            raise
     # A pending handler may raise (KeyboardInterrupt) at any Python-level call, including
     # ``signal.pthread_sigmask`` (a Python wrapper); so the C function is called, the block
-    # happens inside ``try``, and ``finally`` unblocks exactly what it blocked: no exception
-    # can leave the thread (and every process it starts afterwards) with signals masked.
+    # happens inside ``try``, and the unblock runs whatever happens: no exception can leave
+    # the thread (and every process it starts afterwards) with signals masked.
     held = _sigmask(_SIG_BLOCK, ())  # only reads the mask
     mask = _DEFERRED_SIGNALS.difference(held) if held else _DEFERRED_SIGNALS
     try:
-        _sigmask(_SIG_BLOCK, mask)
-        return q.get(timeout=timeout)
-    except Empty:
-        return EXPIRED
-    finally:
-        _sigmask(_SIG_UNBLOCK, mask)
+        try:
+            _sigmask(_SIG_BLOCK, mask)
+            for item in iter(partial(q.get, True, timeout), EXPIRED):  # noqa: B007 - the take, see ledger.py
+                break
+        except Empty:
+            pass
+        _sigmask(_SIG_UNBLOCK, mask)  # a signal held meanwhile: its handler raises right here
+        return item
+    except BaseException:
+        if item is not EXPIRED:  # taken: back to the front of the reader's buffer
+            _give_back(q, front, item)
+        _sigmask(_SIG_UNBLOCK, mask)  # (idempotent)
+        raise
+
+
+def _give_back(q: SimpleQueue[Any], front: list[Any] | None, item: Any) -> None:
+    if front is None:
+        q.put(item)
+    else:
+        front.append(item)

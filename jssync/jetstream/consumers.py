@@ -307,11 +307,21 @@ class Consumer(SummaryRepr):
         deadline = Deadline(timeout)
         left = each
         while True:
-            res = fetch(self._js, self.stream, self.name, 1, expires=left, idle_heartbeat=idle_heartbeat,
-                        ack_none=self._ack_none, grace=min(1.0, 0.1 + left * 0.1), prio=prio, pins=self._pins,
-                        lost_on_reconnect=timeout is None)
-            for msg in res:
-                return msg
+            # every way out of this pull settles it at once (not when the result is collected)
+            res: FetchResult | None = None
+            msg: Msg | None = None
+            try:
+                res = fetch(self._js, self.stream, self.name, 1, expires=left, idle_heartbeat=idle_heartbeat,
+                            ack_none=self._ack_none, grace=min(1.0, 0.1 + left * 0.1), prio=prio,
+                            pins=self._pins, lost_on_reconnect=timeout is None)
+                for msg in res:
+                    return msg
+            except BaseException:
+                if res is not None:
+                    if msg is not None:  # taken and not returned: back to the front, nak'ed by stop()
+                        res._give_back(msg)
+                    res.stop()
+                raise
             err = res.error
             if isinstance(err, PullRequestError) and err.code == 423:
                 # pin lost: the id is cleared; pull again (a standby candidate) for the time left

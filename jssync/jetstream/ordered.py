@@ -401,8 +401,15 @@ class OrderedConsumer:
                 rem = deadline.remaining()
                 time.sleep(min(left if rem is None else rem, 0.05 * 2 ** min(failed, 5)))
                 continue
-            for msg in res:
-                return msg
+            msg: Msg | None = None
+            try:
+                for msg in res:
+                    return msg
+            except BaseException:
+                if msg is not None:  # taken and not returned: back to the front (the next read starts there)
+                    res._give_back(msg)
+                res.stop()  # settled now: the next read starts at the first message not handed over
+                raise
             if timeout is not None and not self._needs_reset and self._passed == passed:
                 break
         raise TimeoutError(
@@ -495,7 +502,10 @@ class _FetchControl:
         oc = self.oc
         with self.lock:
             self.ended = True
-            # messages accepted but never taken are read again by the next operation
+            # messages accepted but never taken are read again by the next operation (those
+            # given back to the front by an interrupted read first: the earliest is last)
+            firsts = [m for m in state.front if m.__class__ is not _Control]
+            state.front.clear()
             first = None
             while True:
                 try:
@@ -505,7 +515,9 @@ class _FetchControl:
                 if first is None and item.__class__ is not _Control:
                     first = item
         if first is not None:
-            t = _ack_tokens(first.reply)
+            firsts.append(first)
+        for item in firsts:
+            t = _ack_tokens(item.reply)
             if t is not None:
                 oc._tracker.rewind(t[1])
             oc._needs_reset = True
@@ -558,11 +570,19 @@ class _OrderedFetch(FetchResult):
 
     def __next__(self) -> Msg:
         while True:
+            # FOR_ITER, not next(): no signal check between the inner read returning the
+            # message and this frame holding it (jssync/base/ledger.py)
+            msg: Msg | None = None
+            inner = self._inner
             try:
-                return next(self._inner)
-            except StopIteration:
-                if not self._pull_again():
-                    raise
+                for msg in inner:
+                    return msg
+            except BaseException:
+                if msg is not None:
+                    inner._give_back(msg)
+                raise
+            if not self._pull_again():
+                raise StopIteration
 
     def _pull_again(self) -> bool:
         """The pull ended: when the consumer was gone, recreate it and pull the rest (True)."""
@@ -596,6 +616,9 @@ class _OrderedFetch(FetchResult):
 
     def _end(self) -> None:
         self._inner._end()
+
+    def _give_back(self, msg: Msg) -> None:
+        self._inner._give_back(msg)
 
     def stop(self) -> None:
         """Stop iterating (the messages not taken yet are read again by the next operation)."""

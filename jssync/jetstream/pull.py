@@ -127,7 +127,7 @@ class _FetchState(_natspy.Receiver):
     """The I/O-thread side of one fetch: the inbox's receiver, the runner of a single-pull
     :class:`~jssync.jetstream.consume.engine.PullEngine` (which says when the request is over)."""
 
-    __slots__ = ("q", "batch", "max_bytes", "ack_none", "received", "done", "eng",
+    __slots__ = ("q", "front", "nowait", "batch", "max_bytes", "ack_none", "received", "done", "finished", "eng",
                  "clean", "reuse", "error", "raise_error", "check", "stream", "consumer", "last_sseq", "conn",
                  "pins", "group", "sent_pin", "__weakref__")
 
@@ -141,6 +141,10 @@ class _FetchState(_natspy.Receiver):
         self.group = group
         self.sent_pin = sent_pin
         self.q: SimpleQueue[Any] = SimpleQueue()
+        # the hand-over (jssync/base/ledger.py): the queue read without a signal check before
+        # the store, and the front of the buffer (messages given back by an interrupted read)
+        self.nowait = iter(self.q.get_nowait, None)
+        self.front: list[Any] = []
         #: messages this request can still hand out (one less for each the check passes over)
         self.batch = batch
         self.max_bytes = max_bytes
@@ -154,6 +158,8 @@ class _FetchState(_natspy.Receiver):
         self.eng.start(_monotonic())
         self.eng.pull_sent(batch, max_bytes)
         self.done = False
+        #: _finish_fetch ran (it runs once: from the finalizer or, interrupted there, from _end)
+        self.finished = False
         self.clean = False
         self.reuse = False
         self.error: BaseException | None = None
@@ -229,8 +235,18 @@ class _FetchState(_natspy.Receiver):
         self.eng.stop()
         self.done = True
 
+    def nak_front(self) -> None:
+        """Nak the messages given back to the front of the buffer (any thread)."""
+        front = self.front
+        while front:
+            item = front.pop()
+            if item.__class__ is not _Control:
+                self.not_taken(item)
+
     def nak_queued(self) -> None:
-        """Nak every message still queued and not taken (on the I/O thread, or after the inbox is gone)."""
+        """Nak every message still buffered and not taken, the front first (on the I/O thread,
+        after the inbox is gone, or once the request is over: nothing is queued meanwhile)."""
+        self.nak_front()
         q = self.q
         ctl: list[Any] = []
         while True:
@@ -368,8 +384,14 @@ def pull_lost(err: BaseException | None) -> bool:
 
 def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
                   on_end: Callable[[_FetchState], None] | None) -> None:
+    if state.finished:
+        return
+    state.finished = True
     if box is not None:
         if state.done and state.reuse:
+            # the request is over (nothing more arrives): what was not taken is nak'ed now
+            if not state.ack_none and (state.front or not state.q.empty()):
+                state.nak_queued()
             _release_inbox(conn, box, True)
         elif state.ack_none:
             _release_inbox(conn, box, False)  # nothing to nak
@@ -392,6 +414,12 @@ class FetchResult:
     based) and a pull nobody answered (503) are raised by the iteration too; warnings
     (409 Exceeded ...), missed heartbeats and a client-side timeout are only on
     :attr:`error`. Not meant to be iterated by several threads at once.
+
+    Every way out settles what was received and not handed over: :meth:`stop`, leaving the
+    loop (``break``, an exception, Ctrl-C) and dropping the result nak it at once (the
+    server redelivers it now, not after AckWait), whether the request was still open or
+    over. An exception (Ctrl-C) landing while a message is handed over puts it back at the
+    front: iterating again returns it first.
     """
 
     def __init__(self, conn: Connection, state: _FetchState, box: _Inbox, deadline: Deadline,
@@ -405,6 +433,8 @@ class FetchResult:
         # a pull of a call without a limit: a reconnect may have lost it (server restart), so
         # the iteration ends then with a TimeoutError and the caller pulls again
         self._reconnects = _reconnects(conn) if lost_on_reconnect else None
+        self._box = box
+        self._on_end = on_end
         self._finalizer = weakref.finalize(self, _finish_fetch, conn, box, state, on_end)
 
     def __repr__(self) -> str:
@@ -428,30 +458,46 @@ class FetchResult:
         if self._ended:
             raise StopIteration
         tracer = _CORE.tracer  # jssync.otel: a receive span (None: off)
+        st = self._state
         if tracer is not None and tracer.wants():
-            st = self._state
             return tracer.receive("fetch", self.__next__, self._conn, st.stream, st.consumer)
+        # the hand-over (jssync/base/ledger.py): from the take to the return, an exception
+        # gives the message back to the front of the buffer (the way out then naks it)
+        item: Any = None
         try:
-            item = self._state.q.get_nowait()
-        except Empty:
-            item = None
-        if item is None:  # wait outside the except block: what it raises carries no queue.Empty context
-            try:
-                item = self._wait()
-            except BaseException:  # Ctrl-C, ...: the request is given up; what it still brings is nak'ed
-                self.stop()
-                raise
-        if item.__class__ is _Control:
-            self._end()
-            st = self._state
-            if st.raise_error and st.error is not None:
-                st.raise_error = False
-                raise st.error
-            raise StopIteration
-        if self._ended:  # stop() from another thread meanwhile: not handed over
-            self._state.not_taken(item)
-            raise StopIteration
-        return item  # type: ignore[no-any-return]
+            front = st.front
+            if front:  # given back by an interrupted read: it comes first
+                item = front[-1]
+                del front[-1]
+            else:
+                try:
+                    for item in st.nowait:  # noqa: B007 - FOR_ITER: no signal check before the store
+                        break
+                except Empty:
+                    pass
+                if item is None:  # wait outside the except block: what it raises carries no queue.Empty context
+                    try:
+                        item = self._wait()
+                    except BaseException:  # Ctrl-C, ...: the request is given up; the rest is nak'ed
+                        self.stop()
+                        raise
+            if item.__class__ is not _Control:
+                if self._ended:  # stop() from another thread meanwhile: not handed over
+                    held, item = item, None
+                    st.not_taken(held)
+                    raise StopIteration
+                return item  # type: ignore[no-any-return]
+        except BaseException:
+            if item is not None and item.__class__ is not _Control:
+                st.front.append(item)
+                if self._ended:  # the way out ran already: nak it now
+                    st.nak_front()
+            raise
+        self._end()
+        if st.raise_error and st.error is not None:
+            st.raise_error = False
+            raise st.error
+        raise StopIteration
 
     def _wait(self) -> Any:
         st = self._state
@@ -459,9 +505,15 @@ class FetchResult:
         deadline = self._deadline
         eng = st.eng if self._hb else None
         while True:
-            item = wait_get(q, deadline.slice())
-            if item is not EXPIRED:
-                return item
+            item: Any = EXPIRED
+            try:
+                item = wait_get(q, deadline.slice(), st.front)
+                if item is not EXPIRED:
+                    return item
+            except BaseException:
+                if item is not EXPIRED:  # returned to this frame and not passed on
+                    st.front.append(item)
+                raise
             gone = self._conn.internal.close_error
             if gone is not None:  # it gave up reconnecting: the iteration raises why
                 st.error = ConnectionClosedError(str(gone))
@@ -486,18 +538,35 @@ class FetchResult:
                         st.error = a.error
                         return _END
 
+    def _give_back(self, msg: Msg) -> None:
+        """A message this iteration returned and the caller did not (an exception landed in
+        between): back to the front of the buffer (nak'ed at once when the iteration is over)."""
+        st = self._state
+        st.front.append(msg)
+        if self._ended:
+            st.nak_front()
+
     def _end(self) -> None:
         if not self._ended:
             self._ended = True
-            self._finalizer()
+            try:
+                self._finalizer()
+            except BaseException:
+                # Ctrl-C inside weakref.finalize.__call__ (3.13 checks for signals at its start
+                # and after its C calls): it may have unregistered without calling; the end
+                # (naks, the inbox given back) still happens, once
+                _finish_fetch(self._conn, self._box, self._state, self._on_end)
+                raise
 
     def stop(self) -> None:
         """Stop iterating, at once, from any thread; idempotent, never blocks.
 
         A thread blocked in the iteration wakes and its iteration ends (without an error).
-        Messages received and not taken, and those the request still delivers until its
-        inbox is unsubscribed, are nak'ed, so the server redelivers them at once (not after
-        AckWait; nothing for ack policy none).
+        Messages received and not taken are nak'ed, so the server redelivers them at once
+        (not after AckWait; nothing for ack policy none): whether the request is still open
+        (then also those it still delivers until its inbox is unsubscribed) or over (its
+        batch complete, expired). The same happens when the iteration is left (``break``,
+        an exception, Ctrl-C) and the result is dropped.
         """
         if not self._ended:
             st = self._state
@@ -557,8 +626,12 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
                             priority=prio.priority, pin_id=pin)
     box = _acquire_inbox(conn, state, Deadline(conn.internal.timeout + 5))
     res = FetchResult(conn, state, box, deadline, hb, on_end, lost_on_reconnect)
-    conn.internal.enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
-    return res
+    try:
+        conn.internal.enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
+        return res
+    except BaseException:  # (Ctrl-C) the pull may be on its way: given up now, what it brings nak'ed
+        res.stop()
+        raise
 
 
 def ack_next(conn: Connection, msg: Msg, batch: int, no_wait: bool, timeout: float | None) -> list[Msg]:

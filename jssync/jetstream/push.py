@@ -183,6 +183,10 @@ class JetStreamSubscription(PushWatch, OrderedResets):
         self.heartbeat_alarm: float | None = None
         self._auto_ack = callback is not None and not manual_ack
         self._error_cb = error_cb
+        # the hand-over (jssync/base/ledger.py): the queue read without a signal check before
+        # the store, and the front of the buffer (messages given back by an interrupted read)
+        self._nowait = iter(self._q.get_nowait, None)
+        self._front: list[Any] = []
         # I/O thread state: the generation of the NATS subscription in use and, unless this is a
         # queue subscription, the consumer sequence check (ordered: a gap resets; else: reported)
         self._ack_none = False
@@ -416,7 +420,8 @@ class JetStreamSubscription(PushWatch, OrderedResets):
         """Return the next message, blocking up to ``timeout`` seconds (None: no limit).
 
         A flow control request met on the way is answered, and the wait goes on for the
-        next message within the same ``timeout``.
+        next message within the same ``timeout``. An exception (Ctrl-C) landing while the
+        message is handed over puts it back at the front: the next call returns it.
 
         Raises:
             jssync.TimeoutError: no message in time.
@@ -428,17 +433,33 @@ class JetStreamSubscription(PushWatch, OrderedResets):
             raise RuntimeError("next_msg() cannot be used on a subscription with a callback")
         q = self._q
         deadline = Deadline(timeout)
+        front = self._front
         while True:
-            try:
-                item = q.get_nowait()
-            except Empty:
-                item = None
-            if item is None:
-                # waits outside ``except Empty``: an error raised here has no queue.Empty as context
-                self._conn.internal.loop.check_fork()
-                item = deadline.get(q)
-                if item is EXPIRED:
-                    raise TimeoutError(f"no message on JetStream subscription {self.subject!r} within {timeout}s")
+            item: Any = None
+            try:  # the hand-over: an exception from the take to the return gives the message back
+                if front:  # given back by an interrupted read: it comes first
+                    item = front[-1]
+                    del front[-1]
+                else:
+                    try:
+                        for item in self._nowait:  # noqa: B007 - FOR_ITER: no signal check before the store
+                            break
+                    except Empty:
+                        pass
+                    if item is None:
+                        # waits outside ``except Empty``: an error raised here has no queue.Empty as context
+                        self._conn.internal.loop.check_fork()
+                        item = deadline.get(q, front)
+                        if item is EXPIRED:
+                            item = None
+                            raise TimeoutError(
+                                f"no message on JetStream subscription {self.subject!r} within {timeout}s")
+                if isinstance(item, Msg):
+                    return item
+            except BaseException:
+                if isinstance(item, Msg):
+                    front.append(item)
+                raise
             if item is _END:
                 q.put(_END)
                 if self._delete_at_end:

@@ -164,28 +164,51 @@ class ConsumeContext(Intake, PullRunner, LeaseKeeper, Ending, CallbackLane):
         if tracer is not None and tracer.wants():
             return tracer.receive("consume", self.__next__, self._conn, self.stream, self.consumer)
         self._iter_thread = threading.get_ident()
+        # the hand-over (jssync/base/ledger.py): from the take to the return, an exception
+        # gives the message back to the front of the buffer
+        msg: Any = None
+        counted = False
         try:
-            msg = self._q.get_nowait()
-        except Empty:
-            msg = None
-        if msg is None:  # wait outside the except block: what it raises carries no queue.Empty context
-            msg = self._wait_msg()
-        if msg.__class__ is _Control:
-            self._q.put(_END)  # other iterating threads end too
-            self._user_finished()
-            exc = msg.exc
-            if exc is not None:
-                msg.exc = None
-                raise exc
-            raise StopIteration
-        if self._bytes_mode:
-            self._take_bytes(msg)
-        elif self._eng.taken():
-            self._refill()
-        return msg  # type: ignore[no-any-return]
+            front = self._front
+            if front:  # given back by an interrupted read: it comes first
+                msg = front[-1]
+                del front[-1]
+                fc = self._front_counted
+                if fc and fc[-1] is msg:
+                    del fc[-1]
+                    counted = True
+            else:
+                try:
+                    for msg in self._nowait:  # noqa: B007 - FOR_ITER: no signal check before the store
+                        break
+                except Empty:
+                    pass
+                if msg is None:  # wait outside the except block: what it raises carries no queue.Empty context
+                    msg = self._wait_msg()
+            if msg.__class__ is not _Control:
+                if not counted:
+                    need = self._take_bytes(msg) if self._bytes_mode else self._eng.taken()
+                    counted = True
+                    if need:
+                        self._refill()
+                return msg  # type: ignore[no-any-return]
+        except BaseException:
+            if msg is not None and msg.__class__ is not _Control:
+                self._give_back(msg, counted)
+            raise
+        self._q.put(_END)  # other iterating threads end too
+        self._user_finished()
+        exc = msg.exc
+        if exc is not None:
+            msg.exc = None
+            raise exc
+        raise StopIteration
 
     def next(self, timeout: float | None = None) -> Msg:
         """Return the next message, blocking up to ``timeout`` seconds (None: no limit).
+
+        An exception (Ctrl-C) landing while the message is being handed over puts it back
+        at the front of the buffer: the next call returns it (or the way out naks it).
 
         Raises:
             jssync.TimeoutError: no message in time.
@@ -198,39 +221,79 @@ class ConsumeContext(Intake, PullRunner, LeaseKeeper, Ending, CallbackLane):
         if tracer is not None and tracer.wants():
             return tracer.receive("consume", self.next, self._conn, self.stream, self.consumer, timeout)
         self._iter_thread = threading.get_ident()
+        msg: Any = None
+        counted = False
         try:
-            msg = self._q.get_nowait()
-        except Empty:
-            msg = None
-        if msg is None:
-            msg = self._wait_msg(Deadline(timeout))
-        if msg.__class__ is _Control:
-            self._q.put(msg)
-            return self.__next__()
-        if self._bytes_mode:
-            self._take_bytes(msg)
-        elif self._eng.taken():
-            self._refill()
-        return msg  # type: ignore[no-any-return]
+            front = self._front
+            if front:
+                msg = front[-1]
+                del front[-1]
+                fc = self._front_counted
+                if fc and fc[-1] is msg:
+                    del fc[-1]
+                    counted = True
+            else:
+                try:
+                    for msg in self._nowait:  # noqa: B007 - the take, see ledger.py
+                        break
+                except Empty:
+                    pass
+                if msg is None:
+                    msg = self._wait_msg(Deadline(timeout))
+            if msg.__class__ is not _Control:
+                if not counted:
+                    need = self._take_bytes(msg) if self._bytes_mode else self._eng.taken()
+                    counted = True
+                    if need:
+                        self._refill()
+                return msg  # type: ignore[no-any-return]
+        except BaseException:
+            if msg is not None and msg.__class__ is not _Control:
+                self._give_back(msg, counted)
+            raise
+        self._q.put(msg)
+        return self.__next__()
 
-    def _take_bytes(self, msg: Msg) -> None:
+    def _give_back(self, msg: Msg, counted: bool) -> None:
+        """A message taken and not returned (an exception landed): back to the front of the
+        buffer, where the next read, or the way out, finds it first (jssync/base/ledger.py).
+        Called by the reader's ``except`` (the append is done before anything can raise again).
+        """
+        self._front.append(msg)
+        if counted:  # the engine counted it taken already: not counted again when taken next
+            self._front_counted.append(msg)
+        state = self._eng.state
+        if state is EngineState.STOPPED:
+            with self._lock:
+                late = self._unsubscribed
+            if late:  # the buffer was nak'ed already: nak this one too, now
+                self._settle_front()
+        elif state is EngineState.CLOSED:
+            self._settle_front()
+
+    def _take_bytes(self, msg: Msg) -> bool:
+        """Count one message taken in ``max_bytes`` mode; True when a pull is due."""
         try:
             size = self._sizes.popleft()
         except IndexError:  # pragma: no cover - every buffered message's size was appended
             size = message_size(msg.subject, msg.reply, msg.headers, msg.data)
         with self._lock:
-            need = self._eng.taken(1, size)
-        if need:
-            self._refill()
+            return self._eng.taken(1, size)
 
     def _wait_msg(self, deadline: Deadline | None = None) -> Any:
         q = self._q
         if deadline is None:
             deadline = Deadline(None)  # its slices also notice a cancelled asyncio task (Ctrl-C)
+        item: Any = EXPIRED
         while True:
-            item = wait_get(q, deadline.slice())
-            if item is not EXPIRED:
-                return item
+            try:
+                item = wait_get(q, deadline.slice(), self._front)
+                if item is not EXPIRED:
+                    return item
+            except BaseException:
+                if item is not EXPIRED:  # returned to this frame and not passed on
+                    self._front.append(item)
+                raise
             if deadline.expired():
                 raise TimeoutError(f"no message from consumer {self.consumer!r} within {deadline.timeout}s")
             if self._eng.state is EngineState.RUNNING:

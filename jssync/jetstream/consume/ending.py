@@ -162,7 +162,20 @@ class Ending(ConsumeState):
             acts = self._eng.fail(exc)
         self._do(acts)
 
+    def _settle_front(self) -> None:
+        """The messages given back to the front of the buffer (jssync/base/ledger.py) after the
+        way out settled the buffer: nak'ed now (stopped; ordered: rewound), dropped (closed)."""
+        front = self._front
+        self._front_counted.clear()
+        stopped = self._eng.state is EngineState.STOPPED
+        while front:
+            msg = front.pop()
+            if stopped and msg.__class__ is not _Control:
+                self._not_handed_over(msg)
+
     def _nak_buffered(self) -> None:
+        """Nak every buffered message, the front first (stopped; ordered: rewound)."""
+        self._settle_front()
         q = self._q
         while True:
             try:
@@ -239,6 +252,8 @@ class Ending(ConsumeState):
         with self._conn.internal.subs_lock:
             self._conn.internal.subs.discard(self)
         self._server_done.set()
+        self._front.clear()
+        self._front_counted.clear()
         q = self._q
         while True:  # the buffered messages are dropped (their acks could only fail)
             try:

@@ -71,9 +71,7 @@ class CallbackLane(ConsumeState):
             if msg.__class__ is _Control:
                 self._user_finished()
                 return  # _running stays True: nothing runs the lane again
-            if self._bytes_mode:
-                self._take_bytes(msg)
-            elif eng.taken():
+            if self._take_bytes(msg) if self._bytes_mode else eng.taken():
                 self._refill()
             self._cb_thread = threading.get_ident()
             # the state is read last, right before the call: a stop() that returned before it

@@ -15,7 +15,7 @@ import logging
 from typing import Any, Self, cast
 
 from ...base.deadline import Deadline
-from ...base.errors import ConsumerDeletedError, NotFoundError, translating
+from ...base.errors import ConsumerDeletedError, Error, NotFoundError, translating
 from ...base.status import pull_request
 from ...core import natspy as _natspy
 from .common import _DISCARD, _on_loop, _unsubscribe_soon
@@ -111,13 +111,29 @@ class PullRunner(ConsumeState):
                                 heartbeat_ns=self._hb_ns, group=prio.group, min_pending=prio.min_pending,
                                 min_ack_pending=prio.min_ack_pending, priority=prio.priority, pin_id=pin)
         self._conn.internal.enqueue((self._next_subject, body, self._inbox, None))
+        self._sent_last = p  # (what _refill checks when an exception landed meanwhile)
 
     def _refill(self) -> None:
-        """A pull if pending fell to the threshold (after the application took messages; any thread)."""
-        with self._lock:
-            acts = self._eng.refill()
-        if acts:
-            self._do(acts)
+        """A pull if pending fell to the threshold (after the application took messages; any thread).
+
+        The pull the engine counts is sent whatever happens: an exception (Ctrl-C) landing
+        between the engine counting it and the pull being queued hands it to the I/O thread
+        (where no signal handler runs), so no pull is ever counted and not sent (the consume
+        would wait for messages nobody asked for).
+        """
+        acts: tuple[EngineAction, ...] = ()
+        try:
+            with self._lock:
+                acts = self._eng.refill()
+            if acts:
+                self._do(acts)
+        except BaseException:
+            if acts and self._sent_last is not acts[0]:
+                try:
+                    self._conn.internal.loop.call_soon(self._do, acts)
+                except Error:  # the connection is closed: nothing to pull for
+                    pass
+            raise
 
     def _on_timer(self) -> None:
         """The engine's timer fired (I/O thread): heartbeat check, retries; old inboxes drained."""

@@ -84,6 +84,12 @@ class ConsumeState:
         #: a priority group but pinned_client: a pull may be due when a message is received
         self._early = self._eng.early
         self._q: SimpleQueue[Any] = SimpleQueue()
+        # the hand-over (jssync/base/ledger.py): the queue read without a signal check before
+        # the store, and the front of the buffer: messages given back by an interrupted read
+        # (the last one first), those the engine counted taken already also in _front_counted
+        self._nowait = iter(self._q.get_nowait, None)
+        self._front: list[Any] = []
+        self._front_counted: list[Any] = []
         self._lock = threading.Lock()  # every engine event but the per-message ones
         # the engine's one timer (heartbeat checks, retries) and the lease checks' timer
         self._timer = LoopTimer(conn.internal.loop, self._on_timer)
@@ -114,6 +120,8 @@ class ConsumeState:
         self._pins = pins if prio is not None and prio.pinned else None
         self._group = prio.group if prio is not None else ""
         self._sent_pin: str | None = None
+        #: the last pull request queued (an interrupted refill checks it was sent)
+        self._sent_last: Any = None
         # leases (see jetstream/leases.py; I/O thread only): the consumer's ack_wait when
         # acks count, the messages received since the last lease check, the leases watched
         self._lease_wait: float | None = ack_wait if not ack_none and ack_wait is not None and ack_wait > 0 else None
@@ -152,5 +160,6 @@ class ConsumeState:
         def _nak_buffered(self) -> None: ...  # ending.py
         def _not_handed_over(self, msg: Msg) -> None: ...  # ending.py
         def _kick_lane(self) -> None: ...  # lane.py
-        def _take_bytes(self, msg: Msg) -> None: ...  # context.py
+        def _take_bytes(self, msg: Msg) -> bool: ...  # context.py
+        def _settle_front(self) -> None: ...  # ending.py
         def stop(self) -> None: ...  # context.py

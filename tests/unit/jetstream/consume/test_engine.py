@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from jssync import ConsumerDeletedError, ConsumerIsPushBasedError, NoHeartbeatError, ValidationError
 from jssync.base.errors import NoRespondersError, PullRequestError
+from jssync.base.ledger import Ledger
 from jssync.jetstream.consume.engine import (
     NOTHING,
     TICKS,
@@ -514,6 +515,10 @@ class PullConsumeMachine(RuleBasedStateMachine):
         self.now = 0.0
         self.inbox = 0
         self.buffer: list[int] = []  # sizes of the buffered messages
+        #: the reader's delivery ledger (jssync/base/ledger.py): every delivery (numbered) is
+        #: buffered, handed over or settled; the buffer above holds their sizes in its order
+        self.ledger: Ledger[int] = Ledger()
+        self.received: list[int] = []
         self.nacked = 0
         self.ended = False
         self.closed = False
@@ -561,6 +566,7 @@ class PullConsumeMachine(RuleBasedStateMachine):
                 for p in self.srv.pulls:
                     p.written_off = True
             elif isinstance(a, NakBuffered):
+                assert len(self.ledger.settle_buffered()) == len(self.buffer)
                 self.nacked += len(self.buffer)
                 self.srv.redeliverable += len(self.buffer)
                 self.buffer.clear()
@@ -627,16 +633,20 @@ class PullConsumeMachine(RuleBasedStateMachine):
             self.late += 1  # more than the counts allow for: it was written off, alive
         acts = self.eng.message(size, written_off=written_off)
         self.outage = False
+        self.received.append(srv.delivered)
+        self.ledger.put(srv.delivered)
         if acts == NOTHING:
             self.buffer.append(size)
             if self.flavour == "early" and self.eng.due():  # the runner asks after buffering
                 self.do(self.eng.refill())
         elif Nak() in acts:
+            self.ledger.settle(srv.delivered)
             self.nacked += 1
             srv.redeliverable += 1
         else:
             assert acts == (Drop(),)
             assert self.closed
+            self.ledger.settle(srv.delivered)  # dropped: the server redelivers after ack_wait
         self.do(acts)
 
     def _status(self, pull: Pull, code: int, desc: str, pm: int, pb: int) -> None:
@@ -759,10 +769,24 @@ class PullConsumeMachine(RuleBasedStateMachine):
     def app_takes(self, n: int) -> None:
         for _ in range(min(n, len(self.buffer))):
             size = self.buffer.pop(0)
+            key = self.ledger.take()
+            assert key is not None
+            self.ledger.settle(key)  # the application acks it
             self.srv.ack_pending -= 1
             due = self.eng.taken(1, size if self.eng.bytes_mode else 0)
             if due:
                 self.do(self.eng.refill())
+
+    @precondition(lambda self: self.e is not None and self.buffer)
+    @rule()
+    def app_interrupted(self) -> None:
+        """Ctrl-C lands between the reader taking the front message and returning it: given
+        back to the front, not counted by the engine; the next read takes the same one."""
+        front = self.ledger.buffered()[0]
+        key = self.ledger.take()
+        assert key == front
+        self.ledger.give_back(key)
+        assert self.ledger.buffered()[0] == front
 
     @precondition(lambda self: self.e is not None)
     @rule(how=st.sampled_from(["stop", "drain", "close", "close_error"]))
@@ -778,6 +802,7 @@ class PullConsumeMachine(RuleBasedStateMachine):
             acts = e.closed(RuntimeError("gone") if how == "close_error" else None)
             self.do(acts)
             self.buffer.clear()  # dropped: the server redelivers after ack_wait
+            self.ledger.settle_buffered()
 
     # -- invariants ---------------------------------------------------------------------------
 
@@ -849,6 +874,13 @@ class PullConsumeMachine(RuleBasedStateMachine):
         assert self.now - since <= bound, f"a lost pull never replaced: {e!r}"
 
     @invariant()
+    def one_state_each(self) -> None:
+        """The ledger: every delivery is buffered, handed over or settled, exactly one; the
+        buffer is the buffered ones (none lost between the take and the return)."""
+        self.ledger.check(self.received)
+        assert len(self.ledger) == len(self.buffer)
+
+    @invariant()
     def nothing_after_close(self) -> None:
         e = self.e
         if e is None or not self.closed:
@@ -908,10 +940,11 @@ def _walk(seed: int, steps: int = 40, flavour: str = "plain") -> None:
         (lambda: not m.eng.paused, lambda: m.disconnect(r.random() < 0.5)),
         (lambda: m.eng.paused, m.reconnect),
         (lambda: bool(m.buffer), lambda: m.app_takes(r.randint(1, 3))),
+        (lambda: bool(m.buffer), m.app_interrupted),
         (lambda: r.random() < 0.2, lambda: m.end(r.choice(["stop", "drain", "close", "close_error"]))),
         (lambda: m.recreating, m.consumer_made_again),  # (never able for the other flavours)
     ]
-    weights = [6, 2, 1, 1, 0.2, 4, 2, 2, 1, 2, 6, 0.5, 2]
+    weights = [6, 2, 1, 1, 0.2, 4, 2, 2, 1, 2, 6, 1, 0.5, 2]
     for _ in range(steps):
         able = [(w, mv) for w, mv in zip(weights, moves, strict=True) if mv[0]()]
         _, (_, move) = r.choices(able, weights=[w for w, _ in able])[0]
@@ -920,6 +953,7 @@ def _walk(seed: int, steps: int = 40, flavour: str = "plain") -> None:
         m.a_pull_is_outstanding_or_coming()
         m.a_lost_pull_is_replaced()
         m.nothing_after_close()
+        m.one_state_each()
 
 
 def test_pull_engine_random_walks() -> None:
