@@ -200,12 +200,25 @@ class Outbound:
             if hook is not None:
                 hook(msg.reply, payload)
         if not self.scheduled:
-            self.scheduled = True
+            self._schedule_kick()
+        return True
+
+    def _schedule_kick(self) -> None:
+        """Have the I/O thread take the queue (:meth:`kick`, once per burst). ``scheduled``
+        never stays set without a kick coming: a Ctrl-C landing inside the hand-off (which
+        may or may not have scheduled it) schedules it again before it goes on (a second
+        kick finds the queue empty), so what was queued is still sent."""
+        self.scheduled = True
+        try:
+            self._call_soon(self.kick)
+        except RuntimeError:  # the loop is closed
+            self.scheduled = False
+        except BaseException:
             try:
                 self._call_soon(self.kick)
-            except RuntimeError:
-                self.scheduled = False
-        return True
+            except BaseException:
+                self.scheduled = False  # the next enqueue schedules it
+            raise
 
     def enqueue(self, item: tuple[str, bytes, str, dict[str, str] | None],
                  deadline: Deadline | None = None) -> None:
@@ -222,11 +235,7 @@ class Outbound:
             self.wait_room(len(item[1]), deadline)
         q.append(item)
         if not self.scheduled:
-            self.scheduled = True
-            try:
-                self._call_soon(self.kick)
-            except RuntimeError:
-                self.scheduled = False
+            self._schedule_kick()
 
     def wait_room(self, size: int, within: Deadline | None = None) -> None:
         """Block until the publish queue is down to half its count and byte limits.
