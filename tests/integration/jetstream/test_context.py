@@ -197,6 +197,8 @@ def test_multiple_filter_subjects(js, stream):
     js.publish(f"{s}.a", b"1")
     js.publish(f"{s}.c", b"2")
     js.publish(f"{s}.b", b"3")
+    # the server updates a consumer's pending count just after the PubAck: read until it has
+    wait_for(lambda: c.info().num_pending == 2, 10, what="num_pending 2 (of 3 stored, 2 filtered)")
     assert c.info().num_pending == 2
 
 

@@ -15,6 +15,7 @@ it missing. An ordered consumer must hand out every stream sequence exactly once
 
 from __future__ import annotations
 
+import ctypes
 import linecache
 import os
 import random
@@ -144,9 +145,24 @@ def sweep(read: Callable[[], Any], handle: Callable[[Any], None], done: Callable
     raise AssertionError(f"not done after {max_reads} reads ({interrupts} interrupts)")
 
 
+def _clear_stale_handled_exception() -> None:
+    """Forget an exception the injector left as "being handled" in this thread's base state.
+
+    Raising from a trace function while CPython unwinds an ``except`` block can skip the
+    restore of the thread's handled exception (a real signal cannot land there), so a
+    ``queue.Empty`` stays as ``sys.exc_info()`` and becomes the ``__context__`` of every
+    exception later tests raise in this thread. Called from a plain (non-generator) frame,
+    so it clears the thread's own state."""
+    ctypes.pythonapi.PyErr_SetHandledException.argtypes = [ctypes.py_object]
+    ctypes.pythonapi.PyErr_SetHandledException.restype = None
+    ctypes.pythonapi.PyErr_SetHandledException(None)
+
+
 @pytest.fixture(autouse=True)
-def _no_lock_left_held() -> Iterator[None]:
-    """An interrupt leaves no lock of jssync's held (another thread could never fetch again)."""
+def _no_lock_left_held(request: pytest.FixtureRequest) -> Iterator[None]:
+    """An interrupt leaves no lock of jssync's held (another thread could never fetch again),
+    and the injector leaves no stale handled exception behind (see above)."""
+    request.addfinalizer(_clear_stale_handled_exception)
     yield
     got: list[bool] = []
 
