@@ -10,7 +10,7 @@ pytest.importorskip("opentelemetry.sdk")
 
 from opentelemetry.trace import SpanKind  # noqa: E402
 
-from tests.conftest import FACTOR  # noqa: E402
+from tests.conftest import FACTOR, wait_for  # noqa: E402
 from tests.integration.otel.otel_support import jssync_spans, spans_named, tracing  # noqa: E402, F401
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("tracing")]
@@ -63,6 +63,8 @@ def test_object_store_put_is_a_send_span_per_chunk_and_get_makes_none(js, unique
     ob = js.create_object_store(bucket=f"o{unique}", storage="memory")
     try:
         ob.put("f", b"x" * 300_000)  # 128 KiB chunks: 3 chunks and the meta entry
+        # a chunk's span ends when its PubAck's future resolves, on another thread: wait for all
+        wait_for(lambda: len(jssync_spans()) >= 4, 10, what="the chunks' and the meta entry's spans")
         sends = jssync_spans()
         assert len([s for s in sends if s.name.startswith(f"publish $O.o{unique}.C.")]) == 3
         assert len([s for s in sends if s.name.startswith(f"publish $O.o{unique}.M.")]) == 1
