@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from ..base.deadline import DEFAULT, Default
 from ..base.errors import ValidationError
-from . import keyvalue as _keyvalue
+from . import handle as _handle
+from .entries import Entry, KeyValueOp, validate_key, validate_key_filter, value_bytes
 from .errors import (
     InvalidKeyError,
     InvalidValueError,
@@ -52,11 +53,12 @@ from .errors import (
     KeyNotFoundError,
     KeyValueDecodeError,
 )
-from .keyvalue import Entry, KeyValueOp, KeyWatcher, _value_bytes, validate_key, validate_key_filter
+from .watcher import KeyWatcher
 
 if TYPE_CHECKING:
     from ..jetstream.streams import Stream
-    from .keyvalue import KeyValue, KeyValueStatus
+    from .entries import KeyValueStatus
+    from .handle import KeyValue
 
 log = logging.getLogger("jssync")
 
@@ -237,7 +239,7 @@ class Base64Codec:
         return ".".join(t if t in _WILDCARDS else _b64(self._token_bytes(filter, t)) for t in tokens)
 
     def encode_value(self, value: Any) -> bytes:
-        return _b64(_value_bytes(value)).encode("ascii")
+        return _b64(value_bytes(value)).encode("ascii")
 
     def decode_value(self, stored: bytes) -> bytes:
         return _unb64(stored)
@@ -544,7 +546,7 @@ class CodecKeyValue:
             raise InvalidValueError(f"value {_short(value)}: {_name(self.value_codec)} cannot encode it: "
                                     f"{exc}") from exc
         try:
-            return _value_bytes(data)
+            return value_bytes(data)
         except TypeError as exc:
             raise InvalidValueError(f"value {_short(value)}: {_name(self.value_codec)} returned "
                                     f"{type(data).__name__}, not bytes or str") from exc
@@ -799,4 +801,4 @@ class CodecKeyWatcher:
         self._watcher.stop()
 
 
-_keyvalue.CODEC_KV = CodecKeyValue
+_handle.CODEC_KV = CodecKeyValue

@@ -33,15 +33,10 @@ from ..base.errors import (
 )
 from ..jetstream import hooks as _js_hooks
 from ..jetstream.params import check_options, normalize_config
-from ..kv.keyvalue import (
-    _OBJ_OWN_SUBJECT,
-    BucketExistsError,
-    BucketNotFoundError,
-    _bucket_names,
-    _buckets,
-    _PushWatcher,
-    validate_bucket,
-)
+from ..kv.admin import OBJ_OWN_SUBJECT, bucket_names, buckets
+from ..kv.entries import validate_bucket
+from ..kv.errors import BucketExistsError, BucketNotFoundError
+from ..kv.watcher import PushWatcher
 from .errors import (
     BadObjectMetaError,
     DigestMismatchError,
@@ -287,12 +282,12 @@ def object_store(js: JetStream, bucket: str, *, timeout: float | None | Default 
 def object_store_names(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[str]:
     """Iterate over the name of every object store (streams ``OBJ_<bucket>`` capturing
     ``$O.<bucket>.C.>``); one stream list, all pages."""
-    return _bucket_names(js, "OBJ_", timeout)
+    return bucket_names(js, "OBJ_", timeout)
 
 
 def object_stores(js: JetStream, *, timeout: float | None | Default = DEFAULT) -> Iterator[ObjectStoreStatus]:
     """Iterate over the status of every object store (as :func:`object_store_names` finds them)."""
-    for bucket, info in _buckets(js, "OBJ_", _OBJ_OWN_SUBJECT, timeout):
+    for bucket, info in buckets(js, "OBJ_", OBJ_OWN_SUBJECT, timeout):
         yield ObjectStoreStatus(bucket, info)
 
 
@@ -780,7 +775,7 @@ class ObjectStore:
         return ObjectStoreStatus(self.bucket, info)
 
 
-class ObjectWatcher(_PushWatcher[api.ObjectInfo]):
+class ObjectWatcher(PushWatcher[api.ObjectInfo]):
     """An iterator of ``ObjectInfo``: every object's info, ``None``, then each change. Thread-safe."""
 
     _what = "object watcher"
@@ -811,7 +806,7 @@ class ObjectWatcher(_PushWatcher[api.ObjectInfo]):
         return info
 
 
-class _ChunkReader(_PushWatcher[bytes]):
+class _ChunkReader(PushWatcher[bytes]):
     """Reads the chunks of one object in order through the stream leader (an ordered consumer),
     from the stream sequence ``resume_from`` on (default: the first)."""
 

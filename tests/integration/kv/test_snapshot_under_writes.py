@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import jssync
-import jssync.kv.keyvalue as kvmod
+import jssync.kv.watcher as kvwatcher
 from jssync.kv.keyvalue import KeyValueOp, KeyWatcher
 from tests.conftest import FACTOR
 
@@ -119,7 +119,7 @@ def test_watch_marker_comes_on_the_idle_heartbeat_when_the_last_message_is_gone(
     """The last sequence read is never delivered (here: a read that names one past the end, as
     for a value that expired meanwhile): the first idle heartbeat reads it again, and the
     marker comes then."""
-    monkeypatch.setattr(kvmod, "WATCH_HEARTBEAT", 0.3)
+    monkeypatch.setattr(kvwatcher, "WATCH_HEARTBEAT", 0.3)
     reads: list[int] = []
     orig = KeyWatcher._read_bound
 

@@ -9,6 +9,7 @@ import pytest
 
 import jssync
 import jssync.kv.keyvalue as kvmod
+import jssync.kv.watcher as kvwatcher
 from jssync.kv.keyvalue import Entry, KeyValueOp, KeyWatcher
 from jssync.server import NatsServer
 from tests.conftest import FACTOR, wait_for
@@ -210,7 +211,7 @@ def test_watch_sees_only_what_the_bucket_keeps(kv, js):
 
 
 def test_recovers_when_its_consumer_disappears(kv, js, monkeypatch):
-    monkeypatch.setattr(kvmod, "WATCH_HEARTBEAT", 0.3)
+    monkeypatch.setattr(kvwatcher, "WATCH_HEARTBEAT", 0.3)
     kv.put("a", b"1")
     with kv.watch() as w:
         assert [e.key for e in until_marker(w)] == ["a"]

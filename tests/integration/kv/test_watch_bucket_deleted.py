@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import jssync
-import jssync.kv.keyvalue as kvmod
+import jssync.kv.watcher as kvwatcher
 from jssync.kv.keyvalue import KeyWatcher
 from tests.conftest import FACTOR, wait_for
 
@@ -76,7 +76,7 @@ def test_iteration_ends_with_bucket_not_found_after_the_bucket_is_deleted(js, un
 def test_without_the_advisory_the_missed_heartbeats_end_it(js, unique, monkeypatch):
     """No consumer-deleted advisory (no permission to subscribe to it, or an imported API):
     the heartbeats stop, the consumer is re-created, the stream is gone."""
-    monkeypatch.setattr(kvmod, "WATCH_HEARTBEAT", 0.3)
+    monkeypatch.setattr(kvwatcher, "WATCH_HEARTBEAT", 0.3)
     monkeypatch.setattr(KeyWatcher, "_watches_deletions", False, raising=False)
     kv = _bucket(js, unique)
     with kv.watch() as w:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import jssync
-import jssync.kv.keyvalue as kvmod
+import jssync.kv.watcher as kvwatcher
 from jssync.kv.keyvalue import Entry, KeyValueOp, KeyWatcher
 from tests.conftest import FACTOR, wait_for
 from tests.proxy import TcpProxy
@@ -171,7 +171,7 @@ def test_watch_reset_by_missed_heartbeats_without_a_disconnect(proxy, big_bucket
     the heartbeats are missed while the initial values are still being read.
     """
     bucket = big_bucket
-    monkeypatch.setattr(kvmod, "WATCH_HEARTBEAT", 0.3)
+    monkeypatch.setattr(kvwatcher, "WATCH_HEARTBEAT", 0.3)
     resets: list[tuple[str, bool]] = []
     orig_reset = KeyWatcher._reset
 

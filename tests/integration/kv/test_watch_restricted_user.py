@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import jssync
-import jssync.kv.keyvalue as kvmod
+import jssync.kv.watcher as kvwatcher
 from jssync.server import NatsServer
 from tests.conftest import FACTOR
 
@@ -38,7 +38,7 @@ def _connect(srv: NatsServer) -> jssync.Connection:
 
 
 def test_keys_and_watch_without_permission_for_the_last_sequence_read(restricted_server, unique, monkeypatch):
-    monkeypatch.setattr(kvmod, "WATCH_HEARTBEAT", 0.3)
+    monkeypatch.setattr(kvwatcher, "WATCH_HEARTBEAT", 0.3)
     with _connect(restricted_server) as nc:
         js = nc.jetstream(timeout=2.0)
         kv = js.create_key_value(bucket=f"rp{unique}")

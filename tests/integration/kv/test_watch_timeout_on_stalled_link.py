@@ -10,6 +10,7 @@ import pytest
 
 import jssync
 import jssync.kv.keyvalue as kvmod
+import jssync.kv.watcher as kvwatcher
 from tests.conftest import FACTOR
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(90)]
@@ -22,7 +23,7 @@ def _connect(url: str) -> jssync.Connection:
 
 def test_next_keeps_its_timeout_while_the_consumer_is_recreated_on_a_stalled_link(proxy, js, unique,
                                                                                    monkeypatch):
-    monkeypatch.setattr(kvmod, "WATCH_HEARTBEAT", 0.3)  # heartbeats missed after 0.6 s
+    monkeypatch.setattr(kvwatcher, "WATCH_HEARTBEAT", 0.3)  # heartbeats missed after 0.6 s
     resets: list[str] = []
     orig_reset = kvmod.KeyWatcher._reset
 

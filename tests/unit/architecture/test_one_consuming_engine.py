@@ -24,7 +24,7 @@ PKG = pathlib.Path(__file__).resolve().parents[3] / "jssync"
 ENGINE = {"jetstream/consume/heartbeat.py", "jetstream/consume/gaps.py", "jetstream/consume/runner.py",
           "jetstream/consume/engine.py", "jetstream/consume/actions.py", "jetstream/consume/statuses.py"}
 #: consumers moved onto the engine: nothing of their own may remain
-CONVERTED = ["jetstream/push.py", "jetstream/push_resets.py", "jetstream/ordered.py", "kv/keyvalue.py",
+CONVERTED = ["jetstream/push.py", "jetstream/push_resets.py", "jetstream/ordered.py", "kv/watcher.py",
              "liftbridge/sub.py", "liftbridge/consumer.py"]
 #: the pull consumers (fetch, next; consume's runner and its state, the ordered consume's base): on PullEngine
 PULL = ["jetstream/pull.py", "jetstream/consume/pulling.py", "jetstream/consume/state.py"]

@@ -77,7 +77,8 @@ _LAYERS = ["jetstream/pull.py", "jetstream/consume/options.py", "jetstream/consu
            "jetstream/context.py", "jetstream/priority.py",
            "jetstream/push.py", "jetstream/push_checks.py", "liftbridge/__init__.py", "liftbridge/admin.py",
            "liftbridge/routing.py", "liftbridge/publishing.py", "liftbridge/start.py", "liftbridge/codec.py",
-           "core/request_many.py", "kv/keyvalue.py"]
+           "core/request_many.py", "kv/entries.py",
+           "kv/admin.py", "kv/handle.py", "kv/watcher.py"]
 
 
 @pytest.mark.parametrize("path", _LAYERS)

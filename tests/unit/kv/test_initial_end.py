@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from jssync.kv.keyvalue import _InitialEnd
+from jssync.kv.watcher import _InitialEnd
 
 
 def reader(*answers: int | None) -> tuple[Callable[[], int | None], list[int | None]]:
