@@ -123,7 +123,9 @@ def _mirror_and_sources(scfg: api.StreamConfig, bucket: str, mirror: Any, source
     added); the stream gets no subjects of its own and answers direct gets for the
     origin (``mirror_direct``). A source without ``subject_transforms`` is another
     bucket: its keys (those matching its ``filter_subject``, a key filter, when set) are
-    mapped into this bucket. A source with ``subject_transforms`` is kept exactly as given.
+    mapped into this bucket (the same bucket in another domain, ``external`` set, needs no
+    mapping). A source with ``subject_transforms`` is kept exactly as given (the full stream
+    name: any stream, its subjects mapped to ``$KV.<bucket>.`` by those transforms).
     """
     if mirror is not None and sources:
         raise ValidationError("a bucket takes a mirror or sources, not both")
@@ -152,6 +154,10 @@ def _mirror_and_sources(scfg: api.StreamConfig, bucket: str, mirror: Any, source
             out.append(src)
             continue
         ss = dataclasses.replace(src, name=_kv_stream_name(src.name, "source name"))
+        if ss.external is not None and ss.name == f"KV_{bucket}" and not ss.filter_subject:
+            # the same bucket in another domain: its keys are this bucket's keys already
+            out.append(ss)
+            continue
         key = ">"
         if ss.filter_subject:
             key = validate_key_filter(ss.filter_subject)
@@ -173,7 +179,9 @@ def create_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
     """Create a bucket from a ``KeyValueConfig`` or its fields (``bucket=``, ``history=``, ``ttl=``, ...).
 
     Options beyond ``KeyValueConfig``: ``compression=True`` (S2), ``metadata={...}``,
-    ``allow_msg_ttl=True`` (per-key TTLs on ``create``/``purge``), ``timeout=``.
+    ``allow_msg_ttl=True`` (per-key TTLs on ``create``/``purge``), ``mirror=StreamSource(...)``
+    (a read-only copy of another bucket), ``sources=[StreamSource(...), ...]`` (other buckets'
+    keys mapped into this one), ``timeout=``.
     Creating a bucket that exists with the same configuration returns it.
 
     Blocks for the stream create request, at most ``timeout`` (default: the context's).

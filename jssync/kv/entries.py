@@ -133,6 +133,16 @@ class KeyValueStatus:
     def storage(self) -> api.StorageType | None:
         return self.stream_info.config.storage
 
+    @property
+    def mirror(self) -> api.StreamSource | None:
+        """The bucket this one mirrors (its stream's ``mirror``: ``name`` is ``KV_<origin>``), or None."""
+        return self.stream_info.config.mirror
+
+    @property
+    def sources(self) -> list[api.StreamSource]:
+        """The buckets (or streams) sourced into this one, with the subject transforms that map their keys."""
+        return list(self.stream_info.config.sources or [])
+
 
 # -- validation ----------------------------------------------------------------------------------
 

@@ -142,3 +142,15 @@ def test_bad_bucket_options_are_refused_before_anything_is_sent():
     with pytest.raises(ValueError):
         js.create_key_value(bucket="profiles", limit_marker_ttl=0.5)
     assert replay.sent == []
+
+
+def test_a_source_that_is_the_same_bucket_in_another_domain_gets_no_subject_transform():
+    from jssync.kv.admin import _stream_config
+
+    ext = api.ExternalStream(api="$JS.HUB.API")
+    scfg = _stream_config(None, {"bucket": "orders", "sources": [api.StreamSource(name="orders", external=ext),
+                                                                   api.StreamSource(name="other", external=ext)]})
+    same, other = scfg.sources
+    assert (same.name, same.subject_transforms) == ("KV_orders", None)
+    assert other.subject_transforms == [api.SubjectTransform(src="$KV.other.>", dest="$KV.orders.>")]
+    assert scfg.subjects == ["$KV.orders.>"]
