@@ -166,6 +166,18 @@ class Factories(APIRoom):
         """Create an object store (``bucket=``, ``ttl=``, ``storage=``, ...)."""
         return HOOKS.create_object_store(self._context, config, **params)
 
+    def update_object_store(self, config: Any = None, **params: Unpack[ObjectStoreParams]) -> ObjectStore:
+        """Update an object store's whole configuration (``bucket=``, ``description=``, ``ttl=``, ...),
+        built as on create: options left out go back to their defaults; its objects stay.
+
+        Blocks for one stream info and the update request. Raises jssync.BucketNotFoundError.
+        """
+        return HOOKS.update_object_store(self._context, config, **params)
+
+    def create_or_update_object_store(self, config: Any = None, **params: Unpack[ObjectStoreParams]) -> ObjectStore:
+        """Update the object store, or create it if it does not exist."""
+        return HOOKS.create_or_update_object_store(self._context, config, **params)
+
     def object_store(self, bucket: str, *, timeout: float | None | Default = DEFAULT) -> ObjectStore:
         """Open an existing object store (raises jssync.BucketNotFoundError)."""
         return HOOKS.object_store(self._context, bucket, timeout=timeout)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class JetStreamHooks:
     """The hooks; each is set once, at import, by the module named in its group's comment."""
 
-    # -- set by jssync.kv.keyvalue --
+    # -- set by jssync.kv.admin --
     create_key_value: Callable[..., KeyValue]
     key_value: Callable[..., KeyValue | CodecKeyValue]
     delete_key_value: Callable[..., bool]
@@ -30,6 +30,8 @@ class JetStreamHooks:
     key_value_stores: Callable[..., Iterator[KeyValueStatus]]
     # -- set by jssync.objectstore.objectstore --
     create_object_store: Callable[..., ObjectStore]
+    update_object_store: Callable[..., ObjectStore]
+    create_or_update_object_store: Callable[..., ObjectStore]
     object_store: Callable[..., ObjectStore]
     delete_object_store: Callable[..., bool]
     object_store_names: Callable[..., Iterator[str]]

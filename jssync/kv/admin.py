@@ -220,7 +220,7 @@ def update_key_value(js: JetStream, config: api.KeyValueConfig | None = None, **
     scfg = _stream_config(config, dict(params), "update_key_value")
     try:
         current = js.stream(scfg.name or "", timeout=timeout).cached_info.config
-        scfg = _keep_uncovered(current, scfg)
+        scfg = keep_uncovered(current, scfg)
         stream = js.update_stream(scfg, timeout=timeout)
     except StreamNotFoundError as exc:
         raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {(scfg.name or '')[3:]!r} not found") from exc
@@ -236,12 +236,14 @@ _BUCKET_STREAM_FIELDS = frozenset((
     "metadata", "allow_msg_ttl", "subject_delete_marker_ttl", "mirror", "sources"))
 
 
-def _keep_uncovered(current: api.StreamConfig, scfg: api.StreamConfig) -> api.StreamConfig:
-    """``scfg`` with the fields of ``current`` no bucket option covers (and its kept unknown keys)."""
+def keep_uncovered(current: api.StreamConfig, scfg: api.StreamConfig,
+                   covered: frozenset[str] = _BUCKET_STREAM_FIELDS) -> api.StreamConfig:
+    """``scfg`` with the fields of ``current`` not in ``covered`` (the fields a bucket's options set)
+    and the unknown keys kept from its reply: what an update sends back as the server holds it."""
     from ..jetstream.model import carry_extra
 
     keep = {f.name: getattr(current, f.name) for f in dataclasses.fields(api.StreamConfig)
-            if f.name not in _BUCKET_STREAM_FIELDS and getattr(current, f.name, None) is not None}
+            if f.name not in covered and getattr(current, f.name, None) is not None}
     out = dataclasses.replace(scfg, **keep) if keep else scfg
     return carry_extra(current, out)
 

@@ -33,7 +33,7 @@ from ..base.errors import (
 )
 from ..jetstream import hooks as _js_hooks
 from ..jetstream.params import check_options, normalize_config
-from ..kv.admin import OBJ_OWN_SUBJECT, bucket_names, buckets
+from ..kv.admin import OBJ_OWN_SUBJECT, bucket_names, buckets, keep_uncovered
 from ..kv.entries import validate_bucket
 from ..kv.errors import BucketExistsError, BucketNotFoundError
 from ..kv.watcher import PushWatcher
@@ -68,8 +68,10 @@ __all__ = [
     "ObjectStoreStatus",
     "ObjectWatcher",
     "create_object_store",
+    "create_or_update_object_store",
     "delete_object_store",
     "object_store",
+    "update_object_store",
 ]
 
 DEFAULT_CHUNK_SIZE = 128 * 1024
@@ -209,23 +211,25 @@ def _rewind(out: IO[bytes], start: int | None) -> bool:
 # -- store management ---------------------------------------------------------------------------
 
 
-#: the keyword options of create_object_store
+#: the keyword options of create_object_store and friends
 _OBJ_OPTIONS = tuple(f.name for f in dataclasses.fields(api.ObjectStoreConfig)) + ("compression", "metadata",
                                                                                   "timeout")
 
+#: the stream config fields a store's options set (_store_stream_config); update_object_store sends
+#: the others (``sealed``, ``deny_delete``, ... and keys nats-py does not model) back as the server holds them
+_OBJ_STREAM_FIELDS = frozenset((
+    "name", "description", "subjects", "max_age", "max_bytes", "storage", "num_replicas", "placement",
+    "discard", "allow_rollup_hdrs", "allow_direct", "compression", "metadata"))
 
-def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = None, **params: Any) -> ObjectStore:
-    """Create an object store from an ``ObjectStoreConfig`` or its fields (``bucket=``, ``ttl=``, ...).
 
-    Options beyond ``ObjectStoreConfig``: ``compression=True``, ``metadata={...}``, ``timeout=``.
-    Creating a store that exists with the same configuration returns it.
+def _store_stream_config(config: api.ObjectStoreConfig | None, params: dict[str, Any],
+                         call: str) -> api.StreamConfig:
+    """The stream config of a store from an ``ObjectStoreConfig`` and/or its fields (pure; nothing sent).
 
     Raises:
-        InvalidBucketNameError, ValueError, TypeError: bad options (nothing sent).
-        BucketExistsError: it exists with a different configuration.
+        InvalidBucketNameError, ValidationError, TypeError: bad options.
     """
-    check_options(params, _OBJ_OPTIONS, "create_object_store")
-    timeout = params.pop("timeout", DEFAULT)
+    check_options(params, _OBJ_OPTIONS, call)
     compression = params.pop("compression", False)
     metadata = params.pop("metadata", None)
     if config is None:
@@ -255,13 +259,75 @@ def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = No
         if not isinstance(metadata, dict):
             raise TypeError("metadata must be a dict of str to str")
         scfg.metadata = dict(metadata)
+    return scfg
+
+
+def create_object_store(js: JetStream, config: api.ObjectStoreConfig | None = None, **params: Any) -> ObjectStore:
+    """Create an object store from an ``ObjectStoreConfig`` or its fields (``bucket=``, ``ttl=``, ...).
+
+    Options beyond ``ObjectStoreConfig``: ``compression=True``, ``metadata={...}``, ``timeout=``.
+    Creating a store that exists with the same configuration returns it. Blocks for the stream
+    create request, at most ``timeout`` (default: the context's).
+
+    Raises:
+        InvalidBucketNameError, ValueError, TypeError: bad options (nothing sent).
+        BucketExistsError: it exists with a different configuration.
+    """
+    params = dict(params)
+    timeout = params.pop("timeout", DEFAULT)
+    scfg = _store_stream_config(config, params, "create_object_store")
     try:
         stream = js.create_stream(scfg, timeout=timeout)
     except StreamNameInUseError as exc:
         raise BucketExistsError(exc.code, exc.err_code,
-                                f"object store {bucket!r} exists with a different configuration: "
+                                f"object store {(scfg.name or '')[4:]!r} exists with a different configuration: "
                                 f"{exc.description}") from exc
     return ObjectStore(js, stream)
+
+
+def update_object_store(js: JetStream, config: api.ObjectStoreConfig | None = None, **params: Any) -> ObjectStore:
+    """Update a store's configuration: the whole of it, built as :func:`create_object_store` builds it.
+
+    What may change is what the server lets a stream change: ``description``, ``ttl``,
+    ``max_bytes``, ``metadata``, ``compression``, ``replicas`` and ``placement`` (on a cluster);
+    ``storage`` may not (the server's APIError). Every option left out goes back to its
+    default, as on create. The stream's fields no store option covers (``sealed``,
+    ``deny_delete``, ... and keys nats-py does not model) are sent back as the server holds
+    them: blocks for one stream info request, then the update, each up to ``timeout``.
+    Objects stored stay.
+
+    Raises:
+        InvalidBucketNameError, ValueError, TypeError: bad options (nothing sent).
+        BucketNotFoundError: there is no such store.
+        jssync.APIError: a change the server refuses.
+    """
+    params = dict(params)
+    timeout = params.pop("timeout", DEFAULT)
+    scfg = _store_stream_config(config, params, "update_object_store")
+    try:
+        current = js.stream(scfg.name or "", timeout=timeout).cached_info.config
+        if current.sealed:
+            # sealing took the store's roll-ups away (a sealed stream denies purges): keep that
+            scfg.allow_rollup_hdrs = current.allow_rollup_hdrs
+        stream = js.update_stream(keep_uncovered(current, scfg, _OBJ_STREAM_FIELDS), timeout=timeout)
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(exc.code, exc.err_code,
+                                  f"object store {(scfg.name or '')[4:]!r} not found") from exc
+    return ObjectStore(js, stream)
+
+
+def create_or_update_object_store(js: JetStream, config: api.ObjectStoreConfig | None = None,
+                                  **params: Any) -> ObjectStore:
+    """Update the store (see :func:`update_object_store`), or create it if it does not exist.
+
+    Raises what those raise (bad options before anything is sent).
+    """
+    _store_stream_config(config, {k: v for k, v in params.items() if k != "timeout"},
+                         "create_or_update_object_store")
+    try:
+        return update_object_store(js, config, **params)
+    except BucketNotFoundError:
+        return create_object_store(js, config, **params)
 
 
 def object_store(js: JetStream, bucket: str, *, timeout: float | None | Default = DEFAULT) -> ObjectStore:
@@ -823,6 +889,8 @@ class _ChunkReader(PushWatcher[bytes]):
 
 # The JetStream context's object store calls (js.object_store() ...) reach this layer through its hooks.
 _js_hooks.HOOKS.create_object_store = create_object_store
+_js_hooks.HOOKS.update_object_store = update_object_store
+_js_hooks.HOOKS.create_or_update_object_store = create_or_update_object_store
 _js_hooks.HOOKS.object_store = object_store
 _js_hooks.HOOKS.delete_object_store = delete_object_store
 _js_hooks.HOOKS.object_store_names = object_store_names
