@@ -356,6 +356,7 @@ class Consumer(SummaryRepr):
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
         priority: int | None = None,
+        stop_after: int | None = None,
     ) -> ConsumeContext:
         """Consume continuously, keeping a buffer of pulled messages (ADR-37 "Consume").
 
@@ -370,6 +371,10 @@ class Consumer(SummaryRepr):
         ``jssync`` logger. Priority group options as for :meth:`fetch`, sent with every pull;
         with ``pinned_client`` a 423 clears the pin id and a new pull goes out at once
         without it (this consume stays a standby candidate; not reported as an error).
+        ``stop_after=N`` ends the consume once N messages were handed over (nats.go's
+        ``StopAfter``): no pull asks for more than what is left of N, the iterator ends
+        after the Nth (callback form: once the Nth callback returned; :meth:`ConsumeContext.wait`
+        returns), and anything received past it is nak'ed, as on :meth:`ConsumeContext.stop`.
 
         Blocks until the reply inbox is subscribed (at most the connect timeout + 5 s).
 
@@ -380,7 +385,7 @@ class Consumer(SummaryRepr):
         expires = seconds(expires, "expires")
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         opts = ConsumeOptions(max_messages, max_bytes, expires, idle_heartbeat, threshold_messages,
-                              threshold_bytes)
+                              threshold_bytes, stop_after)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         cfg = self._info.config
         ack_wait = cfg.ack_wait if cfg is not None else None

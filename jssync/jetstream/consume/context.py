@@ -191,6 +191,8 @@ class ConsumeContext(Intake, PullRunner, LeaseKeeper, Ending, CallbackLane):
                     counted = True
                     if need:
                         self._refill()
+                if self._eng.reached:  # stop_after: this is the last one, the rest is nak'ed
+                    self.stop()
                 return msg  # type: ignore[no-any-return]
         except BaseException:
             if msg is not None and msg.__class__ is not _Control:
@@ -246,6 +248,8 @@ class ConsumeContext(Intake, PullRunner, LeaseKeeper, Ending, CallbackLane):
                     counted = True
                     if need:
                         self._refill()
+                if self._eng.reached:  # stop_after: this is the last one, the rest is nak'ed
+                    self.stop()
                 return msg  # type: ignore[no-any-return]
         except BaseException:
             if msg is not None and msg.__class__ is not _Control:

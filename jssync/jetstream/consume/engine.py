@@ -142,6 +142,9 @@ class PullEngine:
             not received stays within ``max_messages`` / ``max_bytes``; the buffer may hold up
             to as much again (pending = in flight + what the buffer holds past the limit).
             The runner asks :meth:`due` after buffering a message and then calls :meth:`refill`.
+        stop_after: (``consume(stop_after=N)``) no pull asks for more than what is left of the
+            N messages (those requested and not written off count), so what the server sends
+            stays within N; :attr:`reached` once N were taken (the runner then stops). 0: no end.
 
     Raises:
         jssync.ValidationError: a limit is not an int >= 1 (max_messages) / >= 0, or a
@@ -154,12 +157,13 @@ class PullEngine:
         "req", "req_b", "rx", "rx_b", "disc", "disc_b", "taken_n", "taken_b", "_count", "open", "pulls",
         "activity", "last_act", "monitor", "_tick_n", "retry_at", "big_b", "min_pull_b", "last_pull_b",
         "rx_at_pull", "last_warning", "size_warned", "nr_outage", "wo", "single", "grouped", "early",
+        "stop_after",
     )
 
     def __init__(self, *, max_messages: int, max_bytes: int = 0, threshold_messages: int | None = None,
                  threshold_bytes: int | None = None, expires: float, heartbeat: float, stream: str = "",
                  consumer: str = "", recreate: bool = False, single: bool = False, grouped: bool = False,
-                 early: bool = False) -> None:
+                 early: bool = False, stop_after: int = 0) -> None:
         check_int(max_messages, "max_messages", maximum=MAX_I64, open_ended=True)
         check_int(max_bytes, "max_bytes", minimum=0, maximum=MAX_I64, open_ended=True)
         for name, f in (("expires", expires), ("heartbeat", heartbeat)):
@@ -181,6 +185,7 @@ class PullEngine:
         self.single = single
         self.grouped = grouped
         self.early = early
+        self.stop_after = check_int(stop_after, "stop_after", minimum=0, maximum=MAX_I64, open_ended=True)
         self.bytes_mode = max_bytes > 0
         self.state = EngineState.NEW
         #: disconnected: no pulls, no heartbeat misses
@@ -266,6 +271,11 @@ class PullEngine:
         if self.bytes_mode:
             return self.req_b - self.rx_b - self.disc_b
         return self.req - self.rx - self.disc
+
+    @property
+    def reached(self) -> bool:
+        """``stop_after`` messages were taken by the application (never with ``stop_after`` 0)."""
+        return 0 < self.stop_after <= self.taken_n
 
     @property
     def buffered(self) -> int:
@@ -553,6 +563,11 @@ class PullEngine:
     def _pull(self) -> SendPull | None:
         if self.state is not _RUNNING or self.paused or self.hold or self.resetting:
             return None
+        left = 0
+        if self.stop_after:
+            left = self.stop_after - (self.req - self.disc)  # less what is requested and alive, or received
+            if left <= 0:
+                return None
         if self.bytes_mode:
             pend_b = self._pend_b()
             if pend_b > self.thr_b:
@@ -571,6 +586,8 @@ class PullEngine:
             if batch <= 0:
                 return None
             max_bytes = 0
+        if left:
+            batch = min(batch, left)
         self.req += batch
         self.rx_at_pull = self.rx
         self.pulls += 1

@@ -93,3 +93,5 @@ class CallbackLane(ConsumeState):
                 self._report(exc)
             finally:
                 self._cb_thread = None
+            if eng.reached:  # stop_after: that was the last callback; the rest is nak'ed
+                self.stop()

@@ -57,11 +57,12 @@ class ConsumeOptions:
     """Validated consume options (ADR-37 defaults and constraints)."""
 
     __slots__ = ("max_messages", "max_bytes", "expires", "idle_heartbeat", "threshold_messages",
-                 "threshold_bytes", "bytes_mode")
+                 "threshold_bytes", "bytes_mode", "stop_after")
 
     def __init__(self, max_messages: int | None = None, max_bytes: int | None = None,
                  expires: float = DEFAULT_EXPIRES, idle_heartbeat: float | None = None,
-                 threshold_messages: int | None = None, threshold_bytes: int | None = None) -> None:
+                 threshold_messages: int | None = None, threshold_bytes: int | None = None,
+                 stop_after: int | None = None) -> None:
         if max_messages is not None and max_bytes is not None:
             raise ValidationError(
                 f"max_messages ({max_messages!r}) and max_bytes ({max_bytes!r}) are exclusive: set one of them"
@@ -97,4 +98,6 @@ class ConsumeOptions:
                                              minimum=0, maximum=self.max_bytes)
         else:
             self.threshold_bytes = self.max_bytes // 2
+        #: end after this many messages were handed to the application (0: no end)
+        self.stop_after = 0 if stop_after is None else _pos_int(stop_after, "stop_after")
 

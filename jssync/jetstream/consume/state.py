@@ -80,7 +80,7 @@ class ConsumeState:
             max_messages=opts.max_messages, max_bytes=opts.max_bytes, threshold_messages=opts.threshold_messages,
             threshold_bytes=opts.threshold_bytes, expires=opts.expires, heartbeat=opts.idle_heartbeat,
             stream=stream, consumer=consumer, recreate=self._RECREATE, grouped=prio is not None,
-            early=prio is not None and not prio.pinned)
+            early=prio is not None and not prio.pinned, stop_after=opts.stop_after)
         #: a priority group but pinned_client: a pull may be due when a message is received
         self._early = self._eng.early
         self._q: SimpleQueue[Any] = SimpleQueue()
