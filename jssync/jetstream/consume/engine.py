@@ -142,9 +142,8 @@ class PullEngine:
             not received stays within ``max_messages`` / ``max_bytes``; the buffer may hold up
             to as much again (pending = in flight + what the buffer holds past the limit).
             The runner asks :meth:`due` after buffering a message and then calls :meth:`refill`.
-        stop_after: (``consume(stop_after=N)``) no pull asks for more than what is left of the
-            N messages (those requested and not written off count), so what the server sends
-            stays within N; :attr:`reached` once N were taken (the runner then stops). 0: no end.
+        stop_after: (``consume(stop_after=N)``) no pull asks for more than what is left of N (less
+            what is requested and not written off); :attr:`reached` once N were taken. 0: no end.
 
     Raises:
         jssync.ValidationError: a limit is not an int >= 1 (max_messages) / >= 0, or a
@@ -563,11 +562,9 @@ class PullEngine:
     def _pull(self) -> SendPull | None:
         if self.state is not _RUNNING or self.paused or self.hold or self.resetting:
             return None
-        left = 0
-        if self.stop_after:
-            left = self.stop_after - (self.req - self.disc)  # less what is requested and alive, or received
-            if left <= 0:
-                return None
+        left = self.stop_after - (self.req - self.disc) if self.stop_after else 0  # stop_after: what is left
+        if self.stop_after and left <= 0:
+            return None
         if self.bytes_mode:
             pend_b = self._pend_b()
             if pend_b > self.thr_b:
