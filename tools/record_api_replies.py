@@ -84,6 +84,14 @@ def save(path: Path, version: str, scenarios: dict[str, list[dict[str, Any]]]) -
     print(f"wrote {path.relative_to(ROOT)} ({path.stat().st_size} bytes)", file=sys.stderr)
 
 
+def _with_ephemeral_name(name: str, call: Callable[[], Any]) -> Any:
+    """``call()`` with the name jssync chooses for an unnamed ephemeral consumer pinned to ``name``."""
+    from unittest import mock
+
+    with mock.patch("jssync.jetstream.consumeradmin.ephemeral_name", return_value=name):
+        return call()
+
+
 def management(nc: jssync.Connection, setup: JetStream) -> dict[str, list[dict[str, Any]]]:
     """Streams and consumers: CRUD, info, the error codes, account info."""
     setup.create_stream(name="TEMP", subjects=["temp.>"], storage=MEM)
@@ -108,7 +116,9 @@ def management(nc: jssync.Connection, setup: JetStream) -> dict[str, list[dict[s
         "create_consumer_exists": lambda js: js.create_consumer("ORDERS", durable_name="worker",
                                                                 filter_subject="orders.new", ack_wait=10.0),
         "create_consumer_stream_not_found": lambda js: js.create_consumer("MISSING", durable_name="worker"),
-        "create_ephemeral_consumer": lambda js: js.create_consumer("ORDERS", inactive_threshold=60.0),
+        # the name jssync chooses for an ephemeral, pinned so that the replay's subject and body match
+        "create_ephemeral_consumer": lambda js: _with_ephemeral_name(
+            "wO8EXjx1", lambda: js.create_consumer("ORDERS", jssync.ConsumerConfig(inactive_threshold=60.0))),
         "update_consumer": lambda js: js.update_consumer("ORDERS", durable_name="worker",
                                                          filter_subject="orders.new", ack_wait=10.0),
         "update_consumer_not_found": lambda js: js.update_consumer("ORDERS", durable_name="ghost"),

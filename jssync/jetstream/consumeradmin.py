@@ -8,6 +8,8 @@ server replies.
 
 from __future__ import annotations
 
+import copy
+import secrets
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -73,6 +75,15 @@ def consumer_model(resp: Any, what: str = "consumer info") -> api.ConsumerInfo:
     return info
 
 
+_NAME_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def ephemeral_name() -> str:
+    """A name for an ephemeral consumer the application did not name: 8 random letters and digits
+    (as nats.go chooses them), valid on any subject and in any permission pattern."""
+    return "".join(secrets.choice(_NAME_CHARS) for _ in range(8))
+
+
 class ConsumerAdmin(APIRoom):
     """Consumer management of a JetStream context (a room of :class:`jssync.JetStream`)."""
 
@@ -82,6 +93,12 @@ class ConsumerAdmin(APIRoom):
 
         validate_name(stream)
         name = config.name or config.durable_name
+        if not name:
+            # an ephemeral: a name of the client's choosing, on the named-create subject (ADR-37,
+            # as nats.go), so permissions written for that form accept it
+            name = ephemeral_name()
+            config = copy.copy(config)  # (the caller's stays as it was; attached fields come along)
+            config.name = name
         prio = _priority.of_config(config)
         if prio.policy is not None:
             from .features import require
@@ -114,7 +131,9 @@ class ConsumerAdmin(APIRoom):
 
     def create_consumer(self, stream: str, config: api.ConsumerConfig | None = None, *,
                         timeout: float | None | Default = DEFAULT, **params: Unpack[ConsumerParams]) -> Consumer:
-        """Create a consumer on ``stream`` (durable with ``durable_name``/``name``, else ephemeral).
+        """Create a consumer on ``stream``: durable with ``durable_name``, else ephemeral (named
+        ``name``, or 8 random letters and digits jssync chooses), on the named-create subject
+        ``$JS.API.CONSUMER.CREATE.<stream>.<name>``. Blocks for one request, up to ``timeout``.
 
         Raises:
             ValueError, TypeError: invalid name, filter or option (nothing is sent).

@@ -41,12 +41,28 @@ def test_a_consumer_on_a_missing_stream_raises_stream_not_found_naming_the_strea
     assert replay.done()
 
 
-def test_an_ephemeral_consumer_gets_its_name_from_the_server():
+def test_an_ephemeral_consumer_is_created_under_a_name_the_client_chose(monkeypatch):
+    import jssync.jetstream.consumeradmin as admin
+
+    names = iter(["wO8EXjx1"])
+    monkeypatch.setattr(admin, "ephemeral_name", lambda: next(names))
     js, replay = recorded_context("jetstream", "management", "create_ephemeral_consumer")
-    consumer = js.create_consumer("ORDERS", inactive_threshold=60.0)
-    assert consumer.name == reply_of("jetstream", "management", "create_ephemeral_consumer")["name"]
-    assert replay.sent[0][0] == "$JS.API.CONSUMER.CREATE.ORDERS"
+    config = jssync.ConsumerConfig(inactive_threshold=60.0)
+    consumer = js.create_consumer("ORDERS", config)
+    assert consumer.name == reply_of("jetstream", "management", "create_ephemeral_consumer")["name"] == "wO8EXjx1"
+    subject, body, _ = replay.sent[0]
+    assert subject == "$JS.API.CONSUMER.CREATE.ORDERS.wO8EXjx1"  # the named form (ADR-37), as nats.go
+    assert body["config"]["name"] == "wO8EXjx1" and "durable_name" not in body["config"]
+    assert config.name is None  # the caller's config is left as it was
     assert replay.done()
+
+
+def test_ephemeral_names_are_eight_letters_or_digits_and_differ():
+    from jssync.jetstream.consumeradmin import ephemeral_name
+
+    names = {ephemeral_name() for _ in range(200)}
+    assert len(names) == 200
+    assert all(len(n) == 8 and n.isalnum() and n.isascii() for n in names)
 
 
 def test_update_consumer_sends_the_update_action():
