@@ -14,6 +14,7 @@ from ..base.errors import PullRequestError, TimeoutError, UnknownOptionError, Va
 from ..base.reprs import Rows, SummaryRepr
 from ..core.hooks import HOOKS as _CORE
 from ..core.msg import Msg
+from .consume.options import DEFAULT_MAX_MESSAGES
 from .priority import Pins, PriorityConfig, PullPriority, of, pull_options, validate_group
 from .pull import (
     BYTES_ONLY_BATCH,
@@ -151,9 +152,14 @@ class Consumer(SummaryRepr):
               priority: int | None) -> PullPriority | None:
         return pull_options(self.priority, self.name, group, min_pending, min_ack_pending, priority)
 
-    def _check_limits(self, call: str, batch: int, max_bytes: int) -> None:
-        """Refuse a pull the consumer's pull request limits (``max_batch``, ``max_bytes``) would refuse."""
+    def _check_limits(self, call: str, batch: int, max_bytes: int, expires: float | None = None) -> None:
+        """Refuse a pull the consumer's pull request limits (``max_batch``, ``max_bytes``,
+        ``max_expires``) would refuse (the server's 409 "Exceeded MaxRequest..." otherwise)."""
         cfg = self._info.config
+        limit_s = getattr(cfg, "max_expires", None)
+        if limit_s and expires is not None and expires > limit_s:
+            raise ValidationError(f"{call} with expires {expires:g}s: consumer {self.name!r} has max_expires "
+                                  f"{limit_s:g}s (the longest one pull request may wait); pass expires= at most that")
         limit = getattr(cfg, "max_batch", None)
         if limit and batch > limit:
             raise ValidationError(f"{call} of {batch} messages: consumer {self.name!r} has max_batch {limit} "
@@ -212,7 +218,8 @@ class Consumer(SummaryRepr):
 
         Raises:
             ValueError: a bad argument, or more messages (bytes) than the consumer's ``max_batch``
-                (``max_bytes``) in :attr:`cached_info` allow (nothing is sent).
+                (``max_bytes``) in :attr:`cached_info` allow, or ``expires`` over its
+                ``max_expires`` (nothing is sent).
             jssync.UnknownOptionError: ``timeout=`` given (also a TypeError).
             jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError,
             jssync.PullRequestError (400), jssync.NoRespondersError (no such consumer):
@@ -221,7 +228,7 @@ class Consumer(SummaryRepr):
         expires = seconds(expires, "expires")
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         batch, mb = validate_fetch(max_messages, max_bytes, expires, idle_heartbeat)
-        self._check_limits("fetch", batch, mb)
+        self._check_limits("fetch", batch, mb, expires)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
                      idle_heartbeat=idle_heartbeat, ack_none=self._ack_none, prio=prio, pins=self._pins)
@@ -250,7 +257,7 @@ class Consumer(SummaryRepr):
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
         batch, mb = validate_fetch(self._bytes_only_batch() if max_messages is None else max_messages, max_bytes,
                                    expires, idle_heartbeat)
-        self._check_limits("fetch_bytes", batch, mb)
+        self._check_limits("fetch_bytes", batch, mb, expires)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         return fetch(self._js, self.stream, self.name, batch, max_bytes=mb, expires=expires,
                      idle_heartbeat=idle_heartbeat, ack_none=self._ack_none, prio=prio, pins=self._pins)
@@ -371,6 +378,9 @@ class Consumer(SummaryRepr):
         ``jssync`` logger. Priority group options as for :meth:`fetch`, sent with every pull;
         with ``pinned_client`` a 423 clears the pin id and a new pull goes out at once
         without it (this consume stays a standby candidate; not reported as an error).
+        The consumer's pull request limits (:attr:`cached_info`) bound the options: ``max_messages``
+        (default 500, or the consumer's ``max_batch`` when lower) may not be over ``max_batch``,
+        ``max_bytes`` over its ``max_bytes``, ``expires`` over its ``max_expires``.
         ``stop_after=N`` ends the consume once N messages were handed over (nats.go's
         ``StopAfter``): no pull asks for more than what is left of N, the iterator ends
         after the Nth (callback form: once the Nth callback returned; :meth:`ConsumeContext.wait`
@@ -384,8 +394,12 @@ class Consumer(SummaryRepr):
         """
         expires = seconds(expires, "expires")
         idle_heartbeat = optional_seconds(idle_heartbeat, "idle_heartbeat")
+        limit = getattr(self._info.config, "max_batch", None)
+        if max_messages is None and max_bytes is None and limit and limit < DEFAULT_MAX_MESSAGES:
+            max_messages = limit  # the default buffer, within what one pull may ask for
         opts = ConsumeOptions(max_messages, max_bytes, expires, idle_heartbeat, threshold_messages,
                               threshold_bytes, stop_after)
+        self._check_limits("consume", 0 if opts.bytes_mode else opts.max_messages, opts.max_bytes, opts.expires)
         prio = self._prio(group, min_pending, min_ack_pending, priority)
         cfg = self._info.config
         ack_wait = cfg.ack_wait if cfg is not None else None

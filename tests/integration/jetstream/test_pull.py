@@ -282,7 +282,9 @@ def test_fetch_exceeded_max_waiting(js, stream):
 
 
 def test_consume_warns_on_exceeded_limits(js, stream):
-    c = raw_consumer(js, stream, "LIM", max_batch=5)
+    # a handle made before another tool set the limit (one that knows it refuses the consume)
+    c = durable(stream, "LIM")
+    raw_consumer(js, stream, "LIM", max_batch=5)
     errors = []
     with c.consume(max_messages=10, expires=1, idle_heartbeat=0.5, error_cb=errors.append):
         wait_for(lambda: any(isinstance(e, PullRequestError) for e in errors), what="409 warning")

@@ -138,7 +138,9 @@ def test_consume_max_bytes_with_repeated_header_keys_does_not_stall(nats_server,
 
 
 def test_consume_repulls_after_a_409_warning(js, stream):
-    c = raw_consumer(js, stream, "W", max_batch=5)
+    # a handle made before another tool set the limit (one that knows it refuses the consume)
+    c = js.create_consumer(stream.name, durable_name="W", ack_policy="explicit")
+    raw_consumer(js, stream, "W", max_batch=5)
     errors: list[BaseException] = []
     with c.consume(max_messages=10, expires=20, idle_heartbeat=5, error_cb=errors.append) as it:
         wait_for(lambda: any(isinstance(e, PullRequestError) and "MaxRequestBatch" in e.description

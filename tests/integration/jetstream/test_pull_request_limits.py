@@ -73,3 +73,43 @@ def test_a_fetch_larger_than_max_batch_is_refused_naming_both_numbers(js, stream
     # fetch_bytes asks for as many messages as max_batch allows, not a batch the server refuses
     res = c.fetch_bytes(1024, expires=0.5)
     assert list(res) == [] and res.error is None
+
+
+def _watch_pulls(nc, stream: str, consumer: str) -> list[bytes]:
+    seen: list[bytes] = []
+    nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", callback=lambda m: seen.append(m.data))
+    nc.flush()
+    return seen
+
+
+def test_a_fetch_or_consume_expiring_later_than_max_expires_is_refused_naming_both(nc, js, stream):
+    c = js.create_consumer(stream.name, durable_name="E", ack_policy="explicit", max_expires="5s")
+    pulls = _watch_pulls(nc, stream.name, "E")
+    with pytest.raises(jssync.ValidationError, match=r"fetch with expires 10s: .*max_expires 5s"):
+        c.fetch(1, expires=10.0)
+    with pytest.raises(jssync.ValidationError, match=r"fetch_bytes with expires 6s: .*max_expires 5s"):
+        c.fetch_bytes(1024, expires="6s")
+    with pytest.raises(jssync.ValidationError, match=r"consume with expires 30s: .*max_expires 5s"):
+        c.consume()  # the default expiry (30 s) is over the limit too
+    nc.flush()
+    assert pulls == []
+    js.publish(f"{stream.name}.a", b"x")
+    assert len(list(c.fetch(1, expires=5.0))) == 1  # at the limit: sent, and answered
+
+
+def test_a_consume_buffer_over_max_batch_is_refused_and_the_default_one_fits(nc, js, stream):
+    c = js.create_consumer(stream.name, durable_name="C", ack_policy="explicit", max_batch=10)
+    pulls = _watch_pulls(nc, stream.name, "C")
+    with pytest.raises(jssync.ValidationError, match=r"consume of 20 messages: .*max_batch 10"):
+        c.consume(max_messages=20)
+    nc.flush()
+    assert pulls == []
+    for _ in range(3):
+        js.publish(f"{stream.name}.a", b"x")
+    errors: list[BaseException] = []
+    with c.consume(error_cb=errors.append) as messages:  # default options: a buffer of max_batch
+        for _ in range(3):
+            messages.next(timeout=5.0).ack()
+    nc.flush()
+    assert pulls and all(json.loads(p)["batch"] <= 10 for p in pulls), pulls
+    assert errors == []
