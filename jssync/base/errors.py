@@ -21,6 +21,7 @@ jssync at run time. Everything a user can catch derives from :class:`Error`
     ├── ForkError, ConnectionClosedError > RequestCancelledError, NoServersError, ReconnectBufferExceededError
     ├── AuthorizationError, PermissionDeniedError (.operation, .subject)
     ├── NoRespondersError, SlowConsumerError (.subject, .dropped), SubscriptionClosedError
+    ├── LoopStalledError (.seconds, .running)
     ├── jssync.micro.ServiceError (.code, .description, .data)
     └── JetStreamError
         ├── APIError (.code, .err_code, .description) = JetStreamAPIError
@@ -241,6 +242,21 @@ class SlowConsumerError(Error):
 
 class SubscriptionClosedError(Error):
     """The subscription was unsubscribed or its connection closed."""
+
+
+class LoopStalledError(Error):
+    """The connection's I/O thread did not run for more than a second (reported to ``error_cb``).
+
+    Something blocked the I/O loop (a callback scheduled on it that blocks, a C extension
+    holding the GIL); messages, acks and heartbeats of that connection waited meanwhile.
+    Reported once per stall, by the connection's timer thread. ``.seconds``: how long it
+    had not run when reported; ``.running``: what it was running (``function (file:line)``).
+    """
+
+    def __init__(self, thread: str, seconds: float, running: str) -> None:
+        super().__init__(f"the I/O thread {thread} has not run for {seconds:.1f} s; it is running {running}")
+        self.seconds = seconds
+        self.running = running
 
 
 class JetStreamError(Error):

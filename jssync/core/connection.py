@@ -130,6 +130,7 @@ class Connection:
         check_resolvable(self._urls, timeout)  # before any thread starts: nothing to tear down
         self._pool = WorkerPool(f"jssync-{self._id}", callback_workers, self._report_error)
         self._loop = IOLoop(f"jssync-io-{self._id}")
+        self._loop.clock.report = self._report_error  # a stalled I/O loop goes to error_cb
         # the rooms' calls, bound once: no extra call layer per message
         self._out = out = Outbound(self, self._loop, self._pool, reconnect_buffer_size)
         self._pubq = out.q

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from ..base.deadline import Deadline
 from ..base.errors import ConnectionClosedError, ForkError, TimeoutError, translate
+from .clock import Clock
 
 T = TypeVar("T")
 log = logging.getLogger("jssync")
@@ -39,6 +40,10 @@ class IOLoop:
     Coroutines are handed over with :meth:`submit` (a ``concurrent.futures.Future``) and
     waited for with :meth:`run`, which waits in slices of at most 0.1 s so Ctrl-C
     reaches the caller; an interrupted or timed-out operation is cancelled.
+
+    ``clock`` is the connection's one timer thread (core/clock.py): heartbeat alarms and
+    engine timers armed there run on this loop; it starts with its first alarm and stops
+    with :meth:`stop`.
     """
 
     def __init__(self, name: str) -> None:
@@ -50,6 +55,9 @@ class IOLoop:
         self._stopped = False
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        #: the timer thread whose alarms run on this loop (started by its first alarm)
+        self.clock = Clock(name.replace("-io-", "-clock-") if "-io-" in name else f"{name}-clock",
+                           self.loop, self.thread)
         _loops.add(self)
         self.thread.start()
         self._ready.wait()
@@ -150,6 +158,7 @@ class IOLoop:
         if self._stopped:
             return
         self._stopped = True
+        self.clock.stop()
         if self.forked:
             return
         try:

@@ -1,15 +1,15 @@
 """The runner: the only consuming code that turns the pure parts' answers into I/O.
 
-:class:`HeartbeatTimer` owns the one timer of one :class:`HeartbeatMonitor`: an
-``asyncio`` timer on the connection's I/O thread, armed at the monitor's
-:meth:`~HeartbeatMonitor.next_deadline`, never a thread per alarm.
+:class:`HeartbeatTimer` owns the one alarm of one :class:`HeartbeatMonitor`, armed at the
+monitor's :meth:`~HeartbeatMonitor.next_deadline`; :class:`LoopTimer` the one alarm of a pure
+engine (``ArmTimer``) or of a lease check. Both arm on the connection's one timer thread
+(``conn.internal.loop.clock``, core/clock.py: a heap of deadlines, never a thread per alarm),
+which posts each alarm to the I/O thread; they handle it there.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -17,13 +17,12 @@ from ...base.errors import Error
 from .heartbeat import HeartbeatMonitor
 
 if TYPE_CHECKING:
+    from ...core.clock import Alarm
     from ...core.loop import IOLoop
 
 __all__ = ["HeartbeatTimer"]
 
 log = logging.getLogger("jssync")
-
-_monotonic = time.monotonic
 
 
 class HeartbeatTimer:
@@ -38,18 +37,19 @@ class HeartbeatTimer:
         on_miss: called on the I/O thread for each miss (it must not block).
     """
 
-    __slots__ = ("monitor", "_loop", "_on_miss", "_handle", "_stopped")
+    __slots__ = ("monitor", "_clock", "_loop", "_on_miss", "_handle", "_stopped")
 
     def __init__(self, loop: IOLoop, interval: float, on_miss: Callable[[], None]) -> None:
-        self.monitor = HeartbeatMonitor(interval, _monotonic())
+        self._clock = loop.clock
+        self.monitor = HeartbeatMonitor(interval, self._clock.now())
         self._loop = loop
         self._on_miss = on_miss
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: Alarm | None = None
         self._stopped = False
 
     def seen(self) -> None:
         """A message or status arrived (I/O thread)."""
-        self.monitor.seen(_monotonic())
+        self.monitor.seen(self._clock.now())
 
     def start(self) -> None:
         """Start watching from now (any thread, no wait; nothing when the connection is closed)."""
@@ -78,7 +78,7 @@ class HeartbeatTimer:
     def _restart(self) -> None:
         if self._stopped:
             return
-        self.monitor.resumed(_monotonic())
+        self.monitor.resumed(self._clock.now())
         self._arm()
 
     def _cancel(self) -> None:
@@ -91,14 +91,14 @@ class HeartbeatTimer:
         at = self.monitor.next_deadline()
         if self._stopped or at is None:
             return
-        self._handle = self._loop.loop.call_later(max(at - _monotonic(), 0.001), self._fire)
+        self._handle = self._clock.at(at, self._fire)
 
     def _fire(self) -> None:
         self._handle = None
         if self._stopped:
             return
         try:
-            if self.monitor.check(_monotonic()):
+            if self.monitor.check(self._clock.now()):
                 self._on_miss()
         except Exception:  # noqa: BLE001 - the timer must go on
             log.exception("heartbeat miss handler %r raised", self._on_miss)
@@ -109,8 +109,8 @@ class LoopTimer:
     """One timer on the connection's I/O loop that calls ``fn()`` there at a given time.
 
     The timer of a pure engine (:class:`~jssync.jetstream.consume.engine.PullEngine`'s
-    ``ArmTimer``) and of a consume's lease checks. Times are the loop's clock
-    (``loop.time()``, monotonic). :meth:`arm` may be called from any thread and never
+    ``ArmTimer``) and of a consume's lease checks. Times are the connection's clock
+    (:meth:`now`, monotonic). :meth:`arm` may be called from any thread and never
     waits; arming again replaces the pending call; ``arm(None)`` cancels it.
 
     Args:
@@ -119,19 +119,20 @@ class LoopTimer:
             raises is logged).
     """
 
-    __slots__ = ("_loop", "_fn", "_handle")
+    __slots__ = ("_loop", "_clock", "_fn", "_handle")
 
     def __init__(self, loop: IOLoop, fn: Callable[[], None]) -> None:
         self._loop = loop
+        self._clock = loop.clock
         self._fn = fn
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: Alarm | None = None
 
     def now(self) -> float:
-        """The loop's clock (the time to pass to the engine's events)."""
-        return self._loop.loop.time()
+        """The connection's clock (the time to pass to the engine's events)."""
+        return self._clock.now()
 
     def arm(self, at: float | None) -> None:
-        """Call ``fn`` at ``at`` (loop time), replacing any pending call; None: cancel (any thread)."""
+        """Call ``fn`` at ``at`` (:meth:`now` time), replacing any pending call; None: cancel (any thread)."""
         if self._loop.in_loop_thread():
             self._arm(at)
             return
@@ -142,7 +143,7 @@ class LoopTimer:
 
     def after(self, delay: float) -> None:
         """Call ``fn`` ``delay`` seconds from now (any thread)."""
-        self.arm(_monotonic() + delay)
+        self.arm(self._clock.now() + delay)
 
     def _arm(self, at: float | None) -> None:
         h, self._handle = self._handle, None
@@ -150,10 +151,7 @@ class LoopTimer:
             h.cancel()
         if at is None:
             return
-        try:
-            self._handle = self._loop.loop.call_at(at, self._fire)
-        except RuntimeError:  # pragma: no cover - the loop is closing
-            self._handle = None
+        self._handle = self._clock.at(at, self._fire)
 
     def _fire(self) -> None:
         self._handle = None
