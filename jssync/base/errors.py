@@ -378,8 +378,27 @@ class JetStreamNotEnabledError(ServiceUnavailableError):
     reason = "not_enabled"
 
 
-class ConsumerDeletedError(JetStreamError):
-    """The consumer was deleted while being consumed."""
+class ConsumerDeletedError(ConsumerNotFoundError):
+    """The consumer was deleted while being consumed: what every reader whose consumer was
+    deleted under it ends with (the pull consume, ``fetch``, a push subscription's iterator
+    and callback). A :class:`ConsumerNotFoundError` too, so one ``except
+    jssync.ConsumerNotFoundError`` catches a consumer missing at the start and one deleted
+    while being read.
+
+    Attributes:
+        code: 409 for the server's "409 Consumer Deleted" status, else 404 (found gone).
+        err_code: 10014 when the consumer's info said it is not found, else None.
+        stream, consumer: their names when known, else None (the message names them too).
+    """
+
+    def __init__(self, message: str = "the consumer was deleted", *, code: int | None = 409,
+                 err_code: int | None = None, stream: str | None = None, consumer: str | None = None) -> None:
+        self.code = code
+        self.err_code = err_code
+        self.description = message
+        self.stream = stream
+        self.consumer = consumer
+        Exception.__init__(self, message)
 
 
 class ConsumerIsPushBasedError(JetStreamError):

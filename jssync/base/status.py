@@ -215,7 +215,7 @@ def status_error(status: Status, stream: str, consumer: str) -> JetStreamError |
     if status.code == 409:
         low = d.lower()
         if "consumer deleted" in low:
-            return ConsumerDeletedError(f"{where} was deleted ({status.code} {d})")
+            return ConsumerDeletedError(f"{where} was deleted ({status.code} {d})", stream=stream, consumer=consumer)
         if "consumer is push based" in low:
             return ConsumerIsPushBasedError(
                 f"{where} is a push consumer: it cannot be pulled from ({status.code} {d})"

@@ -133,6 +133,10 @@ class Connection:
         self._loop.clock.report = self._report_error  # a stalled I/O loop goes to error_cb
         # the rooms' calls, bound once: no extra call layer per message
         self._out = out = Outbound(self, self._loop, self._pool, reconnect_buffer_size)
+        # the terminal acks of the last moments before an outage are sent again after it
+        links.disconnect_listeners.append(out.journal.on_disconnect)
+        links.reconnect_listeners.append(out.journal.on_reconnect)
+        self._loop.call_soon(out.journal.start, self._loop.loop)
         self._pubq = out.q
         self._sockpath = out.sockpath
         self._enqueue = out.enqueue

@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from ..base.errors import ConnectionClosedError
     from .connection import Connection
@@ -60,9 +59,6 @@ class ConnectionInternal:
     - ``make_subscription(subject, queue, callback, pending_msgs_limit, check_permissions=)``:
       ``subscribe`` without argument checks; without ``check_permissions`` it does not wait
       for the server (no PING/PONG), e.g. a fresh inbox under a prefix already allowed.
-    - ``set_ack_hook(fn)``: ``fn(reply, payload)`` is called (in the sending thread, after the
-      ack was queued) for every terminal ack (+ACK, -NAK, +TERM) queued on this connection,
-      jssync's own naks included; None removes it. One hook per connection.
     - ``link_state() -> str | None``: while not connected, why a call may time out (the
       connection is reconnecting: to which server, which attempt; or it gave up); else None.
 
@@ -104,10 +100,6 @@ class ConnectionInternal:
         self.unsubscribe = conn._unsubscribe
         self.link_state = conn._link_state
         self.make_subscription = conn._make_subscription
-
-    def set_ack_hook(self, fn: Callable[[str, bytes], None] | None) -> None:
-        """Call ``fn(reply, payload)`` for every terminal ack queued from now on (None: stop)."""
-        self._conn._out.ack_hook = fn
 
     @property
     def closed(self) -> bool:

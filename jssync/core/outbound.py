@@ -32,12 +32,12 @@ from ..base.errors import ConnectionClosedError, ReconnectBufferExceededError, T
 from . import natspy as _natspy
 from . import sockpath as _sockpath
 from . import wire as _wire
+from .ackjournal import AckJournal
 from .msg import ACK_SENT, Msg
 from .natspy import CLOSED as _NC_CLOSED
 from .natspy import STATUS as _NC_STATUS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from .connection import Connection
     from .loop import IOLoop
@@ -77,8 +77,10 @@ class Outbound:
         self.close_lock = conn._close_lock  # (also the ack lock: see send_ack)
         self.nc: Any = None
         self.q: deque[tuple[str, bytes, str, dict[str, str] | None]] = deque()
-        #: called with (reply, payload) for each terminal ack queued (ConnectionInternal.set_ack_hook)
-        self.ack_hook: Callable[[str, bytes], None] | None = None
+        #: (reply, payload) of the terminal acks queued lately: the current bucket of the
+        #: connection's ack journal (core/ackjournal.py), which swaps it
+        self.acks: list[tuple[str, bytes]] = []
+        self.journal = AckJournal(self, lambda: conn._closed)
         self.scheduled = False
         self.task: asyncio.Task[None] | None = None
         self.idle: asyncio.Event | None = None
@@ -196,9 +198,7 @@ class Outbound:
         finally:
             lock.release()
         if terminal:
-            hook = self.ack_hook
-            if hook is not None:
-                hook(msg.reply, payload)
+            self.acks.append((msg.reply, payload))  # the ack journal: sent again after a reconnect
         if not self.scheduled:
             self._schedule_kick()
         return True

@@ -12,8 +12,10 @@ A base of :class:`jssync.JetStreamSubscription` (not used alone), two jobs:
   when its consumer or stream is deleted; the heartbeats just stop. So once 1.5 x the idle
   heartbeat passed without a message or a heartbeat, the subscription asks the server
   (``CONSUMER.INFO``, on the worker pool, one at a time); when the answer is
-  :class:`jssync.ConsumerNotFoundError` or :class:`jssync.StreamNotFoundError`, the
-  subscription ends with it: the iterator raises it once the buffered messages were read
+  :class:`jssync.ConsumerNotFoundError` the subscription ends with
+  :class:`jssync.ConsumerDeletedError` (a ConsumerNotFoundError too, what the pull consume
+  raises), when it is :class:`jssync.StreamNotFoundError`, with that: the iterator raises it
+  once the buffered messages were read
   (as the ordered pull consume does with StreamNotFoundError), the callback form reports it
   to the error callback. An ordered subscription recreates a deleted consumer at once (it
   would at its heartbeat alarm), and ends only when its stream is gone.
@@ -24,7 +26,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..base.errors import ConsumerNotFoundError, Error, StreamNotFoundError
+from ..base.errors import ConsumerDeletedError, ConsumerNotFoundError, Error, StreamNotFoundError
 from ..core.msg import Msg
 from .consume.gaps import GapTracker
 from .consume.heartbeat import HeartbeatMonitor
@@ -178,7 +180,12 @@ class PushWatch(Leasing):
                 self._gone(exc)
             except ConsumerNotFoundError as exc:
                 if not self.ordered:
-                    self._gone(exc)
+                    gone = ConsumerDeletedError(
+                        f"consumer {name!r} on stream {self.stream_name!r} was deleted under the "
+                        f"subscription ({exc})", code=exc.code, err_code=exc.err_code,
+                        stream=self.stream_name, consumer=name)
+                    gone.__cause__ = exc
+                    self._gone(gone)
                 elif self.consumer_name == name:  # (not reset meanwhile) recreate it now
                     self._conn.internal.loop.call_soon(self._consumer_lost, gen)
             except Exception:  # noqa: BLE001 - no leader, timeout, closed: the next silence asks again

@@ -189,7 +189,8 @@ class PullRunner(ConsumeState):
         except NotFoundError as exc:
             gone = ConsumerDeletedError(
                 f"consumer {self.consumer!r} on stream {self.stream!r} no longer exists "
-                f"(pulls get no responders; {exc})")
+                f"(pulls get no responders; {exc})", code=404, err_code=getattr(exc, "err_code", None),
+                stream=self.stream, consumer=self.consumer)
             gone.__cause__ = exc
             try:
                 self._conn.internal.loop.call_soon(self._terminal, gone)

@@ -1,6 +1,6 @@
 """A push subscription whose consumer or stream is deleted ends with the error that says so
-(ConsumerNotFoundError / StreamNotFoundError), promptly after the first missed heartbeat, as
-every other reader does; real server."""
+(ConsumerDeletedError, a ConsumerNotFoundError too, as the pull consume / StreamNotFoundError),
+promptly after the first missed heartbeat, as every other reader does; real server."""
 
 from __future__ import annotations
 
@@ -55,9 +55,11 @@ def test_durable_iterator_ends_when_its_consumer_is_deleted(js, stream):
         wait_for(lambda: sub.pending_msgs == 3, timeout=5, what="3 buffered")
         js.delete_consumer(name, "D")
         err = _read_to_the_end(sub, 3)
-        assert type(err) is jssync.ConsumerNotFoundError, repr(err)
+        assert type(err) is jssync.ConsumerDeletedError, repr(err)  # what the pull consume raises
+        assert isinstance(err, jssync.ConsumerNotFoundError)
+        assert (err.stream, err.consumer) == (name, "D")
         assert sub.is_closed
-        with pytest.raises(jssync.ConsumerNotFoundError):  # and again
+        with pytest.raises(jssync.ConsumerDeletedError):  # and again
             sub.next_msg(timeout=0.1)
     finally:
         sub.unsubscribe()
@@ -91,10 +93,10 @@ def test_callback_subscription_reports_its_deleted_consumer_once_and_ends(js, st
         wait_for(lambda: len(got) == 3, timeout=5, what="3 handled")
         js.delete_consumer(name, "D")
         start = time.monotonic()
-        assert gone.wait(PROMPT * FACTOR), f"no ConsumerNotFoundError; got {errors!r}"
+        assert gone.wait(PROMPT * FACTOR), f"no ConsumerDeletedError; got {errors!r}"
         assert time.monotonic() - start < PROMPT * FACTOR
         wait_for(lambda: sub.is_closed, timeout=2, what="the subscription ended")
-        assert [type(e) for e in errors if isinstance(e, jssync.NotFoundError)] == [jssync.ConsumerNotFoundError]
+        assert [type(e) for e in errors if isinstance(e, jssync.NotFoundError)] == [jssync.ConsumerDeletedError]
         assert sub.error is not None
     finally:
         sub.unsubscribe()
