@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from nats.js import api
 
+from ..base.backoff import Backoff, retry
 from ..base.deadline import Deadline
 from ..base.errors import (
     Error,
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from .handle import KeyValue
 
 log = logging.getLogger("jssync")
+
+#: a watcher's first consumer, while the server does not answer: 0.1 s, doubling up to 1.6 s
+_CREATE_RETRY = Backoff(0.1, 1.6)
 
 #: A watcher's subscription ended (a sentinel, distinct from None: no message yet).
 _CLOSED: Any = object()
@@ -296,24 +300,23 @@ class PushWatcher(Generic[T]):
 
     def _create_first(self, deadline: Deadline | None) -> api.ConsumerInfo | None:
         """Create the first consumer: once within the context's timeout, or, with a
-        ``deadline`` (a listing's own timeout), retried while the server does not answer."""
+        ``deadline`` (a listing's own timeout), retried while the server does not answer
+        (waiting :data:`_CREATE_RETRY` between attempts, never past ``deadline``)."""
         if deadline is None:
             return self._create(first=True, timeout=self._js.timeout)
-        failed = 0
-        while True:
+
+        def once(_failures: int) -> api.ConsumerInfo | None:
             left = deadline.remaining()
-            try:
-                return self._create(first=True, timeout=self._js.timeout if left is None
-                                    else max(0.001, min(self._js.timeout, left)))
-            except Error as exc:
-                # the request lost with the connection, or JetStream not answering yet
-                if deadline.expired() or self._stopped or not worth_retrying(exc, timeouts=True):
-                    raise
-                failed += 1
-                log.debug("%s on %s: creating the consumer failed (%s), retrying", self._what,
-                          self._stream_name, exc)
-                left = deadline.remaining()
-                time.sleep(min(1.0 if left is None else left, 0.05 * 2 ** min(failed, 5)))
+            return self._create(first=True, timeout=self._js.timeout if left is None
+                                else max(0.001, min(self._js.timeout, left)))
+
+        def worth(exc: Exception) -> bool:
+            # the request lost with the connection, or JetStream not answering yet
+            return isinstance(exc, Error) and not self._stopped and worth_retrying(exc, timeouts=True)
+
+        return retry(once, _CREATE_RETRY, deadline, worth_retrying=worth,
+                     on_retry=lambda exc: log.debug("%s on %s: creating the consumer failed (%s), retrying",
+                                                    self._what, self._stream_name, exc))
 
     def _count_initial(self, info: api.ConsumerInfo | None) -> None:
         """While the initial values are not all read: how many messages of the consumer just

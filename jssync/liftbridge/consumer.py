@@ -13,13 +13,13 @@ to ``resubscribe_wait_time`` seconds. The reading and the handing out stay in
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
+from ..base.backoff import Backoff
 from ..base.deadline import Deadline
 from ..base.errors import (
     APIError,
@@ -46,6 +46,8 @@ log = logging.getLogger("jssync")
 #: Jittered wait between resubscribe attempts (the guide: 10 to 500 ms).
 RETRY_MIN = 0.01
 RETRY_MAX = 0.5
+#: that wait: uniform between RETRY_MIN and RETRY_MAX, the same after every failure
+RETRY_WAIT = Backoff(RETRY_MAX, RETRY_MAX, factor=1.0, jitter=1 - RETRY_MIN / RETRY_MAX)
 
 
 class PartitionConsumer:
@@ -203,7 +205,7 @@ class PartitionConsumer:
             return
         if self._closed:
             return
-        self._attempt_at = time.monotonic() + random.uniform(RETRY_MIN, RETRY_MAX)
+        self._attempt_at = time.monotonic() + RETRY_WAIT.delay(0)
         budget = max(0.2, min(self._js.timeout, self._resub_wait - (now - self._fail_since)))
         rem = deadline.remaining()
         if rem is not None:

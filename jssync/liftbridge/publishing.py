@@ -12,12 +12,12 @@ from __future__ import annotations
 import concurrent.futures
 import datetime as _dt
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from ..base.backoff import Backoff
 from ..base.deadline import Deadline, Default
 from ..base.errors import (
     Error,
@@ -49,7 +49,7 @@ from .codec import (
     run_partitioner,
     user_headers,
 )
-from .consumer import RETRY_MAX, RETRY_MIN, _sleep
+from .consumer import RETRY_WAIT
 from .errors import NoSuchPartitionError
 from .meta import Metadata, replica_active_seconds, replica_states
 from .routing import MAX_ATTEMPTS, Routing
@@ -58,6 +58,9 @@ if TYPE_CHECKING:
     from . import Client
 
 log = logging.getLogger("jssync")
+
+#: ack policy ALL: how often the replicas' state is polled (2 ms, doubling up to 50 ms)
+_REPLICA_POLL = Backoff(0.002, 0.05)
 
 
 class Publisher(Routing):
@@ -204,7 +207,7 @@ class Publisher(Routing):
                     subject=psubject, disconnected=self._conn.internal.link_state() is not None,
                 ) from last
             log.debug("jssync.liftbridge: publish to %s: %s; retrying", psubject, last)
-            _sleep(random.uniform(RETRY_MIN, RETRY_MAX), deadline)
+            RETRY_WAIT.sleep(0, deadline)
 
     def _captured(self, psubject: str, deadline: Deadline) -> bool:
         """True unless JetStream says for sure that no stream captures ``psubject``."""
@@ -234,7 +237,7 @@ class Publisher(Routing):
                 return
         confirmed: set[str] = set()
         waiting: list[str] = []
-        delay = 0.002
+        polls = 0
         while True:
             rem = deadline.remaining()
             try:
@@ -273,8 +276,8 @@ class Publisher(Routing):
                     f"ack policy ALL: offset {seq - 1} of {js_stream!r} not confirmed by replica(s) "
                     f"{', '.join(waiting) or '?'} within {deadline.timeout}s (the leader and a quorum have it)"
                 )
-            _sleep(delay, deadline)
-            delay = min(delay * 2, 0.05)
+            _REPLICA_POLL.sleep(polls, deadline)
+            polls += 1
 
 
 def _now() -> _dt.datetime:

@@ -10,10 +10,10 @@ subject or a partition lives (the metadata cache, refreshed when it does not kno
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..base.backoff import retry
 from ..base.deadline import Deadline, Default, resolve_timeout
 from ..base.errors import (
     ConnectionClosedError,
@@ -24,7 +24,7 @@ from ..base.errors import (
 )
 from ..base.validate import MAX_I64, check_int, check_number
 from .codec import partition_stream_name
-from .consumer import RETRY_MAX, RETRY_MIN, _sleep
+from .consumer import RETRY_WAIT
 from .errors import NoSuchPartitionError
 from .meta import Metadata, PartitionInfo, StreamInfo, partition_from_info
 
@@ -77,32 +77,21 @@ class Routing:
         (at most 10 attempts when there is none). The NATS connection moves to another
         known server by itself when its server goes away.
         """
-        last: BaseException | None = None
-        attempt = 0
-        while True:
-            if attempt:
-                if deadline.timeout is None and attempt >= MAX_ATTEMPTS:
-                    break
-                _sleep(random.uniform(RETRY_MIN, RETRY_MAX), deadline)
-                if deadline.expired():
-                    break
-            attempt += 1
+        def once(_failures: int) -> T:
             self._check_open()
             rem = deadline.remaining()
-            att = Deadline(self._attempt_timeout if rem is None else max(min(rem, self._attempt_timeout), 0.001))
-            try:
-                return fn(att)
-            except Error as exc:
-                if not worth_retrying(exc, timeouts=True):
-                    raise
-                last = exc
-            if deadline.expired():
-                break
-            log.debug("jssync.liftbridge: %s failed (%s); retrying", what, last)
-        if isinstance(last, TimeoutError) or deadline.expired():
-            raise TimeoutError(f"{what} did not succeed within {deadline.timeout}s (last error: {last})") from last
-        assert last is not None
-        raise last
+            return fn(Deadline(self._attempt_timeout if rem is None
+                               else max(min(rem, self._attempt_timeout), 0.001)))
+
+        def give_up(last: Exception) -> BaseException:
+            if isinstance(last, TimeoutError) or deadline.expired():
+                return TimeoutError(f"{what} did not succeed within {deadline.timeout}s (last error: {last})")
+            return last
+
+        return retry(once, RETRY_WAIT, deadline,
+                     worth_retrying=lambda exc: isinstance(exc, Error) and worth_retrying(exc, timeouts=True),
+                     max_attempts=MAX_ATTEMPTS if deadline.timeout is None else None, give_up=give_up,
+                     on_retry=lambda last: log.debug("jssync.liftbridge: %s failed (%s); retrying", what, last))
 
     def _metadata_for_subject(self, subject: str, deadline: Deadline) -> Metadata:
         """The cached metadata when it knows ``subject`` and is fresh; else refreshed first (the guide:

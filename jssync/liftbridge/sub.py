@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +39,7 @@ from ..core.workers import SerialLane
 from ..jetstream.consume.gaps import DELIVER, SKIP, GapTracker, Reset
 from ..jetstream.consume.heartbeat import HeartbeatMonitor
 from .codec import Message, message_from, public
-from .consumer import RETRY_MAX, RETRY_MIN, PartitionConsumer, _sleep
+from .consumer import RETRY_MAX, RETRY_MIN, RETRY_WAIT, PartitionConsumer
 from .errors import NoSuchPartitionError, _Terminal
 from .start import StartSpec, resolve_start
 
@@ -151,7 +150,7 @@ class Subscription(PartitionConsumer):
                     f"could not subscribe to stream {self.stream!r} partition {self.partition} within "
                     f"{deadline.timeout}s: {last}"
                 ) from last
-            _sleep(random.uniform(RETRY_MIN, RETRY_MAX), deadline)
+            RETRY_WAIT.sleep(0, deadline)
         self._conn.internal.reconnect_listeners.append(self._on_reconnect)
         if self._handler is not None:
             self._lane = SerialLane(self._conn.internal.pool, self._run_handler)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def block_the_io_loop_for(seconds: float) -> None:
-    time.sleep(seconds)  # what the test checks: a callback scheduled on the I/O loop that blocks it
+    time.sleep(seconds)  # behaviour: a callback scheduled on the I/O loop that blocks it
 
 
 def test_a_callback_blocking_the_io_loop_is_reported_once_naming_it(
@@ -42,7 +42,7 @@ def test_a_callback_blocking_the_io_loop_is_reported_once_naming_it(
                 # the loop runs again: the clock's probes answer, and nothing more is reported
                 js.publish(f"S{unique}.a", b"after")
                 wait_for(lambda: got == [b"after"], 10, what="the consumer to go on after the stall")
-                time.sleep(0.75)  # three probe periods after the loop came back: no second report expected
+                time.sleep(0.75)  # nothing happens: three probe periods after the loop came back, no second report
             stalls = [e for e in errors if isinstance(e, jssync.LoopStalledError)]
             assert len(stalls) == 1 and len(errors) == 1, errors
             err = stalls[0]

@@ -236,7 +236,7 @@ def test_a_blocked_loop_is_reported_once_naming_what_it_runs(io: _Loop) -> None:
         ok = threading.Event()
         io.loop.call_soon_threadsafe(ok.set)
         assert ok.wait(5 * FACTOR)
-        time.sleep(0.5)  # the clock probes every 0.25 s: let it see the loop is alive (no report expected)
+        time.sleep(0.5)  # nothing happens: the clock probes every 0.25 s and sees the loop alive (no second report)
         assert len(reports) == 1
     finally:
         clock.stop()
@@ -257,7 +257,7 @@ def test_without_a_report_hook_a_stall_goes_to_the_jssync_logger(io: _Loop, capl
 
 
 def _block_the_loop(seconds: float) -> None:
-    time.sleep(seconds)  # what the test checks: a callback that blocks the I/O loop
+    time.sleep(seconds)  # behaviour: a callback that blocks the I/O loop
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="fork")
