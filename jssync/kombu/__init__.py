@@ -40,7 +40,8 @@ room; 100), ``keepalive`` (send in-progress for held messages; True), ``expires_
 checks for queues whose ``x-expires`` passed; 10), ``polling_interval``
 (accepted for compatibility, unused: consumed queues wait on an open pull), ``connect_options``
 (a dict passed to :func:`jssync.connect`: ``creds``, ``nkeys_seed``, ``token``, ``tls``,
-``name``, ...).
+``name``, ...), ``dead_letter_queue`` (a queue messages past ``max_deliver`` move to;
+None: they stay in their stream; :mod:`jssync.kombu.deadletter`).
 
 Importing this module registers the URL schemes ``jssync`` and ``nats`` with kombu (only where
 kombu has no transport of that name), so ``jssync://host:4222`` URLs work after the import

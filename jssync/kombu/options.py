@@ -20,6 +20,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "polling_interval": 0.1,
     "expires_check": 10.0,
     "connect_options": {},
+    "dead_letter_queue": None,
 }
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
@@ -46,4 +47,7 @@ def options(raw: dict[str, Any]) -> dict[str, Any]:
             raise ValidationError(f"{name} {value!r}: need seconds > 0")
     if not isinstance(opts["connect_options"], dict):
         raise ValidationError(f"connect_options {opts['connect_options']!r}: need a dict of jssync.connect options")
+    dlq = opts["dead_letter_queue"]
+    if dlq is not None and (not isinstance(dlq, str) or not dlq):
+        raise ValidationError(f"dead_letter_queue {dlq!r}: need a queue name (or None: no dead-letter queue)")
     return opts

@@ -44,6 +44,7 @@ from ..kv.errors import (
 from ..kv.keyvalue import KeyValue
 from .bindings import BindingsCache
 from .channel import Channel
+from .deadletter import DeadLetters
 from .journal import AckJournal
 from .names import escape, unescape
 from .options import options
@@ -141,6 +142,10 @@ class Transport(virtual.Transport):
         self._sweeper: _Sweeper | None = None
         #: the acks sent lately, sent again after a reconnect (one per NATS connection)
         self._journal: AckJournal | None = None
+        #: moves messages that reached max_deliver to the dead_letter_queue (when that option is set)
+        self._dead: DeadLetters | None = None
+        #: the channel dead letters are declared and published through (made on the first one)
+        self._dl_channel: Channel | None = None
         #: bumped (and waiters woken) on every arrival, ack, reject, prefetch or pull change
         self.events = 0
         self._events_cond = threading.Condition(threading.Lock())
@@ -326,10 +331,13 @@ class Transport(virtual.Transport):
             self._stop_cache()
             self._stop_sweeper()
             self._stop_journal()
+            self._stop_dead_letters()
             self._nc, self._js = nc, js
             self._kv = None
             self._sweeper = _Sweeper(self)
             self._journal = AckJournal(nc, js)
+            if self.options["dead_letter_queue"] is not None:
+                self._dead = DeadLetters(self, nc)
             self.consumers.clear()
             self.configured.clear()
         super().establish_connection()
@@ -344,6 +352,8 @@ class Transport(virtual.Transport):
             self._stop_cache()
             self._stop_sweeper()
             self._stop_journal()
+            self._stop_dead_letters()
+            self._dl_channel = None
             nc, self._nc, self._js, self._kv = self._nc, None, None, None
             if nc is not None:
                 nc.close()
@@ -527,6 +537,22 @@ class Transport(virtual.Transport):
             return cache if cache.wait_ready(5.0) else None
         finally:
             self._cache_lock.release()
+
+    def _stop_dead_letters(self) -> None:
+        dead, self._dead = self._dead, None
+        if dead is not None:
+            dead.stop()
+
+    def publish_to_queue(self, queue: str, data: bytes, *, msg_id: str | None = None) -> None:
+        """Store ``data`` (a kombu payload) in ``queue``, declared first if this connection has not
+        (blocks on the declaration and the publish; raises what they raise). For dead letters."""
+        with self._declare_lock:
+            channel = self._dl_channel
+            if channel is None:
+                channel = self._dl_channel = self.create_channel(self)
+        if queue not in self.consumers:
+            self.declare_queue(queue, {}, channel)
+        self.js.publish(channel.subject(queue), data, msg_id=msg_id)
 
     def _stop_journal(self) -> None:
         journal, self._journal = self._journal, None
