@@ -28,6 +28,7 @@ from .names import unescape
 
 if TYPE_CHECKING:
     from ..core.connection import Connection
+    from .channel import Channel
     from .transport import Transport
 
 logger = logging.getLogger("jssync")
@@ -45,6 +46,9 @@ class DeadLetters:
         self.queue = str(transport.options["dead_letter_queue"])
         self._durable = str(transport.options["subject_prefix"]).replace(".", "_")
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        #: the channel dead letters are declared and published through (made on the first one)
+        self._channel: Channel | None = None
         #: messages moved so far (for tests and logs)
         self.moved = 0
         self._sub = nc.subscribe(f"{MAX_DELIVERIES_ADVISORY}.*.{self._durable}")
@@ -98,7 +102,7 @@ class DeadLetters:
             headers = payload["headers"] = {}
         headers["x-first-death-queue"] = queue
         headers["x-delivery-count"] = advisory.get("deliveries")
-        transport.publish_to_queue(self.queue, json.dumps(payload).encode("utf-8"), msg_id=f"{stream}:{seq}")
+        self._publish(json.dumps(payload).encode("utf-8"), msg_id=f"{stream}:{seq}")
         try:
             js.stream(stream).delete_msg(seq)
         except (MessageNotFoundError, StreamNotFoundError):
@@ -107,6 +111,18 @@ class DeadLetters:
         logger.info("kombu transport: message %d of queue %r reached max_deliver (%s deliveries): moved to %r",
                     seq, queue, advisory.get("deliveries"), self.queue)
         return True
+
+    def _publish(self, data: bytes, *, msg_id: str) -> None:
+        """Store ``data`` in the dead-letter queue, declared first if this connection has not
+        (blocks on the declaration and the publish; raises what they raise)."""
+        transport = self._owner
+        with self._lock:
+            channel = self._channel
+            if channel is None:
+                channel = self._channel = transport.create_channel(transport)
+        if self.queue not in transport.consumers:
+            transport.declare_queue(self.queue, {}, channel)
+        transport.js.publish(channel.subject(self.queue), data, msg_id=msg_id)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop listening and the thread (joins it, at most ``timeout`` s). Idempotent."""

@@ -144,8 +144,6 @@ class Transport(virtual.Transport):
         self._journal: AckJournal | None = None
         #: moves messages that reached max_deliver to the dead_letter_queue (when that option is set)
         self._dead: DeadLetters | None = None
-        #: the channel dead letters are declared and published through (made on the first one)
-        self._dl_channel: Channel | None = None
         #: bumped (and waiters woken) on every arrival, ack, reject, prefetch or pull change
         self.events = 0
         self._events_cond = threading.Condition(threading.Lock())
@@ -288,22 +286,6 @@ class Transport(virtual.Transport):
             return f"{scheme}://{rest}"
         return f"nats://{host}:{port or DEFAULT_PORT}"
 
-    def _tls(self) -> ssl.SSLContext | None:
-        value = self._client.ssl
-        if not value:
-            return None
-        if isinstance(value, ssl.SSLContext):
-            return value
-        ctx = ssl.create_default_context(cafile=value.get("ca_certs")) if isinstance(value, dict) \
-            else ssl.create_default_context()
-        if isinstance(value, dict):
-            if value.get("certfile"):
-                ctx.load_cert_chain(value["certfile"], value.get("keyfile"))
-            if value.get("cert_reqs") == ssl.CERT_NONE:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-        return ctx
-
     def establish_connection(self) -> Transport:
         """Connect to NATS (all URLs kombu knows; jssync fails over between them) and check JetStream.
 
@@ -315,7 +297,7 @@ class Transport(virtual.Transport):
             if self._client.userid:
                 opts["user"] = self._client.userid
                 opts["password"] = self._client.password
-            tls = self._tls()
+            tls = tls_context(self._client.ssl)
             if tls is not None:
                 opts["tls"] = tls
             if self._client.connect_timeout:
@@ -353,7 +335,6 @@ class Transport(virtual.Transport):
             self._stop_sweeper()
             self._stop_journal()
             self._stop_dead_letters()
-            self._dl_channel = None
             nc, self._nc, self._js, self._kv = self._nc, None, None, None
             if nc is not None:
                 nc.close()
@@ -543,17 +524,6 @@ class Transport(virtual.Transport):
         if dead is not None:
             dead.stop()
 
-    def publish_to_queue(self, queue: str, data: bytes, *, msg_id: str | None = None) -> None:
-        """Store ``data`` (a kombu payload) in ``queue``, declared first if this connection has not
-        (blocks on the declaration and the publish; raises what they raise). For dead letters."""
-        with self._declare_lock:
-            channel = self._dl_channel
-            if channel is None:
-                channel = self._dl_channel = self.create_channel(self)
-        if queue not in self.consumers:
-            self.declare_queue(queue, {}, channel)
-        self.js.publish(channel.subject(queue), data, msg_id=msg_id)
-
     def _stop_journal(self) -> None:
         journal, self._journal = self._journal, None
         if journal is not None:
@@ -629,3 +599,21 @@ def _timestamp(value: Any) -> float | None:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
         return None
+
+
+def tls_context(value: Any) -> ssl.SSLContext | None:
+    """An SSL context for kombu's ``ssl=`` (True, an ``ssl.SSLContext``, or a dict of
+    ``ca_certs``, ``certfile``, ``keyfile``, ``cert_reqs``); None when it is off."""
+    if not value:
+        return None
+    if isinstance(value, ssl.SSLContext):
+        return value
+    ctx = ssl.create_default_context(cafile=value.get("ca_certs")) if isinstance(value, dict) \
+        else ssl.create_default_context()
+    if isinstance(value, dict):
+        if value.get("certfile"):
+            ctx.load_cert_chain(value["certfile"], value.get("keyfile"))
+        if value.get("cert_reqs") == ssl.CERT_NONE:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+    return ctx
