@@ -1,10 +1,15 @@
 """What the kombu transport tests share: a subject prefix of the test's own, a kombu connection
-through the transport, and a drain of its events until a condition holds."""
+through the transport, a drain of its events until a condition holds, and a Celery worker process."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import kombu
@@ -15,6 +20,31 @@ from jssync.server import NatsServer
 from tests.conftest import FACTOR
 
 TRANSPORT = "jssync.kombu:Transport"
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def start_celery_worker(tmp: Path, app_module: str, name: str, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """``celery -A <app_module> worker -n <name> <args>`` run in ``tmp`` (where the app module is), its
+    output in ``tmp/worker.log``; returns the process (a session of its own) and the log's path."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp), str(ROOT)]))
+    env.pop("CELERY_BROKER_URL", None)
+    log_path = tmp / "worker.log"
+    log = open(log_path, "ab")  # noqa: SIM115 - the child holds it
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", app_module, "worker", "--loglevel=WARNING",
+                                 "--without-heartbeat", "--without-mingle", "--without-gossip", "-n", name, *args],
+                                cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    finally:
+        log.close()
+    return proc, log_path
+
+
+def kill_celery_worker(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's whole process group (its pool children too) unless it ended."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
 
 def kombu_conn(url: str, prefix: str, **options: Any) -> kombu.Connection:

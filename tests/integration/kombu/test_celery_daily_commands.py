@@ -9,10 +9,7 @@ a countdown, a soft time limit, ``purge``, canvas (group, chain), and ``control 
 from __future__ import annotations
 
 import datetime
-import os
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +20,7 @@ import pytest
 
 from jssync.server import NatsServer
 from tests.conftest import FACTOR, wait_for
+from tests.integration.kombu.conftest import kill_celery_worker, start_celery_worker
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -93,27 +91,15 @@ def worker(nats_server: NatsServer, tmp_path_factory: pytest.TempPathFactory) ->
     backend = f"file://{tmp / 'results'}"
     prefix = f"kday{uuid.uuid4().hex[:8]}"
     (tmp / "kombu_daily.py").write_text(_APP.format(url=nats_server.url, backend=backend, prefix=prefix))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp), str(ROOT)]))
-    env.pop("CELERY_BROKER_URL", None)
     name = f"day{time.monotonic_ns()}@localhost"
-    log_path = tmp / "worker.log"
-    log = open(log_path, "ab")  # noqa: SIM115 - the child holds it
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "kombu_daily", "worker", "-P", "prefork",
-                                 "-c", "2", "--loglevel=WARNING", "--without-heartbeat", "--without-mingle",
-                                 "--without-gossip", "-n", name], cwd=tmp, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    finally:
-        log.close()
+    proc, log_path = start_celery_worker(tmp, "kombu_daily", name, "-P", "prefork", "-c", "2")
     app = _app(nats_server.url, backend, prefix)
     try:
         wait_for(lambda: bool(app.control.inspect(timeout=1.0).ping()) or proc.poll() is not None, 60)
         assert proc.poll() is None, log_path.read_text()[-3000:]
         yield Worker(proc, app, name, log_path)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        kill_celery_worker(proc)
         app.pool.force_close_all()
         app.close()
 
