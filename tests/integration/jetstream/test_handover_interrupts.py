@@ -406,7 +406,8 @@ SIGNALS = 15
 #: unraisable KeyboardInterrupts in ``next`` came from FetchResult finalizers run by the
 #: garbage collector (``next`` now ends its result itself). Still opt-in: on 3.13 one run in 5
 #: ended the pytest session with a KeyboardInterrupt raised inside pytest's own unraisable hook
-#: at the session's last gc.collect (cause not found yet)
+#: at the session's last gc.collect, and on 3.11 one run in 8 an ordered ``fetch(100, expires=2)``
+#: iteration waited in FetchResult._wait past the test's timeout (causes not found yet)
 _LOOPS = pytest.mark.skipif(
     not os.environ.get("JSSYNC_SIGINT_LOOPS"),
     reason="real-SIGINT loops at random moments (slow): opt in with JSSYNC_SIGINT_LOOPS=1; "
