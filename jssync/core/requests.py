@@ -94,11 +94,15 @@ class Requests:
         token = str(next(self.tokens))
         waiter = _Waiter()
         replies = self.replies
-        replies[token] = waiter.set
-        wkey = self._watch("publish", subject, waiter.fail)
         watches = self._watches
         msg: Msg | None = None
+        wkey: Any = None
+        parked: Any = None  # the parker to give the socket back with (see below)
         try:
+            # (inside the try: a Ctrl-C landing right after must not leave the entry behind,
+            # which would keep every later request off the caller-side read)
+            replies[token] = waiter.set
+            wkey = self._watch("publish", subject, waiter.fail)
             # Watch the socket only when this is the one request waiting: every caller
             # watching is woken by every reply, so with many threads in requests each
             # reply woke them all (the I/O thread, awake anyway, delivers instead). The
@@ -106,18 +110,33 @@ class Requests:
             # trip's path, but a send that wakes the server often lets it run first on a
             # busy machine, and the reply then woke the I/O thread): the reply wakes no
             # I/O thread.
+            # ``parked`` is set before park() and the socket is given back in a finally that
+            # a Ctrl-C cannot skip: a socket left parked is read by no one, and every
+            # reply and message of the connection waited (the next request timed out)
             sp = self._sockpath
             p = sp.parker
-            if p is not None and (sp.reader is None or len(replies) != 1 or not p.park()):
-                p = None
             got = None
             try:
+                if p is not None and sp.reader is not None and len(replies) == 1:
+                    parked = p
+                    if not p.park():
+                        parked = None
                 sent = self.direct(subject, data, prefix + token, headers)
-                if sent and p is not None and len(replies) == 1:  # (still alone)
+                if sent and parked is not None and len(replies) == 1:  # (still alone)
                     got = sp.watch(waiter, token, deadline)
             finally:
-                if p is not None:
-                    p.unpark()
+                # (inline, not a helper: a signal is checked at every function's start, so a
+                # Ctrl-C landing at unpark's (or a helper's) start is caught here and unpark
+                # called again, then raised; unpark is idempotent)
+                interrupted: KeyboardInterrupt | None = None
+                while parked is not None:
+                    try:
+                        parked.unpark()
+                        parked = None
+                    except KeyboardInterrupt as exc:
+                        interrupted = exc
+                if interrupted is not None:
+                    raise interrupted
             if not sent:
                 self.enqueue((subject, data, prefix + token, headers), deadline)
             elif got is not None and replies.pop(token, None) is not None:
@@ -136,7 +155,8 @@ class Requests:
                     msg = waiter.wait(deadline, conn, subject)
         finally:
             replies.pop(token, None)
-            watches.pop(wkey, None)
+            if wkey is not None:
+                watches.pop(wkey, None)
         if msg is None:
             if waiter.exc is not None:
                 raise PermissionDeniedError(

@@ -322,6 +322,9 @@ class Consumer(SummaryRepr):
                             ack_none=self._ack_none, grace=min(1.0, 0.1 + left * 0.1), prio=prio,
                             pins=self._pins, lost_on_reconnect=timeout is None)
                 for msg in res:
+                    # ended here, not by its finalizer when collected: the garbage collector's
+                    # run of it could take a Ctrl-C (3.13), printed as unraisable and lost
+                    res.stop()
                     return msg
             except BaseException:
                 if res is not None:

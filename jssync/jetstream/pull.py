@@ -14,6 +14,7 @@ its one pull request and the engine says when the request is over.
 
 from __future__ import annotations
 
+import _thread
 import logging
 import threading
 import time
@@ -404,6 +405,17 @@ def _finish_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
             log.exception("fetch end hook failed")
 
 
+def _finish_dropped_fetch(conn: Connection, box: _Inbox | None, state: _FetchState,
+                          on_end: Callable[[_FetchState], None] | None) -> None:
+    """The finalizer of a result dropped before its end (run by the garbage collector, in
+    whatever thread allocated): a Ctrl-C landing in it goes to the main thread
+    (``_thread.interrupt_main``) instead of being printed as unraisable and lost."""
+    try:
+        _finish_fetch(conn, box, state, on_end)
+    except KeyboardInterrupt:
+        _thread.interrupt_main()
+
+
 class FetchResult:
     """The messages of one pull request, as they arrive.
 
@@ -435,7 +447,7 @@ class FetchResult:
         self._reconnects = _reconnects(conn) if lost_on_reconnect else None
         self._box = box
         self._on_end = on_end
-        self._finalizer = weakref.finalize(self, _finish_fetch, conn, box, state, on_end)
+        self._finalizer = weakref.finalize(self, _finish_dropped_fetch, conn, box, state, on_end)
 
     def __repr__(self) -> str:
         s = self._state
@@ -550,11 +562,15 @@ class FetchResult:
         if not self._ended:
             self._ended = True
             try:
-                self._finalizer()
+                # detached, then run here: a result ended in the caller's thread leaves no
+                # finalizer for the garbage collector to run, where a Ctrl-C landing in it
+                # (3.13 checks for signals at a function's start and after its C calls) was
+                # printed as unraisable and lost to the program
+                self._finalizer.detach()
+                _finish_fetch(self._conn, self._box, self._state, self._on_end)
             except BaseException:
-                # Ctrl-C inside weakref.finalize.__call__ (3.13 checks for signals at its start
-                # and after its C calls): it may have unregistered without calling; the end
-                # (naks, the inbox given back) still happens, once
+                # Ctrl-C inside detach or the end: the end (naks, the inbox given back)
+                # still happens, once
                 _finish_fetch(self._conn, self._box, self._state, self._on_end)
                 raise
 

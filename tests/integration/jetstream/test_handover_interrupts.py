@@ -399,13 +399,19 @@ def test_ordered_consume_skips_nothing_when_interrupted_anywhere(js, stream):
 # ------------------------------------------------------------------ real SIGINT at random moments
 
 SIGNALS = 15
-#: the real-SIGINT loops run when JSSYNC_SIGINT_LOOPS=1: on a loaded machine about 1 run in 10
-#: stalls (a read times out: a SIGINT inside the pull runner's refill leaves a pull counted and
-#: not sent, or inside an ordered consumer's recreate); no message was found lost in them
+#: the real-SIGINT loops run when JSSYNC_SIGINT_LOOPS=1. Their stalls on 3.11 (an ordered
+#: ``next`` "no message within 5 s", a consumer create's RequestTimeoutError) were a socket left
+#: parked by a request interrupted around its caller-side read (fixed, and tested without
+#: signals in tests/integration/core/test_request_interrupted_while_parked.py); 3.13's
+#: unraisable KeyboardInterrupts in ``next`` came from FetchResult finalizers run by the
+#: garbage collector (``next`` now ends its result itself). Still opt-in: on 3.13 one run in 5
+#: ended the pytest session with a KeyboardInterrupt raised inside pytest's own unraisable hook
+#: at the session's last gc.collect, and on 3.11 one run in 8 an ordered ``fetch(100, expires=2)``
+#: iteration waited in FetchResult._wait past the test's timeout (causes not found yet)
 _LOOPS = pytest.mark.skipif(
     not os.environ.get("JSSYNC_SIGINT_LOOPS"),
     reason="real-SIGINT loops at random moments (slow): opt in with JSSYNC_SIGINT_LOOPS=1; "
-           "not yet green on every run (the deterministic sweeps above always run)")
+           "not yet green on every run on 3.13 (the deterministic sweeps above always run)")
 
 
 def _sigint_loop(read: Callable[[], Any], handle: Callable[[Any], None], done: Callable[[], bool],
@@ -430,18 +436,26 @@ def _sigint_loop(read: Callable[[], Any], handle: Callable[[Any], None], done: C
     t.start()
     try:
         end = time.monotonic() + 60 * FACTOR
-        while time.monotonic() < end:
+        # two levels: a signal landing at the inner loop's own jump back (outside its ``try``,
+        # seen once in 5 runs) is caught by the outer one, and the inner loop goes on
+        while True:
             try:
-                if interrupted:
-                    after_interrupt()
-                    interrupted = False
-                if pending is None:
-                    if done():
-                        break
-                    pending = read()
-                if pending is not None:
-                    handle(pending)
-                    pending = None
+                while time.monotonic() < end:
+                    try:
+                        if interrupted:
+                            after_interrupt()
+                            interrupted = False
+                        if pending is None:
+                            if done():
+                                break
+                            pending = read()
+                        if pending is not None:
+                            handle(pending)
+                            pending = None
+                    except KeyboardInterrupt:
+                        interrupts += 1
+                        interrupted = True
+                break
             except KeyboardInterrupt:
                 interrupts += 1
                 interrupted = True
