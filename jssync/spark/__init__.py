@@ -23,9 +23,10 @@ with :class:`DataLossError` (``failOnDataLoss=false``: skips them). Streaming re
 ``maxMessagesPerTrigger``, ``minMessagesPerTrigger`` and ``maxTriggerDelay`` like Spark's
 Kafka source; their offsets carry the stream's creation time, so a query restarted on a
 stream that was deleted and created again fails with :class:`DataLossError`
-(``failOnDataLoss=false``: starts over at the new stream's first sequence). An option a
-read or write does not take, or a ``subjects`` filter outside the stream's subjects,
-fails the query when it is planned.
+(``failOnDataLoss=false``: starts over at the new stream's first sequence). A wrong read
+option (name or value) raises at ``load()``, a batch write's at ``save()``, a streaming
+write's when its query plans the first micro-batch; a ``subjects`` filter outside the
+stream's subjects fails the query when it is planned.
 Batch reads may end at ``endingTime`` (Kafka's ``endingTimestamp``); ``headersFormat=array``
 gives Kafka's array of key/value structs for ``headers`` (repeated names kept), and the
 sink takes that column too, and a ``key`` column as the last subject token.
