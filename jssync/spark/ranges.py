@@ -146,9 +146,9 @@ class _Columns:
         return len(self.seqs)
 
 
-def schema_type(headers_format: str = "map") -> StructType:
+def schema_type(headers_format: str = "map", include_key: bool = False) -> StructType:
     """The schema of a read as a StructType (:data:`SCHEMA`; with ``headers_format="array"``,
-    :data:`SCHEMA_ARRAY_HEADERS`)."""
+    :data:`SCHEMA_ARRAY_HEADERS`; ``include_key``: a last column :data:`KEY_COLUMN`)."""
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -162,20 +162,32 @@ def schema_type(headers_format: str = "map") -> StructType:
     headers: Any = MapType(StringType(), StringType())
     if headers_format == "array":
         headers = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
-    return StructType([
+    fields = [
         StructField("stream", StringType()),
         StructField("subject", StringType()),
         StructField("seq", LongType()),
         StructField("time", TimestampType()),
         StructField("data", BinaryType()),
         StructField("headers", headers),
-    ])
+    ]
+    if include_key:
+        fields.append(StructField("key", StringType()))
+    return StructType(fields)
 
 
-def _arrow_schema(headers_format: str = "map") -> Any:
+def _arrow_schema(headers_format: str = "map", include_key: bool = False) -> Any:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(schema_type(headers_format), timezone="UTC")
+    return to_arrow_schema(schema_type(headers_format, include_key), timezone="UTC")
+
+
+def subject_keys(subjects: Any) -> Any:
+    """The ``key`` column of a read: each subject's last token (``ORDERS.eu.42`` -> ``42``, a
+    subject of one token -> itself), as an Arrow string array, computed in Arrow (no Python
+    object per row). Pure."""
+    import pyarrow.compute as pc
+
+    return pc.replace_substring_regex(subjects, pattern=r"^.*\.", replacement="")
 
 
 def header_lines(block: bytes) -> list[tuple[str, str]]:
@@ -215,6 +227,8 @@ def _to_batch(stream: str, cols: _Columns, schema: Any) -> Any:
         pa.array(cols.datas, type=pa.binary()),
         pa.array(cols.headers, type=schema.field("headers").type),
     ]
+    if len(schema) > len(arrays):  # includeKey
+        arrays.append(subject_keys(arrays[1]))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -271,7 +285,7 @@ class _RangeReader:
         """Yield Arrow record batches with every stored message of the range, in sequence order."""
         if self.last < self.first:
             return
-        schema = _arrow_schema(self.opts.headers_format)
+        schema = _arrow_schema(self.opts.headers_format, self.opts.include_key)
         conn = self.opts.conn.connect("reader")
         try:
             self._pairs = self.opts.headers_format == "array"

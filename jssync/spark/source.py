@@ -45,16 +45,16 @@ class JetStreamDataSource(DataSource):
         Raises :class:`jssync.ValidationError`.
         """
         opts = ReadOptions.parse(_plain(self.options))
-        return schema_type(opts.headers_format)
+        return schema_type(opts.headers_format, opts.include_key)
 
     def reader(self, schema: StructType) -> JetStreamBatchReader:
         opts = ReadOptions.parse(_plain(self.options))
-        _check_schema(schema, opts.headers_format)
+        _check_schema(schema, opts.headers_format, opts.include_key)
         return JetStreamBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> JetStreamStreamReader:
         opts = ReadOptions.parse(_plain(self.options))
-        _check_schema(schema, opts.headers_format)
+        _check_schema(schema, opts.headers_format, opts.include_key)
         if opts.ending_time is not None:
             raise ValidationError(
                 "option 'endingTime' is for batch reads only (as Kafka's endingTimestamp); bound a streaming "
