@@ -23,12 +23,14 @@ with :class:`DataLossError` (``failOnDataLoss=false``: skips them). Streaming re
 ``maxMessagesPerTrigger``, ``minMessagesPerTrigger`` and ``maxTriggerDelay`` like Spark's
 Kafka source; their offsets carry the stream's creation time, so a query restarted on a
 stream that was deleted and created again fails with :class:`DataLossError`
-(``failOnDataLoss=false``: starts over at the new stream's first sequence). An option a
-read or write does not take, or a ``subjects`` filter outside the stream's subjects,
-fails the query when it is planned.
+(``failOnDataLoss=false``: starts over at the new stream's first sequence). A wrong read
+option (name or value) raises at ``load()``, a batch write's at ``save()``, a streaming
+write's when its query plans the first micro-batch; a ``subjects`` filter outside the
+stream's subjects fails the query when it is planned.
 Batch reads may end at ``endingTime`` (Kafka's ``endingTimestamp``); ``headersFormat=array``
 gives Kafka's array of key/value structs for ``headers`` (repeated names kept), and the
-sink takes that column too, and a ``key`` column as the last subject token.
+sink takes that column too, and a ``key`` column as the last subject token; ``includeKey=true``
+gives reads that ``key`` column (the subject's last token).
 Writes publish every row with ``publish_async``'s checks and a reply subject of their own
 (``<inbox>.<row>``, PubAcks counted as they come, see :mod:`jssync.spark.rowpub`) and wait for
 all PubAcks before the task ends, so a failed publish fails the task; each message carries a ``Nats-Msg-Id``
@@ -91,6 +93,7 @@ from .aborting import STOP_SUBJECT_PREFIX, stop_subject, stop_tasks  # noqa: E40
 from .errors import DataLossError, SparkWriteError  # noqa: E402, F401
 from .options import (  # noqa: E402, F401
     FORMAT,
+    KEY_COLUMN,
     SCHEMA,
     SCHEMA_ARRAY_HEADERS,
     ConnectOptions,
@@ -105,6 +108,7 @@ from .ranges import (  # noqa: E402, F401
     read_range,
     schema_type,
     split_range,
+    subject_keys,
 )
 from .reading import JetStreamBatchReader, JetStreamStreamReader, _seq_at_time, share_limit  # noqa: E402, F401
 from .source import JetStreamDataSource, activate, register  # noqa: E402, F401

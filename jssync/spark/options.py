@@ -29,6 +29,9 @@ SCHEMA = "stream string, subject string, seq long, time timestamp, data binary, 
 #: The schema of a read with ``headersFormat=array`` (the ``headers`` column of Spark's Kafka source).
 SCHEMA_ARRAY_HEADERS = ("stream string, subject string, seq long, time timestamp, data binary, "
                         "headers array<struct<key:string,value:binary>>")
+#: What option ``includeKey=true`` adds at the end of either schema: the subject's last token,
+#: the ``key`` the sink appends to its subject (Kafka's message key).
+KEY_COLUMN = "key string"
 
 
 # -- options (pure) ----------------------------------------------------------------------------
@@ -125,8 +128,8 @@ DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
 _CONNECT_OPTIONS = ("servers", "user", "password", "token", "creds", "nkeysSeed", "tlsCaFile", "tlsCertFile",
                     "tlsKeyFile", "tlsHostname", "connectTimeout", "timeout", "connectionName")
 _READ_OPTIONS = ("stream", "streams", "subjects", "subject", "startingSequence", "startingTime", "endingSequence",
-                 "endingTime", "numPartitions", "includeHeaders", "headersFormat", "readMethod", "batchSize",
-                 "arrowBatchSize", "batchBytes", "arrowBatchBytes",
+                 "endingTime", "numPartitions", "includeHeaders", "headersFormat", "includeKey", "readMethod",
+                 "batchSize", "arrowBatchSize", "batchBytes", "arrowBatchBytes",
                  "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay", "failOnDataLoss")
 _WRITE_OPTIONS = ("subject", "msgIdColumn", "deriveMsgId", "msgIdPrefix", "maxPending", "publishTimeout",
                   "expectedRestartTime")
@@ -316,6 +319,8 @@ class ReadOptions:
     include_headers: bool = True
     #: ``map`` (map<string,string>) or ``array`` (Kafka's array<struct<key:string,value:binary>>).
     headers_format: str = "map"
+    #: Option ``includeKey``: a last ``key`` column, the subject's last token (the sink's ``key``).
+    include_key: bool = False
     read_method: str = "consumer"
     batch_size: int = 1000
     arrow_batch_size: int = 10_000
@@ -420,6 +425,7 @@ class ReadOptions:
             num_partitions=_opt_int(opts, "numPartitions", 1) or 1,
             include_headers=_opt_bool(opts, "includeHeaders", True),
             headers_format=headers_format,
+            include_key=_opt_bool(opts, "includeKey", False),
             read_method=method,
             batch_size=_opt_int(opts, "batchSize", 1000) or 1000,
             arrow_batch_size=_opt_int(opts, "arrowBatchSize", 10_000) or 10_000,

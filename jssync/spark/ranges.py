@@ -28,7 +28,6 @@ from .errors import DataLossError
 from .options import ReadOptions
 
 if TYPE_CHECKING:
-    from ..core.msg import Msg
     from ..jetstream.streams import Stream
 
 log = logging.getLogger("jssync.spark")
@@ -146,9 +145,9 @@ class _Columns:
         return len(self.seqs)
 
 
-def schema_type(headers_format: str = "map") -> StructType:
+def schema_type(headers_format: str = "map", include_key: bool = False) -> StructType:
     """The schema of a read as a StructType (:data:`SCHEMA`; with ``headers_format="array"``,
-    :data:`SCHEMA_ARRAY_HEADERS`)."""
+    :data:`SCHEMA_ARRAY_HEADERS`; ``include_key``: a last column :data:`KEY_COLUMN`)."""
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -162,20 +161,32 @@ def schema_type(headers_format: str = "map") -> StructType:
     headers: Any = MapType(StringType(), StringType())
     if headers_format == "array":
         headers = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
-    return StructType([
+    fields = [
         StructField("stream", StringType()),
         StructField("subject", StringType()),
         StructField("seq", LongType()),
         StructField("time", TimestampType()),
         StructField("data", BinaryType()),
         StructField("headers", headers),
-    ])
+    ]
+    if include_key:
+        fields.append(StructField("key", StringType()))
+    return StructType(fields)
 
 
-def _arrow_schema(headers_format: str = "map") -> Any:
+def _arrow_schema(headers_format: str = "map", include_key: bool = False) -> Any:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(schema_type(headers_format), timezone="UTC")
+    return to_arrow_schema(schema_type(headers_format, include_key), timezone="UTC")
+
+
+def subject_keys(subjects: Any) -> Any:
+    """The ``key`` column of a read: each subject's last token (``ORDERS.eu.42`` -> ``42``, a
+    subject of one token -> itself), as an Arrow string array, computed in Arrow (no Python
+    object per row). Pure."""
+    import pyarrow.compute as pc
+
+    return pc.replace_substring_regex(subjects, pattern=r"^.*\.", replacement="")
 
 
 def header_lines(block: bytes) -> list[tuple[str, str]]:
@@ -215,6 +226,8 @@ def _to_batch(stream: str, cols: _Columns, schema: Any) -> Any:
         pa.array(cols.datas, type=pa.binary()),
         pa.array(cols.headers, type=schema.field("headers").type),
     ]
+    if len(schema) > len(arrays):  # includeKey
+        arrays.append(subject_keys(arrays[1]))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -271,7 +284,7 @@ class _RangeReader:
         """Yield Arrow record batches with every stored message of the range, in sequence order."""
         if self.last < self.first:
             return
-        schema = _arrow_schema(self.opts.headers_format)
+        schema = _arrow_schema(self.opts.headers_format, self.opts.include_key)
         conn = self.opts.conn.connect("reader")
         try:
             self._pairs = self.opts.headers_format == "array"
@@ -293,23 +306,22 @@ class _RangeReader:
             self._check_lost(stream)
             if self.last < self.first:
                 return
-            limit = self.opts.arrow_batch_size
-            byte_limit = self.opts.arrow_batch_bytes
             # a pull / Direct Get batch always has room for one message of max_payload
             self._request_bytes = max(self.opts.batch_bytes, conn.max_payload + _REQUEST_ROOM)
             self._cols = _Columns()
             source = self._direct(stream) if self.opts.read_method == "direct" else self._consumer(stream)
-            for _ in source:
-                if len(self._cols) >= limit or self._cols.data_bytes >= byte_limit:
-                    yield _to_batch(self.stream, self._cols, schema)
-                    self._cols = _Columns()
+            for _ in source:  # the columns are full
+                yield _to_batch(self.stream, self._cols, schema)
+                self._cols = _Columns()
             if len(self._cols):
                 yield _to_batch(self.stream, self._cols, schema)
         finally:
             conn.close()
 
-    #: Each source appends one message to ``self._cols`` per step and yields None; :meth:`batches`
-    #: turns the columns into a record batch when they are full.
+    #: Each source appends the messages to ``self._cols`` and yields None when they hold
+    #: ``arrowBatchSize`` rows or ``arrowBatchBytes`` of data; :meth:`batches` then turns them
+    #: into a record batch and starts new ones (the source takes them up again after its
+    #: yield), and takes what is left when the source ends.
     _cols: _Columns
     #: headersFormat=array: the headers column holds (key, value bytes) pairs.
     _pairs: bool = False
@@ -327,11 +339,19 @@ class _RangeReader:
         """
         opts = self.opts
         include_headers = opts.include_headers
+        pairs = self._pairs
+        limit = opts.arrow_batch_size
+        byte_limit = opts.arrow_batch_bytes
         next_seq = self.first
         last = self.last
         oc = stream.ordered_consumer(filter_subjects=list(self.subjects) or None, opt_start_seq=next_seq,
                                      inactive_threshold=30.0)
         empty = 0
+        # the columns' appends bound once per Arrow batch, not looked up per message
+        c = self._cols
+        add_subject, add_seq, add_time = c.subjects.append, c.seqs.append, c.times.append
+        add_data, add_headers = c.datas.append, c.headers.append
+        rows = len(c)
         try:
             while next_seq <= last:
                 want = min(opts.batch_size, last - next_seq + 1)
@@ -339,13 +359,33 @@ class _RangeReader:
                 with oc.fetch_no_wait(want, max_bytes=self._request_bytes) as res:
                     for m in res:
                         got += 1
-                        sseq, _cseq, pending, ts = _parse_reply(m.reply)
+                        t = m.reply.split(".")
+                        if len(t) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ns>.<pending>
+                            sseq, ts, pending = int(t[5]), int(t[7]), int(t[8])
+                        else:
+                            sseq, _cseq, pending, ts = _parse_reply(m.reply)
                         if sseq > last:
                             return
                         if sseq >= next_seq:
-                            self._add(m, sseq, ts, include_headers)
+                            data = m.data
+                            add_subject(m.subject)
+                            add_seq(sseq)
+                            add_time(ts // 1000)
+                            add_data(data)
+                            c.data_bytes += len(data)
+                            h = m.headers if include_headers else None
+                            if pairs:
+                                add_headers(_header_pairs(h))
+                            else:
+                                add_headers(list(h.items()) if h else None)
                             next_seq = sseq + 1
-                            yield None
+                            rows += 1
+                            if rows >= limit or c.data_bytes >= byte_limit:
+                                yield None
+                                c = self._cols
+                                add_subject, add_seq, add_time = c.subjects.append, c.seqs.append, c.times.append
+                                add_data, add_headers = c.datas.append, c.headers.append
+                                rows = len(c)
                         if sseq >= last or pending == 0:
                             return
                 if got:
@@ -380,23 +420,12 @@ class _RangeReader:
                 return True
         return False
 
-    def _add(self, m: Msg, seq: int, ts_ns: int, include_headers: bool) -> None:
-        c = self._cols
-        c.subjects.append(m.subject)
-        c.seqs.append(seq)
-        c.times.append(ts_ns // 1000)
-        c.datas.append(m.data)
-        c.data_bytes += len(m.data)
-        h = m.headers if include_headers else None
-        if self._pairs:
-            c.headers.append(_header_pairs(h))
-        else:
-            c.headers.append(list(h.items()) if h else None)
-
     def _direct(self, stream: Stream) -> Iterator[None]:
         opts = self.opts
         subject = self.subjects[0] if self.subjects else ">"
         include_headers = opts.include_headers
+        limit = opts.arrow_batch_size
+        byte_limit = opts.arrow_batch_bytes
         next_seq = self.first
         last = self.last
         micro = _dt.timedelta(microseconds=1)
@@ -418,7 +447,8 @@ class _RangeReader:
                     h = sm.headers if include_headers else None
                     c.headers.append(list(h.items()) if h else None)
                     next_seq = sm.seq + 1
-                    yield None
+                    if len(c.seqs) >= limit or c.data_bytes >= byte_limit:
+                        yield None
                 # num_pending is None only from servers before 2.11 (one message per request)
                 if received == 0 or batch.num_pending == 0:
                     return

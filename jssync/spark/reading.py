@@ -37,7 +37,7 @@ from ..base.errors import (
     ValidationError,
 )
 from .errors import DataLossError
-from .options import SCHEMA, SCHEMA_ARRAY_HEADERS, ReadOptions
+from .options import KEY_COLUMN, SCHEMA, SCHEMA_ARRAY_HEADERS, ReadOptions
 from .ranges import SequenceRange, _created_text, _parse_reply, read_range, schema_type, split_range
 
 if TYPE_CHECKING:
@@ -278,12 +278,13 @@ def _end_seq(js: JetStream, opts: ReadOptions, last_seq: int, stream: str | None
     return last_seq
 
 
-def _check_schema(schema: Any, headers_format: str = "map") -> None:
-    expected = schema_type(headers_format)
+def _check_schema(schema: Any, headers_format: str = "map", include_key: bool = False) -> None:
+    expected = schema_type(headers_format, include_key)
     if schema is not None and isinstance(schema, StructType) and schema != expected:
+        ddl = SCHEMA_ARRAY_HEADERS if headers_format == "array" else SCHEMA
         raise ValidationError(
             f"the jetstream source has a fixed schema "
-            f"({SCHEMA_ARRAY_HEADERS if headers_format == 'array' else SCHEMA}); got a user schema "
+            f"({ddl}{', ' + KEY_COLUMN if include_key else ''}); got a user schema "
             f"{schema.simpleString()}"
         )
 

@@ -37,18 +37,24 @@ class JetStreamDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        # a bad headersFormat is refused by reader() / streamReader(), naming it
-        fmt = str(_plain(self.options).get("headersformat", "map")).strip().lower()
-        return schema_type("array" if fmt == "array" else "map")
+        """The read schema; checks every read option first (Spark calls this at ``load()``).
+
+        ``spark.read...load()`` and ``spark.readStream...load()`` call it (a read given its
+        own ``.schema(...)`` does not), so a wrong option name or value raises there, naming
+        the option, not at the first action. Writes never call it. Pure: nothing is sent.
+        Raises :class:`jssync.ValidationError`.
+        """
+        opts = ReadOptions.parse(_plain(self.options))
+        return schema_type(opts.headers_format, opts.include_key)
 
     def reader(self, schema: StructType) -> JetStreamBatchReader:
         opts = ReadOptions.parse(_plain(self.options))
-        _check_schema(schema, opts.headers_format)
+        _check_schema(schema, opts.headers_format, opts.include_key)
         return JetStreamBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> JetStreamStreamReader:
         opts = ReadOptions.parse(_plain(self.options))
-        _check_schema(schema, opts.headers_format)
+        _check_schema(schema, opts.headers_format, opts.include_key)
         if opts.ending_time is not None:
             raise ValidationError(
                 "option 'endingTime' is for batch reads only (as Kafka's endingTimestamp); bound a streaming "

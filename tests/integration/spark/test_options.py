@@ -304,15 +304,10 @@ def test_unknown_options_are_refused_at_planning(spark, nats_server, js, stream,
             "stream", name).save()
     assert js.stream(name).info().state.messages == 20  # nothing was sent
 
-    q = (spark.readStream.format("jetstream").option("servers", url).option("stream", name)
-         .option("maxOffsetsPerTrigger", "5").load().writeStream.format("memory").queryName(f"unk{name}")
-         .trigger(availableNow=True).start())
-    try:
-        with pytest.raises(Exception, match=r"(?i)unknown option 'maxOffsetsPerTrigger'; did you mean "
-                                            r"maxMessagesPerTrigger\?"):
-            q.awaitTermination(60 * FACTOR)
-    finally:
-        q.stop()
+    with pytest.raises(PySparkException, match=r"(?i)unknown option 'maxOffsetsPerTrigger'; did you mean "
+                                               r"maxMessagesPerTrigger\?"):
+        spark.readStream.format("jetstream").option("servers", url).option("stream", name).option(
+            "maxOffsetsPerTrigger", "5").load()
     src = spark.readStream.format("jetstream").option("servers", url).option("stream", name).load()
     q = (src.selectExpr(f"'{name}.copy' as subject", "data").writeStream.format("jetstream")
          .option("servers", url).option("msgIdColum", "id")
@@ -331,6 +326,68 @@ def test_unknown_options_are_refused_at_planning(spark, nats_server, js, stream,
     finally:
         q.stop()
     assert js.stream(name).info().state.messages == 40
+
+
+#: A server address nothing listens on: an option check that raises naming the option proves
+#: it ran before any connection was tried.
+_NOWHERE = "nats://127.0.0.1:1"
+
+
+def test_wrong_read_options_raise_at_load_naming_the_option(spark):
+    """``spark.read...load()`` and ``spark.readStream...load()`` (no action, no connection:
+    the server address leads nowhere) raise for a wrong option name or value, naming the
+    option, as Spark's Kafka source does at load(); a right one loads with the default
+    schema, and ``headersFormat=array`` gives its own."""
+    from pyspark.errors import PySparkException
+
+    def load(streaming: bool, **options: str):
+        r = (spark.readStream if streaming else spark.read).format("jetstream").option("servers", _NOWHERE)
+        for k, v in options.items():
+            r = r.option(k, v)
+        return r.load()
+
+    for streaming in (False, True):
+        with pytest.raises(PySparkException, match=r"(?i)unknown option 'startingOffsets'; did you mean "
+                                                   r"startingSequence\?"):
+            load(streaming, stream="S", startingOffsets="latest")
+        with pytest.raises(PySparkException, match=r"option 'numPartitions' must be an integer, got 'two'"):
+            load(streaming, stream="S", numPartitions="two")
+        with pytest.raises(PySparkException, match=r"option 'failOnDataLoss' must be true or false, got 'maybe'"):
+            load(streaming, stream="S", failOnDataLoss="maybe")
+        with pytest.raises(PySparkException, match=r"option 'headersFormat' must be 'map' or 'array'"):
+            load(streaming, stream="S", headersFormat="list")
+        with pytest.raises(PySparkException, match=r"option 'stream' is required"):
+            load(streaming)
+        with pytest.raises(PySparkException, match=r"option 'startingTime' must be an ISO 8601 time"):
+            load(streaming, stream="S", startingTime="yesterday")
+        assert load(streaming, stream="S").schema == jspark.schema_type()
+        assert load(streaming, stream="S", headersFormat="array").schema == jspark.schema_type("array")
+
+
+def test_wrong_write_options_raise_at_save_naming_the_option(spark, nats_server, js, stream):
+    """A batch write checks its options at ``save()`` before anything is published: a wrong
+    value raises naming the option. (A streaming write's ``start()`` asks the data source
+    nothing: its options fail the query when it plans its first micro-batch, before it
+    reads; see test_unknown_options_are_refused_at_planning.)"""
+    from pyspark.errors import PySparkException
+
+    df = spark.createDataFrame([(b"x",)], "data binary")
+
+    def save(**options: str) -> None:
+        w = df.write.format("jetstream").mode("append").option("servers", nats_server.url)
+        for k, v in options.items():
+            w = w.option(k, v)
+        w.save()
+
+    with pytest.raises(PySparkException, match=r"option 'maxPending' must be >= 1, got '0'"):
+        save(subject=f"{stream.name}.w", maxPending="0")
+    with pytest.raises(PySparkException, match=r"option 'publishTimeout' must be a number of seconds"):
+        save(subject=f"{stream.name}.w", publishTimeout="soon")
+    with pytest.raises(PySparkException, match=r"option 'subject'"):
+        save(subject=f"{stream.name}.*")
+    assert js.stream(stream.name).info().state.messages == 0
+    save(subject=f"{stream.name}.w")
+    assert js.stream(stream.name).info().state.messages == 1
 
 
 def test_subject_filter_outside_the_streams_subjects_is_refused(spark, nats_server, js, stream):

@@ -115,6 +115,55 @@ def test_key_column_is_the_last_subject_token(spark, nats_server, js, stream):
          .option("servers", url).option("subject", name).save())
 
 
+def test_include_key_reads_the_subject_last_token_as_the_key_column(spark, nats_server, js, unique, tmp_path):
+    """Option ``includeKey=true`` adds a last ``key`` string column to a read (batch, both read
+    methods, and streaming; either headers format): the subject's last token, which is
+    what the sink's ``key`` column became, so a keyed write reads back with its keys and a
+    copy written with option ``subject`` keeps them (Kafka's key survives the copy). The
+    default read has no ``key`` column."""
+    from .streaming_query import run_available_now
+
+    name = f"D{unique}"  # a stream Direct Gets may read
+    js.create_stream(name=name, subjects=[name, f"{name}.>"], storage="memory", allow_direct=True)
+    try:
+        _check_include_key(spark, nats_server.url, js, name, unique, tmp_path, run_available_now)
+    finally:
+        js.delete_stream(name)
+
+
+def _check_include_key(spark, url, js, name, unique, tmp_path, run_available_now) -> None:
+    df = spark.createDataFrame([("eu-42", "a"), ("us-7", "b"), (None, "c")], "key string, data string")
+    df.write.format("jetstream").mode("append").option("servers", url).option("subject", name).save()
+    js.publish(f"{name}.x.y.z", b"d")
+    want = [("eu-42", f"{name}.eu-42", b"a"), ("us-7", f"{name}.us-7", b"b"), (name, name, b"c"),
+            ("z", f"{name}.x.y.z", b"d")]
+
+    def got(frame):
+        return [(r.key, r.subject, bytes(r.data)) for r in frame.select("key", "subject", "data").collect()]
+
+    assert "key" not in _read(spark, url, name).columns  # all defaults: no key column
+    for extra in ({}, {"readMethod": "direct"}, {"headersFormat": "array"}, {"numPartitions": 3}):
+        frame = _read(spark, url, name, includeKey="true", **extra)
+        assert frame.columns[-1] == "key" and frame.schema["key"].dataType.simpleString() == "string"
+        assert sorted(got(frame)) == sorted(want), extra
+    seen: list[tuple[str, str, bytes]] = []
+    q = run_available_now(spark, url, name, tmp_path / "ckpt", lambda b, _i: seen.extend(got(b)),
+                          includeKey="true")
+    assert q.exception() is None and sorted(seen) == sorted(want)
+
+    # the keys survive a copy to another subject, as Kafka keys survive a copy to another topic
+    out = f"K{unique}"
+    js.create_stream(name=out, subjects=[f"{out}.>"], storage="memory")
+    try:
+        (_read(spark, url, name, includeKey="true").where("key in ('eu-42', 'us-7')")
+         .select("key", "data")
+         .write.format("jetstream").mode("append").option("servers", url).option("subject", out).save())
+        assert sorted(got(_read(spark, url, out, includeKey="true"))) == [
+            ("eu-42", f"{out}.eu-42", b"a"), ("us-7", f"{out}.us-7", b"b")]
+    finally:
+        js.delete_stream(out)
+
+
 def test_array_headers_keep_repeated_names_on_write_and_read(spark, nats_server, js, stream):
     """Headers as Kafka's array<struct<key:string,value:binary>>: written with a name given
     twice, both lines are stored and read back in order with headersFormat=array; the default
