@@ -67,11 +67,20 @@ class Alarm:
         return self.at < other.at
 
     def cancel(self) -> None:
-        """The alarm will not fire (if it was already posted to the loop, it is skipped there)."""
+        """The alarm will not fire (if it was already posted to the loop, it is skipped there).
+
+        Its callback is dropped at once (a stopped consumer is not kept alive until the deadline).
+        """
         if not self.cancelled:
             self.cancelled = True
-            if self._heap is not None:
-                self._heap.cancelled += 1
+            self.fn = _dropped
+            heap = self._heap  # (read once: the clock thread may pop it meanwhile)
+            if heap is not None:
+                heap.cancelled += 1  # a hint for compaction only (a lost update is harmless)
+
+
+def _dropped() -> None:
+    """The callback of a cancelled alarm."""
 
 
 class AlarmHeap:
@@ -177,12 +186,14 @@ class StallWatch:
         self._warned = True
         return now - at
 
-    def next_at(self) -> float:
+    def next_at(self, now: float = 0.0) -> float:
         at = self._posted_at
         if at is None:
             return self._ran_at + self.every
         if self._warned:
-            return at + self.after + self.every  # only ran() ends this stall; look again now and then
+            # only ran() ends this stall: look again a probe interval from now (never a time
+            # already past: the clock thread would spin for the rest of the stall)
+            return max(at + self.after, now) + self.every
         return at + self.after + 1e-3
 
 
@@ -290,8 +301,9 @@ class Clock:
 
     def _start(self) -> None:  # under the lock
         self._stall.ran(self._now())
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
+        t = threading.Thread(target=self._run, name=self.name, daemon=True)
+        t.start()  # (set only once started: a failed start is tried again by the next alarm)
+        self._thread = t
 
     def _run(self) -> None:
         cond, heap, stall, now_fn = self._cond, self._heap, self._stall, self._now
@@ -308,7 +320,8 @@ class Clock:
                 stalled = stall.stalled(now)
                 if not due and not probe and stalled is None:
                     nxt = heap.next_at()
-                    wake = stall.next_at() if nxt is None else min(nxt, stall.next_at())
+                    look = stall.next_at(now)
+                    wake = look if nxt is None else min(nxt, look)
                     cond.wait(min(max(wake - now, 0.0), _SLICE))
                     continue
             try:
@@ -318,6 +331,8 @@ class Clock:
                     self._loop.call_soon_threadsafe(self._probed)
             except RuntimeError:  # the loop is closed: the connection is gone
                 return
+            except Exception:  # noqa: BLE001 - one failure must not end every timer of the connection
+                log.exception("the timer thread %s failed to post its alarms", self.name)
             if stalled is not None:
                 self._warn(stalled)
 

@@ -198,7 +198,9 @@ class Outbound:
         finally:
             lock.release()
         if terminal:
-            self.acks.append((msg.reply, payload))  # the ack journal: sent again after a reconnect
+            # the ack journal: sent again after a reconnect (an +NXT as a plain +ACK: sent again
+            # without its reply subject it would open a pull request answered to nobody)
+            self.acks.append((msg.reply, payload if not reply else b"+ACK"))
         if not self.scheduled:
             self._schedule_kick()
         return True

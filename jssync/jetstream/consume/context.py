@@ -15,7 +15,7 @@ from queue import Empty
 from typing import TYPE_CHECKING, Any
 
 from ...base.deadline import DEFAULT, EXPIRED, Deadline, Default, wait_get
-from ...base.errors import TimeoutError
+from ...base.errors import Error, TimeoutError
 from ...base.status import message_size
 from ...core.hooks import HOOKS as _CORE
 from ...core.msg import Msg
@@ -66,11 +66,22 @@ class ConsumeContext(Intake, PullRunner, LeaseKeeper, Ending, CallbackLane):
         server processed the unsubscribe (the pulls in flight finish sending first, as for
         :meth:`drain`). Returns without waiting (a callback that is running, or that the
         lane had already decided to call, finishes; no further one starts; :meth:`wait`
-        returns once the rest was nak'ed and the lane ended).
+        returns once the rest was nak'ed and the lane ended). An exception (Ctrl-C) landing
+        inside hands the stop's actions to the I/O thread (where no signal handler runs), so
+        the stop completes whatever happens (the engine gives them out only once).
         """
-        with self._lock:
-            acts = self._eng.stop()
-        self._do(acts)
+        acts: tuple[Any, ...] = ()
+        try:
+            with self._lock:
+                acts = self._eng.stop()
+            self._do(acts)
+        except BaseException:
+            if acts:  # (running them again is harmless: naks skip settled messages, the unsubscribe runs once)
+                try:
+                    self._conn.internal.loop.call_soon(self._do, acts)
+                except Error:  # the connection is closed: nothing left to stop
+                    pass
+            raise
 
     def drain(self, timeout: float | None | Default = DEFAULT) -> None:
         """Stop pulling and end once every message the server sent was delivered. Idempotent.

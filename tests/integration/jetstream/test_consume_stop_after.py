@@ -119,3 +119,33 @@ def test_a_bad_stop_after_is_refused_before_anything_is_sent(nc, js, stream, bad
         c.consume(stop_after=bad)
     nc.flush()
     assert pulls == []
+
+
+def test_a_ctrl_c_landing_inside_stop_still_stops_and_naks_the_buffer(js, stream):
+    # stop_after (and a user's stop()) stops from the reader's thread: a KeyboardInterrupt landing
+    # while the stop's actions run there must not leave the consume half-stopped (its buffered
+    # messages held until AckWait, wait() never returning)
+    publish(js, f"{stream.name}.a", 10)
+    c = stream.create_consumer(durable_name="D")
+    messages = c.consume()
+    first = messages.next(timeout=5 * FACTOR)
+    first.ack()
+    wait_for(lambda: c.info().num_ack_pending == 9, 5, what="the other 9 buffered in the client")
+    real_do = messages._do
+    calls = []
+
+    def interrupted_do(acts):
+        if threading.current_thread() is threading.main_thread() and not calls:
+            calls.append(acts)
+            raise KeyboardInterrupt
+        real_do(acts)
+
+    messages._do = interrupted_do
+    with pytest.raises(KeyboardInterrupt):
+        messages.stop()
+    assert calls, "the stop ran no action in the caller's thread"
+    messages.wait(timeout=5 * FACTOR)
+    assert messages.closed
+    # the 9 are back at once (nak'ed), not after the 30 s AckWait
+    again = [m.data for m in c.fetch(9, expires=3 * FACTOR)]
+    assert sorted(again, key=int) == [str(i).encode() for i in range(1, 10)]

@@ -81,6 +81,28 @@ def test_a_stall_is_reported_once_with_its_length_and_again_after_the_loop_ran()
     assert w.stalled(10.4) == pytest.approx(1.05)  # a new stall: reported again
 
 
+def test_after_a_stall_was_reported_the_next_look_is_always_ahead_of_now() -> None:
+    # (the clock thread waits until next_at(now): a time already past made it spin for the
+    # rest of a long stall)
+    w = StallWatch(after=1.0, every=0.25, now=0.0)
+    w.posted(0.25)
+    assert w.stalled(1.3) is not None
+    for now in (1.3, 1.6, 5.0, 60.0):
+        assert w.next_at(now) > now
+        assert w.stalled(now) is None
+
+
+def test_a_cancelled_alarm_drops_its_callback_and_never_fires() -> None:
+    heap = AlarmHeap()
+    held = []
+    alarm = heap.push(1.0, lambda: held.append(1))
+    alarm.cancel()
+    alarm.cancel()  # idempotent
+    assert heap.pop_due(2.0) == [] and len(heap) == 0
+    alarm.fn()  # the dropped callback: nothing of the consumer's is called or kept
+    assert held == []
+
+
 def test_a_loop_that_answers_each_probe_in_time_is_never_reported() -> None:
     w = StallWatch(after=1.0, every=0.25, now=0.0)
     now = 0.0
