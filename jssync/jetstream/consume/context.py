@@ -202,7 +202,7 @@ class ConsumeContext(Intake, PullRunner, LeaseKeeper, Ending, CallbackLane):
                     counted = True
                     if need:
                         self._refill()
-                if self._eng.reached:  # stop_after: this is the last one, the rest is nak'ed
+                if self._eng.stop_after and self._eng.reached:  # stop_after: the last one, the rest is nak'ed
                     self.stop()
                 return msg  # type: ignore[no-any-return]
         except BaseException:
@@ -259,7 +259,7 @@ class ConsumeContext(Intake, PullRunner, LeaseKeeper, Ending, CallbackLane):
                     counted = True
                     if need:
                         self._refill()
-                if self._eng.reached:  # stop_after: this is the last one, the rest is nak'ed
+                if self._eng.stop_after and self._eng.reached:  # stop_after: the last one, the rest is nak'ed
                     self.stop()
                 return msg  # type: ignore[no-any-return]
         except BaseException:

@@ -15,7 +15,7 @@ import pytest
 
 from jssync import LoopStalledError
 from jssync.core.clock import AlarmHeap, Clock, StallWatch, where
-from tests.conftest import FACTOR
+from tests.conftest import FACTOR, wait_for
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -245,9 +245,7 @@ def test_a_blocked_loop_is_reported_once_naming_what_it_runs(io: _Loop) -> None:
     try:
         clock.at(clock.now() + 3600, lambda: None)  # starts the thread
         io.loop.call_soon_threadsafe(_block_the_loop, 1.5 * FACTOR)
-        end = time.monotonic() + 10 * FACTOR
-        while time.monotonic() < end and not reports:
-            time.sleep(0.02)  # poll: for the clock's report, inside the deadline
+        wait_for(lambda: reports, 10, interval=0.02, what="the clock's report")
         assert len(reports) == 1, reports
         err = reports[0]
         assert isinstance(err, LoopStalledError)
@@ -270,9 +268,8 @@ def test_without_a_report_hook_a_stall_goes_to_the_jssync_logger(io: _Loop, capl
     try:
         clock.at(clock.now() + 3600, lambda: None)
         io.loop.call_soon_threadsafe(_block_the_loop, 1.5 * FACTOR)
-        end = time.monotonic() + 10 * FACTOR
-        while time.monotonic() < end and not any("has not run" in r.getMessage() for r in caplog.records):
-            time.sleep(0.02)  # poll: for the log line, inside the deadline
+        wait_for(lambda: any("has not run" in r.getMessage() for r in caplog.records), 10, interval=0.02,
+                 what="the stall's log line")
         assert [r.name for r in caplog.records if "has not run" in r.getMessage()] == ["jssync"]
     finally:
         clock.stop()
