@@ -21,6 +21,13 @@ in that interpreter against the same server, after this script set up the same s
 the table gets natsio msgs/s and jssync / natsio. Otherwise a one-line note says what
 was looked for. Nothing is installed.
 
+Some scenarios also run a **floor** in the same run: what one blocking Python socket with no
+library, no thread and no event loop does (the protocol spoken by hand): ``request_reply``,
+``js_publish_sync`` and ``kv_get`` one round trip at a time (``raw_round_trips``),
+``core_publish`` (each frame encoded on its own, written per 64 KiB) and ``consume_ack`` /
+``consume_noack`` (``raw_pull_loop``: pulls of 500 refilled at half, the acks of one ``recv``
+in one ``sendall``). The extra column prints the floor's rate and floor / jssync.
+
     python bench/run.py --count 20000 --runs 3 \
         --only consume_ack --only consume_noack --only fetch_loop --only js_publish_sync --only core_publish
 """
@@ -50,7 +57,7 @@ import jssync  # noqa: E402
 from jssync.server import NatsServer  # noqa: E402
 
 SCENARIOS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
-#: the raw-socket floor of the one-at-a-time round-trip scenarios (see raw_round_trips)
+#: the raw-socket floor of a scenario (see raw_round_trips, raw_pull_loop, CorePublish.floor)
 FLOORS: dict[str, Callable[..., Any]] = {}
 
 
@@ -93,6 +100,31 @@ class CorePublish:
             return dt
 
         return {"rate": n / asyncio.run(main())}
+
+    @staticmethod
+    def floor(url: str, n: int, payload: bytes) -> dict[str, float]:
+        """One blocking socket: each PUB frame encoded on its own, written per 64 KiB, then PING/PONG."""
+        c = _RawNats(url)
+        frame_head = b"PUB bench.pub %d\r\n" % len(payload)
+        out: list[bytes] = []
+        size = 0
+        send = c.sock.sendall
+        t0 = time.perf_counter()
+        for _ in range(n):
+            frame = frame_head + payload + b"\r\n"
+            out.append(frame)
+            size += len(frame)
+            if size >= 65536:
+                send(b"".join(out))
+                out.clear()
+                size = 0
+        out.append(b"PING\r\n")
+        send(b"".join(out))
+        while c._line() != b"PONG":
+            pass
+        dt = time.perf_counter() - t0
+        c.close()
+        return {"rate": n / dt}
 
 
 @scenario("core_subscribe")
@@ -439,6 +471,12 @@ class ConsumeAck:
         return {"rate": n / _natspy_fetch_loop(url, "BCA", n, ack=True)}
 
 
+    @staticmethod
+    def floor(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _preload(url, "BCA", n, payload)
+        return {"rate": n / raw_pull_loop(url, "BCA", n, ack=True)}
+
+
 @scenario("consume_noack")
 class ConsumeNoAck:
     """consume() on an ack-none consumer vs nats-py fetch(500) loop."""
@@ -480,6 +518,11 @@ class ConsumeNoAck:
             return dt
 
         return {"rate": n / asyncio.run(main())}
+
+    @staticmethod
+    def floor(url: str, n: int, payload: bytes) -> dict[str, float]:
+        _preload(url, "BCN", n, payload)
+        return {"rate": n / raw_pull_loop(url, "BCN", n, ack=False)}
 
 
 @scenario("fetch_loop")
@@ -1071,6 +1114,75 @@ def raw_round_trips(url: str, subjects: list[bytes], payload: bytes, warm: int =
     return _lat(n / dt, lat)
 
 
+def raw_pull_loop(url: str, stream: str, n: int, ack: bool, batch: int = 500) -> float:
+    """The floor of consuming: one blocking socket keeps ``batch`` messages asked for (a pull of
+    half of it each time half has arrived, as ``consume(max_messages=batch)`` does), reads each
+    MSG/HMSG by position in the received bytes, and writes the acks of everything one ``recv``
+    brought in one ``sendall``.
+    Returns the seconds for ``n`` messages (the consumer ``RAW`` is made first, not timed)."""
+    with jssync.connect(url) as nc:
+        nc.jetstream().create_consumer(stream, durable_name="RAW", ack_policy="explicit" if ack else "none")
+    c = _RawNats(url)
+    sock = c.sock
+    inbox = b"_INBOX.rawpull.%d" % os.getpid()
+    half = batch // 2
+
+    def pull_of(k: int) -> bytes:
+        body = b'{"batch":%d,"expires":5000000000}' % k
+        return b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.RAW %s %d\r\n%s\r\n" % (stream.encode(), inbox, len(body), body)
+
+    pull = pull_of(half)  # a refill: what was taken since the last one
+    sock.sendall(b"SUB %s 1\r\n" % inbox + pull_of(batch))
+    buf = c.buf
+    pos = 0
+    got = 0
+    since_pull = 0
+    t0 = time.perf_counter()
+    while got < n:
+        data = sock.recv(262144)
+        if not data:
+            raise ConnectionError("server closed the connection")
+        buf = buf[pos:] + data if pos < len(buf) else data
+        pos = 0
+        out: list[bytes] = []
+        while True:
+            i = buf.find(b"\r\n", pos)
+            if i < 0:
+                break
+            line = buf[pos:i]
+            if line[:4] == b"MSG " or line[:5] == b"HMSG ":
+                parts = line.split()
+                size = int(parts[-1])
+                end = i + 2 + size + 2
+                if end > len(buf):
+                    break  # the body has not all arrived: read more
+                pos = end
+                reply = parts[3] if len(parts) == (5 if parts[0] == b"MSG" else 6) else b""
+                if reply[:8] != b"$JS.ACK.":
+                    continue  # a status (408/409/100) or a heartbeat
+                got += 1
+                since_pull += 1
+                if ack:
+                    out.append(b"PUB %s 4\r\n+ACK\r\n" % reply)
+                if since_pull >= half:
+                    out.append(pull)
+                    since_pull = 0
+            else:
+                pos = i + 2
+                if line == b"PING":
+                    out.append(b"PONG\r\n")
+        if out:
+            sock.sendall(b"".join(out))
+    if ack:  # every ack reached the server before the clock stops
+        sock.sendall(b"PING\r\n")
+        c.buf = buf[pos:]
+        while c._line() != b"PONG":
+            pass
+    dt = time.perf_counter() - t0
+    c.close()
+    return dt
+
+
 def _lat(rate: float, lat: list[float]) -> dict[str, float]:
     lat.sort()
     return {"rate": rate, "p50_us": lat[len(lat) // 2] * 1e6, "p99_us": lat[int(len(lat) * 0.99)] * 1e6}
@@ -1141,8 +1253,11 @@ def _run_pairs(url: str, names: list[str], n: int, payload: bytes, runs: int, si
         if rf:
             mf = _median(rf)
             out[name]["floor"] = mf
-            extra += f"; floor {mf['rate']:,.0f}/s p50 {mf['p50_us']:.0f} p99 {mf['p99_us']:.0f} us"
-            if "p50_us" in mj:
+            out[name]["rate_vs_floor"] = mf["rate"] / mj["rate"]
+            extra += f"; floor {mf['rate']:,.0f}/s ({mf['rate'] / mj['rate']:.2f}x jssync)"
+            if "p50_us" in mf:
+                extra += f" p50 {mf['p50_us']:.0f} p99 {mf['p99_us']:.0f} us"
+            if "p50_us" in mj and "p50_us" in mf:
                 out[name]["p50_vs_floor"] = mj["p50_us"] / mf["p50_us"]
                 extra += f" (jssync p50 {mj['p50_us'] / mf['p50_us']:.2f}x floor)"
         if with_natsio:
