@@ -45,7 +45,7 @@ from ..base.errors import (
     ValidationError,
 )
 from ..base.status import END_OF_BATCH, NO_RESPONDERS, NOT_FOUND, REQUEST_TIMEOUT, TOO_MANY_SUBJECTS, Status, classify
-from ..base.times import server_time_or_none
+from ..base.times import format_server_time, server_time_or_none
 from ..base.validate import MAX_I64, check_int, validate_subject
 from .replies import StoredMsg
 
@@ -89,13 +89,14 @@ parse_timestamp = server_time_or_none
 
 
 def format_time(t: _dt.datetime, what: str = "time") -> str:
-    """Format a datetime as RFC 3339 with nanoseconds in UTC; a naive datetime is taken as UTC."""
+    """Format a datetime as RFC 3339 in UTC (the one formatter, base/times.py); naive is UTC.
+
+    Raises:
+        TypeError: ``t`` is not a datetime (``what`` names the option).
+    """
     if not isinstance(t, _dt.datetime):
         raise TypeError(f"{what} must be a datetime, got {type(t).__name__}: {t!r}")
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.UTC)
-    t = t.astimezone(_dt.UTC)
-    return t.strftime("%Y-%m-%dT%H:%M:%S") + f".{t.microsecond:06d}000Z"
+    return format_server_time(t)
 
 
 def _check_seq(seq: Any, what: str = "seq") -> int:
