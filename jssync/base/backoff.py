@@ -11,6 +11,7 @@ sleeps in slices of at most 0.1 s, so Ctrl-C gets through.
                           ``jitter`` of it (jitter 0: exactly that; 0.98 with base = cap = 0.5:
                           a uniform wait of 10-500 ms)
       sleep(failures, deadline) .. wait delay(failures), never past ``deadline``
+    sleep_for(seconds, deadline)  a plain wait in the same slices (a poll's interval)
     retry(attempt, backoff, deadline, worth_retrying=..., max_attempts=..., give_up=...)
 """
 
@@ -24,7 +25,7 @@ from typing import TypeVar
 from .deadline import Deadline
 from .errors import ValidationError
 
-__all__ = ["Backoff", "retry"]
+__all__ = ["Backoff", "retry", "sleep_for"]
 
 T = TypeVar("T")
 
@@ -89,15 +90,21 @@ class Backoff:
     def sleep(self, failures: int, deadline: Deadline | None = None,
               sleep: Callable[[float], None] = time.sleep) -> None:
         """Wait :meth:`delay` ``(failures)`` seconds, never past ``deadline``; blocks in slices of 0.1 s."""
-        end = time.monotonic() + self.delay(failures)
-        while True:
-            left = end - time.monotonic()
-            rem = None if deadline is None else deadline.remaining()
-            if rem is not None:
-                left = min(left, rem)
-            if left <= 0:
-                return
-            sleep(min(left, _SLICE))
+        sleep_for(self.delay(failures), deadline, sleep)
+
+
+def sleep_for(seconds: float, deadline: Deadline | None = None,
+              sleep: Callable[[float], None] = time.sleep) -> None:
+    """Wait ``seconds``, never past ``deadline``; blocks in slices of 0.1 s (Ctrl-C gets through)."""
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        rem = None if deadline is None else deadline.remaining()
+        if rem is not None:
+            left = min(left, rem)
+        if left <= 0:
+            return
+        sleep(min(left, _SLICE))
 
 
 def retry(attempt: Callable[[int], T], backoff: Backoff, deadline: Deadline, *,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
-from ..base.backoff import Backoff
+from ..base.backoff import Backoff, sleep_for
 from ..base.deadline import Deadline
 from ..base.errors import (
     APIError,
@@ -230,12 +230,4 @@ class PartitionConsumer:
 
 def _sleep(seconds: float, deadline: Deadline) -> None:
     """Sleep ``seconds`` (at most what ``deadline`` leaves), in slices so Ctrl-C gets through."""
-    end = time.monotonic() + seconds
-    while True:
-        left = end - time.monotonic()
-        rem = deadline.remaining()
-        if rem is not None:
-            left = min(left, rem)
-        if left <= 0:
-            return
-        time.sleep(min(left, 0.1))
+    sleep_for(seconds, deadline)
