@@ -111,6 +111,12 @@ def sigint() -> Iterator[None]:
         signal.signal(signal.SIGINT, old)
 
 
+#: for a test that checks the fast paths themselves (on, or simulated broken): skipped in the
+#: run with every fast path turned off (``JSSYNC_FAST_PATHS=0``, see .ci/run)
+needs_fast_paths = pytest.mark.skipif(os.environ.get("JSSYNC_FAST_PATHS", "").strip() == "0",
+                                      reason="JSSYNC_FAST_PATHS=0: every fast path is off in this run")
+
+
 @pytest.fixture
 def unique() -> str:
     """A short unique token for stream and subject names."""

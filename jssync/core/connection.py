@@ -183,8 +183,10 @@ class Connection:
 
         nc = nats.aio.client.Client()
         why = _natspy.check(nc)
-        self._msg_class, why["msg_class"] = _natspy.install_msg_class(nc, Msg, self)
-        why["msg_parse"] = _natspy.install_msg_parser(nc)  # (after install_msg_class: it hands over to its dispatch)
+        off = _natspy.switched_off()  # JSSYNC_FAST_PATHS=0
+        self._msg_class, why["msg_class"] = _natspy.install_msg_class(nc, Msg, self, off)
+        # (after install_msg_class: it hands over to its dispatch)
+        why["msg_parse"] = off or _natspy.install_msg_parser(nc)
         out = self._out
         out.caps = _natspy.warn_disabled(why)
         out.sockpath.header_parser = _natspy.header_parser(nc) if out.caps["reply_headers"] else None

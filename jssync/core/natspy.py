@@ -90,13 +90,28 @@ _MSG_KEYWORDS = frozenset({"subject", "reply", "data", "headers", "_client", "_s
 # ----------------------------------------------------------------------------- the check
 
 
+#: The one switch: ``JSSYNC_FAST_PATHS=0`` in the environment turns every fast path off for the
+#: connections made from then on (read at each connect), so that the public fallbacks can be
+#: run on their own (.ci/run runs the core, JetStream, consuming and KV tests that way).
+OFF_SWITCH = "JSSYNC_FAST_PATHS"
+_OFF = f"turned off by {OFF_SWITCH}=0"
+
+
+def switched_off() -> str | None:
+    """Why every fast path is off (``JSSYNC_FAST_PATHS=0`` is set), or None when they may be on."""
+    return _OFF if os.environ.get(OFF_SWITCH, "").strip() == "0" else None
+
+
 def check(nc: Any) -> dict[str, str | None]:
     """Which fast paths work on ``nc``'s nats-py: path name -> None (usable) or why not.
 
     Run once per connection, before it connects. ``direct_write`` and ``direct_read``
     also depend on the transport (TLS, reconnects): this checks what nats-py provides;
-    the connection arms them per transport.
+    the connection arms them per transport. With ``JSSYNC_FAST_PATHS=0`` every one is off.
     """
+    off = switched_off()
+    if off is not None:
+        return dict.fromkeys(FAST_PATHS, off)
     why: dict[str, str | None] = dict.fromkeys(FAST_PATHS)
     missing = [n for n in ("_pending", "_pending_data_size", "_max_pending_size", "_flush_pending", "_transport")
                if not hasattr(nc, n)]
@@ -123,7 +138,12 @@ def check(nc: Any) -> dict[str, str | None]:
 
 
 def warn_disabled(why: dict[str, str | None]) -> dict[str, bool]:
-    """Log one warning per disabled fast path (naming it); return path -> enabled."""
+    """Log one warning per disabled fast path (naming it); return path -> enabled.
+
+    Paths turned off by ``JSSYNC_FAST_PATHS=0`` are asked for: one debug line, no warning."""
+    if _OFF in why.values():
+        log.debug("every fast path %s: using nats-py's public paths", _OFF)
+        return {name: reason is None for name, reason in why.items()}
     for name, reason in why.items():
         if reason is not None:
             log.warning("fast path %r disabled on this nats-py (%s): using nats-py's public path",
@@ -134,8 +154,11 @@ def warn_disabled(why: dict[str, str | None]) -> dict[str, bool]:
 # ----------------------------------------------------------------------------- messages
 
 
-def install_msg_class(nc: Any, base: type[Msg], conn: Connection) -> tuple[type[Msg], str | None]:
+def install_msg_class(nc: Any, base: type[Msg], conn: Connection,
+                      off: str | None = None) -> tuple[type[Msg], str | None]:
     """Make nats-py build every message as ``conn``'s subclass of ``base``.
+
+    With ``off`` (why every fast path is off) the tolerant class below is installed at once.
 
     Returns the class and None, or, when nats-py's construction call passes a keyword
     jssync's Msg does not take, a class that accepts (and ignores) further keywords and
@@ -147,7 +170,9 @@ def install_msg_class(nc: Any, base: type[Msg], conn: Connection) -> tuple[type[
     nc.msg_class = fast
     why: str | None = None
     build = getattr(nc, "_build_message", None)
-    if build is not None:
+    if off is not None:
+        why = off
+    elif build is not None:
         try:
             build(1, b"_jssync.check", b"", b"", None)
         except TypeError as exc:

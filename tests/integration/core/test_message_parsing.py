@@ -16,9 +16,9 @@ import pytest
 
 import jssync
 from jssync.core import natspy as _natspy
-from tests.conftest import wait_for
+from tests.conftest import needs_fast_paths, wait_for
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), needs_fast_paths]
 
 #: Payloads that are hard on a parser: empty, protocol lines inside, and larger than a socket read.
 PAYLOADS = [b"", b"x" * 128, b"MSG a 1 3\r\nabc\r\n", b"\r\n", b"HMSG b 2 4 4\r\nPING\r\n",

@@ -19,9 +19,9 @@ import pytest
 
 import jssync
 from jssync.core import natspy as _natspy
-from tests.conftest import echo, wait_for
+from tests.conftest import echo, needs_fast_paths, wait_for
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), needs_fast_paths]
 
 
 def _build_with_new_keyword(self: Any, sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> Any:

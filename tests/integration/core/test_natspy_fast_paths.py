@@ -15,9 +15,9 @@ import pytest
 
 import jssync
 from jssync.server import NatsServer
-from tests.conftest import echo, wait_answered
+from tests.conftest import echo, needs_fast_paths, wait_answered
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), needs_fast_paths]
 
 #: the shortcuts a plain TCP connection on Linux must have (a new one is added here too)
 EXPECTED = {"pump_buffer", "direct_write", "direct_read", "reply_headers", "wire_header_len", "msg_class",

@@ -10,7 +10,7 @@ import weakref
 import pytest
 
 import jssync
-from tests.conftest import wait_for
+from tests.conftest import needs_fast_paths, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -223,6 +223,7 @@ def test_close_while_threads_publish_fails_every_future(nats_server, stream):
         assert exc is None or isinstance(exc, jssync.ConnectionClosedError), exc
 
 
+@needs_fast_paths  # (the caller-side socket path is one)
 def test_concurrent_requests_leave_the_socket_to_the_io_thread(nats_server, stream, monkeypatch):
     # A caller watching the socket for its own reply (CallerSocket.watch) is
     # woken by every reply that arrives; with 16 threads in js.publish each reply woke all

@@ -12,9 +12,9 @@ import pytest
 
 import jssync
 from jssync.core import natspy
-from tests.conftest import FACTOR
+from tests.conftest import FACTOR, needs_fast_paths
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), needs_fast_paths]
 
 
 @pytest.mark.parametrize("where", ["unpark", "park"])

@@ -20,9 +20,9 @@ import pytest
 
 import jssync
 from jssync.server import NatsServer
-from tests.conftest import FACTOR, echo, wait_answered, wait_for
+from tests.conftest import FACTOR, echo, needs_fast_paths, wait_answered, wait_for
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), needs_fast_paths]
 
 
 class _StealCount:
