@@ -33,7 +33,8 @@ from . import natspy as _natspy
 from . import sockpath as _sockpath
 from . import wire as _wire
 from .ackjournal import AckJournal
-from .msg import ACK_SENT, Msg
+from .ackjournal import Entry as JournalEntry
+from .msg import _ACK, ACK_SENT, Msg
 from .natspy import CLOSED as _NC_CLOSED
 from .natspy import STATUS as _NC_STATUS
 
@@ -77,9 +78,9 @@ class Outbound:
         self.close_lock = conn._close_lock  # (also the ack lock: see send_ack)
         self.nc: Any = None
         self.q: deque[tuple[str, bytes, str, dict[str, str] | None]] = deque()
-        #: (reply, payload) of the terminal acks queued lately: the current bucket of the
-        #: connection's ack journal (core/ackjournal.py), which swaps it
-        self.acks: list[tuple[str, bytes]] = []
+        #: the +ACK (reply subject) and +TERM ((reply, payload)) acks queued lately: the current
+        #: bucket of the connection's ack journal (core/ackjournal.py), which swaps it
+        self.acks: list[JournalEntry] = []
         self.journal = AckJournal(self, lambda: conn._closed)
         self.scheduled = False
         self.task: asyncio.Task[None] | None = None
@@ -198,9 +199,13 @@ class Outbound:
         finally:
             lock.release()
         if terminal:
-            # the ack journal: sent again after a reconnect (an +NXT as a plain +ACK: sent again
-            # without its reply subject it would open a pull request answered to nobody)
-            self.acks.append((msg.reply, payload if not reply else b"+ACK"))
+            # the ack journal (core/ackjournal.py): a +ACK is kept as its reply subject (an +NXT
+            # too: sent again with its reply it would open a pull answered to nobody), a +TERM
+            # as (reply, payload); a -NAK is never sent again
+            if payload is _ACK or reply:
+                self.acks.append(msg.reply)
+            elif payload[0] == 43:  # b"+": +TERM
+                self.acks.append((msg.reply, payload))
         if not self.scheduled:
             self._schedule_kick()
         return True

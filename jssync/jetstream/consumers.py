@@ -221,8 +221,10 @@ class Consumer(SummaryRepr):
                 (``max_bytes``) in :attr:`cached_info` allow, or ``expires`` over its
                 ``max_expires`` (nothing is sent).
             jssync.UnknownOptionError: ``timeout=`` given (also a TypeError).
-            jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError,
-            jssync.PullRequestError (400), jssync.NoRespondersError (no such consumer):
+            jssync.ConsumerDeletedError (also when the consumer is gone and the pull got no
+                responders: the iteration then looks it up, one CONSUMER.INFO request),
+            jssync.ConsumerIsPushBasedError, jssync.PullRequestError (400),
+            jssync.NoRespondersError (the consumer exists but has no leader):
             raised by the iteration.
         """
         expires = seconds(expires, "expires")
@@ -294,7 +296,9 @@ class Consumer(SummaryRepr):
                 or 400.
             jssync.NoHeartbeatError: no heartbeat within 2 x ``idle_heartbeat``.
             jssync.ConnectionClosedError: the connection closed meanwhile.
-            jssync.ConsumerDeletedError, jssync.ConsumerIsPushBasedError, jssync.NoRespondersError.
+            jssync.ConsumerDeletedError: the consumer is gone (a pull without responders looks
+                it up: one CONSUMER.INFO request).
+            jssync.ConsumerIsPushBasedError, jssync.NoRespondersError (no leader).
         """
         tracer = _CORE.tracer  # jssync.otel: one receive span (None: off)
         if tracer is not None and tracer.wants():

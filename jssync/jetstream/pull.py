@@ -26,8 +26,11 @@ from typing import TYPE_CHECKING, Any
 from ..base.deadline import EXPIRED, Deadline, wait_get
 from ..base.errors import (
     ConnectionClosedError,
+    ConsumerDeletedError,
     Error,
     NoHeartbeatError,
+    NoRespondersError,
+    NotFoundError,
     PullRequestError,
     TimeoutError,
     ValidationError,
@@ -442,6 +445,8 @@ class FetchResult:
         self._deadline = deadline
         self._hb = heartbeat
         self._ended = False
+        #: a pull nobody answered (503) looks the consumer up through it (see _deleted_or)
+        self._js: JetStream | None = None
         # a pull of a call without a limit: a reconnect may have lost it (server restart), so
         # the iteration ends then with a TimeoutError and the caller pulls again
         self._reconnects = _reconnects(conn) if lost_on_reconnect else None
@@ -508,6 +513,8 @@ class FetchResult:
         self._end()
         if st.raise_error and st.error is not None:
             st.raise_error = False
+            if type(st.error) is NoRespondersError and self._js is not None:
+                st.error = _deleted_or(self._js, st.stream, st.consumer, st.error)
             raise st.error
         raise StopIteration
 
@@ -598,6 +605,23 @@ class FetchResult:
         self.stop()
 
 
+def _deleted_or(js: JetStream, stream: str, consumer: str, err: NoRespondersError) -> BaseException:
+    """A single pull got no responders (503): when the consumer's info says it (or its stream)
+    is gone, a :class:`ConsumerDeletedError` (as a consume ends); else ``err`` as it is (no
+    leader, say). Blocks on one CONSUMER.INFO request (at most the context's timeout)."""
+    try:
+        js._consumer_info(stream, consumer, timeout=js.timeout)
+    except NotFoundError as exc:
+        gone = ConsumerDeletedError(
+            f"consumer {consumer!r} on stream {stream!r} no longer exists (the pull got no responders; {exc})",
+            code=404, err_code=getattr(exc, "err_code", None), stream=stream, consumer=consumer)
+        gone.__cause__ = err
+        return gone
+    except Exception:  # noqa: BLE001 - no leader, a timeout: the 503 is what the caller gets
+        log.debug("fetch: consumer info lookup after no responders failed", exc_info=True)
+    return err
+
+
 def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: int = 0,
           expires: float | None = DEFAULT_EXPIRES, idle_heartbeat: float | None = None, no_wait: bool = False,
           ack_none: bool = False, check: Callable[[Msg], bool | None] | None = None,
@@ -642,6 +666,7 @@ def fetch(js: JetStream, stream: str, consumer: str, batch: int, *, max_bytes: i
                             priority=prio.priority, pin_id=pin)
     box = _acquire_inbox(conn, state, Deadline(conn.internal.timeout + 5))
     res = FetchResult(conn, state, box, deadline, hb, on_end, lost_on_reconnect)
+    res._js = js
     try:
         conn.internal.enqueue((f"{js.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, box.subject, None))
         return res

@@ -20,7 +20,7 @@ import pytest
 
 import jssync
 from jssync.server import NatsServer
-from tests.conftest import FACTOR
+from tests.conftest import FACTOR, wait_for
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -49,9 +49,7 @@ def _restarter(server: NatsServer, got: set[int], errors: list[BaseException]) -
     def run() -> None:
         try:
             for point in (COUNT // 3, COUNT * 2 // 3):
-                end = time.monotonic() + 60 * FACTOR
-                while len(got) < point and time.monotonic() < end:
-                    time.sleep(0.002)  # poll: the reader's progress (a set the reader thread fills)
+                wait_for(lambda point=point: len(got) >= point, 60, interval=0.002, what=f"{point} messages read")
                 server.restart()
         except BaseException as exc:  # noqa: BLE001 - re-raised by the test
             errors.append(exc)
@@ -76,12 +74,8 @@ def _run(tmp_path: Path, read: Callable[[jssync.Consumer, set[int]], None]) -> N
             assert len(got) == COUNT, sorted(set(range(COUNT)) - got)[:20]
             # every message was acked: after the reconnect nothing stays ack-pending (the acks
             # the stopping server never read are sent again), well before ack_wait
-            end = time.monotonic() + 10 * FACTOR
-            pending = _ack_pending(server.url)
-            while pending and time.monotonic() < end:
-                time.sleep(0.1)  # poll: the server's state, through another connection
-                pending = _ack_pending(server.url)
-            assert pending == 0, f"{pending} acked messages still ack-pending {10 * FACTOR:.0f} s after the run"
+            wait_for(lambda: _ack_pending(server.url) == 0, 10, interval=0.1,
+                     what="no acked message ack-pending after the run")
 
 
 def test_a_consume_leaves_nothing_ack_pending_after_broker_restarts(tmp_path: Path) -> None:

@@ -250,7 +250,7 @@ def test_pull_on_push_consumer_raises(js, stream, unique):
 def test_pull_on_missing_consumer(js, stream):
     c = durable(stream)
     c.delete()
-    with pytest.raises(jssync.NoRespondersError):
+    with pytest.raises(jssync.ConsumerDeletedError):
         list(c.fetch(1, expires=1))
 
 
