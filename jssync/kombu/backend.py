@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import threading
+import weakref
 from typing import Any
 
 from celery.backends.base import KeyValueStoreBackend
@@ -123,6 +124,8 @@ _shared_lock = threading.Lock()
 _shared_pid = os.getpid()
 #: (servers, options) -> [the connection, how many backends hold it]
 _shared: dict[tuple[tuple[str, ...], str], list[Any]] = {}
+#: every backend of the process (a forked child gives each a new lock)
+_backends: weakref.WeakSet[KeyValueBackend] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
@@ -132,6 +135,8 @@ def _after_fork_in_child() -> None:
     _shared_lock = threading.Lock()
     _shared_pid = os.getpid()
     _shared = {}
+    for backend in list(_backends):
+        backend._lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -222,6 +227,7 @@ class KeyValueBackend(KeyValueStoreBackend):  # type: ignore[misc]
         self._nc: Connection | None = None
         self._kv: KeyValue | None = None
         self._pid = 0
+        _backends.add(self)
 
     def __reduce__(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         return super().__reduce__(args, dict(kwargs or {}, url=self.url))
