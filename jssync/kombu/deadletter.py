@@ -190,7 +190,7 @@ class DeadLetters:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop listening and the thread (joins it, at most ``timeout`` s); moves still waiting
-        for another try are dropped (their messages stay in their queues). Idempotent."""
+        for another try are dropped (their messages stay in their queues: a warning each). Idempotent."""
         self._stop.set()
         try:
             self._sub.unsubscribe()
@@ -198,3 +198,8 @@ class DeadLetters:
             logger.debug("kombu transport: dead-letter subscription: %s", exc)
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        pending, self._retries = list(self._retries), []
+        for _, failures, advisory in pending:
+            logger.warning("kombu transport: message %r of stream %r is left in its queue: its move to the "
+                           "dead-letter queue %r failed %d times before the connection closed",
+                           advisory.get("stream_seq"), advisory.get("stream"), self.queue, failures)
