@@ -346,6 +346,8 @@ class KeyValueBackend(KeyValueStoreBackend):  # type: ignore[misc]
 
         Raises:
             KeyWrongLastSequenceError: others changed the counter on every try until the deadline.
+            jssync.Error: a retriable error (no responders, a leader election) until the deadline,
+                or any other error of the requests at once.
         """
         name = self._key(key)
 
@@ -353,6 +355,8 @@ class KeyValueBackend(KeyValueStoreBackend):  # type: ignore[misc]
             return self._call(lambda kv: self._incr_once(kv, name))  # type: ignore[no-any-return]
 
         def give_up(last: Exception) -> BaseException:
+            if not isinstance(last, KeyWrongLastSequenceError):
+                return last  # the server's own error (no responders, no leader): raised as it is
             return KeyWrongLastSequenceError(f"counter {name!r} in bucket {self.options['bucket']!r}: changed by "
                                              f"others on every try for {INCR_DEADLINE} s")
 

@@ -378,3 +378,35 @@ def test_result_chord_expires_is_not_honoured_and_says_so(nats_server: NatsServe
         finally:
             _close(app)
     assert any("result_chord_expires is not honoured" in r.getMessage() for r in caplog.records)
+
+
+def test_incr_waits_between_tries_and_gives_up_at_its_deadline_when_others_always_win(
+        nats_server: NatsServer, unique: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jssync.kombu import backend as backend_module
+
+    bucket = f"res_{unique}"
+    app = _app(nats_server.url, f"kw{unique}",
+               result_backend_transport_options={"bucket": bucket, "storage": "memory"})
+    monkeypatch.setattr(backend_module, "INCR_DEADLINE", 2.0, raising=False)
+    tries: list[float] = []
+
+    try:
+        backend = app.backend
+        backend.set("chord-unlock-w", b"0")
+        kv_type = type(backend.bucket)
+        update = kv_type.update
+
+        def raced(kv: Any, name: str, value: bytes, last: int, **kw: Any) -> int:
+            tries.append(time.monotonic())
+            kv.put(name, b"100")  # another worker's write lands between the read and the update
+            return update(kv, name, value, last, **kw)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(kv_type, "update", raced)
+        with pytest.raises(jssync.KeyWrongLastSequenceError, match="changed by others"):
+            backend.incr("chord-unlock-w")
+        assert 3 <= len(tries) < 40  # a backoff between tries, not a hundred tries at once
+        assert tries[-1] - tries[0] >= 0.2
+    finally:
+        _close(app)
+        with jssync.connect(nats_server.url) as nc:
+            nc.jetstream().delete_key_value(bucket)
