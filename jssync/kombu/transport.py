@@ -321,8 +321,10 @@ class Transport(virtual.Transport):
         return self
 
     def close_connection(self, connection: Any) -> None:
-        """Close the channels (-NAK what they hold), then the NATS connection (flushes acks)."""
+        """Stop the dead-letter mover (it publishes through a channel of its own), close the channels
+        (-NAK what they hold), then the NATS connection (flushes acks)."""
         try:
+            self._stop_dead_letters()
             super().close_connection(connection)
         finally:
             self._close_wake_pipe()

@@ -226,3 +226,187 @@ def test_the_nats_scheme_from_the_entry_point_setup_cfg_declares(nats_server: Na
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60 * FACTOR,
                          env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"})
     assert out.stdout.split(None, 2) == ["jssync.kombu.backend", "KeyValueBackend", f"['{nats_server.url}']\n"], out
+
+
+def test_every_thread_and_every_backend_of_a_process_share_one_connection(nats_server: NatsServer,
+                                                                          unique: str) -> None:
+    bucket = f"res_{unique}"
+    opts = {"bucket": bucket, "storage": "memory"}
+    apps = [_app(nats_server.url, f"kt{unique}", result_backend_transport_options=opts) for _ in range(2)]
+    try:
+        seen: list[Any] = []
+        errors: list[BaseException] = []
+
+        def use(app: Any, i: int) -> None:
+            try:
+                backend = app.backend
+                backend.store_result(f"t{i}", i, "SUCCESS")
+                seen.append(backend)
+            except BaseException as exc:  # noqa: BLE001 - reported by the assert below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=use, args=(apps[i % 2], i)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30 * FACTOR)
+        assert not errors, errors
+        assert {id(b) for b in seen} == {id(apps[0].backend), id(apps[1].backend)}  # one backend per app
+        assert apps[0].backend._nc is apps[1].backend._nc  # one connection for the process
+        assert [apps[i % 2].AsyncResult(f"t{i}").get(timeout=5 * FACTOR) for i in range(6)] == list(range(6))
+        apps[0].backend.close()
+        assert not apps[1].backend._nc.is_closed  # still held by the other backend
+        assert apps[1].AsyncResult("t1").get(timeout=5 * FACTOR) == 1
+    finally:
+        for a in apps:
+            _close(a)
+        with jssync.connect(nats_server.url) as nc:
+            nc.jetstream().delete_key_value(bucket)
+
+
+def test_a_forked_child_opens_its_own_connection_and_the_process_exits_promptly(
+        nats_server: NatsServer, unique: str, tmp_path: Any) -> None:
+    # the parent is connected before the fork; the child stores a result over its own connection
+    # and exits through the interpreter (atexit closes that connection) without hanging
+    import subprocess
+    import sys
+
+    from tests.integration.kombu.conftest import ROOT
+
+    bucket = f"res_{unique}"
+    code = f'''
+import os, sys
+from celery import Celery
+app = Celery("x", broker="memory://", backend="{BACKEND}+{nats_server.url}")
+app.conf.result_backend_transport_options = {{"bucket": "{bucket}", "storage": "memory"}}
+b = app.backend
+b.store_result("parent", 1, "SUCCESS")
+parent_nc = b._nc
+pid = os.fork()
+if pid == 0:
+    b.store_result("child", 2, "SUCCESS")
+    assert b._nc is not parent_nc and not b._nc.is_closed
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert not parent_nc.is_closed and b._nc is parent_nc  # the child never closed the parent's
+assert app.AsyncResult("child").get(timeout=5) == 2
+print("ok")
+'''
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30 * FACTOR,
+                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out
+    finally:
+        with jssync.connect(nats_server.url) as nc:
+            nc.jetstream().delete_key_value(bucket)
+
+
+def test_incr_reads_the_counter_from_the_stream_leader_not_by_direct_get(nats_server: NatsServer,
+                                                                         unique: str) -> None:
+    bucket = f"res_{unique}"
+    app = _app(nats_server.url, f"kd{unique}",
+               result_backend_transport_options={"bucket": bucket, "storage": "memory"})
+    try:
+        backend = app.backend
+        with jssync.connect(nats_server.url) as watcher:
+            direct = watcher.subscribe(f"$JS.API.DIRECT.GET.KV_{bucket}.>")
+            watcher.flush()
+            assert [backend.incr("chord-unlock-d") for _ in range(3)] == [1, 2, 3]
+            backend.delete("chord-unlock-d")
+            assert backend.incr("chord-unlock-d") == 1  # a delete marker counts from 0 again
+            backend._nc.flush()
+            watcher.flush()
+            with pytest.raises(jssync.TimeoutError):
+                direct.next_msg(timeout=0.2)  # no direct get answered by any replica
+    finally:
+        _close(app)
+        with jssync.connect(nats_server.url) as nc:
+            nc.jetstream().delete_key_value(bucket)
+
+
+def test_a_deleted_bucket_is_created_again_by_the_next_set_and_get(nats_server: NatsServer, unique: str) -> None:
+    bucket = f"res_{unique}"
+    app = _app(nats_server.url, f"kg{unique}", result_expires=600,
+               result_backend_transport_options={"bucket": bucket, "storage": "memory"})
+    try:
+        backend = app.backend
+        backend.store_result("before", 1, "SUCCESS")
+        with jssync.connect(nats_server.url) as nc:
+            nc.jetstream().delete_key_value(bucket)
+        assert app.AsyncResult("before").state == "PENDING"  # the get re-creates the bucket
+        backend.store_result("after", 2, "SUCCESS")
+        assert app.AsyncResult("after").get(timeout=5 * FACTOR) == 2
+        with jssync.connect(nats_server.url) as nc:
+            nc.jetstream().delete_key_value(bucket)
+        backend.store_result("again", 3, "SUCCESS")  # a set re-creates it too
+        assert backend.incr("chord-unlock-g") == 1
+        with jssync.connect(nats_server.url) as nc:
+            kv = nc.jetstream().key_value(bucket)
+            assert kv.status().ttl == 600
+            keys = kv.keys()
+            assert "celery-task-meta-again" in keys
+    finally:
+        _close(app)
+        with jssync.connect(nats_server.url) as nc:
+            nc.jetstream().delete_key_value(bucket)
+
+
+def test_which_errors_celery_may_retry_and_kombus_server_separators(nats_server: NatsServer) -> None:
+    from jssync.kombu.backend import server_urls
+
+    app = _app(nats_server.url, "kr")
+    try:
+        backend = app.backend
+        assert backend.exception_safe_to_retry(jssync.NoRespondersError())
+        assert backend.exception_safe_to_retry(jssync.RequestTimeoutError())
+        assert backend.exception_safe_to_retry(jssync.ConnectionClosedError("closed"))
+        assert not backend.exception_safe_to_retry(jssync.ValidationError("bad key"))
+        assert not backend.exception_safe_to_retry(KeyError("x"))
+    finally:
+        _close(app)
+    assert server_urls("nats://a:4222;nats://b:4222", None) == ["nats://a:4222", "nats://b:4222"]
+    assert server_urls(None, "jssync://a:1;b:2,c:3") == ["nats://a:1", "nats://b:2", "nats://c:3"]
+
+
+def test_result_chord_expires_is_not_honoured_and_says_so(nats_server: NatsServer,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="jssync"):
+        app = _app(nats_server.url, "kc", result_chord_expires=60)
+        try:
+            _ = app.backend
+        finally:
+            _close(app)
+    assert any("result_chord_expires is not honoured" in r.getMessage() for r in caplog.records)
+
+
+def test_incr_waits_between_tries_and_gives_up_at_its_deadline_when_others_always_win(
+        nats_server: NatsServer, unique: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jssync.kombu import backend as backend_module
+
+    bucket = f"res_{unique}"
+    app = _app(nats_server.url, f"kw{unique}",
+               result_backend_transport_options={"bucket": bucket, "storage": "memory"})
+    monkeypatch.setattr(backend_module, "INCR_DEADLINE", 2.0, raising=False)
+    tries: list[float] = []
+
+    try:
+        backend = app.backend
+        backend.set("chord-unlock-w", b"0")
+        kv_type = type(backend.bucket)
+        update = kv_type.update
+
+        def raced(kv: Any, name: str, value: bytes, last: int, **kw: Any) -> int:
+            tries.append(time.monotonic())
+            kv.put(name, b"100")  # another worker's write lands between the read and the update
+            return update(kv, name, value, last, **kw)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(kv_type, "update", raced)
+        with pytest.raises(jssync.KeyWrongLastSequenceError, match="changed by others"):
+            backend.incr("chord-unlock-w")
+        assert 3 <= len(tries) < 40  # a backoff between tries, not a hundred tries at once
+        assert tries[-1] - tries[0] >= 0.2
+    finally:
+        _close(app)
+        with jssync.connect(nats_server.url) as nc:
+            nc.jetstream().delete_key_value(bucket)
