@@ -64,6 +64,12 @@ def _close(app: Any) -> None:
     app.close()
 
 
+def _drop_bucket(url: str, bucket: str) -> None:
+    """A test's cleanup: delete its result bucket."""
+    with jssync.connect(url) as nc:
+        nc.jetstream().delete_key_value(bucket)
+
+
 class Worker:
     def __init__(self, app: Any, name: str) -> None:
         self.app, self.name = app, name
@@ -146,8 +152,7 @@ def test_result_expires_is_the_bucket_ttl_and_a_result_goes_after_it(nats_server
         wait_for(lambda: app.AsyncResult(task_id).state == "PENDING", 10)
     finally:
         _close(app)
-        with jssync.connect(nats_server.url) as nc:
-            nc.jetstream().delete_key_value(bucket)
+        _drop_bucket(nats_server.url, bucket)
 
 
 def test_incr_from_many_threads_and_two_processes_counts_every_call(nats_server: NatsServer, unique: str) -> None:
@@ -175,8 +180,7 @@ def test_incr_from_many_threads_and_two_processes_counts_every_call(nats_server:
     finally:
         for a in apps:
             _close(a)
-        with jssync.connect(nats_server.url) as nc:
-            nc.jetstream().delete_key_value(bucket)
+        _drop_bucket(nats_server.url, bucket)
 
 
 def test_a_bad_option_is_refused_before_anything_is_sent(nats_server: NatsServer) -> None:
@@ -199,8 +203,7 @@ def test_the_backend_url_after_the_class_path_names_the_servers(nats_server: Nat
         assert app.AsyncResult("t1").get(timeout=5 * FACTOR) == [1, 2]
     finally:
         _close(app)
-        with jssync.connect(nats_server.url) as nc:
-            nc.jetstream().delete_key_value(bucket)
+        _drop_bucket(nats_server.url, bucket)
 
 
 def test_the_nats_scheme_from_the_entry_point_setup_cfg_declares(nats_server: NatsServer, tmp_path: Any) -> None:
@@ -260,8 +263,7 @@ def test_every_thread_and_every_backend_of_a_process_share_one_connection(nats_s
     finally:
         for a in apps:
             _close(a)
-        with jssync.connect(nats_server.url) as nc:
-            nc.jetstream().delete_key_value(bucket)
+        _drop_bucket(nats_server.url, bucket)
 
 
 def test_a_forked_child_opens_its_own_connection_and_the_process_exits_promptly(
@@ -298,8 +300,7 @@ print("ok")
                              env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
         assert out.returncode == 0 and out.stdout.strip() == "ok", out
     finally:
-        with jssync.connect(nats_server.url) as nc:
-            nc.jetstream().delete_key_value(bucket)
+        _drop_bucket(nats_server.url, bucket)
 
 
 def test_incr_reads_the_counter_from_the_stream_leader_not_by_direct_get(nats_server: NatsServer,
@@ -321,8 +322,7 @@ def test_incr_reads_the_counter_from_the_stream_leader_not_by_direct_get(nats_se
                 direct.next_msg(timeout=0.2)  # no direct get answered by any replica
     finally:
         _close(app)
-        with jssync.connect(nats_server.url) as nc:
-            nc.jetstream().delete_key_value(bucket)
+        _drop_bucket(nats_server.url, bucket)
 
 
 def test_a_deleted_bucket_is_created_again_by_the_next_set_and_get(nats_server: NatsServer, unique: str) -> None:
@@ -332,13 +332,11 @@ def test_a_deleted_bucket_is_created_again_by_the_next_set_and_get(nats_server: 
     try:
         backend = app.backend
         backend.store_result("before", 1, "SUCCESS")
-        with jssync.connect(nats_server.url) as nc:
-            nc.jetstream().delete_key_value(bucket)
+        _drop_bucket(nats_server.url, bucket)
         assert app.AsyncResult("before").state == "PENDING"  # the get re-creates the bucket
         backend.store_result("after", 2, "SUCCESS")
         assert app.AsyncResult("after").get(timeout=5 * FACTOR) == 2
-        with jssync.connect(nats_server.url) as nc:
-            nc.jetstream().delete_key_value(bucket)
+        _drop_bucket(nats_server.url, bucket)
         backend.store_result("again", 3, "SUCCESS")  # a set re-creates it too
         assert backend.incr("chord-unlock-g") == 1
         with jssync.connect(nats_server.url) as nc:
@@ -348,8 +346,7 @@ def test_a_deleted_bucket_is_created_again_by_the_next_set_and_get(nats_server: 
             assert "celery-task-meta-again" in keys
     finally:
         _close(app)
-        with jssync.connect(nats_server.url) as nc:
-            nc.jetstream().delete_key_value(bucket)
+        _drop_bucket(nats_server.url, bucket)
 
 
 def test_which_errors_celery_may_retry_and_kombus_server_separators(nats_server: NatsServer) -> None:
@@ -408,5 +405,4 @@ def test_incr_waits_between_tries_and_gives_up_at_its_deadline_when_others_alway
         assert tries[-1] - tries[0] >= 0.2
     finally:
         _close(app)
-        with jssync.connect(nats_server.url) as nc:
-            nc.jetstream().delete_key_value(bucket)
+        _drop_bucket(nats_server.url, bucket)
